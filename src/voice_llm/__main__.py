@@ -1,0 +1,3 @@
+from voice_llm.cli import main
+
+raise SystemExit(main())

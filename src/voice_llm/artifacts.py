@@ -1,0 +1,107 @@
+"""Writing and reading the lab's artifact files.
+
+Every write is atomic: the content goes to a temporary file in the same folder, is flushed to disk, and is then
+renamed over the target (``os.replace`` is atomic on POSIX). An interrupted run therefore leaves either the old
+complete file or the new complete file, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from voice_llm.errors import ArtifactError, OutputDirError
+
+# The artifact file names of the brief, in the order the lab writes them.
+HEALTH = "health.json"
+PROPS = "props.json"
+SSE_COPY = "sse.py"
+SSE_RAW = "sse_raw.txt"
+CHUNKS = "chunks.jsonl"
+TTFT = "ttft.json"
+PREFILL = "prefill.json"
+CACHE = "cache.json"
+SENTENCE = "sentence.json"
+CANCEL = "cancel.json"
+REPORT = "report.json"
+RUN = "run.json"
+SERVER_LOG = "server.log"
+REPORT_HTML = "report.html"
+
+REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
+
+
+def ensure_out_dir(out: Path) -> Path:
+    """Create OUT if needed and prove it is writable before any request is made."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise OutputDirError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
+    return out
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temp file and rename, so readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # Ctrl-C or a full disk: drop the temp file, keep whatever complete file was there.
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def dumps_json(value: Any) -> str:
+    """The one JSON layout of every artifact: indented, key order as built, UTF-8 kept readable."""
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_json(path: Path, value: Any) -> Path:
+    return write_bytes_atomic(path, dumps_json(value).encode("utf-8"))
+
+
+def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    text = "".join(json.dumps(dict(row), ensure_ascii=False) + "\n" for row in rows)
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def read_json(path: Path) -> Any:
+    """Read one artifact, turning a missing or malformed file into an ArtifactError that names it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path.name} is not valid JSON: {exc}") from exc
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{path.name} is not UTF-8: {exc}") from exc
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{path.name} line {number} is not valid JSON: {exc}") from exc
+    return rows

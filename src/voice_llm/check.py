@@ -1,0 +1,207 @@
+"""Check a lab's artifacts against each other, from the saved files alone (no server is queried).
+
+Like a grader, it trusts no number on its own: it re-derives what it can from the raw evidence (chunks.jsonl
+from sse_raw.txt, medians from the runs, report.json from its sources) and checks the relations the brief
+names within one run (first token < total, long prompt > short, cache hit < no cache).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voice_llm import artifacts as names
+from voice_llm.artifacts import read_json, read_jsonl
+from voice_llm.errors import ArtifactError
+from voice_llm.sse import SSEDecoder
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One verified relation: ``name`` says what was checked, ``detail`` the numbers it was checked on."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+class _Failed(Exception):
+    pass
+
+
+def _require(condition: bool, detail: str) -> None:
+    if not condition:
+        raise _Failed(detail)
+
+
+def _num(value: Any, what: str) -> float:
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+             f"{what} is not a finite number: {value!r}")
+    return float(value)
+
+
+def _raw_events(out: Path) -> list[dict[str, Any] | str]:
+    """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
+    decoder = SSEDecoder()
+    events = decoder.feed((out / names.SSE_RAW).read_bytes()) + decoder.end()
+    parsed: list[dict[str, Any] | str] = []
+    for event in events:
+        parsed.append(event.data if event.data == "[DONE]" else json.loads(event.data))
+    return parsed
+
+
+def _delta(event: dict[str, Any]) -> dict[str, Any]:
+    choices = event.get("choices") or [{}]
+    return choices[0].get("delta") or {}
+
+
+def check_files(out: Path) -> str:
+    missing = [name for name in names.REQUIRED if not (out / name).is_file()]
+    _require(not missing, f"missing: {', '.join(missing)}")
+    for name in names.REQUIRED:
+        if name.endswith(".json"):
+            read_json(out / name)
+    read_jsonl(out / names.CHUNKS)
+    return f"{len(names.REQUIRED)} files present and parse"
+
+
+def check_health(out: Path) -> str:
+    health, props = read_json(out / names.HEALTH), read_json(out / names.PROPS)
+    _require(health.get("status") == "ok", f"/health said {health!r}")
+    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+    _require(isinstance(n_ctx, int) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
+    return f"status ok, n_ctx {n_ctx}, total_slots {props.get('total_slots')}"
+
+
+def check_sse_raw(out: Path) -> str:
+    events = _raw_events(out)
+    _require(len(events) >= 3, f"only {len(events)} events in sse_raw.txt")
+    first = events[0]
+    _require(isinstance(first, dict) and _delta(first).get("role") == "assistant" and not _delta(first).get("content"),
+             f"first event is not the role-only chunk: {first!r:.120}")
+    _require(events[-1] == "[DONE]", "sse_raw.txt does not end with data: [DONE]")
+    return f"{len(events)} events: role chunk first, [DONE] last"
+
+
+def check_chunks(out: Path) -> str:
+    chunks = read_jsonl(out / names.CHUNKS)
+    _require(bool(chunks), "chunks.jsonl is empty")
+    raw_text = "".join(_delta(e).get("content") or "" for e in _raw_events(out) if isinstance(e, dict))
+    text = "".join(c["text"] for c in chunks)
+    _require(text == raw_text, f"chunk text {text[:60]!r} differs from the content in sse_raw {raw_text[:60]!r}")
+    times = [_num(c["t_ms"], "t_ms") for c in chunks]
+    _require(all(a <= b for a, b in zip(times, times[1:])), "chunk times decrease somewhere")
+    _require(all(c["text"] for c in chunks), "a chunk with empty text was counted")
+    return f"{len(chunks)} chunks equal sse_raw content, times {times[0]:.1f} .. {times[-1]:.1f} ms non-decreasing"
+
+
+def check_ttft(out: Path) -> str:
+    doc = read_json(out / names.TTFT)
+    runs = doc["runs"]
+    _require(len(runs) == 5, f"{len(runs)} runs, expected 5")
+    for i, run in enumerate(runs, 1):
+        _require(0 < _num(run["ttft_ms"], "ttft_ms") < _num(run["total_ms"], "total_ms"),
+                 f"run {i}: ttft {run['ttft_ms']} not below total {run['total_ms']}")
+        _require(isinstance(run["tokens"], int) and run["tokens"] > 0, f"run {i}: tokens {run['tokens']!r}")
+    for key, field in (("ttft_p50", "ttft_ms"), ("total_p50", "total_ms")):
+        expected = sorted(r[field] for r in runs)[2]
+        _require(doc[key] == expected, f"{key} {doc[key]} is not the 3rd of the sorted {field} ({expected})")
+    return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
+
+
+def check_prefill(out: Path) -> str:
+    rows = read_json(out / names.PREFILL)
+    _require([r["docs"] for r in rows] == [0, 4, 12], f"docs are {[r['docs'] for r in rows]}, expected [0, 4, 12]")
+    for key in ("prompt_n", "prompt_ms", "ttft_ms"):
+        values = [_num(r[key], key) for r in rows]
+        _require(values[0] < values[1] < values[2], f"{key} does not grow with documents: {values}")
+    return "prompt_n {} -> {} -> {}, ttft {:.0f} -> {:.0f} -> {:.0f} ms".format(
+        *(r["prompt_n"] for r in rows), *(r["ttft_ms"] for r in rows))
+
+
+def check_cache(out: Path) -> str:
+    doc = read_json(out / names.CACHE)
+    first, second = doc["first"], doc["second"]
+    f_n, s_n = _num(first["prompt_n"], "first.prompt_n"), _num(second["prompt_n"], "second.prompt_n")
+    f_t, s_t = _num(first["ttft_ms"], "first.ttft_ms"), _num(second["ttft_ms"], "second.ttft_ms")
+    _require(s_n <= f_n / 10, f"second prompt_n {s_n:.0f} is not far below first {f_n:.0f}")
+    _require(s_t < f_t / 2, f"second ttft {s_t:.0f} ms is not far below first {f_t:.0f} ms")
+    parts = [f"first {f_n:.0f} tok/{f_t:.0f} ms, second {s_n:.0f}/{s_t:.0f}"]
+    if "changed_prefix" in doc:
+        p_n, p_t = _num(doc["changed_prefix"]["prompt_n"], "prefix.prompt_n"), _num(doc["changed_prefix"]["ttft_ms"], "prefix.ttft_ms")
+        _require(p_n >= 0.9 * f_n, f"changed_prefix prompt_n {p_n:.0f} is not about first's {f_n:.0f}")
+        _require(p_t >= f_t / 2, f"changed_prefix ttft {p_t:.0f} ms is not about first's {f_t:.0f} ms")
+        parts.append(f"prefix {p_n:.0f}/{p_t:.0f}")
+    if "changed_suffix" in doc:
+        x_n, x_t = _num(doc["changed_suffix"]["prompt_n"], "suffix.prompt_n"), _num(doc["changed_suffix"]["ttft_ms"], "suffix.ttft_ms")
+        _require(x_n <= f_n / 10, f"changed_suffix prompt_n {x_n:.0f} is not close to second's (first {f_n:.0f})")
+        _require(x_t < f_t / 2, f"changed_suffix ttft {x_t:.0f} ms is not far below first {f_t:.0f} ms")
+        parts.append(f"suffix {x_n:.0f}/{x_t:.0f}")
+    return ", ".join(parts)
+
+
+def check_sentence(out: Path) -> str:
+    doc = read_json(out / names.SENTENCE)
+    t, s, total = (_num(doc[k], k) for k in ("ttft_ms", "first_sentence_ms", "total_ms"))
+    _require(t <= s <= total, f"not ttft {t:.0f} <= first_sentence {s:.0f} <= total {total:.0f}")
+    first = doc["first_sentence"]
+    _require(bool(first) and doc["text"].strip().startswith(first), "first_sentence is not the start of text")
+    if "smart_first_sentence_ms" in doc:
+        smart = _num(doc["smart_first_sentence_ms"], "smart_first_sentence_ms")
+        _require(t <= smart <= total, f"smart first sentence {smart:.0f} ms outside ttft..total")
+    return f"ttft {t:.0f} <= first sentence {s:.0f} <= total {total:.0f} ms"
+
+
+def check_cancel(out: Path) -> str:
+    doc = read_json(out / names.CANCEL)
+    received, max_tokens = doc["received_tokens"], doc["max_tokens"]
+    _require(0 < received < max_tokens, f"received {received} tokens of max {max_tokens}: not a cut")
+    closed = _num(doc["closed_at_ms"], "closed_at_ms")
+    idle = _num(doc["slot_idle_after_ms"], "slot_idle_after_ms")
+    _require(closed >= 500 and idle >= 0, f"closed at {closed:.0f} ms, idle after {idle:.1f} ms")
+    _require(doc.get("cancel_logged") is not False, "the server log shows no 'cancel task'")
+    return f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms, slot idle {idle:.1f} ms later"
+
+
+def check_report(out: Path) -> str:
+    from voice_llm.lab.report import build_report
+
+    saved = read_json(out / names.REPORT)
+    expected = build_report(out)
+    wrong = [k for k in expected if saved.get(k) != expected[k]]
+    _require(not wrong, f"report.json differs from its sources in {', '.join(wrong)}")
+    return f"{len(expected)} values equal their sources"
+
+
+CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
+    ("files present and well-formed", check_files),
+    ("health and props", check_health),
+    ("sse_raw: role chunk first, [DONE] last", check_sse_raw),
+    ("chunks.jsonl matches sse_raw, times non-decreasing", check_chunks),
+    ("ttft < total, medians right", check_ttft),
+    ("prefill grows 0 -> 4 -> 12 docs", check_prefill),
+    ("cache hit far below miss", check_cache),
+    ("ttft <= first sentence <= total", check_sentence),
+    ("cancel cut the answer, slot went idle", check_cancel),
+    ("report equals its sources", check_report),
+)
+
+
+def iter_checks(out: Path) -> Iterator[CheckResult]:
+    for name, check in CHECKS:
+        try:
+            yield CheckResult(name, True, check(out))
+        except _Failed as exc:
+            yield CheckResult(name, False, str(exc))
+        except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            yield CheckResult(name, False, f"cannot check: {exc.__class__.__name__}: {exc}")
+
+
+def run_checks(out: Path) -> list[CheckResult]:
+    if not out.is_dir():
+        raise ArtifactError(f"no artifact folder at {out}")
+    return list(iter_checks(out))

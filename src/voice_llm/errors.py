@@ -1,0 +1,43 @@
+"""The exceptions of voice-llm. The CLI turns each into one line on stderr and a non-zero exit.
+
+Stream errors live in :mod:`voice_llm.sse` (which must stand alone, standard library only); everything else is
+a :class:`VoiceLLMError`.
+"""
+
+from __future__ import annotations
+
+
+class VoiceLLMError(Exception):
+    """Base of every error the CLI reports as a plain message (no traceback)."""
+
+
+class ProvisionError(VoiceLLMError):
+    """Building llama-server or fetching the model failed."""
+
+
+class ServerError(VoiceLLMError):
+    """Starting, finding or stopping the managed llama-server failed."""
+
+
+class PortInUseError(ServerError):
+    """Something other than our server listens on the requested port."""
+
+
+class ConfigError(VoiceLLMError):
+    """A flag or setting is not acceptable (for example a non-loopback host without an API key)."""
+
+
+class KnowledgeBaseError(VoiceLLMError):
+    """The KB folder is missing, empty, or holds a document that cannot be read."""
+
+
+class OutputDirError(VoiceLLMError):
+    """The output folder cannot be created or written."""
+
+
+class ArtifactError(VoiceLLMError):
+    """An artifact needed by a later step or by ``check`` is missing or malformed."""
+
+
+class MeasurementError(VoiceLLMError):
+    """A measurement could not be made honestly (for example generation ended before the cancel cut)."""

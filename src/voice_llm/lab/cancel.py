@@ -1,0 +1,77 @@
+"""Step 7: barge-in — close the connection 0.5 s into a long answer and time how long the server takes to stop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from voice_llm import prompts
+from voice_llm.artifacts import CANCEL, write_json
+from voice_llm.errors import MeasurementError
+from voice_llm.lab.context import LabContext
+
+MAX_TOKENS = 256
+CLOSE_AFTER_MS = 500.0
+IDLE_TIMEOUT_S = 30.0
+CANCEL_LOG_MARK = "cancel task"
+
+
+def _busy(slots: Any) -> bool:
+    return any(slot.get("is_processing") for slot in slots if isinstance(slot, dict))
+
+
+def wait_until_idle(ctx: LabContext, timeout_s: float = IDLE_TIMEOUT_S) -> float:
+    """Poll /slots back to back until no slot is processing; return the ms it took."""
+    t0 = time.perf_counter()
+    while _busy(ctx.client.slots()):
+        if time.perf_counter() - t0 > timeout_s:
+            raise MeasurementError(f"cancel: the slot was still processing {timeout_s:g} s after the connection was closed")
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _log_size(log: Path | None) -> int:
+    try:
+        return log.stat().st_size if log else 0
+    except FileNotFoundError:
+        return 0
+
+
+def _cancel_logged(log: Path | None, offset: int, wait_s: float = 1.0) -> bool | None:
+    """Did the server log 'cancel task' after ``offset``? None when the server's log is not ours to read."""
+    if log is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            if CANCEL_LOG_MARK.encode() in fh.read():
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def run(ctx: LabContext) -> list[Path]:
+    wait_until_idle(ctx)  # start from an idle slot, or the idle time below measures someone else's request
+    offset = _log_size(ctx.server_log)
+    # No X-Conversation-Id header: with it the server keeps generating after a disconnect.
+    result = ctx.request("cancel", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST),
+                         max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
+    if not result.closed_early:
+        raise MeasurementError(
+            f"cancel: generation finished ({len(result.chunks)} tokens, {result.total_ms:.0f} ms) before the "
+            f"{CLOSE_AFTER_MS:.0f} ms cut, so nothing was cancelled; use a slower model or a longer request"
+        )
+    idle_ms = wait_until_idle(ctx)
+    document = {
+        "max_tokens": MAX_TOKENS,
+        "received_tokens": len(result.chunks),
+        "closed_at_ms": result.closed_at_ms,
+        "slot_idle_after_ms": idle_ms,
+        "cancel_logged": _cancel_logged(ctx.server_log, offset),
+        "chunks": [chunk.as_dict() for chunk in result.chunks],
+    }
+    # A cancelled request never sends timings; the server was busy with it until its slot went idle.
+    ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
+    return [write_json(ctx.path(CANCEL), document)]

@@ -1,0 +1,78 @@
+"""What every step gets: where to write, whom to ask, and one way to make a timed request."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_llm import sse
+from voice_llm.api import ServerClient
+from voice_llm.progress import NullProgress, Progress
+
+RAW_DIR = "raw"
+
+
+def server_compute_ms(timings: dict[str, Any] | None) -> float:
+    """The server's own time for one request: prompt processing plus generation, from its timings."""
+    if not timings:
+        return 0.0
+    return float(timings.get("prompt_ms") or 0.0) + float(timings.get("predicted_ms") or 0.0)
+
+
+@dataclass
+class ComputeLedger:
+    """Adds up the server's compute over a run, so the lab can show how much of its wall time was the server."""
+
+    total_ms: float = 0.0
+    requests: int = 0
+
+    def add(self, timings: dict[str, Any] | None) -> None:
+        self.total_ms += server_compute_ms(timings)
+        self.requests += 1
+
+    def add_busy(self, busy_ms: float) -> None:
+        """A request that sent no timings (cancelled): count the time the server was busy with it."""
+        self.total_ms += busy_ms
+
+
+@dataclass(frozen=True)
+class LabContext:
+    out: Path
+    client: ServerClient
+    kb_dir: Path
+    progress: Progress = field(default_factory=NullProgress)
+    server_log: Path | None = None  # the managed server's log; None for a server given by --url
+    ledger: ComputeLedger = field(default_factory=ComputeLedger)
+
+    def path(self, name: str) -> Path:
+        return self.out / name
+
+    def request(self, name: str, messages: list[dict[str, str]], max_tokens: int = 64, cache_prompt: bool = True,
+                raw_path: Path | None = None, **options: Any) -> sse.StreamResult:
+        """One timed streaming request, its raw bytes saved as evidence.
+
+        The bytes go to ``raw/<name>.sse.partial`` as they arrive and are renamed to ``raw/<name>.sse`` (or
+        ``raw_path``) only when the stream completed, so a failure keeps what arrived without replacing an
+        earlier complete file.
+        """
+        final = raw_path or self.out / RAW_DIR / f"{name}.sse"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.with_name(final.name + ".partial")
+        tokens = 0
+
+        def on_chunk(chunk: sse.Chunk) -> None:
+            nonlocal tokens
+            tokens += 1
+            self.progress.update(f"{name}: {tokens} tokens, {chunk.t_ms / 1000:.1f} s")
+
+        self.progress.update(f"{name}: waiting for the first token")
+        try:
+            result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=on_chunk, **options)
+        except sse.StreamError as exc:
+            exc.add_note(f"bytes received so far are in {partial}")
+            raise
+        os.replace(partial, final)
+        self.ledger.add(result.timings)
+        return result

@@ -1,0 +1,61 @@
+"""Step 6: when does the first sentence end — the brief's rule and the smart splitter on the same stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from voice_llm import prompts
+from voice_llm.artifacts import SENTENCE, write_json
+from voice_llm.errors import MeasurementError
+from voice_llm.lab.context import LabContext
+from voice_llm.sentences import SentenceSplitter, first_sentence_end
+from voice_llm.sse import Chunk
+
+
+def first_sentence_by_rule(chunks: Sequence[Chunk], total_ms: float) -> tuple[str, float]:
+    """The brief's rule: the first chunk after which the concatenated text has [.!?] followed by whitespace —
+    the moment the whitespace arrives, since only then is the period known to end a sentence ('3.5', 'a.m.').
+    Never: the whole text is one sentence, known at the end of the stream."""
+    text = ""
+    for chunk in chunks:
+        text += chunk.text
+        end = first_sentence_end(text)
+        if end is not None:
+            return text[:end].strip(), chunk.t_ms
+    return text.strip(), total_ms
+
+
+def first_sentence_by_splitter(chunks: Sequence[Chunk], total_ms: float) -> tuple[str, float]:
+    """The smart splitter fed chunk by chunk; its first emitted sentence and the chunk that settled it."""
+    splitter = SentenceSplitter()
+    for chunk in chunks:
+        done = splitter.feed(chunk.text)
+        if done:
+            return done[0], chunk.t_ms
+    rest = splitter.flush()
+    return (rest[0] if rest else ""), total_ms
+
+
+def sentence_document(chunks: Sequence[Chunk], total_ms: float) -> dict[str, Any]:
+    if not chunks:
+        raise MeasurementError("sentence: the answer had no content chunk")
+    first, first_ms = first_sentence_by_rule(chunks, total_ms)
+    smart, smart_ms = first_sentence_by_splitter(chunks, total_ms)
+    return {
+        "ttft_ms": chunks[0].t_ms,
+        "first_sentence_ms": first_ms,
+        "total_ms": total_ms,
+        "first_sentence": first,
+        "text": "".join(chunk.text for chunk in chunks),
+        "smart_first_sentence": smart,
+        "smart_first_sentence_ms": smart_ms,
+        "chunks": [chunk.as_dict() for chunk in chunks],
+    }
+
+
+def run(ctx: LabContext) -> list[Path]:
+    result = ctx.request("sentence", prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION),
+                         max_tokens=120, cache_prompt=True)
+    return [write_json(ctx.path(SENTENCE), sentence_document(result.chunks, result.total_ms))]

@@ -1,0 +1,38 @@
+"""Step 3: first-token latency five times with the cache off, and the medians."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from voice_llm import prompts
+from voice_llm.artifacts import TTFT, write_json
+from voice_llm.errors import MeasurementError
+from voice_llm.lab.context import LabContext
+
+RUNS = 5
+
+
+def median(values: list[float]) -> float:
+    """The brief's median of five: the third of the sorted values (the middle one for any odd count)."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def run(ctx: LabContext) -> list[Path]:
+    messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.NEW_PATIENT_QUESTION)
+    runs = []
+    for number in range(1, RUNS + 1):
+        result = ctx.request(f"ttft-{number}", messages, max_tokens=64, cache_prompt=False)
+        if result.ttft_ms is None:
+            raise MeasurementError(f"ttft run {number}: the answer had no content chunk")
+        runs.append({
+            "ttft_ms": result.ttft_ms,
+            "total_ms": result.total_ms,
+            "tokens": (result.timings or {}).get("predicted_n"),
+        })
+    document = {
+        "runs": runs,
+        "ttft_p50": median([r["ttft_ms"] for r in runs]),
+        "total_p50": median([r["total_ms"] for r in runs]),
+    }
+    return [write_json(ctx.path(TTFT), document)]
