@@ -1,0 +1,82 @@
+"""Shared fixtures. Real-server tests start llama-server (the cached build, the default model) on a free port
+with their own state folder, and stop it afterwards, like llama.cpp's own server tests do."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from voice_llm import provision, server
+from voice_llm.config import ServerSettings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server_binary() -> Path:
+    # Builds once (~5 min) if `make test` has not provisioned it already; then cached.
+    return provision.ensure_server_binary()
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    return provision.ensure_model()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private state folder, so tests never touch (or stop) a server the developer started."""
+    directory = tmp_path / "state"
+    monkeypatch.setenv("VOICE_LLM_STATE", str(directory))
+    return directory
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+class RunningServer:
+    def __init__(self, settings: ServerSettings, record: server.ServerRecord) -> None:
+        self.settings = settings
+        self.record = record
+
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    @property
+    def log(self) -> Path:
+        return server.log_path(self.settings.port)
+
+
+@pytest.fixture
+def running_server(state_dir: Path, port: int, server_binary: Path, model_path: Path) -> Iterator[RunningServer]:
+    settings = ServerSettings(port=port)
+    record, _ = server.up(settings, server_binary, model_path)
+    try:
+        yield RunningServer(settings, record)
+    finally:
+        server.down(port)
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[RunningServer]:
+    """One server shared by a module's tests (each start costs ~1 s, but a shared one keeps the KV cache warm
+    between tests, which only tests that do not measure the cache may rely on)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VOICE_LLM_STATE", str(tmp_path_factory.mktemp("state")))
+    settings = ServerSettings(port=free_port())
+    record, _ = server.up(settings, server_binary, model_path)
+    try:
+        yield RunningServer(settings, record)
+    finally:
+        server.down(settings.port)
+        mp.undo()
