@@ -80,3 +80,26 @@ def module_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path,
     finally:
         server.down(settings.port)
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[tuple[Path, "subprocess.CompletedProcess[str]"]]:
+    """The whole lab run once per session the way `make lab` runs it (managed server, default model), its
+    output folder and the finished process. Tests read the artifacts; none may modify them (copy first)."""
+    import os
+    import subprocess
+    import sys
+
+    state = tmp_path_factory.mktemp("lab-state")
+    out = tmp_path_factory.mktemp("lab-out")
+    port = free_port()
+    env = {**os.environ, "VOICE_LLM_STATE": str(state)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=900,
+        )
+        yield out, done
+    finally:
+        subprocess.run([sys.executable, "-m", "voice_llm", "down", "--port", str(port)], env=env,
+                       capture_output=True, timeout=60)

@@ -64,6 +64,11 @@ def run(ctx: LabContext) -> list[Path]:
             f"{CLOSE_AFTER_MS:.0f} ms cut, so nothing was cancelled; use a slower model or a longer request"
         )
     idle_ms = wait_until_idle(ctx)
+    if not result.chunks:
+        raise MeasurementError(
+            f"cancel: no token arrived in the first {CLOSE_AFTER_MS:.0f} ms (the server is busy or slow), so the "
+            "cut did not interrupt a running answer; rerun `voice-llm cancel` when the machine is idle"
+        )
     document = {
         "max_tokens": MAX_TOKENS,
         "received_tokens": len(result.chunks),

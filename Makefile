@@ -1,0 +1,32 @@
+# The two set-up commands of the README:
+#   make lab   - the whole lab on the default model: artifacts + report in $(OUT)
+#   make test  - everything the tests need (llama-server build, model, chromium), then the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+OUT    ?= $(HOME)/voice/llm
+PORT   ?= 8080
+PYTEST_ARGS ?=
+
+.PHONY: lab test install venv clean
+
+$(BIN)/voice-llm: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+venv: $(BIN)/voice-llm
+
+# Builds llama-server once (~5 min on 2 cores) and fetches the model; both cached in ~/.cache/voice-llm.
+install: venv
+	$(BIN)/voice-llm install
+
+lab: install
+	$(BIN)/voice-llm lab --port $(PORT) --out $(OUT)
+
+test: install
+	sh scripts/ensure-chromium.sh
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache
