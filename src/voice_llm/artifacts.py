@@ -46,10 +46,21 @@ def ensure_out_dir(out: Path) -> Path:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by the owner only; artifacts are ordinary files that others may read.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temp file and rename, so readers never see a partial file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from voice_llm import __version__, provision, server
 from voice_llm.api import ServerClient
+from voice_llm.check import CheckResult, run_checks
 from voice_llm.artifacts import REPORT, dumps_json, ensure_out_dir, read_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import VoiceLLMError
-from voice_llm.kb import default_kb_dir
+from voice_llm.kb import default_kb_dir, load_kb
+from voice_llm.lab.context import LabContext
 from voice_llm.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
@@ -48,7 +50,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from voice_llm.lab.runner import STEPS
 
-    parser = argparse.ArgumentParser(prog="voice-llm", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="voice-llm",
+        description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
+                    "server? Start the server, measure, save the evidence, check and report it.",
+    )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -154,9 +160,7 @@ def cmd_down(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
-def _lab_context(args: argparse.Namespace, progress: Progress, url: str, server_log: Path | None):
-    from voice_llm.lab.context import LabContext
-
+def _lab_context(args: argparse.Namespace, progress: Progress, url: str, server_log: Path | None) -> LabContext:
     kb = getattr(args, "kb", None) or default_kb_dir()
     return LabContext(
         out=ensure_out_dir(args.out.expanduser()),
@@ -180,23 +184,17 @@ def _print_findings(out: Path) -> None:
     Console().print(table)
 
 
-def _print_checks(out: Path) -> bool:
-    from voice_llm.check import run_checks
-
-    results = run_checks(out)
+def _print_checks(results: Sequence[CheckResult]) -> bool:
     for result in results:
         print(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}")
     failed = sum(not r.ok for r in results)
     print(f"{len(results) - failed} passed, {failed} failed")
-    _write_html(out, results)
     return failed == 0
 
 
-def _write_html(out: Path, results) -> None:
-    try:
-        from voice_llm.report_html import render_report
-    except ImportError:  # pragma: no cover - report module ships with the package
-        return
+def _write_html(out: Path, results: Sequence[CheckResult]) -> None:
+    from voice_llm.report_html import render_report  # imports matplotlib: only when a report is written
+
     print(f"report: {render_report(out, results)}")
 
 
@@ -204,6 +202,8 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     from voice_llm.lab.runner import run_lab
 
     ensure_out_dir(args.out.expanduser())
+    # A bad KB folder would otherwise only show at the prefill step, after the server start and the first steps.
+    load_kb(Path(args.kb or default_kb_dir()), need=12)
     if args.url:
         url, log = args.url, None
     else:
@@ -216,9 +216,12 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     else:
         _print_findings(ctx.out)
     ratio = summary["wall_over_compute"]
-    print(f"lab wall {summary['wall_ms'] / 1000:.1f} s vs server compute {summary['server_compute_ms'] / 1000:.1f} s"
-          f" ({ratio:.3f}x)" if ratio else "")
-    return 0 if _print_checks(ctx.out) else EXIT_CHECKS_FAILED
+    if ratio:
+        print(f"lab wall {summary['wall_ms'] / 1000:.1f} s vs server compute "
+              f"{summary['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x)")
+    results = run_checks(ctx.out)
+    _write_html(ctx.out, results)
+    return 0 if _print_checks(results) else EXIT_CHECKS_FAILED
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
@@ -231,14 +234,12 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
     for path in written:
         print(path)
     if args.command == "report":  # report.json and the page that shows it
-        from voice_llm.check import run_checks
-
         _write_html(ctx.out, run_checks(ctx.out))
     return 0
 
 
 def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
-    return 0 if _print_checks(args.out.expanduser()) else EXIT_CHECKS_FAILED
+    return 0 if _print_checks(run_checks(args.out.expanduser())) else EXIT_CHECKS_FAILED
 
 
 COMMANDS = {
