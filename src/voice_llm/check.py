@@ -47,7 +47,11 @@ def _num(value: Any, what: str) -> float:
 def _raw_events(out: Path) -> list[dict[str, Any] | str]:
     """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
     decoder = SSEDecoder()
-    events = decoder.feed((out / names.SSE_RAW).read_bytes()) + decoder.end()
+    try:
+        raw = (out / names.SSE_RAW).read_bytes()
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{names.SSE_RAW} is missing in {out}") from exc
+    events = decoder.feed(raw) + decoder.end()
     parsed: list[dict[str, Any] | str] = []
     for event in events:
         parsed.append(event.data if event.data == "[DONE]" else json.loads(event.data))

@@ -10,7 +10,7 @@ This file stands alone (standard library only) so it can be copied into a voice 
 * :func:`run_stream` (rich result) and :func:`stream` (the brief's tuple) — send one chat request and time it.
 
 Timing rule: the clock starts with ``time.perf_counter()`` just before the request is written to the socket, and a
-chunk's time is when the line that completed its event was read from the socket.
+chunk's time is when the bytes that completed its event were read from the socket.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import IO, Any
 DEFAULT_URL = "http://127.0.0.1:8080"
 CHAT_PATH = "/v1/chat/completions"
 DONE_DATA = "[DONE]"
+READ_SIZE = 65536  # at most this many bytes per read; a read returns whatever has arrived, never waits for more
 
 # ---------------------------------------------------------------------------------------------------------------
 # The decoder: bytes -> lines -> events, no I/O.
@@ -328,10 +329,11 @@ def _content_of(payload: Mapping[str, Any]) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _hard_close(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse | None) -> None:
+def _hard_close(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse | None,
+                sock: socket.socket | None = None) -> None:
     """Close the socket for real. ``resp`` keeps a file object on the socket, so ``close()`` alone may leave
     the descriptor open; ``shutdown`` sends the FIN now, which is what llama-server checks to cancel a task."""
-    sock = conn.sock
+    sock = sock or conn.sock
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
@@ -356,12 +358,13 @@ def run_stream(
     should_stop: Callable[[Chunk], bool] | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
 ) -> StreamResult:
-    """Send one streaming chat request and read it line by line as the bytes arrive.
+    """Send one streaming chat request and decode it as the bytes arrive.
 
-    ``raw_out`` (a path or a binary file) receives every byte of the body exactly as read, flushed per line, so
-    a failure keeps everything that arrived. ``stop_after_ms`` closes the connection that many ms after the
-    request was sent; ``should_stop(chunk)`` returning True closes it after that chunk. ``on_chunk`` sees each
-    content chunk as it arrives (for progress). Raises a :class:`StreamError` subclass on any failure.
+    ``raw_out`` (a path or a binary file) receives every byte of the body exactly as read, flushed per read, so
+    a failure keeps everything that arrived (even half a line before a reset). ``stop_after_ms`` closes the
+    connection that many ms after the request was sent; ``should_stop(chunk)`` returning True closes it after
+    that chunk. ``on_chunk`` sees each content chunk as it arrives (for progress). Raises a
+    :class:`StreamError` subclass on any failure.
     """
     body = chat_body(messages, max_tokens, cache_prompt, extra)
     payload = json.dumps(body).encode("utf-8")
@@ -373,26 +376,35 @@ def run_stream(
     chunks: list[Chunk] = []
     received = 0
     resp: http.client.HTTPResponse | None = None
+    sock: socket.socket | None = None
 
     def fail(cls: type[StreamError], message: str) -> StreamError:
         return cls(message, chunks=chunks, received_bytes=received)
 
     try:
         connect(conn, base_url)
+        # Kept here: getresponse() sets conn.sock to None when the answer says "Connection: close" (the response
+        # then owns the socket), and the deadline and the hard close below still need it.
+        sock = conn.sock
         headers = request_headers(api_key, accept="text/event-stream")
         headers["Content-Type"] = "application/json"
         t0 = time.perf_counter()
         deadline = None if stop_after_ms is None else t0 + stop_after_ms / 1000.0
+        cut_before_answer = False  # the deadline came before the answer's headers (a slow prompt)
         try:
+            if deadline is not None and sock is not None:
+                sock.settimeout(max(min(deadline - time.perf_counter(), timeout), 0.001))
             conn.request("POST", prefix + CHAT_PATH, body=payload, headers=headers)
             resp = conn.getresponse()
         except TimeoutError as exc:
-            raise fail(StreamTimeoutError, f"{url} sent no answer within {timeout:g} s") from exc
+            if deadline is None or time.perf_counter() < deadline:
+                raise fail(StreamTimeoutError, f"{url} sent no answer within {timeout:g} s") from exc
+            cut_before_answer = True
         except (OSError, http.client.HTTPException) as exc:
             raise fail(StreamTruncatedError, f"{url} closed the connection before answering: {exc}") from exc
-        if resp.status != 200:
+        if resp is not None and resp.status != 200:
             raise error_from_response(resp, url)
-        content_type = resp.getheader("Content-Type", "")
+        content_type = resp.getheader("Content-Type", "") if resp is not None else "text/event-stream"
         if "text/event-stream" not in content_type:
             sample = resp.read(200).decode("utf-8", "replace").strip()
             raise fail(
@@ -405,10 +417,10 @@ def run_stream(
         finish_reason: str | None = None
         first_event_ms: float | None = None
         n_events = 0
-        done = closed_early = False
+        done = False
+        closed_early = cut_before_answer
         closed_at_ms: float | None = None
-        sock = conn.sock
-        while True:
+        while not closed_early:
             if deadline is not None and sock is not None:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
@@ -417,7 +429,9 @@ def run_stream(
                 # Wake up at the deadline even if the server is silent, without touching the read timeout.
                 sock.settimeout(min(remaining, timeout))
             try:
-                line = resp.readline()
+                # read1, not readline: a line-oriented read drops the half line it holds when the connection
+                # breaks, and these bytes must reach raw_out; read1 returns what has arrived without waiting.
+                data_in = resp.read1(READ_SIZE)
             except TimeoutError as exc:
                 if deadline is not None and time.perf_counter() >= deadline:
                     closed_early = True
@@ -426,19 +440,19 @@ def run_stream(
             except (OSError, http.client.HTTPException) as exc:
                 raise fail(
                     StreamTruncatedError,
-                    f"stream ended early: the connection broke after {received} bytes and {len(chunks)} "
+                    f"stream ended early: the connection to {url} broke after {received} bytes and {len(chunks)} "
                     f"content chunks ({exc.__class__.__name__})",
                 ) from exc
-            t_line = time.perf_counter()
-            if not line:
+            t_read = time.perf_counter()
+            if not data_in:
                 break
-            received += len(line)
+            received += len(data_in)
             if raw is not None:
-                raw.write(line)
+                raw.write(data_in)
                 raw.flush()
-            for event in decoder.feed(line):
+            for event in decoder.feed(data_in):
                 n_events += 1
-                t_ms = (t_line - t0) * 1000.0
+                t_ms = (t_read - t0) * 1000.0
                 if first_event_ms is None:
                     first_event_ms = t_ms
                 if event.data == DONE_DATA:
@@ -470,16 +484,18 @@ def run_stream(
                     on_chunk(chunk)
                 if should_stop is not None and should_stop(chunk):
                     closed_early = True
+                    break  # the events after it in the same read are not taken
             if closed_early:
                 break
         t_end = time.perf_counter()
         if closed_early:
-            _hard_close(conn, resp)
+            _hard_close(conn, resp, sock)
             closed_at_ms = (time.perf_counter() - t0) * 1000.0
         elif not done:
             raise fail(
                 StreamTruncatedError,
-                f"stream ended early: no [DONE] after {received} bytes and {len(chunks)} content chunks",
+                f"stream ended early: {url} closed the stream with no [DONE] after {received} bytes and "
+                f"{len(chunks)} content chunks",
             )
         decoder.end()
         return StreamResult(
@@ -497,7 +513,7 @@ def run_stream(
             events=n_events,
         )
     finally:
-        _hard_close(conn, resp) if resp is not None and not resp.isclosed() else conn.close()
+        _hard_close(conn, resp, sock) if resp is not None and not resp.isclosed() else conn.close()
         if own_raw and raw is not None:
             raw.close()
 
@@ -545,12 +561,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw_path = os.path.join(args.out, "sse_raw.txt")
     partial = raw_path + ".partial"
     try:
+        os.makedirs(args.out, exist_ok=True)
         chunks, total_ms, timings = stream(list(STEP2_MESSAGES), raw_out=partial, base_url=args.url, api_key=args.api_key)
+        os.replace(partial, raw_path)
+        write_chunks_jsonl(os.path.join(args.out, "chunks.jsonl"), chunks)
     except StreamError as exc:
-        print(f"sse.py: {exc} (bytes received so far: {partial})", file=sys.stderr)
+        size = os.path.getsize(partial) if os.path.exists(partial) else 0
+        if size:
+            print(f"sse.py: {exc} (the {size} bytes received are in {partial})", file=sys.stderr)
+        else:  # nothing arrived: leave no empty evidence file behind
+            if os.path.exists(partial):
+                os.remove(partial)
+            print(f"sse.py: {exc}", file=sys.stderr)
         return 1
-    os.replace(partial, raw_path)
-    write_chunks_jsonl(os.path.join(args.out, "chunks.jsonl"), chunks)
+    except OSError as exc:
+        print(f"sse.py: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     first = f"{chunks[0]['t_ms']:.1f} ms" if chunks else "none"
     print(f"{len(chunks)} chunks, first token {first}, total {total_ms:.1f} ms, predicted_n {(timings or {}).get('predicted_n')}")
     return 0

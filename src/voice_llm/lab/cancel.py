@@ -53,11 +53,14 @@ def _cancel_logged(log: Path | None, offset: int, wait_s: float = 1.0) -> bool |
 
 
 def run(ctx: LabContext) -> list[Path]:
+    messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
+    # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
+    # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
+    ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
     wait_until_idle(ctx)  # start from an idle slot, or the idle time below measures someone else's request
     offset = _log_size(ctx.server_log)
     # No X-Conversation-Id header: with it the server keeps generating after a disconnect.
-    result = ctx.request("cancel", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST),
-                         max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
+    result = ctx.request("cancel", messages, max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
     if not result.closed_early:
         raise MeasurementError(
             f"cancel: generation finished ({len(result.chunks)} tokens, {result.total_ms:.0f} ms) before the "

@@ -9,6 +9,7 @@ from typing import Any
 
 from voice_llm import sse
 from voice_llm.api import ServerClient
+from voice_llm.errors import OutputDirError
 from voice_llm.progress import NullProgress, Progress
 
 RAW_DIR = "raw"
@@ -58,7 +59,10 @@ class LabContext:
         earlier complete file.
         """
         final = raw_path or self.out / RAW_DIR / f"{name}.sse"
-        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputDirError(f"cannot create the folder for raw streams {final.parent}: {exc.strerror or exc}") from exc
         partial = final.with_name(final.name + ".partial")
         tokens = 0
 
@@ -71,7 +75,11 @@ class LabContext:
         try:
             result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=on_chunk, **options)
         except sse.StreamError as exc:
-            exc.add_note(f"bytes received so far are in {partial}")
+            size = partial.stat().st_size if partial.exists() else 0
+            if size:
+                exc.add_note(f"the {size} bytes received are in {partial}")
+            else:  # nothing arrived (refused, HTTP error before the body): no empty evidence file
+                partial.unlink(missing_ok=True)
             raise
         os.replace(partial, final)
         self.ledger.add(result.timings)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from voice_llm.artifacts import RUN, SERVER_LOG, write_json
+from voice_llm.artifacts import RUN, SERVER_LOG, write_bytes_atomic, write_json
 from voice_llm.lab.context import LabContext
 
 # name -> (what it does, the module whose run(ctx) does it). The lab runs them in this order; each is also a
@@ -47,7 +46,7 @@ def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
 def save_server_log(ctx: LabContext) -> Path | None:
     if ctx.server_log is None or not ctx.server_log.is_file():
         return None
-    return Path(shutil.copyfile(ctx.server_log, ctx.path(SERVER_LOG)))
+    return write_bytes_atomic(ctx.path(SERVER_LOG), ctx.server_log.read_bytes())
 
 
 def run_lab(ctx: LabContext) -> dict[str, object]:

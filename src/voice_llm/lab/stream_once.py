@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from voice_llm import prompts, sse
-from voice_llm.artifacts import CHUNKS, SSE_COPY, SSE_RAW, write_jsonl
+from voice_llm.artifacts import CHUNKS, SSE_COPY, SSE_RAW, write_bytes_atomic, write_jsonl
 from voice_llm.lab.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:
     copy = ctx.path(SSE_COPY)
-    shutil.copyfile(sse.__file__, copy)  # the stand-alone reader, for the user's own pipeline
+    # The stand-alone reader, for the user's own pipeline; written atomically like every artifact.
+    write_bytes_atomic(copy, Path(sse.__file__).read_bytes())
     result = ctx.request(
         "sse", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.NEW_PATIENT_QUESTION),
         max_tokens=64, cache_prompt=True, raw_path=ctx.path(SSE_RAW),
