@@ -96,6 +96,8 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+    except OSError as exc:  # a folder where the file should be, no permission, ...
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{path.name} is not valid JSON: {exc}") from exc
 
@@ -105,6 +107,8 @@ def read_jsonl(path: Path) -> list[Any]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path.name} is not UTF-8: {exc}") from exc
     rows = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,7 +44,7 @@ def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-key", help="API key for the server (env VOICE_LLM_API_KEY); never written anywhere")
+    parser.add_argument("--api-key", help="API key for the server; prefer the env VOICE_LLM_API_KEY, which `ps` does not show")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress output")
 
 
@@ -253,7 +254,14 @@ def _describe(exc: BaseException) -> str:
     return " ".join([str(exc), *(f"({note})" for note in notes)])
 
 
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    # `timeout`, `kill` and service managers send SIGTERM: stop as cleanly as on Ctrl-C (temp files removed,
+    # complete files kept, one line on stderr).
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     args = build_parser().parse_args(argv)
     progress = make_progress(getattr(args, "quiet", False))
     handler = COMMANDS.get(args.command, cmd_step)
@@ -262,6 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (VoiceLLMError, StreamError) as exc:
         getattr(progress, "finish_if_open", lambda: None)()
         print(f"voice-llm {args.command}: {_describe(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:  # the machine said no (a folder that is a file, no space, no permission): one line
+        getattr(progress, "finish_if_open", lambda: None)()
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"voice-llm {args.command}: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         getattr(progress, "finish_if_open", lambda: None)()

@@ -23,7 +23,7 @@ from typing import Any
 from voice_llm import sse
 from voice_llm.api import ServerClient
 from voice_llm.artifacts import write_json
-from voice_llm.config import ServerSettings, state_dir
+from voice_llm.config import ENV_STATE, ServerSettings, state_dir
 from voice_llm.errors import PortInUseError, ServerError
 from voice_llm.progress import NullProgress, Progress
 
@@ -94,7 +94,7 @@ def read_record(port: int) -> ServerRecord | None:
     try:
         data = json.loads(_record_path(port).read_text())
         return ServerRecord(**data)
-    except (FileNotFoundError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError):  # missing, unreadable (state path is a file) or not our JSON
         return None
 
 
@@ -158,10 +158,17 @@ def up(
             "stop it or choose another --port"
         )
     directory = port_dir(settings.port)
-    directory.mkdir(parents=True, exist_ok=True)
     log = log_path(settings.port)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        log_file = open(log, "wb")
+    except OSError as exc:
+        raise ServerError(
+            f"cannot write the server's state folder {directory}: {exc.strerror or exc} "
+            f"(set {ENV_STATE} to a writable folder)"
+        ) from exc
     progress.start(f"Starting llama-server on {settings.url}")
-    with open(log, "wb") as log_file:
+    with log_file:
         try:
             proc = subprocess.Popen(
                 settings.argv(binary, model),
@@ -176,8 +183,11 @@ def up(
         url=settings.url, binary=str(binary), model=str(model), ctx=settings.ctx, slots=settings.slots,
         started_at=time.time(), api_key_set=bool(settings.api_key),
     )
-    write_json(_record_path(settings.port), asdict(record))
     try:
+        try:
+            write_json(_record_path(settings.port), asdict(record))
+        except OSError as exc:  # without its record the server could not be found again: do not leave it running
+            raise ServerError(f"cannot write {_record_path(settings.port)}: {exc.strerror or exc}") from exc
         _wait_healthy(proc, settings, load_timeout_s, progress)
     except BaseException:
         _terminate(proc.pid)

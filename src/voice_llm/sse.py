@@ -544,10 +544,17 @@ STEP2_MESSAGES = (
 def write_chunks_jsonl(path: str | os.PathLike[str], chunks: Iterable[Mapping[str, Any]]) -> None:
     """chunks.jsonl, written to a temp file and renamed so an earlier complete file is never half-replaced."""
     tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for chunk in chunks:
-            fh.write(json.dumps({"t_ms": chunk["t_ms"], "text": chunk["text"]}, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for chunk in chunks:
+                fh.write(json.dumps({"t_ms": chunk["t_ms"], "text": chunk["text"]}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C or a full disk: no stray temp file, the earlier chunks.jsonl stays
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

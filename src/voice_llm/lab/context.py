@@ -62,7 +62,9 @@ class LabContext:
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputDirError(f"cannot create the folder for raw streams {final.parent}: {exc.strerror or exc}") from exc
+            raise OutputDirError(
+                f"cannot create the folder for raw streams {final.parent}: {exc.strerror or exc}"
+            ) from exc
         partial = final.with_name(final.name + ".partial")
         tokens = 0
 

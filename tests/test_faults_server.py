@@ -1,0 +1,386 @@
+"""Faults of the server itself: killed mid-answer, a prompt longer than its context, and `up` failing in every
+way a real machine offers (missing or corrupt model, port taken, stale pid file, a binary that does not run).
+
+Each test asserts the message the user gets and that nothing saved before the fault was lost or replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from voice_llm import prompts, server, sse
+from voice_llm.api import ServerClient
+from voice_llm.lab.context import LabContext
+
+from conftest import RunningServer
+
+pytestmark = pytest.mark.server
+
+WAIT_S = 60.0  # upper bound on any single wait in this module
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str, one_line: bool = True) -> str:
+    """Non-zero exit, no traceback, the needles in stderr; returns stderr."""
+    err = result.stderr
+    assert result.returncode != 0, (result.stdout, err)
+    assert "Traceback" not in err and "Traceback" not in result.stdout, err
+    if one_line:
+        assert len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+@pytest.fixture
+def env(state_dir: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("VOICE_LLM_API_KEY", "VOICE_LLM_MODEL",
+                                                                 "VOICE_LLM_SERVER_BIN")}
+    return {**environ, "VOICE_LLM_STATE": str(state_dir)}
+
+
+def _alive(pid: int) -> bool:
+    return server._proc_start_ticks(pid) is not None
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. The server killed (SIGKILL) in the middle of a long generation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_server_killed_mid_generation_keeps_the_bytes_and_the_earlier_artifacts(
+    running_server: RunningServer, tmp_path: Path, env: dict[str, str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "raw").mkdir(parents=True)
+    # A previous complete run: its files must come through the crash byte for byte, including the complete raw
+    # file of the very request that is about to fail.
+    (out / "ttft.json").write_text(json.dumps({"runs": [], "ttft_p50": 101.0, "total_p50": 900.0}) + "\n")
+    (out / "sse_raw.txt").write_bytes(b'data: {"choices":[]}\n\ndata: [DONE]\n\n')
+    (out / "raw" / "long.sse").write_bytes(b"data: [DONE]\n\n")
+    before = _snapshot(out)
+
+    ctx = LabContext(out=out, client=ServerClient(running_server.url, timeout=WAIT_S), kb_dir=tmp_path)
+    partial = out / "raw" / "long.sse.partial"
+    outcome: dict[str, object] = {}
+
+    def long_request() -> None:
+        try:
+            outcome["result"] = ctx.request("long", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST),
+                                            max_tokens=256)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=long_request, daemon=True)
+    worker.start()
+    # Several content chunks have arrived (the role chunk alone is ~200 bytes): the answer is under way.
+    _wait_for(lambda: partial.exists() and partial.stat().st_size > 1500 or not worker.is_alive(),
+              what="the first chunks of the long answer")
+    assert worker.is_alive(), f"the 256-token answer finished before it could be killed: {outcome}"
+    pid = running_server.record.pid
+    os.kill(pid, signal.SIGKILL)
+    worker.join(WAIT_S)
+    assert not worker.is_alive(), "the reader did not notice the dead server"
+    server._reap(pid)
+
+    error = outcome.get("error")
+    assert isinstance(error, sse.StreamTruncatedError), outcome
+    message = str(error)
+    assert "stream ended early" in message
+    assert f"after {error.received_bytes} bytes" in message and f"{len(error.chunks)} content chunks" in message
+    assert error.received_bytes > 1500 and error.chunks
+    # The raw bytes that arrived are on disk, exactly as many as the message says.
+    raw = partial.read_bytes()
+    assert len(raw) == error.received_bytes
+    assert raw.startswith(b"data: {") and b"[DONE]" not in raw
+    assert any(f"{len(raw)} bytes received are in {partial}" in note for note in getattr(error, "__notes__", []))
+    # Earlier artifacts untouched, nothing half-written next to them.
+    after = _snapshot(out)
+    del after["raw/long.sse.partial"]
+    assert after == before
+    assert not list(out.rglob("*.tmp"))
+
+    # The CLI then reports the dead server in one line, and its state as stale, without a traceback.
+    status = cli("status", "--port", str(running_server.settings.port), env=env, timeout=30)
+    assert status.returncode != 0 and "not running" in status.stdout and "stale" in status.stdout
+    assert "Traceback" not in status.stderr
+    gone = cli("sse", "--url", running_server.url, "--out", str(out), "-q", env=env, timeout=30)
+    assert_clean_failure(gone, "connection refused")
+    assert _snapshot(out).keys() >= before.keys()
+    assert all(_snapshot(out)[name] == data for name, data in before.items())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. A prompt longer than the context, from a real KB folder with big documents
+# ---------------------------------------------------------------------------------------------------------------
+
+WORDS = ("clinic patient appointment doctor nurse insurance billing vaccine prescription refill telehealth "
+         "parking Saturday morning laboratory results fasting pediatrics cancellation reception").split()
+
+
+def _document(index: int, words: int) -> str:
+    body = " ".join(WORDS[(index * 7 + i * 3 + i // 5) % len(WORDS)] for i in range(words))
+    return f"# Document {index}\n\n{body}.\n"
+
+
+def test_prompt_longer_than_the_context_reports_the_servers_numbers_and_a_hint(
+    module_server: RunningServer, tmp_path: Path, env: dict[str, str]
+) -> None:
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    # The first four documents are short, so the 0- and 4-document requests pass quickly; all twelve together
+    # are far more than the server's 4096 tokens.
+    for i in range(1, 13):
+        (kb / f"{i:02d}-doc.md").write_text(_document(i, 40 if i <= 4 else 700), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = b'[{"docs": 0, "prompt_n": 30, "prompt_ms": 50.0, "ttft_ms": 60.0}]\n'
+    (out / "prefill.json").write_bytes(previous)
+
+    result = cli("prefill", "--url", module_server.url, "--kb", str(kb), "--out", str(out), "-q", env=env,
+                 timeout=300)
+    err = assert_clean_failure(result, "HTTP 400", "n_ctx 4096", "attach fewer documents", "larger --ctx")
+    match = re.search(r"prompt (\d+) tokens > n_ctx 4096", err)
+    assert match and int(match.group(1)) > 4096, err
+    assert "exceeds the available context size" in err  # the server's own words are kept
+    # The failed step replaced nothing: the earlier prefill.json is intact; the two requests that did succeed
+    # kept their evidence, and the refused one left no empty file behind.
+    assert (out / "prefill.json").read_bytes() == previous
+    assert (out / "raw" / "prefill-0docs.sse").stat().st_size > 0
+    assert (out / "raw" / "prefill-4docs.sse").stat().st_size > 0
+    assert not (out / "raw" / "prefill-12docs.sse.partial").exists()
+    assert not list(out.rglob("*.tmp"))
+    # The server is fine afterwards.
+    assert ServerClient(module_server.url).health() == {"status": "ok"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. `up` failures
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _record_file(state: Path, port: int) -> Path:
+    return state / f"port-{port}" / "server.json"
+
+
+def test_up_with_a_missing_model_file(env: dict[str, str], state_dir: Path, port: int, server_binary: Path) -> None:
+    result = cli("up", "--port", str(port), "--model", "/nonexistent/model.gguf", "-q", env=env, timeout=60)
+    assert_clean_failure(result, "model file", "does not exist", "/nonexistent/model.gguf")
+    assert not _record_file(state_dir, port).exists()
+    assert server.port_is_free("127.0.0.1", port)
+
+
+def test_up_with_a_truncated_gguf_shows_the_servers_log_tail(
+    env: dict[str, str], state_dir: Path, port: int, tmp_path: Path, model_path: Path, server_binary: Path
+) -> None:
+    broken = tmp_path / "truncated.gguf"
+    with open(model_path, "rb") as src:
+        broken.write_bytes(src.read(1 << 20))
+    result = cli("up", "--port", str(port), "--model", str(broken), "-q", env=env, timeout=120)
+    err = assert_clean_failure(result, "exited with code", "while loading", one_line=False)
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("voice-llm up: llama-server exited with code 1 while loading; last lines of ")
+    assert str(state_dir / f"port-{port}" / "server.log") in lines[0]
+    tail = "\n".join(lines[1:])
+    assert 0 < len(lines) - 1 <= server.LOG_TAIL_LINES
+    assert "failed to load model" in tail and str(broken) in tail
+    # Nothing left running or recorded; the log stays for `voice-llm log`.
+    assert not _record_file(state_dir, port).exists()
+    assert server.port_is_free("127.0.0.1", port)
+    status = cli("status", "--port", str(port), env=env, timeout=30)
+    assert status.returncode != 0 and "not running" in status.stdout
+    log = cli("log", "--port", str(port), env=env, timeout=30)
+    assert log.returncode == 0 and "failed to load model" in log.stdout
+
+
+def test_up_on_a_port_held_by_another_program(env: dict[str, str], state_dir: Path, port: int,
+                                              server_binary: Path, model_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        result = cli("up", "--port", str(port), "-q", env=env, timeout=60)
+        assert_clean_failure(result, f"port {port}", "in use by another program", "--port")
+        assert not _record_file(state_dir, port).exists()
+        # The other program still owns its port.
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+
+
+def test_stale_pid_file_never_signals_the_process_that_now_has_that_pid(
+    env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
+) -> None:
+    bystander = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        ticks = server._proc_start_ticks(bystander.pid)
+        assert ticks is not None
+        stale = {
+            "pid": bystander.pid, "start_ticks": ticks + 12345,  # the pid was reused by a later process
+            "host": "127.0.0.1", "port": port, "url": f"http://127.0.0.1:{port}", "binary": str(server_binary),
+            "model": str(model_path), "ctx": 4096, "slots": 1, "started_at": time.time() - 3600,
+            "api_key_set": False,
+        }
+        record = _record_file(state_dir, port)
+        record.parent.mkdir(parents=True)
+        record.write_text(json.dumps(stale))
+
+        status = cli("status", "--port", str(port), "--json", env=env, timeout=30)
+        assert status.returncode != 0 and "Traceback" not in status.stderr
+        assert json.loads(status.stdout)["running"] is False and "stale" in json.loads(status.stdout)["note"]
+
+        down = cli("down", "--port", str(port), env=env, timeout=30)
+        assert down.returncode == 0, down.stderr
+        assert "not running any more" in down.stdout and "stale" in down.stdout
+        assert bystander.poll() is None and not record.exists()
+
+        record.write_text(json.dumps(stale))
+        up = cli("up", "--port", str(port), "-q", env=env, timeout=240)
+        assert up.returncode == 0, up.stderr
+        try:
+            assert bystander.poll() is None
+            new = server.read_record(port)
+            assert new is not None and new.pid != bystander.pid and _alive(new.pid)
+            assert ServerClient(new.url).health() == {"status": "ok"}
+        finally:
+            down = cli("down", "--port", str(port), env=env, timeout=60)
+        assert down.returncode == 0 and "stopped" in down.stdout
+        assert bystander.poll() is None, "the unrelated process that reused the pid was signalled"
+    finally:
+        bystander.kill()
+        bystander.wait(10)
+
+
+@pytest.mark.parametrize("content", ["not json {", "[1, 2]", '{"pid": "x"}', ""])
+def test_a_corrupt_state_file_is_not_trusted(env: dict[str, str], state_dir: Path, port: int, content: str) -> None:
+    record = _record_file(state_dir, port)
+    record.parent.mkdir(parents=True)
+    record.write_text(content)
+    status = cli("status", "--port", str(port), env=env, timeout=30)
+    assert status.returncode != 0 and "not running" in status.stdout and "Traceback" not in status.stderr
+    down = cli("down", "--port", str(port), env=env, timeout=30)
+    assert down.returncode == 0 and "Traceback" not in down.stderr
+
+
+def _write(path: Path, text: str, mode: int) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("not-executable", ["cannot run the llama-server binary", "Permission denied"]),
+        ("text-with-exec-bit", ["cannot run the llama-server binary", "Exec format error"]),
+        ("nonexistent", ["llama-server binary", "does not exist or is not a file"]),
+        ("a-directory", ["llama-server binary", "does not exist or is not a file"]),
+    ],
+)
+def test_up_with_a_server_binary_that_does_not_run(
+    kind: str, expected: list[str], env: dict[str, str], state_dir: Path, port: int, tmp_path: Path, model_path: Path
+) -> None:
+    binary = {
+        "not-executable": lambda: _write(tmp_path / "llama-server", "#!/bin/sh\nexit 0\n", 0o644),
+        "text-with-exec-bit": lambda: _write(tmp_path / "llama-server", "just some text\n", 0o755),
+        "nonexistent": lambda: tmp_path / "no" / "llama-server",
+        "a-directory": lambda: tmp_path,
+    }[kind]()
+    result = cli("up", "--port", str(port), "--server-bin", str(binary), "-q", env=env, timeout=60)
+    assert_clean_failure(result, *expected, str(binary))
+    assert not _record_file(state_dir, port).exists()
+    assert server.port_is_free("127.0.0.1", port)
+
+
+def test_up_with_a_server_binary_that_exits_at_once(env: dict[str, str], state_dir: Path, port: int,
+                                                    tmp_path: Path, model_path: Path) -> None:
+    binary = _write(tmp_path / "llama-server", "#!/bin/sh\necho 'error: unknown argument --cache-ram' >&2\nexit 3\n",
+                    0o755)
+    result = cli("up", "--port", str(port), "--server-bin", str(binary), "-q", env=env, timeout=60)
+    err = assert_clean_failure(result, "exited with code 3 while loading", one_line=False)
+    assert err.strip().splitlines()[-1] == "error: unknown argument --cache-ram"
+    assert not _record_file(state_dir, port).exists()
+
+
+def test_ctrl_c_while_the_server_loads_leaves_no_server_behind(
+    env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "voice_llm", "up", "--port", str(port), "-q"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record_file = _record_file(state_dir, port)
+        _wait_for(lambda: record_file.exists() or proc.poll() is not None, what="the server record")
+        record = server.read_record(port)
+        assert record is not None and proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    _wait_for(lambda: not _alive(record.pid), timeout_s=15, what="the half-started server to exit")
+    assert not record_file.exists()
+    assert server.port_is_free("127.0.0.1", port)
+
+
+def test_log_and_down_before_anything_was_started(env: dict[str, str], port: int) -> None:
+    log = cli("log", "--port", str(port), env=env, timeout=30)
+    assert_clean_failure(log, "no server log", "voice-llm up")
+    down = cli("down", "--port", str(port), env=env, timeout=30)
+    assert down.returncode == 0 and "no managed server" in down.stdout
+
+
+@pytest.mark.parametrize(("flags", "needle"), [(["--port", "0"], "--port must be between"),
+                                               (["--ctx", "16"], "--ctx must be at least"),
+                                               (["--slots", "0"], "--slots must be at least")])
+def test_up_with_bad_numbers(flags: list[str], needle: str, env: dict[str, str], state_dir: Path) -> None:
+    result = cli("up", *flags, "-q", env=env, timeout=30)
+    assert_clean_failure(result, needle)
+    assert not state_dir.exists() or not list(state_dir.rglob("server.json"))
+
+
+
+@pytest.mark.parametrize("kind", ["a-file", "under-proc"])
+def test_a_state_folder_that_cannot_be_written(kind: str, env: dict[str, str], tmp_path: Path, port: int,
+                                               server_binary: Path, model_path: Path) -> None:
+    if kind == "a-file":
+        state = tmp_path / "state-file"
+        state.write_text("not a folder\n")
+    else:
+        state = Path("/proc/voice-llm-test-state")
+    env = {**env, "VOICE_LLM_STATE": str(state)}
+    up = cli("up", "--port", str(port), "-q", env=env, timeout=60)
+    assert_clean_failure(up, f"cannot write the server's state folder {state / f'port-{port}'}",
+                         "set VOICE_LLM_STATE to a writable folder")
+    assert server.port_is_free("127.0.0.1", port)  # nothing was started without a record to find it by
+    status = cli("status", "--port", str(port), env=env, timeout=30)
+    assert status.returncode == 1 and "not running" in status.stdout and "Traceback" not in status.stderr
+    down = cli("down", "--port", str(port), env=env, timeout=30)
+    assert down.returncode == 0 and "no managed server" in down.stdout and "Traceback" not in down.stderr
