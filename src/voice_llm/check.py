@@ -138,7 +138,9 @@ def check_cache(out: Path) -> str:
     if "changed_prefix" in doc:
         p_n, p_t = _num(doc["changed_prefix"]["prompt_n"], "prefix.prompt_n"), _num(doc["changed_prefix"]["ttft_ms"], "prefix.ttft_ms")
         _require(p_n >= 0.9 * f_n, f"changed_prefix prompt_n {p_n:.0f} is not about first's {f_n:.0f}")
-        _require(p_t >= f_t / 2, f"changed_prefix ttft {p_t:.0f} ms is not about first's {f_t:.0f} ms")
+        # Times drift with machine load between requests a minute apart; the token counts say "miss" exactly,
+        # and a miss must cost far more than the hit it follows.
+        _require(p_t > 5 * s_t, f"changed_prefix ttft {p_t:.0f} ms is not far above the cache hit's {s_t:.0f} ms")
         parts.append(f"prefix {p_n:.0f}/{p_t:.0f}")
     if "changed_suffix" in doc:
         x_n, x_t = _num(doc["changed_suffix"]["prompt_n"], "suffix.prompt_n"), _num(doc["changed_suffix"]["ttft_ms"], "suffix.ttft_ms")
