@@ -267,7 +267,9 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
     for line in (out / "chunks.jsonl").read_text(encoding="utf-8").splitlines():
         json.loads(line)
     assert (out / "sse_raw.txt").read_bytes().endswith(b"data: [DONE]\n\n")
-    assert not (out / "run.json").exists()  # the run did not finish, so it claims no summary
+    run = json.loads((out / "run.json").read_text())  # the summary says the run did not finish, and where
+    assert run["failed_step"] not in (None, "health", "sse")
+    assert [step["step"] for step in run["steps"]][:2] == ["health", "sse"]
 
     # `check` works from the files alone: it fails, and names what is missing and what disagrees.
     check = cli("check", str(out), env=env)

@@ -50,20 +50,27 @@ def save_server_log(ctx: LabContext) -> Path | None:
 
 
 def run_lab(ctx: LabContext) -> dict[str, object]:
-    """All steps in order; writes run.json with the wall time against the server's compute."""
-    timings = []
+    """All steps in order; writes run.json with the wall time against the server's compute — also when a step
+    fails or the run is interrupted, then with the steps that finished and the one that did not."""
+    timings: list[StepTiming] = []
+    failed: str | None = None
     t0 = time.perf_counter()
-    for name in STEPS:
-        timings.append(run_step(name, ctx)[1])
-    wall = (time.perf_counter() - t0) * 1000.0
-    compute = ctx.ledger.total_ms
-    summary = {
-        "wall_ms": wall,
-        "server_compute_ms": compute,
-        "wall_over_compute": wall / compute if compute else None,
-        "requests": ctx.ledger.requests,
-        "steps": [{"step": t.step, "wall_ms": t.wall_ms, "server_compute_ms": t.server_compute_ms} for t in timings],
-    }
-    write_json(ctx.path(RUN), summary)
-    save_server_log(ctx)
+    try:
+        for name in STEPS:
+            failed = name
+            timings.append(run_step(name, ctx)[1])
+        failed = None
+    finally:
+        wall = (time.perf_counter() - t0) * 1000.0
+        compute = ctx.ledger.total_ms
+        summary = {
+            "wall_ms": wall,
+            "server_compute_ms": compute,
+            "wall_over_compute": wall / compute if compute else None,
+            "requests": ctx.ledger.requests,
+            "steps": [{"step": t.step, "wall_ms": t.wall_ms, "server_compute_ms": t.server_compute_ms} for t in timings],
+            "failed_step": failed,
+        }
+        write_json(ctx.path(RUN), summary)
+        save_server_log(ctx)
     return summary
