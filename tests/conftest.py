@@ -3,7 +3,10 @@ with their own state folder, and stop it afterwards, like llama.cpp's own server
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +39,14 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "state"
     monkeypatch.setenv("VOICE_LLM_STATE", str(directory))
     return directory
+
+
+@pytest.fixture
+def env(state_dir: Path) -> dict[str, str]:
+    """The environment for a `voice-llm` subprocess: private state, none of the user's voice-llm settings."""
+    from clihelpers import cli_env
+
+    return cli_env(state_dir)
 
 
 @pytest.fixture
@@ -83,13 +94,9 @@ def module_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path,
 
 
 @pytest.fixture(scope="session")
-def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[tuple[Path, "subprocess.CompletedProcess[str]"]]:
+def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     """The whole lab run once per session the way `make lab` runs it (managed server, default model), its
     output folder and the finished process. Tests read the artifacts; none may modify them (copy first)."""
-    import os
-    import subprocess
-    import sys
-
     state = tmp_path_factory.mktemp("lab-state")
     out = tmp_path_factory.mktemp("lab-out")
     port = free_port()

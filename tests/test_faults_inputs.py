@@ -19,29 +19,12 @@ from voice_llm.errors import KnowledgeBaseError
 from voice_llm.kb import load_kb
 
 from conftest import RunningServer, free_port
+from clihelpers import assert_clean_failure, cli
 
 WAIT_S = 240.0
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
-
-def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    err = result.stderr
-    assert result.returncode != 0, (result.stdout, err)
-    assert "Traceback" not in err and "Traceback" not in result.stdout, err
-    assert len(err.strip().splitlines()) == 1, err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
-
-
-@pytest.fixture
-def env(state_dir: Path) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k != "VOICE_LLM_API_KEY"}
-    return {**environ, "VOICE_LLM_STATE": str(state_dir)}
 
 
 @pytest.fixture

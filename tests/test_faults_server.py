@@ -24,34 +24,14 @@ from voice_llm.api import ServerClient
 from voice_llm.lab.context import LabContext
 
 from conftest import RunningServer
+from clihelpers import assert_clean_failure, cli
 
 pytestmark = pytest.mark.server
 
 WAIT_S = 60.0  # upper bound on any single wait in this module
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
-
-def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str, one_line: bool = True) -> str:
-    """Non-zero exit, no traceback, the needles in stderr; returns stderr."""
-    err = result.stderr
-    assert result.returncode != 0, (result.stdout, err)
-    assert "Traceback" not in err and "Traceback" not in result.stdout, err
-    if one_line:
-        assert len(err.strip().splitlines()) == 1, err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
-
-
-@pytest.fixture
-def env(state_dir: Path) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("VOICE_LLM_API_KEY", "VOICE_LLM_MODEL",
-                                                                 "VOICE_LLM_SERVER_BIN")}
-    return {**environ, "VOICE_LLM_STATE": str(state_dir)}
 
 
 def _alive(pid: int) -> bool:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import secrets
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,19 +21,12 @@ from voice_llm.config import ServerSettings
 from voice_llm.errors import ConfigError
 
 from conftest import free_port
+from clihelpers import cli, cli_env
 
 KEY = f"SECRET123-{secrets.token_hex(4)}"  # unique, so no other test's process can match it
 SRC = Path(__file__).resolve().parents[1] / "src" / "voice_llm"
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def _base_env(state: Path) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("VOICE_LLM_API_KEY", "LLAMA_API_KEY")}
-    return {**environ, "VOICE_LLM_STATE": str(state)}
 
 
 @dataclass
@@ -60,7 +51,7 @@ class KeyServer:
 def key_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[KeyServer]:
     """A real llama-server started the user's way: `voice-llm up --api-key SECRET123` (default host)."""
     state = tmp_path_factory.mktemp("state")
-    ks = KeyServer(free_port(), state, _base_env(state))
+    ks = KeyServer(free_port(), state, cli_env(state))
     up = ks.run("up", "--port", str(ks.port), "--api-key", KEY, "-q", timeout=240)
     assert up.returncode == 0, up.stderr
     mp = pytest.MonkeyPatch()
@@ -111,7 +102,7 @@ def test_non_loopback_host_without_a_key_is_refused(command: str, host: str, tmp
     args = [command, "--host", host, "--port", str(port), "-q"]
     if command == "lab":
         args += ["--out", str(tmp_path / "out")]
-    result = cli(*args, env=_base_env(state), timeout=60)
+    result = cli(*args, env=cli_env(state), timeout=60)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (
         f"voice-llm {command}: --host {host} would open the model server to the network without a key: "
@@ -137,7 +128,7 @@ def test_non_loopback_host_is_accepted_with_a_key_or_when_forced() -> None:
 
 @pytest.mark.server
 def test_allow_remote_really_binds_the_requested_host(tmp_path: Path, server_binary: Path, model_path: Path) -> None:
-    env = _base_env(tmp_path / "state")
+    env = cli_env(tmp_path / "state")
     port = free_port()
     up = cli("up", "--host", "0.0.0.0", "--allow-remote", "--port", str(port), "-q", env=env, timeout=240)
     try:
@@ -333,7 +324,7 @@ def test_the_library_sends_the_key_on_every_call(key: str | None, recorder: Thre
 def test_the_cli_takes_the_key_from_the_flag_or_the_environment(
     flag: str | None, environ: str | None, expected: str | None, recorder: ThreadingHTTPServer, tmp_path: Path
 ) -> None:
-    env = _base_env(tmp_path / "state")
+    env = cli_env(tmp_path / "state")
     if environ:
         env["VOICE_LLM_API_KEY"] = environ
     args = ["sse", "--url", _url(recorder), "--out", str(tmp_path / "out"), "-q"]

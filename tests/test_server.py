@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from voice_llm import server
 from voice_llm.api import ServerClient
+from clihelpers import cli
 
 pytestmark = pytest.mark.server
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-@pytest.fixture
-def env(state_dir: Path) -> dict[str, str]:
-    return {**os.environ, "VOICE_LLM_STATE": str(state_dir)}
 
 
 def _alive(pid: int) -> bool:
