@@ -19,6 +19,7 @@ venv: $(BIN)/voice-llm
 
 # Builds llama-server once (~5 min on 2 cores) and fetches the model; both cached in ~/.cache/voice-llm.
 install: venv
+	command -v cmake >/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check cmake
 	$(BIN)/voice-llm install
 
 lab: install

@@ -151,6 +151,15 @@ def _run_logged(step: str, argv: Sequence[str], log: Path, progress: Progress, c
         )
 
 
+def _cmake() -> str:
+    """cmake from PATH, else the one pip installs next to this Python (the Makefile does that when PATH has none)."""
+    found = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise ProvisionError("building llama-server needs cmake and a C++ compiler: install cmake "
+                             "(apt-get install cmake, or pip install cmake) or pass --server-bin")
+    return found
+
+
 def _build_server(progress: Progress) -> Path:
     root = server_build_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -184,9 +193,10 @@ def _build_server(progress: Progress) -> Path:
     # The binary finds its shared libraries by an absolute build-tree RPATH, so it is built where it will stay.
     build = root / "build"
     shutil.rmtree(build, ignore_errors=True)
-    _run_logged("configure", ["cmake", "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS], log, progress)
+    cmake = _cmake()
+    _run_logged("configure", [cmake, "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS], log, progress)
     jobs = str(os.cpu_count() or 2)
-    _run_logged("build", ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log, progress)
+    _run_logged("build", [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], log, progress)
     binary = cached_server_binary()
     if not binary.is_file():
         raise ProvisionError(f"llama-server build failed at step 'build': {binary} was not produced; log: {log}")
