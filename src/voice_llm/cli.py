@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from voice_llm import __version__, provision, server
 from voice_llm.api import ServerClient
@@ -106,18 +107,20 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     )
 
 
-def _start_server(args: argparse.Namespace, progress: Progress) -> server.ServerRecord:
+def _start_server(args: argparse.Namespace, progress: Progress, file: TextIO | None = None) -> server.ServerRecord:
     settings = _settings(args)
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
     record, already = server.up(settings, binary, model, progress)
     if already:
-        print(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})")
+        print(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})",
+              file=file)
         if Path(record.model).resolve() != model.resolve():
             print(f"note: it serves {record.model}, not {model}; `voice-llm down --port {record.port}` first to switch",
                   file=sys.stderr)
     else:
-        print(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); log: {server.log_path(record.port)}")
+        print(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
+              f"log: {server.log_path(record.port)}", file=file)
     return record
 
 
@@ -185,18 +188,18 @@ def _print_findings(out: Path) -> None:
     Console().print(table)
 
 
-def _print_checks(results: Sequence[CheckResult]) -> bool:
+def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) -> bool:
     for result in results:
-        print(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}")
+        print(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}", file=file)
     failed = sum(not r.ok for r in results)
-    print(f"{len(results) - failed} passed, {failed} failed")
+    print(f"{len(results) - failed} passed, {failed} failed", file=file)
     return failed == 0
 
 
-def _write_html(out: Path, results: Sequence[CheckResult]) -> None:
+def _write_html(out: Path, results: Sequence[CheckResult], file: TextIO | None = None) -> None:
     from voice_llm.report_html import render_report  # imports matplotlib: only when a report is written
 
-    print(f"report: {render_report(out, results)}")
+    print(f"report: {render_report(out, results)}", file=file)
 
 
 def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
@@ -205,10 +208,12 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     ensure_out_dir(args.out.expanduser())
     # A bad KB folder would otherwise only show at the prefill step, after the server start and the first steps.
     load_kb(Path(args.kb or default_kb_dir()), need=12)
+    # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
+    text = sys.stderr if args.json else sys.stdout
     if args.url:
         url, log = args.url, None
     else:
-        record = _start_server(args, progress)
+        record = _start_server(args, progress, text)
         url, log = record.url, server.log_path(record.port)
     ctx = _lab_context(args, progress, url, log)
     summary = run_lab(ctx)
@@ -219,10 +224,10 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     ratio = summary["wall_over_compute"]
     if ratio:
         print(f"lab wall {summary['wall_ms'] / 1000:.1f} s vs server compute "
-              f"{summary['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x)")
+              f"{summary['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x)", file=text)
     results = run_checks(ctx.out)
-    _write_html(ctx.out, results)
-    return 0 if _print_checks(results) else EXIT_CHECKS_FAILED
+    _write_html(ctx.out, results, text)
+    return 0 if _print_checks(results, text) else EXIT_CHECKS_FAILED
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
