@@ -66,6 +66,27 @@ def _line_data(line: str | bytes) -> str | bytes | None:
     return line[6:] if line.startswith("data: ") else None
 
 
+class LineCollector:
+    """Content chunks from the SSE lines a peer library yields. The caller takes the time as soon as the library
+    hands over a line and passes it in, so this parsing is not counted against the library."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.texts: list[str] = []
+
+    def add(self, line: str | bytes, t: float) -> None:
+        data = _line_data(line)
+        if data is None:
+            return
+        content = content_of(data)
+        if content is not None:
+            self.times.append(t)
+            self.texts.append(content)
+
+    def sample(self, t0: float) -> Sample:
+        return Sample(t0, self.times, self.texts)
+
+
 class Client:
     """Base: ``rows`` are the table rows one request produces (voice_llm yields two views of one request)."""
 
@@ -320,21 +341,13 @@ class HttpxClient(Client):
 
     def request(self) -> dict[str, Sample]:
         self.client.get(self.base_url + "/health").read()
-        times: list[float] = []
-        texts: list[str] = []
+        lines = LineCollector()
         t0 = time.perf_counter()
         with self.client.stream("POST", self.url, content=self.payload, headers=HEADERS) as resp:
             resp.raise_for_status()
             for line in resp.iter_lines():
-                t = time.perf_counter()
-                data = _line_data(line)
-                if data is None:
-                    continue
-                content = content_of(data)
-                if content is not None:
-                    times.append(t)
-                    texts.append(content)
-        return {self.name: Sample(t0, times, texts)}
+                lines.add(line, time.perf_counter())
+        return {self.name: lines.sample(t0)}
 
     def close(self) -> None:
         self.client.close()
@@ -354,24 +367,16 @@ class RequestsClient(Client):
 
     def request(self) -> dict[str, Sample]:
         self.session.get(self.base_url + "/health", timeout=120).content
-        times: list[float] = []
-        texts: list[str] = []
+        lines = LineCollector()
         t0 = time.perf_counter()
         resp = self.session.post(self.url, data=self.payload, headers=HEADERS, stream=True, timeout=120)
         try:
             resp.raise_for_status()
             for line in resp.iter_lines(chunk_size=self.chunk_size):
-                t = time.perf_counter()
-                data = _line_data(line)
-                if data is None:
-                    continue
-                content = content_of(data)
-                if content is not None:
-                    times.append(t)
-                    texts.append(content)
+                lines.add(line, time.perf_counter())
         finally:
             resp.close()
-        return {self.name: Sample(t0, times, texts)}
+        return {self.name: lines.sample(t0)}
 
     def close(self) -> None:
         self.session.close()
@@ -406,8 +411,7 @@ class AiohttpClient(Client):
     async def _request(self) -> Sample:
         async with self.session.get(self.base_url + "/health") as warm:
             await warm.read()
-        times: list[float] = []
-        texts: list[str] = []
+        lines = LineCollector()
         t0 = time.perf_counter()
         async with self.session.post(self.url, data=self.payload, headers=HEADERS) as resp:
             resp.raise_for_status()
@@ -416,14 +420,8 @@ class AiohttpClient(Client):
                 t = time.perf_counter()
                 if not line:
                     break
-                data = _line_data(line.rstrip(b"\r\n"))
-                if data is None:
-                    continue
-                content = content_of(data)
-                if content is not None:
-                    times.append(t)
-                    texts.append(content)
-        return Sample(t0, times, texts)
+                lines.add(line.rstrip(b"\r\n"), t)
+        return lines.sample(t0)
 
     def request(self) -> dict[str, Sample]:
         return {self.name: self.loop.run_until_complete(self._request())}
