@@ -74,3 +74,9 @@ def test_the_default_model_file_matches_its_checksum(model_path: Path) -> None:
     # The real cached model, fetched from its PyPI wheel by `make test`: the pinned sha256 holds.
     assert provision.sha256_of(model_path) == provision.DEFAULT_MODEL.sha256
     assert os.path.getsize(model_path) > 50_000_000
+
+
+def test_no_cmake_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provision.shutil, "which", lambda *args, **kwargs: None)
+    with pytest.raises(ProvisionError, match="needs cmake and a C\\+\\+ compiler"):
+        provision._cmake()
