@@ -172,8 +172,13 @@ class _Handler(BaseHTTPRequestHandler):
         record = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         fake = self.server.fake
         with fake.lock:
-            fake.requests.append(record)
-            reply = fake.next_reply()
+            if self.command == "GET" and self.path == "/props" and not fake.script_props:
+                # The lab asks /props once for the run's metadata before its steps: not part of a test's script.
+                fake.probes.append(record)
+                reply = PROPS_NOT_FOUND
+            else:
+                fake.requests.append(record)
+                reply = fake.next_reply()
         try:
             self._send(reply, record)
         except _ClientGone:
@@ -240,6 +245,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.close()
 
 
+PROPS_NOT_FOUND = Reply.json(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeServer
@@ -249,10 +257,12 @@ class FakeServer:
     """``with FakeServer(reply) as fake:`` — ``fake.url`` answers every request with ``reply`` (or with the
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
-    def __init__(self, replies: Reply | Sequence[Reply]) -> None:
+    def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False) -> None:
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         assert self.replies, "at least one reply"
+        self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
         self.requests: list[Recorded] = []
+        self.probes: list[Recorded] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._httpd: _Server | None = None

@@ -18,8 +18,8 @@ from voice_llm.report_html import render_report
 SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
 CHART_IDS = ("chart-sentence", "chart-ttft", "chart-prefill", "chart-cache", "chart-cancel")
 CHECKS = (
-    CheckResult("ttft_p50 is the median of the five runs", True, "ttft_p50 61.7 ms = median of 5 runs"),
-    CheckResult("slot idle soon after cancel", False, "idle after 38.6 ms, limit 30 ms"),
+    CheckResult("ttft_p50 is the median of the five runs", "pass", "ttft_p50 61.7 ms = median of 5 runs"),
+    CheckResult("slot idle soon after cancel", "fail", "idle after 38.6 ms, limit 30 ms"),
 )
 
 
@@ -115,7 +115,7 @@ def test_strings_from_artifacts_are_escaped(out: Path) -> None:
 
     edit_json(out / SENTENCE, poison_sentence)
     edit_json(out / PROPS, lambda d: d.update(model_path="/m/<img src=x onerror=alert(1)>.gguf", build_info="<i>"))
-    page = render(out, [CheckResult("<u>name</u>", True, 'detail "<script>"')])
+    page = render(out, [CheckResult("<u>name</u>", "pass", 'detail "<script>"')])
     assert page.count("<script>") == 1  # only the page's own render probe
     assert "&lt;script&gt;alert(&quot;chunk&quot;)&lt;/script&gt;" in page
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page

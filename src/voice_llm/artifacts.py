@@ -85,9 +85,12 @@ def write_json(path: Path, value: Any) -> Path:
     return write_bytes_atomic(path, dumps_json(value).encode("utf-8"))
 
 
+def jsonl_bytes(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    return "".join(json.dumps(dict(row), ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
+
+
 def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    text = "".join(json.dumps(dict(row), ensure_ascii=False) + "\n" for row in rows)
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    return write_bytes_atomic(path, jsonl_bytes(rows))
 
 
 def read_json(path: Path) -> Any:

@@ -15,22 +15,43 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import artifacts as names
+from voice_llm import brief, runmeta
 from voice_llm.artifacts import read_json, read_jsonl
 from voice_llm.errors import ArtifactError
+from voice_llm.keynumbers import build_report
 from voice_llm.sse import SSEDecoder
+
+PASS = "pass"
+FAIL = "fail"
+NOT_CHECKABLE = "not checkable"
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One verified relation: ``name`` says what was checked, ``detail`` the numbers it was checked on."""
+    """One relation: ``name`` says what was checked, ``detail`` the numbers it was checked on (or why it could
+    not be). ``status`` is PASS, FAIL, or NOT_CHECKABLE when the files cannot show it — never a PASS."""
 
     name: str
-    ok: bool
+    status: str
     detail: str
+
+    @property
+    def ok(self) -> bool:
+        """Not failed (a relation that could not be checked did not fail either; it is counted apart)."""
+        return self.status != FAIL
+
+    @property
+    def label(self) -> str:
+        return {PASS: "PASS", FAIL: "FAIL"}.get(self.status, "N/C")
 
 
 class _Failed(Exception):
     pass
+
+
+class NotCheckable(Exception):
+    """Raised inside a check when the saved files cannot show the relation (the server did not expose it, ...);
+    the message says why."""
 
 
 def _require(condition: bool, detail: str) -> None:
@@ -63,14 +84,52 @@ def _delta(event: dict[str, Any]) -> dict[str, Any]:
     return choices[0].get("delta") or {}
 
 
+def _planned_steps(out: Path) -> list[str] | None:
+    """The steps run.json says this run was made of; None for a folder from before run ids (all brief steps)."""
+    record = runmeta.RunRecord.load(out)
+    return list(record.doc.get("steps_planned") or []) if record else None
+
+
+def _required(out: Path) -> list[str]:
+    """The files the run's steps leave, as run.json lists them (the brief's ten without a run.json)."""
+    record = runmeta.RunRecord.load(out)
+    if record is None:
+        return list(names.REQUIRED)
+    return list(record.doc.get("expected_artifacts") or [])
+
+
 def check_files(out: Path) -> str:
-    missing = [name for name in names.REQUIRED if not (out / name).is_file()]
+    required = _required(out)
+    missing = [name for name in required if not (out / name).is_file()]
     _require(not missing, f"missing: {', '.join(missing)}")
-    for name in names.REQUIRED:
+    for name in required:
         if name.endswith(".json"):
             read_json(out / name)
-    read_jsonl(out / names.CHUNKS)
-    return f"{len(names.REQUIRED)} files present and parse"
+        elif name.endswith(".jsonl"):
+            read_jsonl(out / name)
+    return f"{len(required)} files present and parse"
+
+
+def check_one_run(out: Path) -> str:
+    found = runmeta.membership(out)
+    if found.run_id is None:
+        raise NotCheckable("no run.json with a run id (artifacts from an older voice-llm): cannot tell runs apart")
+    _require(not found.mixed, "files from other runs: " + ", ".join(
+        f"{name} (run {run})" for name, run in found.other_runs.items()))
+    _require(not found.changed, "not as this run wrote them (changed, or left by another run): " + ", ".join(found.changed))
+    _require(not found.missing, "written by the run but now missing: " + ", ".join(found.missing))
+    record = runmeta.RunRecord.load(out)
+    files = len((record.doc.get("artifacts") or {}) if record else {})
+    return f"run {found.run_id}: {files} files, each as the run wrote it"
+
+
+def check_run_finished(out: Path) -> str:
+    record = runmeta.RunRecord.load(out)
+    if record is None:
+        raise NotCheckable("no run.json with a run id")
+    failed = record.doc.get("failed_step")
+    _require(failed is None, f"the run failed at step {failed}: {record.doc.get('failure') or 'no reason recorded'}")
+    return f"every step finished ({', '.join(s['step'] for s in record.doc.get('steps', []))})"
 
 
 def check_health(out: Path) -> str:
@@ -106,20 +165,21 @@ def check_chunks(out: Path) -> str:
 def check_ttft(out: Path) -> str:
     doc = read_json(out / names.TTFT)
     runs = doc["runs"]
-    _require(len(runs) == 5, f"{len(runs)} runs, expected 5")
+    _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
     for i, run in enumerate(runs, 1):
         _require(0 < _num(run["ttft_ms"], "ttft_ms") < _num(run["total_ms"], "total_ms"),
                  f"run {i}: ttft {run['ttft_ms']} not below total {run['total_ms']}")
         _require(isinstance(run["tokens"], int) and run["tokens"] > 0, f"run {i}: tokens {run['tokens']!r}")
     for key, field in (("ttft_p50", "ttft_ms"), ("total_p50", "total_ms")):
-        expected = sorted(r[field] for r in runs)[2]
+        expected = sorted(r[field] for r in runs)[len(runs) // 2]
         _require(doc[key] == expected, f"{key} {doc[key]} is not the 3rd of the sorted {field} ({expected})")
     return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
 
 
 def check_prefill(out: Path) -> str:
     rows = read_json(out / names.PREFILL)
-    _require([r["docs"] for r in rows] == [0, 4, 12], f"docs are {[r['docs'] for r in rows]}, expected [0, 4, 12]")
+    expected = list(brief.PREFILL_DOC_COUNTS)
+    _require([r["docs"] for r in rows] == expected, f"docs are {[r['docs'] for r in rows]}, expected {expected}")
     for key in ("prompt_n", "prompt_ms", "ttft_ms"):
         values = [_num(r[key], key) for r in rows]
         _require(values[0] < values[1] < values[2], f"{key} does not grow with documents: {values}")
@@ -168,14 +228,12 @@ def check_cancel(out: Path) -> str:
     _require(0 < received < max_tokens, f"received {received} tokens of max {max_tokens}: not a cut")
     closed = _num(doc["closed_at_ms"], "closed_at_ms")
     idle = _num(doc["slot_idle_after_ms"], "slot_idle_after_ms")
-    _require(closed >= 500 and idle >= 0, f"closed at {closed:.0f} ms, idle after {idle:.1f} ms")
+    _require(closed >= brief.CANCEL_CLOSE_AFTER_MS and idle >= 0, f"closed at {closed:.0f} ms, idle after {idle:.1f} ms")
     _require(doc.get("cancel_logged") is not False, "the server log shows no 'cancel task'")
     return f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms, slot idle {idle:.1f} ms later"
 
 
 def check_report(out: Path) -> str:
-    from voice_llm.lab.report import build_report
-
     saved = read_json(out / names.REPORT)
     expected = build_report(out)
     wrong = [k for k in expected if saved.get(k) != expected[k]]
@@ -183,28 +241,48 @@ def check_report(out: Path) -> str:
     return f"{len(expected)} values equal their sources"
 
 
-CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
-    ("files present and well-formed", check_files),
-    ("health and props", check_health),
-    ("sse_raw: role chunk first, [DONE] last", check_sse_raw),
-    ("chunks.jsonl matches sse_raw, times non-decreasing", check_chunks),
-    ("ttft < total, medians right", check_ttft),
-    ("prefill grows 0 -> 4 -> 12 docs", check_prefill),
-    ("cache hit far below miss", check_cache),
-    ("ttft <= first sentence <= total", check_sentence),
-    ("cancel cut the answer, slot went idle", check_cancel),
-    ("report equals its sources", check_report),
+@dataclass(frozen=True)
+class Check:
+    name: str
+    step: str | None  # the lab step whose artifacts it reads; None: about the whole run
+    run: Callable[[Path], str]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("one run: every file as the run wrote it", None, check_one_run),
+    Check("the run finished every step", None, check_run_finished),
+    Check("files present and well-formed", None, check_files),
+    Check("health and props", "health", check_health),
+    Check("sse_raw: role chunk first, [DONE] last", "sse", check_sse_raw),
+    Check("chunks.jsonl matches sse_raw, times non-decreasing", "sse", check_chunks),
+    Check("ttft < total, medians right", "ttft", check_ttft),
+    Check("prefill grows 0 -> 4 -> 12 docs", "prefill", check_prefill),
+    Check("cache hit far below miss", "cache", check_cache),
+    Check("ttft <= first sentence <= total", "sentence", check_sentence),
+    Check("cancel cut the answer, slot went idle", "cancel", check_cancel),
+    Check("report equals its sources", "report", check_report),
 )
 
 
+def _result(name: str, check: Callable[[Path], str], out: Path) -> CheckResult:
+    try:
+        return CheckResult(name, PASS, check(out))
+    except _Failed as exc:
+        return CheckResult(name, FAIL, str(exc))
+    except NotCheckable as exc:
+        return CheckResult(name, NOT_CHECKABLE, str(exc))
+    except RecursionError:
+        return CheckResult(name, FAIL, "cannot check: an artifact is nested too deeply to be real JSON")
+    except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return CheckResult(name, FAIL, f"cannot check: {exc.__class__.__name__}: {exc}")
+
+
 def iter_checks(out: Path) -> Iterator[CheckResult]:
-    for name, check in CHECKS:
-        try:
-            yield CheckResult(name, True, check(out))
-        except _Failed as exc:
-            yield CheckResult(name, False, str(exc))
-        except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            yield CheckResult(name, False, f"cannot check: {exc.__class__.__name__}: {exc}")
+    """The checks of the steps this run was made of (all of the brief's for a folder without run.json)."""
+    planned = _planned_steps(out)
+    for check in CHECKS:
+        if check.step is None or planned is None or check.step in planned:
+            yield _result(check.name, check.run, out)
 
 
 def run_checks(out: Path) -> list[CheckResult]:

@@ -8,18 +8,20 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from voice_llm import __version__, provision, server
-from voice_llm.api import ServerClient
-from voice_llm.check import CheckResult, run_checks
-from voice_llm.artifacts import REPORT, dumps_json, ensure_out_dir, read_json
+from voice_llm.check import FAIL, NOT_CHECKABLE, CheckResult, run_checks
+from voice_llm.artifacts import REPORT, dumps_json, read_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import VoiceLLMError
-from voice_llm.kb import default_kb_dir, load_kb
-from voice_llm.lab.context import LabContext
+from voice_llm.lab.context import StepOptions
+from voice_llm.lab.steps import KB_STEPS, STEPS
 from voice_llm.progress import Progress, make_progress
 from voice_llm.sse import StreamError
+
+if TYPE_CHECKING:
+    from voice_llm.lab import LabSettings
 
 EXIT_FAILURE = 1
 EXIT_CHECKS_FAILED = 3
@@ -42,6 +44,11 @@ def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
     parser.add_argument("--url", help="a running server to measure (default: the managed one on --port)")
     if kb:
         parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
+    parser.add_argument("--repeat", type=int, default=StepOptions.repeat,
+                        help="repeats of prefill, cache, sentence and cancel (ttft keeps the brief's 5 runs)")
+    parser.add_argument("--timeout", type=float, default=StepOptions.timeout, metavar="SECONDS",
+                        help="give up on a request that sends no content for this long")
+    parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +57,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from voice_llm.lab.runner import STEPS
-
     parser = argparse.ArgumentParser(
         prog="voice-llm",
         description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
@@ -88,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print report.json instead of the table")
 
-    for name, (title, _step) in STEPS.items():
-        p = sub.add_parser(name, help=f"lab step: {title}")
-        _client_options(p, kb=name in ("prefill", "cache"))
+    for name, step in STEPS.items():
+        p = sub.add_parser(name, help=f"lab step: {step.title}")
+        _client_options(p, kb=name in KB_STEPS)
         _common(p)
         p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port of the managed server")
 
@@ -164,15 +169,6 @@ def cmd_down(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
-def _lab_context(args: argparse.Namespace, progress: Progress, url: str, server_log: Path | None) -> LabContext:
-    kb = getattr(args, "kb", None) or default_kb_dir()
-    return LabContext(
-        out=ensure_out_dir(args.out.expanduser()),
-        client=ServerClient(url, api_key_from_env(args.api_key)),
-        kb_dir=Path(kb), progress=progress, server_log=server_log,
-    )
-
-
 def _print_findings(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -190,57 +186,54 @@ def _print_findings(out: Path) -> None:
 
 def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) -> bool:
     for result in results:
-        print(f"{'PASS' if result.ok else 'FAIL'}  {result.name}: {result.detail}", file=file)
-    failed = sum(not r.ok for r in results)
-    print(f"{len(results) - failed} passed, {failed} failed", file=file)
+        print(f"{result.label:4}  {result.name}: {result.detail}", file=file)
+    failed = sum(r.status == FAIL for r in results)
+    unknown = sum(r.status == NOT_CHECKABLE for r in results)
+    tail = f", {unknown} not checkable" if unknown else ""
+    print(f"{len(results) - failed - unknown} passed, {failed} failed{tail}", file=file)
     return failed == 0
 
 
-def _write_html(out: Path, results: Sequence[CheckResult], file: TextIO | None = None) -> None:
-    from voice_llm.report_html import render_report  # imports matplotlib: only when a report is written
+def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
+    from voice_llm.lab import LabSettings
 
-    print(f"report: {render_report(out, results)}", file=file)
+    server_settings = _settings(args) if hasattr(args, "ctx") else ServerSettings(port=args.port)
+    extra = {"steps": steps} if steps else {}
+    return LabSettings(
+        out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
+        server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
+        api_key=api_key_from_env(args.api_key), wait_for_out=args.wait,
+        options=StepOptions(repeat=args.repeat, timeout=args.timeout), **extra,
+    )
 
 
 def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab.runner import run_lab
+    from voice_llm.lab import run_lab
 
-    ensure_out_dir(args.out.expanduser())
-    # A bad KB folder would otherwise only show at the prefill step, after the server start and the first steps.
-    load_kb(Path(args.kb or default_kb_dir()), need=12)
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    if args.url:
-        url, log = args.url, None
-    else:
-        record = _start_server(args, progress, text)
-        url, log = record.url, server.log_path(record.port)
-    ctx = _lab_context(args, progress, url, log)
-    summary = run_lab(ctx)
+    result = run_lab(_lab_settings(args), progress, notify=lambda line: print(line, file=text))
     if args.json:
-        print(dumps_json(read_json(ctx.out / REPORT)), end="")
+        print(dumps_json(read_json(result.out / REPORT)), end="")
     else:
-        _print_findings(ctx.out)
-    ratio = summary["wall_over_compute"]
+        _print_findings(result.out)
+    ratio = result.run.get("wall_over_compute")
     if ratio:
-        print(f"lab wall {summary['wall_ms'] / 1000:.1f} s vs server compute "
-              f"{summary['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x)", file=text)
-    results = run_checks(ctx.out)
-    _write_html(ctx.out, results, text)
-    return 0 if _print_checks(results, text) else EXIT_CHECKS_FAILED
+        print(f"lab wall {result.run['wall_ms'] / 1000:.1f} s vs server compute "
+              f"{result.run['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x); run {result.run_id}", file=text)
+    if result.report_html:
+        print(f"report: {result.report_html}", file=text)
+    return 0 if _print_checks(result.checks, text) else EXIT_CHECKS_FAILED
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab.runner import run_step
+    from voice_llm.lab import run_steps
 
-    url = args.url or ServerSettings(port=args.port).url
-    log = None if args.url else server.log_path(args.port)
-    ctx = _lab_context(args, progress, url, log)
-    written, _ = run_step(args.command, ctx)
-    for path in written:
+    result = run_steps(_lab_settings(args), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    for path in result.written:
         print(path)
-    if args.command == "report":  # report.json and the page that shows it
-        _write_html(ctx.out, run_checks(ctx.out))
+    if result.report_html:
+        print(f"report: {result.report_html}")
     return 0
 
 

@@ -35,6 +35,10 @@ class OutputDirError(VoiceLLMError):
     """The output folder cannot be created or written."""
 
 
+class OutputBusyError(OutputDirError):
+    """Another voice-llm run is writing to the same output folder."""
+
+
 class ArtifactError(VoiceLLMError):
     """An artifact needed by a later step or by ``check`` is missing or malformed."""
 

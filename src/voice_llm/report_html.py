@@ -34,7 +34,9 @@ from voice_llm.artifacts import (
     read_json,
     write_bytes_atomic,
 )
-from voice_llm.check import CheckResult
+from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.keynumbers import LABELS
+from voice_llm.runmeta import require_one_run
 from voice_llm.errors import ArtifactError
 
 # Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
@@ -85,6 +87,7 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
     """
     if not out.is_dir():
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
+    require_one_run(out)  # never draw one page from the files of different runs
     with matplotlib.rc_context(_RC):
         sections = [_render_section(out, section) for section in _SECTIONS]
     page = _page(_header_html(out), _checks_html(checks), sections)
@@ -468,15 +471,7 @@ _SECTIONS = (
 
 # --- header, checks and page ---------------------------------------------------------------------------------
 
-_KEY_NUMBERS = {
-    "ttft_p50_ms": ("median time to first token", "ms"),
-    "total_p50_ms": ("median time to the whole answer", "ms"),
-    "ttft_12docs_ms": ("time to first token with 12 documents", "ms"),
-    "prompt_n_12docs": ("prompt size with 12 documents", "tokens"),
-    "cache_ttft_ms": ("time to first token, cached prompt", "ms"),
-    "first_sentence_ms": ("time to the first sentence", "ms"),
-    "cancel_idle_ms": ("slot idle after cancel", "ms"),
-}
+_KEY_NUMBERS = LABELS
 
 
 def _value_cell(value: Any, unit: str) -> str:
@@ -532,17 +527,21 @@ def _header_html(out: Path) -> str:
     )
 
 
+_STATUS_CLASS = {PASS: "pass", FAIL: "fail", NOT_CHECKABLE: "unknown"}
+
+
 def _checks_html(checks: Sequence[CheckResult] | None) -> str:
     if checks is None:
         return '<section id="section-checks">\n<h2>Checks</h2>\n<p class="missing">checks not run</p>\n</section>\n'
-    passed = sum(1 for c in checks if c.ok)
+    passed = sum(1 for c in checks if c.status == PASS)
+    unknown = sum(1 for c in checks if c.status == NOT_CHECKABLE)
     rows = "".join(
-        f'<tr class="{"pass" if c.ok else "fail"}"><td><span class="badge">{"PASS" if c.ok else "FAIL"}</span></td>'
+        f'<tr class="{_STATUS_CLASS[c.status]}"><td><span class="badge">{_e(c.label)}</span></td>'
         f"<td>{_e(c.name)}</td><td>{_e(c.detail)}</td></tr>\n"
         for c in checks
     )
     return (
-        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{passed} of {len(checks)} checks passed.</p>\n'
+        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{passed} of {len(checks)} checks passed{f"; {unknown} not checkable from these files" if unknown else ""}.</p>\n'
         '<table class="checks"><thead><tr><th>result</th><th>check</th><th>detail</th></tr></thead><tbody>\n'
         f"{rows}</tbody></table>\n</section>\n"
     )
@@ -566,6 +565,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 tr.pass .badge { background: #e3f5e6; color: #136c2e; }
 tr.fail .badge { background: #fde8e8; color: #a11111; }
 tr.fail td { background: #fff7f7; }
+tr.unknown .badge { background: #eeeeee; color: #444; }
 figure.chart { margin: 0; }
 figure.chart svg { display: block; width: 100%; height: auto; }
 figcaption { margin-top: .3rem; font-size: .98rem; }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm import prompts
-from voice_llm.artifacts import CACHE, write_json
+from voice_llm.artifacts import CACHE
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import load_kb
 from voice_llm.lab.context import LabContext
@@ -40,4 +40,4 @@ def run(ctx: LabContext) -> list[Path]:
         }
     document = {key: measured[key] for key in ("first", "second", "changed_suffix", "changed_prefix")}
     document["order"] = ["hi", *(name for name, _ in plan)]
-    return [write_json(ctx.path(CACHE), document)]
+    return [ctx.write_json(CACHE, document)]

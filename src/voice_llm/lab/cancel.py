@@ -6,13 +6,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voice_llm import prompts
-from voice_llm.artifacts import CANCEL, write_json
+from voice_llm import brief, prompts
+from voice_llm.artifacts import CANCEL
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 
-MAX_TOKENS = 256
-CLOSE_AFTER_MS = 500.0
+MAX_TOKENS = brief.CANCEL_MAX_TOKENS
+CLOSE_AFTER_MS = brief.CANCEL_CLOSE_AFTER_MS
 IDLE_TIMEOUT_S = 30.0
 CANCEL_LOG_MARK = "cancel task"
 
@@ -82,4 +82,4 @@ def run(ctx: LabContext) -> list[Path]:
     }
     # A cancelled request never sends timings; the server was busy with it until its slot went idle.
     ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
-    return [write_json(ctx.path(CANCEL), document)]
+    return [ctx.write_json(CANCEL, document)]

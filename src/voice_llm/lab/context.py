@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voice_llm import sse
+from voice_llm import runmeta, sse
 from voice_llm.api import ServerClient
-from voice_llm.errors import OutputDirError
+from voice_llm.artifacts import write_bytes_atomic, write_json
+from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.progress import NullProgress, Progress
 
 RAW_DIR = "raw"
@@ -39,6 +40,21 @@ class ComputeLedger:
 
 
 @dataclass(frozen=True)
+class StepOptions:
+    """Settings a step may read beyond where to write and whom to ask. One frozen value for every step, so the
+    lab and a step run alone are configured the same way; a step ignores the fields it does not use."""
+
+    repeat: int = 3  # prefill, cache, sentence, cancel (and speak) repeat their measurement; ttft keeps 5 runs
+    timeout: float = 120.0  # seconds a request may go without content
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1:
+            raise ConfigError(f"--repeat must be at least 1, not {self.repeat}")
+        if not self.timeout > 0:
+            raise ConfigError(f"--timeout must be more than 0 seconds, not {self.timeout:g}")
+
+
+@dataclass(frozen=True)
 class LabContext:
     out: Path
     client: ServerClient
@@ -46,9 +62,32 @@ class LabContext:
     progress: Progress = field(default_factory=NullProgress)
     server_log: Path | None = None  # the managed server's log; None for a server given by --url
     ledger: ComputeLedger = field(default_factory=ComputeLedger)
+    options: StepOptions = field(default_factory=StepOptions)
+    run: runmeta.RunRecord | None = None  # the run the files join; None only in unit tests of a step
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run.run_id if self.run is not None else None
 
     def path(self, name: str) -> Path:
         return self.out / name
+
+    def write_json(self, name: str, value: Any) -> Path:
+        """Write an artifact with the run's id beside its fields, atomically, and put it in the run's manifest."""
+        doc = runmeta.stamp(value, self.run_id) if self.run_id else value
+        path = write_json(self.path(name), doc)
+        self.record(path)
+        return path
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        path = write_bytes_atomic(self.path(name), data)
+        self.record(path, data)
+        return path
+
+    def record(self, path: Path, data: bytes | None = None) -> None:
+        """A file this step wrote some other way (a renamed raw stream, a WAV): into the manifest."""
+        if self.run is not None:
+            self.run.record_file(path, data)
 
     def request(self, name: str, messages: list[dict[str, str]], max_tokens: int = 64, cache_prompt: bool = True,
                 raw_path: Path | None = None, **options: Any) -> sse.StreamResult:
@@ -84,5 +123,6 @@ class LabContext:
                 partial.unlink(missing_ok=True)
             raise
         os.replace(partial, final)
+        self.record(final)
         self.ledger.add(result.timings)
         return result

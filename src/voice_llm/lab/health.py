@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm.artifacts import HEALTH, PROPS, write_json
+from voice_llm.artifacts import HEALTH, PROPS
 from voice_llm.lab.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:
     health = ctx.client.health()
     props = ctx.client.props()
-    return [write_json(ctx.path(HEALTH), health), write_json(ctx.path(PROPS), props)]
+    return [ctx.write_json(HEALTH, health), ctx.write_json(PROPS, props)]

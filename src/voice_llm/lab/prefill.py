@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import prompts
-from voice_llm.artifacts import PREFILL, write_json
+from voice_llm import brief, prompts
+from voice_llm.artifacts import PREFILL
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import load_kb
 from voice_llm.lab.context import LabContext
 
-DOC_COUNTS = (0, 4, 12)
+DOC_COUNTS = brief.PREFILL_DOC_COUNTS
 
 
 def run(ctx: LabContext) -> list[Path]:
@@ -20,7 +20,7 @@ def run(ctx: LabContext) -> list[Path]:
         system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs[:count])
         # cache_prompt False: otherwise the part shared with the previous request is skipped and blurs the cost.
         result = ctx.request(f"prefill-{count}docs", prompts.chat(system, prompts.SATURDAY_QUESTION),
-                             max_tokens=32, cache_prompt=False)
+                             max_tokens=brief.PREFILL_MAX_TOKENS, cache_prompt=False)
         timings = result.timings or {}
         if result.ttft_ms is None or "prompt_n" not in timings:
             raise MeasurementError(f"prefill with {count} documents: no content chunk or no timings in the answer")
@@ -32,4 +32,4 @@ def run(ctx: LabContext) -> list[Path]:
             "cache_n": timings.get("cache_n"),
             "total_ms": result.total_ms,
         })
-    return [write_json(ctx.path(PREFILL), rows)]
+    return [ctx.write_json(PREFILL, rows)]

@@ -4,42 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from voice_llm.artifacts import CACHE, CANCEL, PREFILL, REPORT, SENTENCE, TTFT, read_json, write_json
-from voice_llm.errors import ArtifactError
+from voice_llm.artifacts import CACHE, PREFILL, REPORT, read_json
+from voice_llm.keynumbers import build_report
 from voice_llm.lab.context import LabContext
 
 
-def _field(doc: Any, key: str, source: str) -> Any:
-    try:
-        return doc[key]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise ArtifactError(f"{source} has no {key!r}; rerun its step") from exc
-
-
-def build_report(out: Path) -> dict[str, Any]:
-    ttft = read_json(out / TTFT)
-    prefill = read_json(out / PREFILL)
-    cache = read_json(out / CACHE)
-    sentence = read_json(out / SENTENCE)
-    cancel = read_json(out / CANCEL)
-    if not isinstance(prefill, list) or not prefill:
-        raise ArtifactError(f"{PREFILL} is not a non-empty list; rerun `voice-llm prefill`")
-    last = prefill[-1]
-    return {
-        "ttft_p50_ms": _field(ttft, "ttft_p50", TTFT),
-        "total_p50_ms": _field(ttft, "total_p50", TTFT),
-        "ttft_12docs_ms": _field(last, "ttft_ms", PREFILL),
-        "prompt_n_12docs": _field(last, "prompt_n", PREFILL),
-        "cache_ttft_ms": _field(_field(cache, "second", CACHE), "ttft_ms", CACHE),
-        "first_sentence_ms": _field(sentence, "first_sentence_ms", SENTENCE),
-        "cancel_idle_ms": _field(cancel, "slot_idle_after_ms", CANCEL),
-    }
-
-
 def run(ctx: LabContext) -> list[Path]:
-    return [write_json(ctx.path(REPORT), build_report(ctx.out))]
+    return [ctx.write_json(REPORT, build_report(ctx.out))]
 
 
 @dataclass(frozen=True)

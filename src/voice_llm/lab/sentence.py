@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import prompts
-from voice_llm.artifacts import SENTENCE, write_json
+from voice_llm import brief, prompts
+from voice_llm.artifacts import SENTENCE
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 from voice_llm.sentences import SentenceSplitter, first_sentence_end
@@ -57,5 +57,5 @@ def sentence_document(chunks: Sequence[Chunk], total_ms: float) -> dict[str, Any
 
 def run(ctx: LabContext) -> list[Path]:
     result = ctx.request("sentence", prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION),
-                         max_tokens=120, cache_prompt=True)
-    return [write_json(ctx.path(SENTENCE), sentence_document(result.chunks, result.total_ms))]
+                         max_tokens=brief.SENTENCE_MAX_TOKENS, cache_prompt=True)
+    return [ctx.write_json(SENTENCE, sentence_document(result.chunks, result.total_ms))]

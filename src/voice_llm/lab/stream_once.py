@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm import prompts, sse
-from voice_llm.artifacts import CHUNKS, SSE_COPY, SSE_RAW, write_bytes_atomic, write_jsonl
+from voice_llm.artifacts import CHUNKS, SSE_COPY, SSE_RAW, jsonl_bytes
 from voice_llm.lab.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:
-    copy = ctx.path(SSE_COPY)
     # The stand-alone reader, for the user's own pipeline; written atomically like every artifact.
-    write_bytes_atomic(copy, Path(sse.__file__).read_bytes())
+    copy = ctx.write_bytes(SSE_COPY, Path(sse.__file__).read_bytes())
     result = ctx.request(
         "sse", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.NEW_PATIENT_QUESTION),
         max_tokens=64, cache_prompt=True, raw_path=ctx.path(SSE_RAW),
     )
-    return [copy, ctx.path(SSE_RAW), write_jsonl(ctx.path(CHUNKS), (c.as_dict() for c in result.chunks))]
+    # chunks.jsonl keeps the brief's two fields per line; the run's manifest ties it to the run.
+    return [copy, ctx.path(SSE_RAW), ctx.write_bytes(CHUNKS, jsonl_bytes(c.as_dict() for c in result.chunks))]

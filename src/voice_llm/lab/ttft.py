@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import prompts
-from voice_llm.artifacts import TTFT, write_json
+from voice_llm import brief, prompts
+from voice_llm.artifacts import TTFT
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 
-RUNS = 5
+RUNS = brief.TTFT_RUNS
 
 
 def median(values: list[float]) -> float:
@@ -22,7 +22,7 @@ def run(ctx: LabContext) -> list[Path]:
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.NEW_PATIENT_QUESTION)
     runs = []
     for number in range(1, RUNS + 1):
-        result = ctx.request(f"ttft-{number}", messages, max_tokens=64, cache_prompt=False)
+        result = ctx.request(f"ttft-{number}", messages, max_tokens=brief.DEFAULT_MAX_TOKENS, cache_prompt=False)
         if result.ttft_ms is None:
             raise MeasurementError(f"ttft run {number}: the answer had no content chunk")
         runs.append({
@@ -35,4 +35,4 @@ def run(ctx: LabContext) -> list[Path]:
         "ttft_p50": median([r["ttft_ms"] for r in runs]),
         "total_p50": median([r["total_ms"] for r in runs]),
     }
-    return [write_json(ctx.path(TTFT), document)]
+    return [ctx.write_json(TTFT, document)]

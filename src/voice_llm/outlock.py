@@ -1,0 +1,69 @@
+"""One writer per output folder: a lock on OUT so two runs never interleave their files.
+
+``flock`` on ``OUT/.voice-llm.lock``: released by the kernel when the process ends, however it ends, so a crashed
+run never leaves the folder locked. The file says who holds it (pid, command, since when) for the message the
+second run prints, and is removed when the run ends; a waiter that locked a file already removed (its inode no
+longer at the path) tries again, so two runs never hold two different lock files at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from voice_llm.errors import OutputBusyError, OutputDirError
+
+LOCK_NAME = ".voice-llm.lock"
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"`voice-llm {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
+    except (ValueError, OSError):
+        return "another voice-llm run"
+
+
+def _acquire(path: Path, out: Path, wait: bool) -> int:
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputDirError(f"cannot lock the output folder {out}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            raise OutputBusyError(
+                f"{out} is being written by {holder}; wait for it to finish, pass --wait, or use another --out"
+            ) from exc
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the holder removed the file as we waited: lock the new one
+
+
+@contextlib.contextmanager
+def locked_out(out: Path, command: str, wait: bool = False) -> Iterator[None]:
+    """Hold OUT for this process. With ``wait`` block until the other run is done; else refuse at once."""
+    path = out / LOCK_NAME
+    fd = _acquire(path, out, wait)
+    try:
+        since = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "command": command, "since": since}).encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(path)  # still locked by us: nobody else can hold this inode
+        except OSError:
+            pass
+        os.close(fd)  # closing the descriptor releases the flock

