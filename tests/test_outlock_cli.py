@@ -1,0 +1,65 @@
+"""Two runs into one OUT at once (issue 16.2): the second refuses naming the first, or waits with --wait."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clihelpers import assert_clean_failure, cli, cli_env
+from fakeserver import FakeServer, Reply, at, llama_events
+
+from voice_llm.outlock import LOCK_NAME
+
+
+def _slow_answer() -> Reply:
+    return Reply.stream(at(0.4, llama_events(["One.", " Two.", " Three."])))  # ~2 s per answer
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "voice_llm", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_a_second_run_into_the_same_out_is_refused(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "state")
+    out = tmp_path / "out"
+    with FakeServer(_slow_answer()) as fake:
+        first = _start(["sse", "-q", "--url", fake.url, "--out", str(out)], env)
+        try:
+            _wait_for(out / LOCK_NAME, first)
+            second = cli("ttft", "-q", "--url", fake.url, "--out", str(out), env=env)
+            err = assert_clean_failure(second, str(out), "voice-llm sse", f"pid {first.pid}", "--wait")
+            assert "ttft.json" not in os.listdir(out), err
+        finally:
+            stdout, stderr = first.communicate(timeout=60)
+    assert first.returncode == 0, stderr
+    assert (out / "sse_raw.txt").is_file() and not (out / LOCK_NAME).exists()
+
+
+def test_wait_runs_after_the_first_one(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "state")
+    out = tmp_path / "out"
+    with FakeServer(_slow_answer()) as fake:
+        first = _start(["sse", "-q", "--url", fake.url, "--out", str(out)], env)
+        try:
+            _wait_for(out / LOCK_NAME, first)
+            second = cli("sse", "-q", "--wait", "--url", fake.url, "--out", str(out / "sub"), env=env)
+            assert second.returncode == 0, second.stderr  # another OUT: never blocked
+            waited = cli("health", "-q", "--wait", "--url", fake.url, "--out", str(out), env=env)
+            assert first.poll() is not None, "the waiting run ran while the first still held OUT"
+        finally:
+            first.communicate(timeout=60)
+    assert first.returncode == 0
+    # health against the fake gets a stream instead of JSON: it fails, but only after the first run let go.
+    assert "Traceback" not in waited.stderr
