@@ -35,8 +35,11 @@ from fakeserver import (
 from voice_llm import sse
 from voice_llm.sse import (
     HTTPStatusError,
+    DeadlineExceededError,
     MalformedEventError,
+    NoContentTimeoutError,
     NotEventStreamError,
+    NotTLSError,
     ServerEventError,
     ServerUnreachableError,
     SSEDecoder,
@@ -165,9 +168,10 @@ def test_html_answer_is_not_an_event_stream(tmp_path: Path) -> None:
 def test_stall_before_the_answer_times_out(tmp_path: Path) -> None:
     with FakeServer(Reply.stream(b"".join(llama_events(["late"])), stall_s=5.0)) as fake:
         t0 = time.monotonic()
-        exc, raw = expect_failure(fake.url, tmp_path, StreamTimeoutError, timeout=0.5)
+        exc, raw = expect_failure(fake.url, tmp_path, NoContentTimeoutError, timeout=0.5)
         elapsed = time.monotonic() - t0
-    assert "0.5 s" in str(exc) and fake.url in str(exc)
+    assert "sent no answer within 0.5 s" in str(exc) and fake.url in str(exc)
+    assert "no-content timeout" in str(exc) and exc.limit == "no-content timeout"
     assert elapsed < 4.0  # it gave up on its own timeout, not the server's 5 s
     assert exc.chunks == ()
     assert raw == b""
@@ -178,11 +182,11 @@ def test_stall_mid_stream_times_out(tmp_path: Path) -> None:
     pieces = [(0.0, head), (5.0, b"".join(llama_events(["too late"])[1:]))]
     with FakeServer(Reply.stream(pieces)) as fake:
         t0 = time.monotonic()
-        exc, raw = expect_failure(fake.url, tmp_path, StreamTimeoutError, timeout=0.5)
+        exc, raw = expect_failure(fake.url, tmp_path, NoContentTimeoutError, timeout=0.5)
         elapsed = time.monotonic() - t0
         record = fake.wait_finished()
     message = str(exc)
-    assert "sent nothing for 0.5 s" in message
+    assert "sent no content for 0.5 s" in message
     assert f"{len(head)} bytes" in message
     assert elapsed < 4.0
     assert texts(exc.chunks) == ["Hello"]

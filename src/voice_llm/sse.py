@@ -11,6 +11,11 @@ This file stands alone (standard library only) so it can be copied into a voice 
 
 Timing rule: the clock starts with ``time.perf_counter()`` just before the request is written to the socket, and a
 chunk's time is when the bytes that completed its event were read from the socket.
+
+Limits: ``timeout`` is the longest time without a token (keep-alive comments, role-only and empty events do not
+reset it: a server that only pings fails like a silent one, with :class:`NoContentTimeoutError`); ``deadline_s``
+bounds the whole request (:class:`DeadlineExceededError`). The reader returns at ``data: [DONE]`` and closes the
+connection, whether or not the server ends the body. A base URL may end in ``/v1`` as OpenAI clients write it.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import codecs
 import http.client
 import json
+import math
 import os
 import socket
+import ssl
 import sys
 import time
 import urllib.parse
@@ -33,6 +40,14 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 CHAT_PATH = "/v1/chat/completions"
 DONE_DATA = "[DONE]"
 READ_SIZE = 65536  # at most this many bytes per read; a read returns whatever has arrived, never waits for more
+V1_SUFFIX = "/v1"  # OpenAI clients' base URLs end in /v1; server_root drops it
+DEFAULT_TIMEOUT_S = 120.0  # the longest wait for a token (keep-alive comments do not count)
+DEFAULT_DEADLINE_S = 600.0  # the longest a whole request may take
+TIMEOUT_SLACK_S = 0.05  # how late a timeout may fire, to keep the socket's timeout unchanged while tokens flow
+TLS_HANDSHAKE_TIMEOUT_S = 5.0  # a plain-HTTP server never answers a TLS handshake: give up after this
+# OpenSSL's reasons when the answer to a ClientHello is not TLS (a plain "HTTP/1.1 400" among them).
+NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                             "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "BAD_RECORD_TYPE"})
 
 # ---------------------------------------------------------------------------------------------------------------
 # The decoder: bytes -> lines -> events, no I/O.
@@ -171,7 +186,11 @@ class StreamError(Exception):
 
 
 class ServerUnreachableError(StreamError):
-    """Nothing answered at the URL (refused, unknown host, connect timeout)."""
+    """Nothing answered at the URL (refused, unknown host, connect timeout, failed TLS handshake)."""
+
+
+class NotTLSError(ServerUnreachableError):
+    """An ``https://`` URL whose server does not speak TLS (most often a plain-HTTP server: use ``http://``)."""
 
 
 class HTTPStatusError(StreamError):
@@ -192,7 +211,7 @@ class ServerEventError(StreamError):
 
 
 class MalformedEventError(StreamError):
-    """A ``data:`` line that is not JSON (and not ``[DONE]``)."""
+    """A ``data:`` line that is not a JSON object (and not ``[DONE]``), or one nested too deeply to parse."""
 
 
 class StreamTruncatedError(StreamError):
@@ -200,7 +219,31 @@ class StreamTruncatedError(StreamError):
 
 
 class StreamTimeoutError(StreamError):
-    """Nothing arrived for longer than the request timeout."""
+    """A time limit ran out; ``limit`` names which one (the subclasses below, for a streaming request)."""
+
+    limit = "timeout"
+
+
+class NoContentTimeoutError(StreamTimeoutError):
+    """No token arrived for ``timeout`` s. Comments (keep-alive pings), role-only and empty events do not count:
+    a server that only pings is as stuck as a silent one."""
+
+    limit = "no-content timeout"
+
+
+class DeadlineExceededError(StreamTimeoutError):
+    """The whole request took longer than its overall ``deadline_s``, however steadily tokens came."""
+
+    limit = "deadline"
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` that fails with ValueError only: JSON nested thousands of levels deep makes the parser
+    raise RecursionError, which a hostile stream or a damaged file must not turn into a crash."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise ValueError(f"JSON nested too deeply to parse ({len(text)} characters)") from exc
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -208,9 +251,22 @@ class StreamTimeoutError(StreamError):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def server_root(base_url: str) -> str:
+    """The server's root URL, without a trailing ``/`` or ``/v1``. OpenAI clients write base URLs as
+    ``http://host:8080/v1``; the chat path (``/v1/chat/completions``) and llama-server's own endpoints
+    (``/props``, ``/slots``) are all under the root, so the ``/v1`` is dropped here, once."""
+    parts = urllib.parse.urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https"):
+        return base_url  # open_connection says what is wrong with it
+    path = parts.path.rstrip("/")
+    if path.endswith(V1_SUFFIX):
+        path = path[: -len(V1_SUFFIX)]
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
 def open_connection(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-    """Return an unconnected HTTPConnection for ``base_url`` and the URL's path prefix (without trailing /)."""
-    parts = urllib.parse.urlsplit(base_url)
+    """Return an unconnected HTTPConnection for ``base_url`` and the URL's path prefix (no trailing / or /v1)."""
+    parts = urllib.parse.urlsplit(server_root(base_url))
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServerUnreachableError(f"not an http(s) URL: {base_url!r}")
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -218,7 +274,7 @@ def open_connection(base_url: str, timeout: float) -> tuple[http.client.HTTPConn
         port = parts.port
     except ValueError as exc:
         raise ServerUnreachableError(f"bad port in URL {base_url!r}") from exc
-    return cls(parts.hostname, port, timeout=timeout), parts.path.rstrip("/")
+    return cls(parts.hostname, port, timeout=timeout), parts.path
 
 
 def request_headers(api_key: str | None, accept: str = "application/json") -> dict[str, str]:
@@ -228,8 +284,20 @@ def request_headers(api_key: str | None, accept: str = "application/json") -> di
     return headers
 
 
+def _plain_http_hint(base_url: str) -> str:
+    return "use " + urllib.parse.urlsplit(base_url)._replace(scheme="http").geturl()
+
+
 def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
-    """Open the TCP connection now, so that connect time is not counted as the server's and a refusal is clear."""
+    """Open the TCP connection now, so that connect time is not counted as the server's and a refusal is clear.
+
+    For https the connect and the TLS handshake get at most ``TLS_HANDSHAKE_TIMEOUT_S``: a plain-HTTP server
+    never answers a handshake (it waits for the end of a request line), which would otherwise hang for the
+    whole request timeout."""
+    tls = isinstance(conn, http.client.HTTPSConnection)
+    full_timeout = conn.timeout
+    if tls and (full_timeout is None or full_timeout > TLS_HANDSHAKE_TIMEOUT_S):
+        conn.timeout = TLS_HANDSHAKE_TIMEOUT_S
     try:
         conn.connect()
     except ConnectionRefusedError as exc:
@@ -238,8 +306,27 @@ def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
         ) from exc
     except socket.gaierror as exc:
         raise ServerUnreachableError(f"cannot resolve the host of {base_url}: {exc.strerror}") from exc
-    except (TimeoutError, OSError) as exc:
+    except TimeoutError as exc:
+        if tls and conn.sock is not None:  # TCP connected, and the handshake never finished
+            raise NotTLSError(
+                f"{base_url}: no TLS handshake within {conn.timeout:g} s: the server does not speak TLS "
+                f"(a plain HTTP server?); {_plain_http_hint(base_url)}"
+            ) from exc
         raise ServerUnreachableError(f"cannot connect to {base_url}: {exc}") from exc
+    except ssl.SSLError as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        if reason in NOT_TLS_REASONS:
+            raise NotTLSError(
+                f"{base_url}: the server does not speak TLS (it answered the TLS handshake with plain bytes: "
+                f"{reason}); {_plain_http_hint(base_url)}"
+            ) from exc
+        raise ServerUnreachableError(f"TLS handshake with {base_url} failed: {reason}") from exc
+    except OSError as exc:
+        raise ServerUnreachableError(f"cannot connect to {base_url}: {exc}") from exc
+    finally:
+        conn.timeout = full_timeout
+    if tls and conn.sock is not None:
+        conn.sock.settimeout(full_timeout)
 
 
 def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusError:
@@ -251,7 +338,7 @@ def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusE
         body = b""
     error: dict[str, Any] | None = None
     try:
-        parsed = json.loads(body)
+        parsed = parse_json(body)
         if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
             error = parsed["error"]
     except (ValueError, UnicodeDecodeError):
@@ -270,13 +357,15 @@ def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusE
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The streaming request.
+# The streaming request: request (connect, send, status), read loop, event handling.
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class StreamResult:
-    """Everything one streaming request showed. ``chunks`` hold only events with non-empty delta.content."""
+    """Everything one streaming request showed. ``chunks`` hold only events with non-empty delta.content (what
+    a voice pipeline speaks); ``reasoning_chunks`` the ``reasoning_content``/``reasoning`` deltas a reasoning
+    model sends before its answer, which are never spoken."""
 
     chunks: tuple[Chunk, ...]
     total_ms: float
@@ -287,18 +376,28 @@ class StreamResult:
     request_body: dict[str, Any]
     received_bytes: int
     done: bool  # data: [DONE] was received
-    closed_early: bool  # we closed the connection (deadline or should_stop) before [DONE]
+    closed_early: bool  # we closed the connection (stop_after_ms or should_stop) before [DONE]
     closed_at_ms: float | None = None
     events: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    reasoning_chunks: tuple[Chunk, ...] = ()
 
     @property
     def ttft_ms(self) -> float | None:
+        """Time to the first spoken token: reasoning never counts."""
         return self.chunks[0].t_ms if self.chunks else None
+
+    @property
+    def first_reasoning_ms(self) -> float | None:
+        return self.reasoning_chunks[0].t_ms if self.reasoning_chunks else None
 
     @property
     def text(self) -> str:
         return "".join(chunk.text for chunk in self.chunks)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(chunk.text for chunk in self.reasoning_chunks)
 
 
 def chat_body(
@@ -306,27 +405,32 @@ def chat_body(
     max_tokens: int = 64,
     cache_prompt: bool = True,
     extra: Mapping[str, Any] | None = None,
+    *,
+    model: str | None = None,
+    include_usage: bool = False,
 ) -> dict[str, Any]:
-    """The brief's request body; ``extra`` adds or overrides fields (``n_predict``, ``stop``, ...)."""
-    body: dict[str, Any] = {
+    """The brief's request body; ``model`` names the model (OpenAI-style servers require it),
+    ``include_usage`` asks for a final ``usage`` chunk, ``extra`` adds or overrides fields (``n_predict``, ...)."""
+    body: dict[str, Any] = {"model": model} if model else {}
+    body.update({
         "messages": [dict(m) for m in messages],
         "stream": True,
         "max_tokens": max_tokens,
         "temperature": 0,
         "seed": 7,
         "cache_prompt": cache_prompt,
-    }
+    })
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
     body.update(extra or {})
     return body
 
 
-def _content_of(payload: Mapping[str, Any]) -> str:
-    choices = payload.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return ""
-    delta = choices[0].get("delta") or {}
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content if isinstance(content, str) else ""
+def _first_choice(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    choices = payload.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
 
 
 def _hard_close(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse | None,
@@ -344,6 +448,205 @@ def _hard_close(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
     conn.close()
 
 
+class _Reading:
+    """One request while it is read: what arrived so far, and its clocks. The clocks are absolute
+    ``perf_counter`` times: the no-content limit moves on with each token; the deadline and the cut
+    (``stop_after_ms``) are fixed at the start."""
+
+    def __init__(self, url: str, timeout: float, deadline_s: float | None, stop_after_ms: float | None,
+                 on_chunk: Callable[[Chunk], None] | None, should_stop: Callable[[Chunk], bool] | None) -> None:
+        self.url, self.timeout, self.deadline_s = url, timeout, deadline_s
+        self.stop_after_ms, self.on_chunk, self.should_stop = stop_after_ms, on_chunk, should_stop
+        self.chunks: list[Chunk] = []
+        self.reasoning: list[Chunk] = []
+        self.received = 0
+        self.events = 0
+        self.first_event_ms: float | None = None
+        self.timings: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.answered = False  # the status line and headers arrived
+        self.done = False
+        self.closed_early = False
+        self.t0 = self.content_limit = self.fixed_limit = self.deadline = self.cut = math.inf
+
+    def start(self) -> None:
+        """The clock starts: just before the request is written to the socket."""
+        self.t0 = t0 = time.perf_counter()
+        self.content_limit = t0 + self.timeout
+        self.deadline = math.inf if self.deadline_s is None else t0 + self.deadline_s
+        self.cut = math.inf if self.stop_after_ms is None else t0 + self.stop_after_ms / 1000.0
+        self.fixed_limit = min(self.deadline, self.cut)
+
+    def fail(self, cls: type[StreamError], message: str) -> StreamError:
+        return cls(message, chunks=self.chunks, received_bytes=self.received)
+
+    def expire(self) -> None:
+        """The nearest limit ran out: the cut closes the stream (``closed_early``), a timeout raises."""
+        if self.cut <= min(self.content_limit, self.deadline):
+            self.closed_early = True
+            return
+        if self.deadline <= self.content_limit:
+            raise self.fail(DeadlineExceededError,
+                            f"{self.url} did not finish within the deadline of {self.deadline_s:g} s "
+                            f"({len(self.chunks)} content chunks, {self.received} bytes so far)")
+        if not self.answered:
+            raise self.fail(NoContentTimeoutError, f"{self.url} sent no answer within {self.timeout:g} s "
+                                                   "(the no-content timeout)")
+        raise self.fail(NoContentTimeoutError,
+                        f"{self.url} sent no content for {self.timeout:g} s ({self.received} bytes so far; "
+                        "keep-alive comments and empty events do not count) (the no-content timeout)")
+
+    def handle(self, event: ServerSentEvent, t_read: float) -> bool:
+        """Take one event read at ``t_read``; True when reading should stop ([DONE], or should_stop)."""
+        self.events += 1
+        t_ms = (t_read - self.t0) * 1000.0
+        if self.first_event_ms is None:
+            self.first_event_ms = t_ms
+        if event.data == DONE_DATA:
+            self.done = True
+            return True
+        try:
+            data = parse_json(event.data)
+        except ValueError as exc:
+            raise self.fail(MalformedEventError,
+                            f"{self.url} sent a data line that is not JSON ({exc}): {event.data[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise self.fail(MalformedEventError,
+                            f"{self.url} sent a data line that is not a JSON object: {event.data[:200]!r}")
+        if "error" in data:
+            err = data["error"]
+            detail = err.get("message", err) if isinstance(err, dict) else err
+            raise self.fail(ServerEventError, f"{self.url} reported an error mid-stream: {detail}")
+        if isinstance(data.get("timings"), dict):
+            self.timings = data["timings"]
+        if isinstance(data.get("usage"), dict):
+            self.usage = data["usage"]
+        choice = _first_choice(data)
+        if choice is None:
+            return False
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return False
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if thought and isinstance(thought, str):
+            self.reasoning.append(Chunk(t_ms=t_ms, text=thought))
+            self.content_limit = t_read + self.timeout
+        text = delta.get("content")
+        if not text or not isinstance(text, str):  # the role-only first chunk, the final chunk: not tokens
+            return False
+        chunk = Chunk(t_ms=t_ms, text=text)
+        self.chunks.append(chunk)
+        self.content_limit = t_read + self.timeout
+        if self.on_chunk is not None:
+            self.on_chunk(chunk)
+        if self.should_stop is not None and self.should_stop(chunk):
+            self.closed_early = True  # the events after it in the same read are not taken
+            return True
+        return False
+
+    def result(self, body: dict[str, Any], t_end: float, closed_at: float | None) -> StreamResult:
+        return StreamResult(
+            chunks=tuple(self.chunks),
+            total_ms=(t_end - self.t0) * 1000.0,
+            timings=self.timings,
+            first_event_ms=self.first_event_ms,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            request_body=body,
+            received_bytes=self.received,
+            done=self.done,
+            closed_early=self.closed_early,
+            closed_at_ms=None if closed_at is None else (closed_at - self.t0) * 1000.0,
+            events=self.events,
+            reasoning_chunks=tuple(self.reasoning),
+        )
+
+
+def _send_request(conn: http.client.HTTPConnection, base_url: str, path: str, payload: bytes,
+                  api_key: str | None, reading: _Reading) -> tuple[socket.socket, http.client.HTTPResponse | None]:
+    """Connect, send the request, read the status and headers. The response is None when the cut
+    (``stop_after_ms``) came before the answer (a slow prompt)."""
+    connect(conn, base_url)
+    # Kept here: getresponse() sets conn.sock to None when the answer says "Connection: close" (the response
+    # then owns the socket), and the clocks and the hard close still need it.
+    sock = conn.sock
+    assert sock is not None
+    headers = request_headers(api_key, accept="text/event-stream")
+    headers["Content-Type"] = "application/json"
+    reading.start()
+    try:
+        sock.settimeout(max(min(reading.content_limit, reading.fixed_limit) - time.perf_counter(), 0.001))
+        conn.request("POST", path, body=payload, headers=headers)
+        resp = conn.getresponse()
+    except TimeoutError:
+        reading.expire()  # raises unless it was the cut
+        return sock, None
+    except (OSError, http.client.HTTPException) as exc:
+        raise reading.fail(StreamTruncatedError, f"{reading.url} closed the connection before answering: {exc}") from exc
+    reading.answered = True
+    if resp.status != 200:
+        raise error_from_response(resp, reading.url)
+    content_type = resp.getheader("Content-Type", "")
+    if "text/event-stream" not in content_type:
+        sample = resp.read(200).decode("utf-8", "replace").strip()
+        raise reading.fail(
+            NotEventStreamError,
+            f"{reading.url} answered {content_type or 'no content type'}, not text/event-stream: {sample[:120]!r}",
+        )
+    return sock, resp
+
+
+def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Reading, raw: IO[bytes] | None) -> None:
+    """Read and decode the body until [DONE], should_stop, the cut, or a failure (raised)."""
+    decoder = SSEDecoder()
+    # A socket timeout ends the read for good (the socket's file object refuses to read after one), so it is
+    # always the time left to the nearest limit. Re-set only when that moved by more than the slack: while a
+    # token comes in every read (the hot path) it stays put. The cut is kept exact, the timeouts within 50 ms.
+    slack = 0.0 if reading.stop_after_ms is not None else TIMEOUT_SLACK_S
+    sock_timeout = sock.gettimeout() or 0.0
+    while True:
+        try:
+            # read1, not readline: a line-oriented read drops the half line it holds when the connection
+            # breaks, and these bytes must reach raw_out; read1 returns what has arrived without waiting.
+            data_in = resp.read1(READ_SIZE)
+        except TimeoutError:
+            reading.expire()  # raises unless it was the cut
+            return
+        except (OSError, http.client.HTTPException) as exc:
+            raise reading.fail(
+                StreamTruncatedError,
+                f"stream ended early: the connection to {reading.url} broke after {reading.received} bytes and "
+                f"{len(reading.chunks)} content chunks ({exc.__class__.__name__})",
+            ) from exc
+        t_read = time.perf_counter()
+        if not data_in:
+            break
+        reading.received += len(data_in)
+        if raw is not None:
+            raw.write(data_in)
+            raw.flush()
+        for event in decoder.feed(data_in):
+            if reading.handle(event, t_read):
+                return
+        remaining = min(reading.content_limit, reading.fixed_limit) - t_read
+        if remaining <= 0:
+            reading.expire()
+            return
+        if remaining > sock_timeout + 0.001 or remaining < sock_timeout - slack:
+            sock.settimeout(remaining)
+            sock_timeout = remaining
+    decoder.end()
+    if not reading.done:
+        raise reading.fail(
+            StreamTruncatedError,
+            f"stream ended early: {reading.url} closed the stream with no [DONE] after {reading.received} bytes and "
+            f"{len(reading.chunks)} content chunks",
+        )
+
+
 def run_stream(
     messages: Sequence[Mapping[str, str]],
     max_tokens: int = 64,
@@ -352,167 +655,45 @@ def run_stream(
     *,
     base_url: str = DEFAULT_URL,
     api_key: str | None = None,
-    timeout: float = 120.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
+    model: str | None = None,
+    include_usage: bool = False,
     extra: Mapping[str, Any] | None = None,
     stop_after_ms: float | None = None,
     should_stop: Callable[[Chunk], bool] | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
 ) -> StreamResult:
-    """Send one streaming chat request and decode it as the bytes arrive.
+    """Send one streaming chat request and decode it as the bytes arrive; return at ``data: [DONE]``.
 
     ``raw_out`` (a path or a binary file) receives every byte of the body exactly as read, flushed per read, so
-    a failure keeps everything that arrived (even half a line before a reset). ``stop_after_ms`` closes the
-    connection that many ms after the request was sent; ``should_stop(chunk)`` returning True closes it after
-    that chunk. ``on_chunk`` sees each content chunk as it arrives (for progress). Raises a
-    :class:`StreamError` subclass on any failure.
+    a failure keeps everything that arrived (even half a line before a reset). ``timeout`` is the longest time
+    without a token (content or reasoning; keep-alive comments and empty events do not count), ``deadline_s``
+    the longest the whole request may take (None: no limit). ``stop_after_ms`` closes the connection that many
+    ms after the request was sent; ``should_stop(chunk)`` returning True closes it after that chunk. ``on_chunk``
+    sees each content chunk as it arrives (for progress). Raises a :class:`StreamError` subclass on any failure.
     """
-    body = chat_body(messages, max_tokens, cache_prompt, extra)
-    payload = json.dumps(body).encode("utf-8")
-    url = base_url.rstrip("/") + CHAT_PATH
+    body = chat_body(messages, max_tokens, cache_prompt, extra, model=model, include_usage=include_usage)
     conn, prefix = open_connection(base_url, timeout)
+    reading = _Reading(server_root(base_url) + CHAT_PATH, timeout, deadline_s, stop_after_ms, on_chunk, should_stop)
     own_raw = raw_out is not None and not hasattr(raw_out, "write")
     raw: IO[bytes] | None = open(raw_out, "wb") if own_raw else raw_out  # type: ignore[arg-type]
-    decoder = SSEDecoder()
-    chunks: list[Chunk] = []
-    received = 0
     resp: http.client.HTTPResponse | None = None
     sock: socket.socket | None = None
-
-    def fail(cls: type[StreamError], message: str) -> StreamError:
-        return cls(message, chunks=chunks, received_bytes=received)
-
     try:
-        connect(conn, base_url)
-        # Kept here: getresponse() sets conn.sock to None when the answer says "Connection: close" (the response
-        # then owns the socket), and the deadline and the hard close below still need it.
-        sock = conn.sock
-        headers = request_headers(api_key, accept="text/event-stream")
-        headers["Content-Type"] = "application/json"
-        t0 = time.perf_counter()
-        deadline = None if stop_after_ms is None else t0 + stop_after_ms / 1000.0
-        cut_before_answer = False  # the deadline came before the answer's headers (a slow prompt)
-        try:
-            if deadline is not None and sock is not None:
-                sock.settimeout(max(min(deadline - time.perf_counter(), timeout), 0.001))
-            conn.request("POST", prefix + CHAT_PATH, body=payload, headers=headers)
-            resp = conn.getresponse()
-        except TimeoutError as exc:
-            if deadline is None or time.perf_counter() < deadline:
-                raise fail(StreamTimeoutError, f"{url} sent no answer within {timeout:g} s") from exc
-            cut_before_answer = True
-        except (OSError, http.client.HTTPException) as exc:
-            raise fail(StreamTruncatedError, f"{url} closed the connection before answering: {exc}") from exc
-        if resp is not None and resp.status != 200:
-            raise error_from_response(resp, url)
-        content_type = resp.getheader("Content-Type", "") if resp is not None else "text/event-stream"
-        if "text/event-stream" not in content_type:
-            sample = resp.read(200).decode("utf-8", "replace").strip()
-            raise fail(
-                NotEventStreamError,
-                f"{url} answered {content_type or 'no content type'}, not text/event-stream: {sample[:120]!r}",
-            )
-
-        timings: dict[str, Any] | None = None
-        usage: dict[str, Any] | None = None
-        finish_reason: str | None = None
-        first_event_ms: float | None = None
-        n_events = 0
-        done = False
-        closed_early = cut_before_answer
-        closed_at_ms: float | None = None
-        while not closed_early:
-            if deadline is not None and sock is not None:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    closed_early = True
-                    break
-                # Wake up at the deadline even if the server is silent, without touching the read timeout.
-                sock.settimeout(min(remaining, timeout))
-            try:
-                # read1, not readline: a line-oriented read drops the half line it holds when the connection
-                # breaks, and these bytes must reach raw_out; read1 returns what has arrived without waiting.
-                data_in = resp.read1(READ_SIZE)
-            except TimeoutError as exc:
-                if deadline is not None and time.perf_counter() >= deadline:
-                    closed_early = True
-                    break
-                raise fail(StreamTimeoutError, f"{url} sent nothing for {timeout:g} s ({received} bytes so far)") from exc
-            except (OSError, http.client.HTTPException) as exc:
-                raise fail(
-                    StreamTruncatedError,
-                    f"stream ended early: the connection to {url} broke after {received} bytes and {len(chunks)} "
-                    f"content chunks ({exc.__class__.__name__})",
-                ) from exc
-            t_read = time.perf_counter()
-            if not data_in:
-                break
-            received += len(data_in)
-            if raw is not None:
-                raw.write(data_in)
-                raw.flush()
-            for event in decoder.feed(data_in):
-                n_events += 1
-                t_ms = (t_read - t0) * 1000.0
-                if first_event_ms is None:
-                    first_event_ms = t_ms
-                if event.data == DONE_DATA:
-                    done = True
-                    continue
-                try:
-                    data = json.loads(event.data)
-                except ValueError as exc:
-                    raise fail(MalformedEventError, f"{url} sent a data line that is not JSON: {event.data[:200]!r}") from exc
-                if not isinstance(data, dict):
-                    raise fail(MalformedEventError, f"{url} sent a data line that is not a JSON object: {event.data[:200]!r}")
-                if "error" in data:
-                    err = data["error"]
-                    detail = err.get("message", err) if isinstance(err, dict) else err
-                    raise fail(ServerEventError, f"{url} reported an error mid-stream: {detail}")
-                if isinstance(data.get("timings"), dict):
-                    timings = data["timings"]
-                if isinstance(data.get("usage"), dict):
-                    usage = data["usage"]
-                choices = data.get("choices") or []
-                if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
-                    finish_reason = choices[0]["finish_reason"]
-                text = _content_of(data)
-                if not text:  # the role-only first chunk, the final chunk: not tokens
-                    continue
-                chunk = Chunk(t_ms=t_ms, text=text)
-                chunks.append(chunk)
-                if on_chunk is not None:
-                    on_chunk(chunk)
-                if should_stop is not None and should_stop(chunk):
-                    closed_early = True
-                    break  # the events after it in the same read are not taken
-            if closed_early:
-                break
+        payload = json.dumps(body).encode("utf-8")
+        sock, resp = _send_request(conn, base_url, prefix + CHAT_PATH, payload, api_key, reading)
+        if resp is not None:
+            _read_body(resp, sock, reading, raw)
         t_end = time.perf_counter()
-        if closed_early:
+        closed_at = None
+        if reading.closed_early:
             _hard_close(conn, resp, sock)
-            closed_at_ms = (time.perf_counter() - t0) * 1000.0
-        elif not done:
-            raise fail(
-                StreamTruncatedError,
-                f"stream ended early: {url} closed the stream with no [DONE] after {received} bytes and "
-                f"{len(chunks)} content chunks",
-            )
-        decoder.end()
-        return StreamResult(
-            chunks=tuple(chunks),
-            total_ms=(t_end - t0) * 1000.0,
-            timings=timings,
-            first_event_ms=first_event_ms,
-            finish_reason=finish_reason,
-            usage=usage,
-            request_body=body,
-            received_bytes=received,
-            done=done,
-            closed_early=closed_early,
-            closed_at_ms=closed_at_ms,
-            events=n_events,
-        )
+            closed_at = time.perf_counter()
+        return reading.result(body, t_end, closed_at)
     finally:
+        # After [DONE] too: the connection is closed now, not when the server ends the body (a server or proxy
+        # that holds it open would otherwise make every request wait for the timeout).
         _hard_close(conn, resp, sock) if resp is not None and not resp.isclosed() else conn.close()
         if own_raw and raw is not None:
             raw.close()
@@ -526,7 +707,7 @@ def stream(
     **options: Any,
 ) -> tuple[list[dict[str, Any]], float, dict[str, Any] | None]:
     """The brief's function: ``(chunks, total_ms, timings)`` with chunks as ``{"t_ms", "text"}`` dicts.
-    ``options`` are those of :func:`run_stream` (base_url, api_key, timeout, extra, stop_after_ms, ...)."""
+    ``options`` are those of :func:`run_stream` (base_url, api_key, timeout, deadline_s, extra, ...)."""
     result = run_stream(messages, max_tokens, cache_prompt, raw_out, **options)
     return [chunk.as_dict() for chunk in result.chunks], result.total_ms, result.timings
 
@@ -565,12 +746,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("VOICE_LLM_URL", DEFAULT_URL))
     parser.add_argument("--api-key", default=os.environ.get("VOICE_LLM_API_KEY"))
     parser.add_argument("--out", default=".")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="give up after this long without a token (keep-alive comments do not count)")
+    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+                        help="give up when the whole request takes longer than this")
     args = parser.parse_args(argv)
     raw_path = os.path.join(args.out, "sse_raw.txt")
     partial = raw_path + ".partial"
     try:
         os.makedirs(args.out, exist_ok=True)
-        chunks, total_ms, timings = stream(list(STEP2_MESSAGES), raw_out=partial, base_url=args.url, api_key=args.api_key)
+        chunks, total_ms, timings = stream(list(STEP2_MESSAGES), raw_out=partial, base_url=args.url,
+                                           api_key=args.api_key, timeout=args.timeout, deadline_s=args.deadline)
         os.replace(partial, raw_path)
         write_chunks_jsonl(os.path.join(args.out, "chunks.jsonl"), chunks)
     except StreamError as exc:
