@@ -136,6 +136,7 @@ class Recorded:
     write_failed: bool = False  # a write failed (EPIPE / ECONNRESET) because the client had gone
     sent_bytes: int = 0  # body bytes handed to the kernel
     finished: threading.Event = field(default_factory=threading.Event)
+    client_port: int = 0  # the client's source port: one port = one connection
 
     @property
     def json(self) -> Any:
@@ -166,11 +167,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer()
 
     def _answer(self) -> None:
-        self.close_connection = True  # one request per connection: the script is per request
+        fake = self.server.fake
+        self.answered = getattr(self, "answered", 0) + 1
+        # One request per connection (the script is per request), unless the fake keeps connections alive: then
+        # up to ``keep_alive`` requests, after which it closes the connection without saying so.
+        self.close_connection = self.answered >= fake.keep_alive
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        record = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-        fake = self.server.fake
+        record = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                          client_port=self.client_address[1])
         with fake.lock:
             if self.command == "GET" and self.path == "/props" and not fake.script_props:
                 # The lab asks /props once for the run's metadata before its steps: not part of a test's script.
@@ -223,7 +228,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         elif reply.framing == "length":
             self.send_header("Content-Length", str(sum(len(p) for _, p in reply.pieces)))
-        self.send_header("Connection", "close")
+        if not self.server.fake.keep_alive:
+            self.send_header("Connection", "close")
         self.end_headers()  # flushes the header buffer to the socket
         for delay, piece in reply.pieces:
             if delay:
@@ -257,8 +263,9 @@ class FakeServer:
     """``with FakeServer(reply) as fake:`` — ``fake.url`` answers every request with ``reply`` (or with the
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
-    def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False) -> None:
+    def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0) -> None:
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
+        self.keep_alive = keep_alive  # requests per kept-alive connection (Content-Length replies); 0: close each
         assert self.replies, "at least one reply"
         self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
         self.requests: list[Recorded] = []
@@ -303,6 +310,74 @@ class FakeServer:
         record = self.requests[index]
         assert record.finished.wait(max(0.0, deadline - time.monotonic())), "the fake server is still answering"
         return record
+
+
+class RawServer:
+    """``with RawServer(answer) as raw:`` — a bare TCP server on 127.0.0.1 for what an HTTP server cannot script
+    (a TLS client talking to a plain server). Each connection: read what the client sends first, send ``answer``
+    (nothing when empty), then hold the connection open until the client closes it (at most MAX_WAIT_S).
+    ``client_closed`` counts the connections the client closed itself."""
+
+    def __init__(self, answer: bytes = b"") -> None:
+        self.answer = answer
+        self.client_closed = 0
+        self.stopping = threading.Event()
+        self._listener: socket.socket | None = None
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def port(self) -> int:
+        assert self._listener is not None
+        return self._listener.getsockname()[1]
+
+    def __enter__(self) -> RawServer:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(POLL_S * 5)
+        thread = threading.Thread(target=self._accept_loop, daemon=True, name="raw-server")
+        self._threads.append(thread)
+        thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for thread in list(self._threads):
+            thread.join(timeout=MAX_WAIT_S)
+        assert self._listener is not None
+        self._listener.close()
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self.stopping.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._serve, args=(client,), daemon=True, name="raw-server-conn")
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, client: socket.socket) -> None:
+        deadline = time.monotonic() + MAX_WAIT_S
+        answered = False
+        try:
+            while not self.stopping.is_set() and time.monotonic() < deadline:
+                readable, _, _ = select.select([client], [], [], POLL_S)
+                if not readable:
+                    continue
+                try:
+                    data = client.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self.client_closed += 1
+                    return
+                if self.answer and not answered:
+                    answered = True
+                    client.sendall(self.answer)
+        finally:
+            client.close()
 
 
 def unused_port() -> int:

@@ -324,3 +324,36 @@ def test_any_os_error_becomes_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     assert cli_module.main(["check", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err == f"voice-llm check: No space left on device: {tmp_path / 'out' / '.ttft.json.x.tmp'}\n"
+
+
+NESTED = "[" * 50_000 + "]" * 50_000  # json.loads raises RecursionError on this
+
+
+def test_read_json_turns_deep_nesting_into_an_artifact_error(tmp_path: Path) -> None:
+    from voice_llm.errors import ArtifactError
+
+    (tmp_path / "props.json").write_text(NESTED)
+    with pytest.raises(ArtifactError, match="props.json is not valid JSON: nested too deeply"):
+        artifacts.read_json(tmp_path / "props.json")
+    (tmp_path / "chunks.jsonl").write_text('{"t_ms": 1.0, "text": "Hi"}\n' + NESTED + "\n")
+    with pytest.raises(ArtifactError, match="chunks.jsonl line 2 is not valid JSON: nested too deeply"):
+        artifacts.read_jsonl(tmp_path / "chunks.jsonl")
+    with pytest.raises(ArtifactError, match="an event is not valid JSON: nested too deeply"):
+        artifacts.loads_json(NESTED, "an event")
+
+
+def test_check_and_report_on_deeply_nested_artifacts(tmp_path: Path, env: dict[str, str]) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "sample_out"
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in fixture.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    (out / "prefill.json").write_text(NESTED)
+    (out / "sse_raw.txt").write_text(f"data: {NESTED}\n\n")
+    check = cli("check", str(out), env=env)
+    assert check.returncode == 3 and "Traceback" not in check.stderr + check.stdout, check.stderr
+    assert "RecursionError" not in check.stdout + check.stderr
+    assert "prefill.json is not valid JSON: nested too deeply" in check.stdout
+    assert "an event in sse_raw.txt is not valid JSON: nested too deeply" in check.stdout
+    report = cli("report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q", env=env)
+    assert_clean_failure(report, "prefill.json is not valid JSON: nested too deeply")

@@ -23,6 +23,7 @@ from fakeserver import (
     TIMINGS,
     UNAUTHORIZED,
     FakeServer,
+    RawServer,
     RecordingProxy,
     Reply,
     at,
@@ -33,6 +34,7 @@ from fakeserver import (
     unused_port,
 )
 from voice_llm import sse
+from voice_llm.api import ServerClient
 from voice_llm.sse import (
     HTTPStatusError,
     DeadlineExceededError,
@@ -413,6 +415,293 @@ def test_stream_returns_the_brief_tuple(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# a) Limits, hostile streams, base URLs and the request body (issues 13 and 16)
+# ---------------------------------------------------------------------------------------------------------------
+
+HOLD_S = 10.0  # how long a fake holds the connection open after its last piece
+
+
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+def test_returns_at_done_while_the_server_holds_the_body_open(tmp_path: Path, framing: str) -> None:
+    # After [DONE] the fake neither ends the body nor closes: the reader must not wait for it.
+    events = llama_events(["Bring", " ID."])
+    pieces = [(0.0, b"".join(events)), (HOLD_S, b": still here\n\n")]
+    with FakeServer(Reply.stream(pieces, framing=framing)) as fake:
+        t0 = time.monotonic()
+        result = run_stream(MESSAGES, base_url=fake.url, raw_out=tmp_path / "raw", timeout=30)
+        returned_after = time.monotonic() - t0
+        record = fake.wait_finished(timeout=HOLD_S / 2)  # the fake saw the close long before its hold ended
+    assert result.done and not result.closed_early
+    assert texts(result.chunks) == ["Bring", " ID."] and result.timings == TIMINGS
+    assert returned_after < HOLD_S / 4
+    assert record.client_closed
+    assert record.sent_bytes == len(b"".join(events))  # the held piece was never sent
+    assert (tmp_path / "raw").read_bytes() == b"".join(events)
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+def test_reasoning_deltas_are_timed_apart_and_never_content(tmp_path: Path, key: str) -> None:
+    role = event(chunk_payload({"role": "assistant", "content": None}))
+    thoughts = [event(chunk_payload({key: text, "content": None})) for text in ("The user", " wants a list.")]
+    answer = llama_events(["Bring", " ID."])[1:]
+    pieces = [(0.0, role + thoughts[0]), (0.05, thoughts[1]), (0.4, b"".join(answer))]
+    seen: list[sse.Chunk] = []
+    with FakeServer(Reply.stream(pieces)) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, on_chunk=seen.append, timeout=5)
+    assert texts(result.chunks) == ["Bring", " ID."] and result.text == "Bring ID."
+    assert texts(result.reasoning_chunks) == ["The user", " wants a list."]
+    assert result.reasoning_text == "The user wants a list."
+    assert seen == list(result.chunks)  # progress and should_stop see spoken tokens only
+    assert result.first_reasoning_ms is not None and result.ttft_ms is not None
+    assert result.first_event_ms <= result.first_reasoning_ms < result.ttft_ms
+    assert result.ttft_ms - result.first_reasoning_ms >= 300  # the time to first token is the spoken one's
+
+
+def test_no_reasoning_gives_none(tmp_path: Path) -> None:
+    with FakeServer(Reply.stream(b"".join(llama_events(["a"])))) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=5)
+    assert result.reasoning_chunks == () and result.first_reasoning_ms is None
+
+
+PINGS = {
+    "comment": b": keep-alive\n\n",
+    "role-only": event(chunk_payload({"role": "assistant", "content": None})),
+    "empty-content": event(chunk_payload({"content": ""})),
+}
+
+
+@pytest.mark.parametrize("ping", list(PINGS))
+@pytest.mark.parametrize("content_first", [False, True], ids=["before-content", "after-content"])
+def test_pings_do_not_reset_the_no_content_timeout(tmp_path: Path, ping: str, content_first: bool) -> None:
+    head = b"".join(llama_events(["Hi"])[:2]) if content_first else b""
+    pings = at(0.3, [PINGS[ping]] * 20)  # 6 s of pings, one every 0.3 s: each read resets a plain read timeout
+    with FakeServer(Reply.stream(([(0.0, head)] if head else []) + pings)) as fake:  # an empty chunk ends a body
+        t0 = time.monotonic()
+        exc, raw = expect_failure(fake.url, tmp_path, NoContentTimeoutError, timeout=1.0, deadline_s=60)
+        elapsed = time.monotonic() - t0
+        record = fake.wait_finished()
+    assert exc.limit == "no-content timeout" and "no-content timeout" in str(exc) and fake.url in str(exc)
+    assert "sent no content for 1 s" in str(exc)
+    assert 0.9 <= elapsed < 3.0  # the 1 s timeout fired, well before the pings stopped
+    assert texts(exc.chunks) == (["Hi"] if content_first else [])
+    assert raw.startswith(head + PINGS[ping]) and len(raw) == exc.received_bytes
+    assert record.client_closed
+
+
+def test_tokens_reset_the_no_content_timeout(tmp_path: Path) -> None:
+    # Tokens 0.4 s apart for 2 s with a 0.6 s timeout: slow but alive, never a timeout.
+    events = llama_events([f" t{i}" for i in range(5)])
+    tokens = events[1:5] + [b"".join(events[5:])]  # the last token comes with the final chunk and [DONE]
+    with FakeServer(Reply.stream([(0.0, events[0])] + at(0.4, tokens))) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=0.6)
+    assert result.done and len(result.chunks) == 5
+
+
+def test_reasoning_tokens_reset_the_no_content_timeout(tmp_path: Path) -> None:
+    thoughts = [event(chunk_payload({"reasoning_content": f" step{i}"})) for i in range(5)]
+    answer = llama_events(["Done."])[1:]
+    with FakeServer(Reply.stream(at(0.4, thoughts) + [(0.4, b"".join(answer))])) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=0.6)
+    assert result.done and len(result.reasoning_chunks) == 5 and texts(result.chunks) == ["Done."]
+
+
+def test_the_deadline_bounds_a_stream_that_never_stops(tmp_path: Path) -> None:
+    events = llama_events([f" t{i}" for i in range(40)])  # a token every 0.15 s: 6 s in all
+    with FakeServer(Reply.stream([(0.0, events[0])] + at(0.15, events[1:]))) as fake:
+        t0 = time.monotonic()
+        exc, raw = expect_failure(fake.url, tmp_path, DeadlineExceededError, timeout=5.0, deadline_s=1.0)
+        elapsed = time.monotonic() - t0
+        record = fake.wait_finished()
+    message = str(exc)
+    assert exc.limit == "deadline" and "deadline of 1 s" in message and fake.url in message
+    assert f"{len(exc.chunks)} content chunks" in message
+    assert 0.9 <= elapsed < 3.0
+    assert 3 <= len(exc.chunks) < 40
+    assert len(raw) == exc.received_bytes
+    assert record.client_closed
+
+
+def test_the_deadline_also_bounds_the_wait_for_the_answer(tmp_path: Path) -> None:
+    with FakeServer(Reply.stream(b"".join(llama_events(["late"])), stall_s=5.0)) as fake:
+        t0 = time.monotonic()
+        exc, _ = expect_failure(fake.url, tmp_path, DeadlineExceededError, timeout=30.0, deadline_s=0.5)
+        elapsed = time.monotonic() - t0
+    assert "deadline of 0.5 s" in str(exc) and elapsed < 3.0
+
+
+def test_both_limits_are_stream_timeouts() -> None:
+    assert issubclass(NoContentTimeoutError, StreamTimeoutError)
+    assert issubclass(DeadlineExceededError, StreamTimeoutError)
+
+
+DEEP = "[" * 50_000 + "]" * 50_000
+
+
+@pytest.mark.parametrize("payload", [DEEP, '{"a":' * 50_000 + "1" + "}" * 50_000], ids=["list", "object"])
+def test_deeply_nested_json_is_a_malformed_event(tmp_path: Path, payload: str) -> None:
+    head = b"".join(llama_events(["Hello"])[:2])
+    bad = f"data: {payload}\n\n".encode()
+    with FakeServer(Reply.stream([(0.0, head), (0.05, bad)])) as fake:
+        exc, raw = expect_failure(fake.url, tmp_path, MalformedEventError)
+    assert "nested too deeply" in str(exc) and fake.url in str(exc)
+    assert len(str(exc)) < 600  # the bad data is quoted, not copied
+    assert texts(exc.chunks) == ["Hello"]
+    assert raw == head + bad
+
+
+def test_parse_json_never_raises_recursion_error() -> None:
+    with pytest.raises(ValueError, match="nested too deeply"):
+        sse.parse_json(DEEP)
+    assert sse.parse_json('{"a": [1]}') == {"a": [1]}
+
+
+def test_deeply_nested_error_body_and_json_endpoint(tmp_path: Path) -> None:
+    with FakeServer(Reply.body(500, DEEP.encode(), "application/json")) as fake:
+        exc, _ = expect_failure(fake.url, tmp_path, HTTPStatusError)
+    assert exc.status == 500 and "[[[[" in str(exc)
+    with FakeServer(Reply.body(200, DEEP.encode(), "application/json")) as fake:
+        with pytest.raises(MalformedEventError, match="nested too deeply"):
+            ServerClient(fake.url, timeout=5).props()
+
+
+def test_hostile_choices_do_not_crash(tmp_path: Path) -> None:
+    odd = [event({"choices": {"0": {"delta": {"content": "x"}}}}), event({"choices": ["x"]}),
+           event({"choices": [{"delta": "text"}]}), event({"choices": [{"delta": {"content": 5}}]})]
+    with FakeServer(Reply.stream(b"".join(odd + llama_events(["ok"])))) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=5)
+    assert texts(result.chunks) == ["ok"] and result.done
+
+
+@pytest.mark.parametrize(
+    ("given", "root"),
+    [
+        ("http://h:8080", "http://h:8080"),
+        ("http://h:8080/", "http://h:8080"),
+        ("http://h:8080/v1", "http://h:8080"),
+        ("http://h:8080/v1/", "http://h:8080"),
+        ("https://h/llm/v1", "https://h/llm"),
+        ("http://v1:8080", "http://v1:8080"),  # a host named v1 is not a /v1 path
+        ("http://h:8080/v10", "http://h:8080/v10"),
+        ("127.0.0.1:8080", "127.0.0.1:8080"),  # not a URL: left for open_connection to reject
+    ],
+)
+def test_server_root(given: str, root: str) -> None:
+    assert sse.server_root(given) == root
+
+
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
+def test_a_base_url_ending_in_v1_reaches_every_endpoint(tmp_path: Path, suffix: str) -> None:
+    replies = [Reply.stream(b"".join(llama_events(["ok"]))), Reply.json(200, {"n_ctx": 4096})]
+    with FakeServer(replies) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url + suffix, timeout=5)
+        client = ServerClient(fake.url + suffix, timeout=5)
+        props = client.props()
+    assert texts(result.chunks) == ["ok"] and props == {"n_ctx": 4096}
+    assert [r.path for r in fake.requests] == [CHAT, "/props"]
+    assert client.base_url == fake.url
+
+
+def test_https_against_a_plain_http_server_that_answers(tmp_path: Path) -> None:
+    # A plain server answers the TLS ClientHello with an HTTP 400: OpenSSL reads it as a bad record.
+    plain_400 = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    with RawServer(plain_400) as raw_server:
+        port = raw_server.port
+        url = f"https://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        exc, raw = expect_failure(url, tmp_path, NotTLSError, timeout=30)
+        elapsed = time.monotonic() - t0
+    assert "does not speak TLS" in str(exc) and url in str(exc)
+    assert f"use http://127.0.0.1:{port}" in str(exc)
+    assert isinstance(exc, ServerUnreachableError)
+    assert elapsed < 3.0 and raw == b""
+
+
+def test_https_against_a_plain_http_server_that_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain server that waits for the end of a request line never answers the handshake: bounded by the
+    # handshake timeout, not by the request timeout (30 s here).
+    monkeypatch.setattr(sse, "TLS_HANDSHAKE_TIMEOUT_S", 0.5)
+    with RawServer() as raw_server:
+        url = f"https://127.0.0.1:{raw_server.port}"
+        t0 = time.monotonic()
+        exc, _ = expect_failure(url, tmp_path, NotTLSError, timeout=30)
+        elapsed = time.monotonic() - t0
+    assert "no TLS handshake within 0.5 s" in str(exc) and "does not speak TLS" in str(exc)
+    assert elapsed < 3.0
+
+
+def test_https_against_the_fake_http_server_fails_fast(tmp_path: Path) -> None:
+    # The same through an ordinary HTTP server (whether it answers the ClientHello or waits).
+    with FakeServer(Reply.json(200, {})) as fake:
+        url = fake.url.replace("http://", "https://")
+        t0 = time.monotonic()
+        exc, _ = expect_failure(url, tmp_path, NotTLSError, timeout=60)
+        elapsed = time.monotonic() - t0
+    assert "does not speak TLS" in str(exc)
+    assert elapsed < sse.TLS_HANDSHAKE_TIMEOUT_S + 3.0
+    with FakeServer(Reply.json(200, {})) as fake, pytest.raises(NotTLSError):
+        ServerClient(fake.url.replace("http://", "https://"), timeout=60).health()
+
+
+def test_model_and_include_usage_go_into_the_body(tmp_path: Path) -> None:
+    with FakeServer(Reply.stream(b"".join(llama_events(["ok"])))) as fake:
+        run_stream(MESSAGES, base_url=fake.url, model="smollm2", include_usage=True, timeout=5)
+        ServerClient(fake.url, timeout=5).chat(MESSAGES, 8, model="m2")
+        run_stream(MESSAGES, base_url=fake.url, timeout=5)
+    first, second, plain = (r.json for r in fake.requests)
+    assert first["model"] == "smollm2" and first["stream_options"] == {"include_usage": True}
+    assert first["messages"] == MESSAGES and first["stream"] is True
+    assert second["model"] == "m2" and "stream_options" not in second and second["max_tokens"] == 8
+    assert "model" not in plain and "stream_options" not in plain
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a) ServerClient.poller: one kept-alive connection for polling /slots
+# ---------------------------------------------------------------------------------------------------------------
+
+SLOTS = [{"id": 0, "is_processing": False}]
+
+
+def test_poller_keeps_one_connection(tmp_path: Path) -> None:
+    with FakeServer(Reply.json(200, SLOTS), keep_alive=100) as fake:
+        with ServerClient(fake.url, api_key="k", timeout=5).poller() as slots:
+            answers = [slots.get() for _ in range(6)]
+        assert slots.connections == 1
+    assert answers == [SLOTS] * 6
+    assert [r.path for r in fake.requests] == ["/slots"] * 6
+    assert len({r.client_port for r in fake.requests}) == 1  # the server saw one connection
+    assert all(r.headers["authorization"] == "Bearer k" for r in fake.requests)
+
+
+def test_poller_reconnects_when_the_server_closed_the_connection(tmp_path: Path) -> None:
+    # The server closes each connection silently after 2 answers (a keep-alive limit): every poll still answers.
+    with FakeServer(Reply.json(200, SLOTS), keep_alive=2) as fake:
+        with ServerClient(fake.url, timeout=5).poller("/slots") as slots:
+            answers = []
+            for _ in range(5):
+                answers.append(slots.get())
+                time.sleep(0.05)  # let the close arrive, as between real polls
+        assert slots.connections == 3
+    assert answers == [SLOTS] * 5
+    assert len({r.client_port for r in fake.requests}) == 3
+
+
+def test_poller_with_a_server_that_closes_each_time(tmp_path: Path) -> None:
+    with FakeServer(Reply.json(200, SLOTS)) as fake:  # "Connection: close" on every answer
+        with ServerClient(fake.url, timeout=5).poller() as slots:
+            answers = [slots.get() for _ in range(3)]
+    assert answers == [SLOTS] * 3 and slots.connections == 3
+
+
+def test_poller_errors_are_stream_errors(tmp_path: Path) -> None:
+    with FakeServer(Reply.json(404, {"error": {"message": "no slots endpoint"}}), keep_alive=100) as fake:
+        with ServerClient(fake.url, timeout=5).poller() as slots, pytest.raises(HTTPStatusError, match="404"):
+            slots.get()
+    with ServerClient(f"http://127.0.0.1:{unused_port()}", timeout=5).poller() as slots:
+        with pytest.raises(ServerUnreachableError, match="refused"):
+            slots.get()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # b) The real llama-server
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -593,3 +882,58 @@ def test_standalone_against_the_real_server(module_server, tmp_path: Path) -> No
     assert [r["t_ms"] for r in rows] == sorted(r["t_ms"] for r in rows)
     assert f"{len(rows)} chunks" in done.stdout
     assert not (out / "sse_raw.txt.partial").exists()
+
+
+def test_standalone_deeply_nested_event(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    head = b"".join(llama_events(["Bring"])[:2])
+    with FakeServer(Reply.stream([(0.0, head), (0.05, f"data: {DEEP}\n\n".encode())])) as fake:
+        done = standalone(tmp_path, "--url", fake.url + "/v1", "--out", str(out))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+    line, = done.stderr.strip().splitlines()
+    assert "nested too deeply" in line and str(out / "sse_raw.txt.partial") in line
+    assert not (out / "chunks.jsonl").exists()
+
+
+def test_standalone_no_content_timeout(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with FakeServer(Reply.stream(at(0.3, [PINGS["comment"]] * 20))) as fake:
+        t0 = time.monotonic()
+        done = standalone(tmp_path, "--url", fake.url, "--out", str(out), "--timeout", "1")
+        elapsed = time.monotonic() - t0
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    line, = done.stderr.strip().splitlines()
+    assert "no-content timeout" in line
+    assert elapsed < 5.0  # well before the 6 s of pings end
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# d) The CLI: --timeout reaches the reader, --url may end in /v1
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_cli_timeout_reaches_the_reader(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+
+    with FakeServer(Reply.stream(at(0.3, [PINGS["comment"]] * 20))) as fake:
+        t0 = time.monotonic()
+        result = cli("sse", "--quiet", "--url", fake.url, "--out", str(tmp_path / "out"), "--timeout", "1",
+                     env=env, timeout=60)
+        elapsed = time.monotonic() - t0
+    assert_clean_failure(result, "no-content timeout:", "sent no content for 1 s", "keep-alive comments")
+    assert elapsed < 5.5  # the 1 s limit fired, not the 120 s default nor the end of the 6 s of pings
+
+
+def test_cli_url_ending_in_v1(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import cli
+
+    replies = [Reply.json(200, {"status": "ok"}), Reply.json(200, {"n_ctx": 4096})]
+    with FakeServer(replies) as fake:
+        result = cli("health", "--url", fake.url + "/v1", "--out", str(tmp_path / "out"), env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [r.path for r in fake.requests] == ["/health", "/props"]
+    assert json.loads((tmp_path / "out" / "props.json").read_text())["n_ctx"] == 4096

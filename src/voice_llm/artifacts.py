@@ -93,16 +93,28 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     return write_bytes_atomic(path, jsonl_bytes(rows))
 
 
+def loads_json(text: str | bytes, what: str) -> Any:
+    """Parse JSON from a saved file; anything malformed, even nested too deeply for the parser (RecursionError),
+    becomes an ArtifactError naming ``what``. Check and report parse saved evidence through this."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ArtifactError(f"{what} is not valid JSON: nested too deeply to parse") from exc
+
+
 def read_json(path: Path) -> Any:
     """Read one artifact, turning a missing or malformed file into an ArtifactError that names it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
     except OSError as exc:  # a folder where the file should be, no permission, ...
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path.name} is not valid JSON: {exc}") from exc
+    return loads_json(text, path.name)
 
 
 def read_jsonl(path: Path) -> list[Any]:
@@ -118,8 +130,5 @@ def read_jsonl(path: Path) -> list[Any]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{path.name} line {number} is not valid JSON: {exc}") from exc
+        rows.append(loads_json(line, f"{path.name} line {number}"))
     return rows

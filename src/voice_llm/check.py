@@ -7,7 +7,6 @@ names within one run (first token < total, long prompt > short, cache hit < no c
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Any
 
 from voice_llm import artifacts as names
 from voice_llm import brief, runmeta
-from voice_llm.artifacts import read_json, read_jsonl
+from voice_llm.artifacts import loads_json, read_json, read_jsonl
 from voice_llm.errors import ArtifactError
 from voice_llm.keynumbers import build_report
 from voice_llm.sse import SSEDecoder
@@ -75,7 +74,7 @@ def _raw_events(out: Path) -> list[dict[str, Any] | str]:
     events = decoder.feed(raw) + decoder.end()
     parsed: list[dict[str, Any] | str] = []
     for event in events:
-        parsed.append(event.data if event.data == "[DONE]" else json.loads(event.data))
+        parsed.append(event.data if event.data == "[DONE]" else loads_json(event.data, f"an event in {names.SSE_RAW}"))
     return parsed
 
 

@@ -41,7 +41,7 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 
 def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
     parser.add_argument("--out", type=Path, default=default_out_dir(), help="artifact folder (default ~/voice/llm)")
-    parser.add_argument("--url", help="a running server to measure (default: the managed one on --port)")
+    parser.add_argument("--url", help="a running server to measure (default: the managed one on --port); may end in /v1")
     if kb:
         parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
     parser.add_argument("--repeat", type=int, default=StepOptions.repeat,

@@ -488,14 +488,14 @@ class _Reading:
             return
         if self.deadline <= self.content_limit:
             raise self.fail(DeadlineExceededError,
-                            f"{self.url} did not finish within the deadline of {self.deadline_s:g} s "
+                            f"deadline: {self.url} did not finish within the deadline of {self.deadline_s:g} s "
                             f"({len(self.chunks)} content chunks, {self.received} bytes so far)")
         if not self.answered:
-            raise self.fail(NoContentTimeoutError, f"{self.url} sent no answer within {self.timeout:g} s "
-                                                   "(the no-content timeout)")
+            raise self.fail(NoContentTimeoutError,
+                            f"no-content timeout: {self.url} sent no answer within {self.timeout:g} s")
         raise self.fail(NoContentTimeoutError,
-                        f"{self.url} sent no content for {self.timeout:g} s ({self.received} bytes so far; "
-                        "keep-alive comments and empty events do not count) (the no-content timeout)")
+                        f"no-content timeout: {self.url} sent no content for {self.timeout:g} s "
+                        f"({self.received} bytes so far; keep-alive comments and empty events do not count)")
 
     def handle(self, event: ServerSentEvent, t_read: float) -> bool:
         """Take one event read at ``t_read``; True when reading should stop ([DONE], or should_stop)."""
