@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 # Upper bound on any single wait inside the server, whatever a test scripts.
 MAX_WAIT_S = 10.0
@@ -312,15 +312,11 @@ class FakeServer:
         return record
 
 
-class RawServer:
-    """``with RawServer(answer) as raw:`` — a bare TCP server on 127.0.0.1 for what an HTTP server cannot script
-    (a TLS client talking to a plain server). Each connection: read what the client sends first, send ``answer``
-    (nothing when empty), then hold the connection open until the client closes it (at most MAX_WAIT_S).
-    ``client_closed`` counts the connections the client closed itself."""
+class _TCPListener:
+    """A listening socket on 127.0.0.1 that hands each connection to ``_on_connection`` in a thread of its own;
+    leaving the ``with`` block stops accepting and joins every thread."""
 
-    def __init__(self, answer: bytes = b"") -> None:
-        self.answer = answer
-        self.client_closed = 0
+    def __init__(self) -> None:
         self.stopping = threading.Event()
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
@@ -330,12 +326,14 @@ class RawServer:
         assert self._listener is not None
         return self._listener.getsockname()[1]
 
-    def __enter__(self) -> RawServer:
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self.port
+
+    def __enter__(self) -> Self:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(POLL_S * 5)
-        thread = threading.Thread(target=self._accept_loop, daemon=True, name="raw-server")
-        self._threads.append(thread)
-        thread.start()
+        self._spawn(self._accept_loop)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -344,6 +342,11 @@ class RawServer:
             thread.join(timeout=MAX_WAIT_S)
         assert self._listener is not None
         self._listener.close()
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=type(self).__name__)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -354,9 +357,25 @@ class RawServer:
                 continue
             except OSError:
                 return
-            thread = threading.Thread(target=self._serve, args=(client,), daemon=True, name="raw-server-conn")
-            self._threads.append(thread)
-            thread.start()
+            self._on_connection(client)
+
+    def _on_connection(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class RawServer(_TCPListener):
+    """``with RawServer(answer) as raw:`` — a bare TCP server for what an HTTP server cannot script (a TLS client
+    talking to a plain server). Each connection: read what the client sends first, send ``answer`` (nothing when
+    empty), then hold the connection open until the client closes it (at most MAX_WAIT_S). ``client_closed``
+    counts the connections the client closed itself."""
+
+    def __init__(self, answer: bytes = b"") -> None:
+        super().__init__()
+        self.answer = answer
+        self.client_closed = 0
+
+    def _on_connection(self, client: socket.socket) -> None:
+        self._spawn(self._serve, client)
 
     def _serve(self, client: socket.socket) -> None:
         deadline = time.monotonic() + MAX_WAIT_S
@@ -392,57 +411,24 @@ def unused_port() -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class RecordingProxy:
+class RecordingProxy(_TCPListener):
     """``with RecordingProxy(real_url) as proxy:`` — ``proxy.url`` forwards every TCP connection to the real
     server unchanged and records the bytes of each direction (``proxy.downstream[i]`` = server -> client)."""
 
     def __init__(self, target_url: str) -> None:
         from urllib.parse import urlsplit
 
+        super().__init__()
         parts = urlsplit(target_url)
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.upstream: list[bytearray] = []
         self.downstream: list[bytearray] = []
-        self.stopping = threading.Event()
-        self._listener: socket.socket | None = None
-        self._threads: list[threading.Thread] = []
 
-    @property
-    def url(self) -> str:
-        assert self._listener is not None
-        return "http://127.0.0.1:%d" % self._listener.getsockname()[1]
-
-    def __enter__(self) -> RecordingProxy:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(POLL_S * 5)
-        self._spawn(self._accept_loop)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        for thread in list(self._threads):
-            thread.join(timeout=MAX_WAIT_S)
-        assert self._listener is not None
-        self._listener.close()
-
-    def _spawn(self, target: Any, *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True, name="recording-proxy")
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
-        while not self.stopping.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            up, down = bytearray(), bytearray()
-            self.upstream.append(up)
-            self.downstream.append(down)
-            self._spawn(self._pump, client, up, down)
+    def _on_connection(self, client: socket.socket) -> None:
+        up, down = bytearray(), bytearray()
+        self.upstream.append(up)
+        self.downstream.append(down)
+        self._spawn(self._pump, client, up, down)
 
     def _pump(self, client: socket.socket, up: bytearray, down: bytearray) -> None:
         server = socket.create_connection(self.target, timeout=MAX_WAIT_S)

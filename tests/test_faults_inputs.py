@@ -268,12 +268,16 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
         assert (out / name).read_bytes() == data
 
 
-def test_check_names_a_half_written_file_left_by_an_older_tool(tmp_path: Path, env: dict[str, str]) -> None:
-    fixture = Path(__file__).parent / "fixtures" / "sample_out"
-    out = tmp_path / "out"
+def copy_sample_out(out: Path) -> Path:
+    """A complete, consistent OUT folder (tests/fixtures/sample_out) to damage."""
     out.mkdir()
-    for path in fixture.iterdir():
+    for path in (Path(__file__).parent / "fixtures" / "sample_out").iterdir():
         (out / path.name).write_bytes(path.read_bytes())
+    return out
+
+
+def test_check_names_a_half_written_file_left_by_an_older_tool(tmp_path: Path, env: dict[str, str]) -> None:
+    out = copy_sample_out(tmp_path / "out")
     full = (out / "prefill.json").read_bytes()
     (out / "prefill.json").write_bytes(full[: len(full) // 2])  # cut in the middle, as a non-atomic copy would
     (out / "chunks.jsonl").write_bytes(b'{"t_ms": 1.0, "text": "Hi"}\n{"t_ms": 2.0, "te')
@@ -343,11 +347,7 @@ def test_read_json_turns_deep_nesting_into_an_artifact_error(tmp_path: Path) -> 
 
 
 def test_check_and_report_on_deeply_nested_artifacts(tmp_path: Path, env: dict[str, str]) -> None:
-    fixture = Path(__file__).parent / "fixtures" / "sample_out"
-    out = tmp_path / "out"
-    out.mkdir()
-    for path in fixture.iterdir():
-        (out / path.name).write_bytes(path.read_bytes())
+    out = copy_sample_out(tmp_path / "out")
     (out / "prefill.json").write_text(NESTED)
     (out / "sse_raw.txt").write_text(f"data: {NESTED}\n\n")
     check = cli("check", str(out), env=env)

@@ -791,6 +791,21 @@ def test_real_server_stop_after_ms_cancels(module_server) -> None:
     assert result.timings is None  # the final chunk (with timings) never came
 
 
+@pytest.mark.server
+def test_real_server_v1_url_poller_and_stop_at_done(module_server) -> None:
+    client = ServerClient(module_server.url + "/v1", timeout=120)
+    assert client.base_url == module_server.url
+    assert "default_generation_settings" in client.props()
+    result = client.chat(MESSAGES, 8, include_usage=True)
+    assert result.done and result.chunks and result.reasoning_chunks == ()
+    with client.poller() as slots:
+        polls = [slots.get() for _ in range(12)]
+    assert all(isinstance(p, list) and p for p in polls)
+    assert slots.connections < len(polls)  # llama-server keeps the connection alive between polls
+    with pytest.raises(NotTLSError, match="does not speak TLS"):  # llama-server waits: the handshake timeout ends it
+        ServerClient(module_server.url.replace("http://", "https://"), timeout=120).health()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # c) The stand-alone copy: python sse.py, no voice_llm on the path
 # ---------------------------------------------------------------------------------------------------------------
