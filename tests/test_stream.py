@@ -952,3 +952,13 @@ def test_cli_url_ending_in_v1(tmp_path: Path, env: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr
     assert {r.path for r in fake.requests} == {"/health", "/props"}  # never /v1/props
     assert json.loads((tmp_path / "out" / "props.json").read_text())["n_ctx"] == 4096
+
+
+def test_cli_sse_deeply_nested_event(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+
+    head = b"".join(llama_events(["Bring"])[:2])
+    with FakeServer(Reply.stream([(0.0, head), (0.05, f"data: {DEEP}\n\n".encode())])) as fake:
+        result = cli("sse", "--quiet", "--url", fake.url, "--out", str(tmp_path / "out"), env=env, timeout=60)
+    err = assert_clean_failure(result, "nested too deeply", "sse_raw.txt.partial")
+    assert "RecursionError" not in err
