@@ -320,7 +320,10 @@ def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
                 f"{base_url}: the server does not speak TLS (it answered the TLS handshake with plain bytes: "
                 f"{reason}); {_plain_http_hint(base_url)}"
             ) from exc
-        raise ServerUnreachableError(f"TLS handshake with {base_url} failed: {reason}") from exc
+        raise ServerUnreachableError(
+            f"TLS handshake with {base_url} failed: {reason} (if the server speaks plain HTTP, "
+            f"{_plain_http_hint(base_url)})"
+        ) from exc
     except OSError as exc:
         raise ServerUnreachableError(f"cannot connect to {base_url}: {exc}") from exc
     finally:
