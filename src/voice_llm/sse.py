@@ -8,6 +8,8 @@ This file stands alone (standard library only) so it can be copied into a voice 
   (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation). No I/O.
 * :func:`open_connection` / :func:`error_from_response` — the thin HTTP layer over :mod:`http.client`.
 * :func:`run_stream` (rich result) and :func:`stream` (the brief's tuple) — send one chat request and time it.
+  Read it in three steps: ``_send_request`` (connect, send, status and headers), ``_read_body`` (the read loop and
+  the clocks) and ``_Reading.handle`` (what one event means).
 
 Timing rule: the clock starts with ``time.perf_counter()`` just before the request is written to the socket, and a
 chunk's time is when the bytes that completed its event were read from the socket.
