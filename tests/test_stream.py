@@ -943,6 +943,17 @@ def test_cli_timeout_reaches_the_reader(tmp_path: Path, env: dict[str, str]) -> 
     assert elapsed < 5.5  # the 1 s limit fired, not the 120 s default nor the end of the 6 s of pings
 
 
+def test_cli_deadline_reaches_the_reader(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+
+    # Tokens keep coming (so the no-content timeout never fires), but the whole answer is too long.
+    with FakeServer(Reply.stream(at(0.2, llama_events(["tick"] * 40)))) as fake:
+        result = cli("sse", "--quiet", "--url", fake.url, "--out", str(tmp_path / "out"), "--deadline", "1",
+                     env=env, timeout=60)
+    assert_clean_failure(result, "deadline:")
+    assert not (tmp_path / "out" / "sse_raw.txt").exists()  # the partial evidence is kept beside, not renamed
+
+
 def test_cli_url_ending_in_v1(tmp_path: Path, env: dict[str, str]) -> None:
     from clihelpers import cli
 

@@ -47,7 +47,9 @@ def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
     parser.add_argument("--repeat", type=int, default=StepOptions.repeat,
                         help="repeats of prefill, cache, sentence and cancel (ttft keeps the brief's 5 runs)")
     parser.add_argument("--timeout", type=float, default=StepOptions.timeout, metavar="SECONDS",
-                        help="give up on a request that sends no content for this long")
+                        help="give up on a request that sends no content for this long (pings do not count)")
+    parser.add_argument("--deadline", type=float, default=StepOptions.deadline_s, metavar="SECONDS",
+                        help="give up on any one request that takes longer than this in all")
     parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
 
 
@@ -203,7 +205,7 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
         api_key=api_key_from_env(args.api_key), wait_for_out=args.wait,
-        options=StepOptions(repeat=args.repeat, timeout=args.timeout), **extra,
+        options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline), **extra,
     )
 
 

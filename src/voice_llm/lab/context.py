@@ -45,13 +45,16 @@ class StepOptions:
     lab and a step run alone are configured the same way; a step ignores the fields it does not use."""
 
     repeat: int = 3  # prefill, cache, sentence, cancel (and speak) repeat their measurement; ttft keeps 5 runs
-    timeout: float = 120.0  # seconds a request may go without content
+    timeout: float = 120.0  # seconds a request may go without content (pings and comments do not count)
+    deadline_s: float | None = sse.DEFAULT_DEADLINE_S  # seconds one whole request may take
 
     def __post_init__(self) -> None:
         if self.repeat < 1:
             raise ConfigError(f"--repeat must be at least 1, not {self.repeat}")
         if not self.timeout > 0:
             raise ConfigError(f"--timeout must be more than 0 seconds, not {self.timeout:g}")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,8 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
     else:
         url = settings.server.url
         target = _Server(url, _managed_log(settings.server.port, url), runmeta.ServerFacts(url=url, managed=True))
-    client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout)
+    client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
+                          deadline_s=settings.options.deadline_s)
     facts = _server_facts(client, target.facts)
     return _Server(target.url, target.log, facts), client
 
