@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import prompts, server, sse
+from voice_llm import procfs, prompts, server, sse
 from voice_llm.api import ServerClient
 from voice_llm.lab.context import LabContext
 
@@ -364,3 +365,121 @@ def test_a_state_folder_that_cannot_be_written(kind: str, env: dict[str, str], t
     assert status.returncode == 1 and "not running" in status.stdout and "Traceback" not in status.stderr
     down = cli("down", "--port", str(port), env=env, timeout=30)
     assert down.returncode == 0 and "no managed server" in down.stdout and "Traceback" not in down.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issues 15.7, 16.3, 16.7, 16.8: down keeps the record until the process is gone; a server without a record
+# is still found; a crash log survives the next `up`; a step says the managed server died
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_down_keeps_the_record_when_the_signal_fails(running_server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = running_server.settings.port
+
+    def refuse(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(server.os, "killpg", refuse)
+    with pytest.raises(server.ServerError, match=f"not allowed to stop llama-server \\(pid {running_server.record.pid}\\)"):
+        server.down(port)
+    assert server.read_record(port) == running_server.record  # still findable, so `down` can be tried again
+    assert _alive(running_server.record.pid)
+    monkeypatch.undo()
+    assert "stopped" in server.down(port)
+    assert server.read_record(port) is None and not _alive(running_server.record.pid)
+
+
+def _held_by_http_server(port: int) -> subprocess.Popen[bytes]:
+    holder = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _wait_for(lambda: not server.port_is_free("127.0.0.1", port) or holder.poll() is not None, what="http.server")
+    return holder
+
+
+def test_a_server_whose_state_folder_was_deleted_is_still_found_and_stopped(
+    env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
+) -> None:
+    assert cli("up", "--port", str(port), "-q", env=env).returncode == 0
+    record = server.read_record(port)
+    assert record is not None
+    try:
+        shutil.rmtree(state_dir)
+        status = cli("status", "--port", str(port), env=env, timeout=30)
+        assert status.returncode == 1 and "not running" in status.stdout
+        assert f"answered by a llama-server voice-llm has no record of (pid {record.pid}, " in status.stdout
+        up = cli("up", "--port", str(port), "-q", env=env)
+        assert_clean_failure(up, f"in use by a llama-server voice-llm has no record of (pid {record.pid}",
+                             f"`voice-llm down --port {port}` stops it")
+        down = cli("down", "--port", str(port), env=env, timeout=60)
+        assert down.returncode == 0 and f"stopped llama-server on port {port} (pid {record.pid}" in down.stdout
+        assert "no record" in down.stdout
+        _wait_for(lambda: not _alive(record.pid), timeout_s=15, what="the unrecorded server to exit")
+        assert server.port_is_free("127.0.0.1", port)
+    finally:
+        if _alive(record.pid):
+            os.kill(record.pid, signal.SIGKILL)
+
+
+def test_down_never_stops_another_program_on_the_port(env: dict[str, str], port: int) -> None:
+    holder = _held_by_http_server(port)
+    try:
+        status = cli("status", "--port", str(port), env=env, timeout=30)
+        assert status.returncode == 1 and f"answered by another program (pid {holder.pid}, " in status.stdout
+        assert "http.server" in status.stdout
+        down = cli("down", "--port", str(port), env=env, timeout=30)
+        assert down.returncode == 0 and "no managed server" in down.stdout
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_a_server_killed_mid_step_is_named_and_its_log_kept(
+    env: dict[str, str], state_dir: Path, port: int, tmp_path: Path, server_binary: Path, model_path: Path
+) -> None:
+    assert cli("up", "--port", str(port), "-q", env=env).returncode == 0
+    record = server.read_record(port)
+    assert record is not None
+    out = tmp_path / "out"
+    step = subprocess.Popen([sys.executable, "-m", "voice_llm", "ttft", "--port", str(port), "--out", str(out), "-q"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Kill it while an answer streams (a partial raw file with bytes in it).
+        _wait_for(lambda: any(p.stat().st_size > 0 for p in out.glob("raw/*.partial")) or step.poll() is not None,
+                  what="the first streamed bytes")
+        os.kill(record.pid, signal.SIGKILL)
+        _, err = step.communicate(timeout=WAIT_S)
+    finally:
+        if step.poll() is None:
+            step.kill()
+        if _alive(record.pid):
+            os.kill(record.pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(record.pid), timeout_s=15, what="the killed server to go")
+    assert step.returncode == 1 and "Traceback" not in err, err
+    assert "stream ended early" in err  # the reader's own words stay; the cause follows
+    assert f"cause: llama-server on port {port} (pid {record.pid}) died" in err
+    assert f"last lines of its log {state_dir / f'port-{port}' / 'server.log'}" in err
+    crash_log = (state_dir / f"port-{port}" / "server.log").read_bytes()
+    assert crash_log.strip().splitlines()[-1].decode() in err  # the tail shown is the dead server's
+
+    # The next `up` keeps the dead server's log and says where.
+    again = cli("up", "--port", str(port), "-q", env=env)
+    try:
+        assert again.returncode == 0, again.stderr
+        kept = state_dir / f"port-{port}" / "server.log.1"
+        assert f"the previous llama-server on port {port} (pid {record.pid}) died" in again.stderr
+        assert f"its log is kept in {kept}" in again.stderr
+        assert kept.read_bytes() == crash_log
+        assert (state_dir / f"port-{port}" / "server.log").read_bytes() != crash_log
+    finally:
+        cli("down", "--port", str(port), env=env)
+
+
+def test_explain_death_gives_the_signal_of_a_server_it_started(running_server: RunningServer) -> None:
+    port = running_server.settings.port
+    assert server.explain_death(port) is None  # running
+    os.kill(running_server.record.pid, signal.SIGKILL)
+    _wait_for(lambda: procfs.is_zombie(running_server.record.pid), timeout_s=15, what="the server to die")
+    death = server.explain_death(port)
+    assert death is not None and f"(pid {running_server.record.pid}) was killed by signal SIGKILL" in death
+    assert "last lines of its log" in death

@@ -374,3 +374,18 @@ def test_no_shell_in_the_source(path: Path) -> None:
                     f"{where}: subprocess.{func.attr} given a command string, not an argument list"
     text = path.read_text(encoding="utf-8")
     assert "shell=True" not in text and "os.system(" not in text
+
+
+@pytest.mark.server
+def test_up_notices_a_changed_key_without_showing_either(key_server: KeyServer) -> None:
+    same = key_server.run("up", "--port", str(key_server.port), "-q", key_env=True)
+    assert same.returncode == 0 and "already running" in same.stdout, same.stderr
+    none = key_server.run("up", "--port", str(key_server.port), "-q")
+    assert none.returncode == 1 and "API key set -> none" in none.stderr and "--restart" in none.stderr
+    other_key = f"OTHER-{secrets.token_hex(4)}"
+    other = key_server.run("up", "--port", str(key_server.port), "--api-key", other_key, "-q")
+    assert other.returncode == 1 and "API key -> a different one" in other.stderr
+    assert other_key not in other.stderr + other.stdout and KEY not in other.stderr + other.stdout
+    record = server.read_record(key_server.port)
+    assert record is not None and record.api_key_set and record.api_key_hash
+    assert KEY not in record.api_key_hash and KEY.encode().hex() not in record.api_key_hash

@@ -75,19 +75,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="start the managed llama-server and wait until it is ready")
     _server_options(p)
     _common(p)
+    p.add_argument("--restart", action="store_true",
+                   help="if a server runs on --port with other settings, restart it with these")
 
-    p = sub.add_parser("status", help="is the managed server running, and what does it serve")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p = sub.add_parser("status", help="which managed servers run, and what they serve")
+    p.add_argument("--port", type=int, help="only this port, and say what answers there (default: every managed server)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--api-key")
 
     p = sub.add_parser("log", help="the managed server's log")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--port", type=int, help="default: the only managed server")
     p.add_argument("-n", "--lines", type=int, default=40)
     p.add_argument("-f", "--follow", action="store_true")
 
     p = sub.add_parser("down", help="stop the managed server")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--port", type=int, help="default: the only managed server")
+    which.add_argument("--all", action="store_true", help="stop every managed server")
 
     p = sub.add_parser("lab", help="run every step of the brief, write the artifacts, report and check them")
     _server_options(p)
@@ -139,26 +143,52 @@ def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
-    _start_server(args, progress)
+    settings = _settings(args)
+    binary = provision.ensure_server_binary(args.server_bin, progress)
+    model = provision.ensure_model(args.model, progress)
+    started = server.start(settings, binary, model, progress, restart=args.restart)
+    record = started.record
+    if started.already_running:
+        print(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})")
+    else:
+        print(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
+              f"log: {server.log_path(record.port)}")
+    if started.previous_death:
+        kept = f"; its log is kept in {started.previous_log}" if started.previous_log else ""
+        print(f"note: the previous {started.previous_death}{kept}", file=sys.stderr)
     return 0
 
 
+def _status_text(st: server.ServerStatus) -> str:
+    if not st.running:
+        return f"not running ({st.url}){' - ' + st.note if st.note else ''}"
+    return (f"running: {st.url} pid {st.pid}, up {st.uptime_s:.0f} s\nmodel: {st.model}\n"
+            f"health: {json.dumps(st.health)}  n_ctx: {st.n_ctx}  total_slots: {st.total_slots}\nlog: {st.log}"
+            + (f"\nnote: {st.note}" if st.note else ""))
+
+
 def cmd_status(args: argparse.Namespace, progress: Progress) -> int:
-    st = server.status(ServerSettings(port=args.port, api_key=api_key_from_env(args.api_key)))
-    if args.json:
-        print(dumps_json(st.as_dict()), end="")
-    elif not st.running:
-        print(f"not running ({st.url}){' - ' + st.note if st.note else ''}")
+    key = api_key_from_env(args.api_key)
+    if args.port is not None:  # this port: also what answers there when voice-llm has no record of it
+        every = [server.status(ServerSettings(port=args.port, api_key=key))]
     else:
-        print(f"running: {st.url} pid {st.pid}, up {st.uptime_s:.0f} s\nmodel: {st.model}\n"
-              f"health: {json.dumps(st.health)}  n_ctx: {st.n_ctx}  total_slots: {st.total_slots}\nlog: {st.log}"
-              + (f"\nnote: {st.note}" if st.note else ""))
-    return 0 if st.running else EXIT_FAILURE
+        every = server.statuses(key)
+    if args.json:
+        shown = every[0].as_dict() if args.port is not None else [st.as_dict() for st in every]
+        print(dumps_json(shown), end="")
+    elif args.port is not None:
+        print(_status_text(every[0]))
+    elif not every:
+        print("no managed llama-server (start one with `voice-llm up`)")
+    else:
+        print("\n\n".join(f"port {st.port}: " + _status_text(st) for st in every))
+    return 0 if any(st.running for st in every) else EXIT_FAILURE
 
 
 def cmd_log(args: argparse.Namespace, progress: Progress) -> int:
+    port = server.resolve_log_port(args.port)
     try:
-        for line in server.follow_log(args.port, args.lines, follow=args.follow):
+        for line in server.follow_log(port, args.lines, follow=args.follow):
             sys.stdout.write(line)
             sys.stdout.flush()
     except KeyboardInterrupt:
@@ -167,7 +197,14 @@ def cmd_log(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_down(args: argparse.Namespace, progress: Progress) -> int:
-    print(server.down(args.port))
+    if args.all:
+        said = server.down_all()
+        print("\n".join(said) if said else "no managed server")
+        return 0
+    if args.port is None and not server.running_ports():
+        print("no managed server is running")
+        return 0
+    print(server.down(server.resolve_port(args.port)))
     return 0
 
 
@@ -254,6 +291,14 @@ def _describe(exc: BaseException) -> str:
     return " ".join([str(exc), *(f"({note})" for note in notes)])
 
 
+def _managed_server_death(args: argparse.Namespace, exc: BaseException) -> str | None:
+    """A stream that broke off from the managed server: if its process is gone, that is the cause to name."""
+    port = getattr(args, "port", None)
+    if not isinstance(exc, StreamError) or getattr(args, "url", None) or port is None:
+        return None
+    return server.explain_death(port)
+
+
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:
     # `timeout`, `kill` and service managers send SIGTERM: stop as cleanly as on Ctrl-C (temp files removed,
     # complete files kept, one line on stderr).
@@ -270,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (VoiceLLMError, StreamError) as exc:
         getattr(progress, "finish_if_open", lambda: None)()
         print(f"voice-llm {args.command}: {_describe(exc)}", file=sys.stderr)
+        death = _managed_server_death(args, exc)
+        if death:
+            print(f"cause: {death}", file=sys.stderr)
         return EXIT_FAILURE
     except OSError as exc:  # the machine said no (a folder that is a file, no space, no permission): one line
         getattr(progress, "finish_if_open", lambda: None)()

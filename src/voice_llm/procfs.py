@@ -1,0 +1,97 @@
+"""What Linux's /proc says about a process: is it (still) the one we started, which process listens on a TCP
+port, and is it a llama-server. voice-llm needs Linux for this; nothing here signals anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TCP_LISTEN = "0A"  # the socket state column of /proc/net/tcp for LISTEN
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its closing parenthesis.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such (living) process."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":  # a zombie has exited; only its exit status is left
+        return None
+    return int(fields[19])
+
+
+def is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] == "Z"
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes of every TCP socket (IPv4 and IPv6) listening on ``port``."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local_port = int(cols[1].rsplit(":", 1)[1], 16)
+            if local_port == port and cols[3] == TCP_LISTEN:
+                inodes.add(cols[9])
+    return inodes
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of the process that holds a listening socket on ``port``, when /proc lets us see it."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not wanted:
+        return None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = os.scandir(f"/proc/{entry.name}/fd")
+        except OSError:  # gone, or another user's process
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    if os.readlink(fd.path) in wanted:
+                        return int(entry.name)
+                except OSError:
+                    continue
+    return None
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def executable(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def is_llama_server(pid: int) -> bool:
+    """True when the process's executable or its argv[0] is named llama-server."""
+    names = [executable(pid) or "", *(command_line(pid)[:1])]
+    return any(Path(name.removesuffix(" (deleted)")).name == "llama-server" for name in names if name)
+
+
+def describe(pid: int) -> str:
+    """``pid 123, /usr/bin/python3 -m http.server`` (short), for messages."""
+    argv = command_line(pid)
+    shown = " ".join(argv)[:120] if argv else executable(pid) or "command not visible"
+    return f"pid {pid}, {shown}"
