@@ -18,10 +18,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2 :].split()
 
 
-def start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if there is no such (living) process."""
+def start_ticks(pid: int, zombie: bool = False) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such (living) process.
+
+    A zombie has exited (only its exit status is left): None, unless ``zombie`` asks for its start time too."""
     fields = _stat_fields(pid)
-    if fields is None or fields[0] == "Z":  # a zombie has exited; only its exit status is left
+    if fields is None or (fields[0] == "Z" and not zombie):
         return None
     return int(fields[19])
 

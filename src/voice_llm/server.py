@@ -173,8 +173,9 @@ def start(
                     f"{'; '.join(diffs)}. Add --restart to restart it with the new settings, "
                     f"or `voice-llm down --port {settings.port}` first"
                 )
-            progress.update(f"restarting (changed: {'; '.join(diffs)})")
+            progress.start(f"Stopping llama-server on port {settings.port} (pid {existing.pid}) to restart it")
             _stop_recorded(existing, 10.0)
+            progress.finish(f"stopped (changed: {'; '.join(diffs)})")
         elif existing is not None:
             death = _death_message(existing, with_log=False)
             remove_record(settings.port, existing.pid)
@@ -187,16 +188,10 @@ def start(
         return Started(record, False, death, previous_log if death else None)
 
 
-def up(
-    settings: ServerSettings,
-    binary: Path,
-    model: Path,
-    progress: Progress | None = None,
-    load_timeout_s: float = 180.0,
-    restart: bool = False,
-) -> tuple[ServerRecord, bool]:
-    """:func:`start`, returning the record and whether the server was already running."""
-    started = start(settings, binary, model, progress, load_timeout_s, restart)
+def up(settings: ServerSettings, binary: Path, model: Path, progress: Progress | None = None,
+       **options: Any) -> tuple[ServerRecord, bool]:
+    """:func:`start` (same options), returning the record and whether the server was already running."""
+    started = start(settings, binary, model, progress, **options)
     return started.record, started.already_running
 
 
@@ -375,7 +370,9 @@ def resolve_log_port(port: int | None) -> int:
 
 
 def _death_message(record: ServerRecord, with_log: bool = True) -> str:
-    wait_status = _reap(record.pid)
+    # Only our own zombie child with the recorded start time has an exit status to collect here.
+    ours = procfs.start_ticks(record.pid, zombie=True) == record.start_ticks
+    wait_status = _reap(record.pid) if ours else None
     if wait_status is not None and os.WIFSIGNALED(wait_status):
         how = f"was killed by signal {signal.Signals(os.WTERMSIG(wait_status)).name}"
     elif wait_status is not None:

@@ -101,7 +101,7 @@ def recorded_ports() -> list[int]:
     except OSError:
         return []
     ports = [int(p.name[5:]) for p in folders if p.name[5:].isdigit() and (p / "server.json").is_file()]
-    return sorted(ports)
+    return sorted(port for port in ports if 0 < port < 65536)
 
 
 def rotate_log(port: int) -> Path | None:
@@ -144,8 +144,9 @@ def port_lock(port: int, progress: Progress | None = None, required: bool = True
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            progress.update(f"waiting for another voice-llm up/down on port {port}")
+            progress.start(f"Waiting for another voice-llm up/down on port {port}")
             fcntl.flock(handle, fcntl.LOCK_EX)
+            progress.finish("its turn now")
         try:
             yield
         finally:
