@@ -81,6 +81,15 @@ def _reap(pid: int) -> int | None:
     return wait_status if done == pid else None
 
 
+def _reap_dying(pid: int, timeout_s: float = 2.0) -> int | None:
+    # A killed multi-threaded process shows as a zombie while its other threads are still exiting, and cannot
+    # be waited for until they have: give it a moment.
+    deadline = time.monotonic() + timeout_s
+    while (wait_status := _reap(pid)) is None and procfs.is_zombie(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return wait_status
+
+
 def port_is_free(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -372,7 +381,7 @@ def resolve_log_port(port: int | None) -> int:
 def _death_message(record: ServerRecord, with_log: bool = True) -> str:
     # Only our own zombie child with the recorded start time has an exit status to collect here.
     ours = procfs.start_ticks(record.pid, zombie=True) == record.start_ticks
-    wait_status = _reap(record.pid) if ours else None
+    wait_status = _reap_dying(record.pid) if ours else None
     if wait_status is not None and os.WIFSIGNALED(wait_status):
         how = f"was killed by signal {signal.Signals(os.WTERMSIG(wait_status)).name}"
     elif wait_status is not None:
