@@ -118,23 +118,6 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     )
 
 
-def _start_server(args: argparse.Namespace, progress: Progress, file: TextIO | None = None) -> server.ServerRecord:
-    settings = _settings(args)
-    binary = provision.ensure_server_binary(args.server_bin, progress)
-    model = provision.ensure_model(args.model, progress)
-    record, already = server.up(settings, binary, model, progress)
-    if already:
-        print(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})",
-              file=file)
-        if Path(record.model).resolve() != model.resolve():
-            print(f"note: it serves {record.model}, not {model}; `voice-llm down --port {record.port}` first to switch",
-                  file=sys.stderr)
-    else:
-        print(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
-              f"log: {server.log_path(record.port)}", file=file)
-    return record
-
-
 def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
