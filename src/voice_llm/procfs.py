@@ -94,6 +94,5 @@ def is_llama_server(pid: int) -> bool:
 
 def describe(pid: int) -> str:
     """``pid 123, /usr/bin/python3 -m http.server`` (short), for messages."""
-    argv = command_line(pid)
-    shown = " ".join(argv)[:120] if argv else executable(pid) or "command not visible"
-    return f"pid {pid}, {shown}"
+    shown = " ".join(command_line(pid)) or executable(pid) or "command not visible"
+    return f"pid {pid}, {shown[:117] + '...' if len(shown) > 120 else shown}"
