@@ -406,7 +406,8 @@ def explain_death(port: int) -> str | None:
 def status(settings: ServerSettings) -> ServerStatus:
     record = read_record(settings.port)
     if record is None or not is_alive(record):
-        notes = ["stale state (process gone)"] if record is not None else []
+        notes = [f"stale state (process gone): {_death_message(record, with_log=False)}; its log: "
+                 f"{log_path(settings.port)}"] if record is not None else []
         holder = unmanaged_listener(settings.port)
         if holder:
             stop = f"; `voice-llm down --port {settings.port}` stops it" if holder.is_llama_server else ""
