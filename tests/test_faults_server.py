@@ -462,6 +462,13 @@ def test_a_server_killed_mid_step_is_named_and_its_log_kept(
     crash_log = (state_dir / f"port-{port}" / "server.log").read_bytes()
     assert crash_log.strip().splitlines()[-1].decode() in err  # the tail shown is the dead server's
 
+    # status and log without --port find the dead server and its log.
+    status = cli("status", env=env, timeout=30)
+    assert status.returncode == 1 and f"port {port}: not running" in status.stdout
+    assert f"llama-server on port {port} (pid {record.pid}) died" in status.stdout
+    log = cli("log", "-n", "3", env=env, timeout=30)
+    assert log.returncode == 0 and log.stdout.encode() == b"".join(crash_log.splitlines(keepends=True)[-3:])
+
     # The next `up` keeps the dead server's log and says where.
     again = cli("up", "--port", str(port), "-q", env=env)
     try:
