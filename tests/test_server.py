@@ -94,8 +94,9 @@ def _llama_servers_on(port: int) -> list[int]:
 
 
 def test_commands_without_port_find_the_only_server_or_ask_which(env: dict[str, str], server_binary: Path,
-                                                                  model_path: Path) -> None:
+                                                                  model_path: Path, tmp_path: Path) -> None:
     first, second = free_port(), free_port()
+    out = tmp_path / "out"
     try:
         assert cli("up", "--port", str(first), "-q", env=env).returncode == 0
         status = cli("status", env=env)
@@ -103,13 +104,16 @@ def test_commands_without_port_find_the_only_server_or_ask_which(env: dict[str, 
         log = cli("log", "-n", "200", env=env)
         assert log.returncode == 0 and str(first) in log.stdout  # the only server's log
         assert server.resolve_port(None) == first and server.resolve_port(second) == second
+        step = cli("health", "--out", str(out), "-q", env=env)  # a lab step finds the only server too
+        assert step.returncode == 0, step.stderr
+        assert json.loads((out / "run.json").read_text())["metadata"]["server"]["url"] == f"http://127.0.0.1:{first}"
 
         assert cli("up", "--port", str(second), "-q", env=env).returncode == 0
         listing = cli("status", "--json", env=env)
         assert listing.returncode == 0
         assert [(s["port"], s["running"]) for s in json.loads(listing.stdout)] == sorted([(first, True), (second, True)])
-        for command in ("down", "log"):
-            ambiguous = cli(command, env=env)
+        for command in ("down", "log", "health"):
+            ambiguous = cli(command, "--out", str(out), env=env) if command == "health" else cli(command, env=env)
             err = assert_clean_failure(ambiguous, "2 managed llama-servers are running", "--port")
             assert "ports {}, {}".format(*sorted((first, second))) in err
         assert len(_llama_servers_on(first)) == len(_llama_servers_on(second)) == 1  # nothing was stopped

@@ -98,12 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(p, kb=True)
     _common(p)
     p.add_argument("--json", action="store_true", help="print report.json instead of the table")
+    p.add_argument("--restart", action="store_true",
+                   help="if the managed server on --port runs with other settings, restart it with these")
 
     for name, step in STEPS.items():
         p = sub.add_parser(name, help=f"lab step: {step.title}")
         _client_options(p, kb=name in KB_STEPS)
         _common(p)
-        p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port of the managed server")
+        p.add_argument("--port", type=int, help="port of the managed server (default: the only one running)")
 
     p = sub.add_parser("check", help="verify the artifacts against each other, from the files alone")
     p.add_argument("out", nargs="?", type=Path, default=default_out_dir())
@@ -219,12 +221,17 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
 def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
     from voice_llm.lab import LabSettings
 
-    server_settings = _settings(args) if hasattr(args, "ctx") else ServerSettings(port=args.port)
+    if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
+        server_settings = _settings(args)
+    elif args.url or not STEPS[args.command].needs_server or args.port is not None:
+        server_settings = ServerSettings(port=args.port or DEFAULT_PORT)
+    else:  # a step with no --port or --url: the only managed server running
+        server_settings = ServerSettings(port=server.resolve_port(None))
     extra = {"steps": steps} if steps else {}
     return LabSettings(
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
-        api_key=api_key_from_env(args.api_key), wait_for_out=args.wait,
+        api_key=api_key_from_env(args.api_key), wait_for_out=args.wait, restart_server=getattr(args, "restart", False),
         options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline), **extra,
     )
 
@@ -276,8 +283,11 @@ def _describe(exc: BaseException) -> str:
 
 def _managed_server_death(args: argparse.Namespace, exc: BaseException) -> str | None:
     """A stream that broke off from the managed server: if its process is gone, that is the cause to name."""
-    port = getattr(args, "port", None)
-    if not isinstance(exc, StreamError) or getattr(args, "url", None) or port is None:
+    if not isinstance(exc, StreamError) or getattr(args, "url", None):
+        return None
+    try:
+        port = server.resolve_port(getattr(args, "port", None))
+    except VoiceLLMError:
         return None
     return server.explain_death(port)
 

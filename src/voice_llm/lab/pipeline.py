@@ -48,6 +48,7 @@ class LabSettings:
     steps: tuple[str, ...] = LAB_STEPS
     options: StepOptions = field(default_factory=StepOptions)
     wait_for_out: bool = False  # another run holds OUT: wait for it instead of refusing
+    restart_server: bool = False  # the managed server runs with other settings: restart it instead of refusing
     render_html: bool = True
 
     @property
@@ -94,7 +95,7 @@ class _Server:
 def _managed_server(settings: LabSettings, progress: Progress, notify: Notify) -> _Server:
     binary = provision.ensure_server_binary(settings.server_bin, progress)
     model = provision.ensure_model(settings.model, progress)
-    record, already = server.up(settings.server, binary, model, progress)
+    record, already = server.up(settings.server, binary, model, progress, restart=settings.restart_server)
     if already:
         notify(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})")
     else:
