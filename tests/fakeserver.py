@@ -20,7 +20,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -310,6 +311,20 @@ class FakeServer:
         record = self.requests[index]
         assert record.finished.wait(max(0.0, deadline - time.monotonic())), "the fake server is still answering"
         return record
+
+
+@contextmanager
+def serving(httpd: ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
+    """Serve ``httpd`` from a thread for the ``with`` block; then shut it down, close it and join the thread."""
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(MAX_WAIT_S)
 
 
 class _TCPListener:

@@ -7,7 +7,6 @@ import ast
 import json
 import secrets
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from voice_llm.errors import ConfigError
 
 from conftest import free_port
 from clihelpers import cli, cli_env
+from fakeserver import serving
 
 KEY = f"SECRET123-{secrets.token_hex(4)}"  # unique, so no other test's process can match it
 SRC = Path(__file__).resolve().parents[1] / "src" / "voice_llm"
@@ -285,16 +285,9 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def recorder() -> Iterator[ThreadingHTTPServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    httpd.daemon_threads = True
     httpd.seen = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(httpd):
         yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(10)
 
 
 def _url(httpd: ThreadingHTTPServer) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +32,21 @@ class ServerClient:
         conn, prefix = sse.open_connection(self.base_url, self.timeout)
         try:
             sse.connect(conn, self.base_url)
-            status, body = _get(conn, prefix + path, self.api_key, url, self.timeout, accept_status)
+            status, body = _request(conn, prefix + path, self.api_key, url, self.timeout, accept_status)
         finally:
             conn.close()
         return status, _parse(body, url)
+
+    def post_json(self, path: str, body: Any) -> Any:
+        """POST ``body`` as JSON to ``path`` and parse the JSON answer (/apply-template, /tokenize)."""
+        url = self.base_url + path
+        conn, prefix = sse.open_connection(self.base_url, self.timeout)
+        try:
+            sse.connect(conn, self.base_url)
+            _, answer = _request(conn, prefix + path, self.api_key, url, self.timeout, (200,), body=body)
+        finally:
+            conn.close()
+        return _parse(answer, url)
 
     def health(self) -> Any:
         return self.get_json("/health")[1]
@@ -99,7 +111,7 @@ class JSONPoller:
                 self.connections += 1
             assert self._conn is not None
             try:
-                _, body = _get(self._conn, self._prefix + self.path, self.client.api_key, self.url,
+                _, body = _request(self._conn, self._prefix + self.path, self.client.api_key, self.url,
                                self.client.timeout, (200,))
             except sse.StreamTruncatedError:
                 self.close()
@@ -112,11 +124,17 @@ class JSONPoller:
             return _parse(body, self.url)
 
 
-def _get(conn: http.client.HTTPConnection, target: str, api_key: str | None, url: str, timeout: float,
-         accept_status: tuple[int, ...]) -> tuple[int, bytes]:
-    """One GET on an open connection, its body read to the end (so the connection can be used again)."""
+def _request(conn: http.client.HTTPConnection, target: str, api_key: str | None, url: str, timeout: float,
+         accept_status: tuple[int, ...], body: Any = None) -> tuple[int, bytes]:
+    """One GET (a POST of ``body`` as JSON, if given) on an open connection, its body read to the end (so the
+    connection can be used again)."""
+    headers = sse.request_headers(api_key)
+    payload = None
+    if body is not None:
+        payload = json.dumps(body).encode("utf-8")
+        headers["Content-Type"] = "application/json"
     try:
-        conn.request("GET", target, headers=sse.request_headers(api_key))
+        conn.request("GET" if body is None else "POST", target, body=payload, headers=headers)
         resp = conn.getresponse()
         if resp.status not in accept_status:
             raise sse.error_from_response(resp, url)

@@ -31,6 +31,7 @@ REPORT = "report.json"
 RUN = "run.json"
 SERVER_LOG = "server.log"
 REPORT_HTML = "report.html"
+RAW_DIR = "raw"  # raw/<request>.sse: every request's bytes as received
 
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 
@@ -58,7 +59,10 @@ _FILE_MODE = 0o666 & ~_umask()
 
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temp file and rename, so readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     try:
         os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
@@ -66,14 +70,23 @@ def write_bytes_atomic(path: Path, data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         # Ctrl-C or a full disk: drop the temp file, keep whatever complete file was there.
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
     return path
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same error about ``path`` itself: the temp file it names is gone and means nothing to the user."""
+    if isinstance(exc, IsADirectoryError):
+        return IsADirectoryError(exc.errno, f"cannot replace a folder with a file ({exc.strerror})", str(path))
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def dumps_json(value: Any) -> str:

@@ -221,15 +221,77 @@ def check_sentence(out: Path) -> str:
     return f"ttft {t:.0f} <= first sentence {s:.0f} <= total {total:.0f} ms"
 
 
+# The slack on top of two token times for the slot to go idle after the cut: the server notices a closed
+# connection only at its next token and cancels after the decode step it is in (BENCHMARKS.md, "Cancellation").
+CANCEL_IDLE_SLACK_MS = 50.0
+
+
+def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float]:
+    """The listed chunks' times and the answer's own ms per token (mean gap between its received tokens)."""
+    chunks = doc["chunks"]
+    _require(isinstance(chunks, list), "cancel.json has no chunk list")
+    _require(doc["received_tokens"] == len(chunks),
+             f"received_tokens {doc['received_tokens']!r} but {len(chunks)} chunks are listed")
+    times = [_num(chunk["t_ms"], "chunk t_ms") for chunk in chunks]
+    _require(len(times) >= 2, f"{len(times)} token(s) before the cut: too few to know the answer's token time")
+    _require(all(a <= b for a, b in zip(times, times[1:])), "cancel chunk times decrease somewhere")
+    return times, (times[-1] - times[0]) / (len(times) - 1)
+
+
+def _cancel_raw(out: Path, received: int) -> None:
+    """When the raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish."""
+    try:
+        raw = (out / names.RAW_DIR / "cancel.sse").read_bytes()
+    except FileNotFoundError:
+        return
+    decoder = SSEDecoder()
+    events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
+    _require(all(event.data != "[DONE]" for event in events), "raw/cancel.sse ends with [DONE]: the answer finished")
+    tokens = sum(1 for e in events if e.data != "[DONE]" and (_delta(json.loads(e.data)).get("content") or ""))
+    _require(tokens == received, f"raw/cancel.sse holds {tokens} content chunks, cancel.json lists {received}")
+
+
 def check_cancel(out: Path) -> str:
     doc = read_json(out / names.CANCEL)
     received, max_tokens = doc["received_tokens"], doc["max_tokens"]
-    _require(0 < received < max_tokens, f"received {received} tokens of max {max_tokens}: not a cut")
+    _require(isinstance(received, int) and 0 < received < max_tokens,
+             f"received {received} tokens of max {max_tokens}: not a cut")
+    times, token_ms = _cancel_times(doc)
     closed = _num(doc["closed_at_ms"], "closed_at_ms")
     idle = _num(doc["slot_idle_after_ms"], "slot_idle_after_ms")
-    _require(closed >= brief.CANCEL_CLOSE_AFTER_MS and idle >= 0, f"closed at {closed:.0f} ms, idle after {idle:.1f} ms")
-    _require(doc.get("cancel_logged") is not False, "the server log shows no 'cancel task'")
-    return f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms, slot idle {idle:.1f} ms later"
+    cut = brief.CANCEL_CLOSE_AFTER_MS
+    _require(closed >= cut, f"closed at {closed:.0f} ms, before the {cut:.0f} ms cut")
+    bound = 2 * token_ms + CANCEL_IDLE_SLACK_MS
+    # The close came while the answer was still streaming: after its last token, within the time the next few
+    # would have taken, and long before the whole answer would have ended.
+    _require(times[-1] <= closed, f"a token at {times[-1]:.0f} ms is listed after the close at {closed:.0f} ms")
+    _require(closed - times[-1] <= bound,
+             f"closed at {closed:.0f} ms, {closed - times[-1]:.0f} ms after the last token: the answer had stopped "
+             f"before the close (limit two token times of {token_ms:.1f} ms + {CANCEL_IDLE_SLACK_MS:.0f} ms)")
+    end = times[0] + (max_tokens - 1) * token_ms
+    _require(closed < end, f"closed at {closed:.0f} ms, after the whole answer would have ended ({end:.0f} ms)")
+    _cancel_raw(out, received)
+    _require(0 <= idle <= bound,
+             f"slot idle {idle:.1f} ms after the close; the limit is two token times ({token_ms:.1f} ms each, from "
+             f"this answer) + {CANCEL_IDLE_SLACK_MS:.0f} ms = {bound:.1f} ms")
+    logged = doc.get("cancel_logged")
+    _require(logged is not False, "the server log shows no 'cancel task'")
+    _require(logged in (True, None), f"cancel_logged is {logged!r}, not true, false or null")
+    logged = "cancel logged" if logged else "server log not ours to read"
+    return (f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms, slot idle {idle:.1f} ms later "
+            f"(limit {bound:.1f} ms = 2 x {token_ms:.1f} ms + {CANCEL_IDLE_SLACK_MS:.0f}), {logged}")
+
+
+def check_leftover_partials(out: Path) -> str:
+    """A warning, not a failure: a ``.partial`` file holds what arrived before a request failed or was
+    interrupted; it is evidence, and no result is read from it."""
+    found = [*out.glob("*.partial"), *(out / names.RAW_DIR).glob("*.partial")]
+    partials = sorted(path for path in found if path.is_file())
+    if not partials:
+        return "no leftover .partial files"
+    listed = ", ".join(f"{path.relative_to(out)} ({path.stat().st_size} bytes)" for path in partials)
+    return (f"warning: {len(partials)} leftover .partial file(s) from a failed or interrupted request: {listed}; "
+            "no result is read from them")
 
 
 def check_report(out: Path) -> str:
@@ -260,6 +322,7 @@ CHECKS: tuple[Check, ...] = (
     Check("ttft <= first sentence <= total", "sentence", check_sentence),
     Check("cancel cut the answer, slot went idle", "cancel", check_cancel),
     Check("report equals its sources", "report", check_report),
+    Check("no leftover partial files", None, check_leftover_partials),
 )
 
 

@@ -315,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the machine said no (a folder that is a file, no space, no permission): one line
         getattr(progress, "finish_if_open", lambda: None)()
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"voice-llm {args.command}: {exc.strerror or exc}{where}", file=sys.stderr)
+        notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", []))  # the step it happened in
+        print(f"voice-llm {args.command}: {exc.strerror or exc}{where}{notes}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         getattr(progress, "finish_if_open", lambda: None)()

@@ -45,3 +45,7 @@ class ArtifactError(VoiceLLMError):
 
 class MeasurementError(VoiceLLMError):
     """A measurement could not be made honestly (for example generation ended before the cancel cut)."""
+
+
+class ContextLimitError(VoiceLLMError):
+    """The lab's longest prompt does not fit the server's context; found before the first request of the run."""

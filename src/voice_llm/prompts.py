@@ -26,5 +26,16 @@ def with_docs(system: str, docs: Sequence[KBDoc]) -> str:
     return f"{system}\n\nClinic documents:\n\n{body}"
 
 
+def cache_variants(system: str) -> tuple[tuple[str, str], ...]:
+    """The cache step's system prompts in the order it sends them: the same long prompt twice, then one line
+    changed at the end and at the front. The changed ones are the longest prompts of the lab."""
+    return (
+        ("first", system),
+        ("second", system),
+        ("changed_suffix", system + "\n" + TIME_LINE.strip()),
+        ("changed_prefix", TIME_LINE + system),
+    )
+
+
 def chat(system: str, user: str) -> list[Message]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -386,6 +386,9 @@ class StreamResult:
     events: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_chunks: tuple[Chunk, ...] = ()
+    # time.perf_counter() when the request was sent (the 0 of every *_ms above), so a caller can put its own
+    # perf_counter readings on the request's clock (the cancel step times the slot from the close)
+    started_at: float | None = None
 
     @property
     def ttft_ms(self) -> float | None:
@@ -567,6 +570,7 @@ class _Reading:
             closed_at_ms=None if closed_at is None else (closed_at - self.t0) * 1000.0,
             events=self.events,
             reasoning_chunks=tuple(self.reasoning),
+            started_at=self.t0,
         )
 
 

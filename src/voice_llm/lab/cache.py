@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import prompts
+from voice_llm import brief, prompts
 from voice_llm.artifacts import CACHE
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import load_kb
@@ -12,7 +12,9 @@ from voice_llm.lab.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:
-    docs = load_kb(ctx.kb_dir, need=12)
+    # The same documents as prefill's largest point: attaching the whole KB would measure a different prompt and,
+    # with a large KB, overflow the context after minutes of work (the pipeline checks the fit before the run).
+    docs = load_kb(ctx.kb_dir, need=brief.CACHE_DOCS)[: brief.CACHE_DOCS]
     system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs)
     question = prompts.SATURDAY_QUESTION
     # The slot reuses the longest common token prefix with whatever it holds, so the order is the experiment:
@@ -20,12 +22,7 @@ def run(ctx: LabContext) -> list[Path]:
     # unchanged long prompt (after changed_prefix it would measure a miss); 'changed_prefix' differs from the
     # first token on, so it misses whatever came before.
     ctx.request("cache-empty-slot", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.SLOT_FILLER), max_tokens=8)
-    plan = (
-        ("first", system),
-        ("second", system),
-        ("changed_suffix", system + "\n" + prompts.TIME_LINE.strip()),
-        ("changed_prefix", prompts.TIME_LINE + system),
-    )
+    plan = prompts.cache_variants(system)
     measured: dict[str, dict[str, float | int | None]] = {}
     for name, variant in plan:
         result = ctx.request(f"cache-{name}", prompts.chat(variant, question), max_tokens=64, cache_prompt=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts
+from voice_llm import brief, prompts, sse
+from voice_llm.api import KeptAliveConnection
 from voice_llm.artifacts import CANCEL
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
@@ -14,6 +16,9 @@ from voice_llm.lab.context import LabContext
 MAX_TOKENS = brief.CANCEL_MAX_TOKENS
 CLOSE_AFTER_MS = brief.CANCEL_CLOSE_AFTER_MS
 IDLE_TIMEOUT_S = 30.0
+# Between two /slots polls. Small against a token time (10-25 ms here), large enough that the polls do not keep a
+# core of the two busy while the server is stopping.
+POLL_INTERVAL_S = 0.002
 CANCEL_LOG_MARK = "cancel task"
 
 
@@ -21,13 +26,27 @@ def _busy(slots: Any) -> bool:
     return any(slot.get("is_processing") for slot in slots if isinstance(slot, dict))
 
 
-def wait_until_idle(ctx: LabContext, timeout_s: float = IDLE_TIMEOUT_S) -> float:
-    """Poll /slots back to back until no slot is processing; return the ms it took."""
-    t0 = time.perf_counter()
-    while _busy(ctx.client.slots()):
-        if time.perf_counter() - t0 > timeout_s:
+def wait_until_idle(poller: KeptAliveConnection, since: float, timeout_s: float = IDLE_TIMEOUT_S,
+                    interval_s: float = POLL_INTERVAL_S) -> float:
+    """Poll /slots on one kept-alive connection every ``interval_s`` until no slot is processing.
+
+    Returns the ms from ``since`` (a ``time.perf_counter()`` reading) to the arrival of the first answer that
+    showed every slot idle: an upper bound on when the slot went idle, late by at most one interval and one poll.
+    """
+    while True:
+        slots, answered = poller.get_json("/slots")
+        if not _busy(slots):
+            return (answered - since) * 1000.0
+        if answered - since > timeout_s:
             raise MeasurementError(f"cancel: the slot was still processing {timeout_s:g} s after the connection was closed")
-    return (time.perf_counter() - t0) * 1000.0
+        time.sleep(interval_s)
+
+
+def ms_per_token(chunks: Sequence[sse.Chunk]) -> float | None:
+    """The answer's own decode speed: the mean time between its received tokens (None with fewer than two)."""
+    if len(chunks) < 2:
+        return None
+    return (chunks[-1].t_ms - chunks[0].t_ms) / (len(chunks) - 1)
 
 
 def _log_size(log: Path | None) -> int:
@@ -38,27 +57,25 @@ def _log_size(log: Path | None) -> int:
 
 
 def _cancel_logged(log: Path | None, offset: int, wait_s: float = 1.0) -> bool | None:
-    """Did the server log 'cancel task' after ``offset``? None when the server's log is not ours to read."""
+    """Did the server log 'cancel task' after ``offset``? None when the server's log is not ours to read
+    (a server given by --url, one voice-llm did not start, or its log went away during the step)."""
     if log is None:
         return None
     deadline = time.monotonic() + wait_s
     while True:
-        with open(log, "rb") as fh:
-            fh.seek(offset)
-            if CANCEL_LOG_MARK.encode() in fh.read():
-                return True
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(offset)
+                if CANCEL_LOG_MARK.encode() in fh.read():
+                    return True
+        except FileNotFoundError:
+            return None
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
 
 
-def run(ctx: LabContext) -> list[Path]:
-    messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
-    # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
-    # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
-    ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
-    wait_until_idle(ctx)  # start from an idle slot, or the idle time below measures someone else's request
-    offset = _log_size(ctx.server_log)
+def _cut(ctx: LabContext, messages: list[dict[str, str]]) -> sse.StreamResult:
     # No X-Conversation-Id header: with it the server keeps generating after a disconnect.
     result = ctx.request("cancel", messages, max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
     if not result.closed_early:
@@ -66,7 +83,22 @@ def run(ctx: LabContext) -> list[Path]:
             f"cancel: generation finished ({len(result.chunks)} tokens, {result.total_ms:.0f} ms) before the "
             f"{CLOSE_AFTER_MS:.0f} ms cut, so nothing was cancelled; use a slower model or a longer request"
         )
-    idle_ms = wait_until_idle(ctx)
+    return result
+
+
+def run(ctx: LabContext) -> list[Path]:
+    messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
+    # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
+    # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
+    ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
+    with KeptAliveConnection(ctx.client) as poller:
+        # Start from an idle slot, or the idle time below measures someone else's request.
+        wait_until_idle(poller, time.perf_counter())
+        offset = _log_size(ctx.server_log)
+        result = _cut(ctx, messages)
+        # The idle clock starts at the close itself (on the request's clock), not when the reader returned.
+        closed_at = (result.started_at or 0.0) + (result.closed_at_ms or 0.0) / 1000.0
+        idle_ms = wait_until_idle(poller, closed_at)
     if not result.chunks:
         raise MeasurementError(
             f"cancel: no token arrived in the first {CLOSE_AFTER_MS:.0f} ms (the server is busy or slow), so the "
@@ -78,6 +110,8 @@ def run(ctx: LabContext) -> list[Path]:
         "closed_at_ms": result.closed_at_ms,
         "slot_idle_after_ms": idle_ms,
         "cancel_logged": _cancel_logged(ctx.server_log, offset),
+        "token_ms": ms_per_token(result.chunks),
+        "poll_interval_ms": POLL_INTERVAL_S * 1000.0,
         "chunks": [chunk.as_dict() for chunk in result.chunks],
     }
     # A cancelled request never sends timings; the server was busy with it until its slot went idle.

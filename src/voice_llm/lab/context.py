@@ -3,17 +3,49 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from voice_llm import runmeta, sse
 from voice_llm.api import ServerClient
-from voice_llm.artifacts import write_bytes_atomic, write_json
+from voice_llm.artifacts import RAW_DIR, write_bytes_atomic, write_json
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.progress import NullProgress, Progress
 
-RAW_DIR = "raw"
+PARTIAL_SUFFIX = ".partial"
+
+
+def _same_url(a: str, b: str) -> bool:
+    def key(url: str) -> tuple[str, str, int | None, str]:
+        parts = urllib.parse.urlsplit(url.strip())
+        return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port, parts.path.rstrip("/")
+    try:
+        return key(a) == key(b)
+    except ValueError:  # a bad port in either URL
+        return False
+
+
+def managed_log_for(url: str) -> Path | None:
+    """The log of the server answering at ``url`` when voice-llm started it and it still runs; else None.
+
+    A log in the state folder of the URL's port belongs to the server answering there only if that port's record
+    names a process that is still the one ``up`` started (pid and start time) and the record's URL is ``url``:
+    otherwise it is an earlier server's log, or no log at all, and reading it would say "no cancel logged" about a
+    server that never wrote to it.
+    """
+    from voice_llm import server  # the lifecycle module; imported here so measuring does not depend on it
+
+    try:
+        port = urllib.parse.urlsplit(url).port
+    except ValueError:
+        return None
+    record = server.read_record(port) if port is not None else None
+    if record is None or not server._is_ours(record) or not _same_url(record.url, url):
+        return None
+    log = server.log_path(port)
+    return log if log.is_file() else None
 
 
 def server_compute_ms(timings: dict[str, Any] | None) -> float:
@@ -107,7 +139,7 @@ class LabContext:
             raise OutputDirError(
                 f"cannot create the folder for raw streams {final.parent}: {exc.strerror or exc}"
             ) from exc
-        partial = final.with_name(final.name + ".partial")
+        partial = final.with_name(final.name + PARTIAL_SUFFIX)
         tokens = 0
 
         def on_chunk(chunk: sse.Chunk) -> None:
@@ -119,13 +151,30 @@ class LabContext:
         try:
             result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=on_chunk, **options)
         except sse.StreamError as exc:
-            size = partial.stat().st_size if partial.exists() else 0
+            size = _drop_if_empty(partial)
             if size:
                 exc.add_note(f"the {size} bytes received are in {partial}")
-            else:  # nothing arrived (refused, HTTP error before the body): no empty evidence file
-                partial.unlink(missing_ok=True)
+            raise
+        except OSError as exc:  # writing the evidence failed (a full disk): name the file, not just the errno
+            _drop_if_empty(partial)
+            if exc.filename is None:
+                raise OSError(exc.errno, exc.strerror or str(exc), str(partial)) from exc
+            raise
+        except BaseException:  # Ctrl-C, SIGTERM: keep what arrived, never an empty evidence file
+            _drop_if_empty(partial)
             raise
         os.replace(partial, final)
         self.record(final)
         self.ledger.add(result.timings)
         return result
+
+
+def _drop_if_empty(partial: Path) -> int:
+    """Remove ``partial`` if nothing was written to it; return its size (0 when removed or absent)."""
+    try:
+        size = partial.stat().st_size
+    except OSError:
+        return 0
+    if not size:
+        partial.unlink(missing_ok=True)
+    return size

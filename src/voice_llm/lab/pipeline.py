@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voice_llm import provision, runmeta, server, sse
+from voice_llm import brief, provision, runmeta, server, sse
 from voice_llm.api import ServerClient
 from voice_llm.artifacts import SERVER_LOG, ensure_out_dir, write_bytes_atomic
 from voice_llm.check import CheckResult, run_checks
 from voice_llm.config import ServerSettings
 from voice_llm.errors import VoiceLLMError
 from voice_llm.kb import default_kb_dir, load_kb
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.lab.context import LabContext, StepOptions, managed_log_for
+from voice_llm.lab.preflight import check_context_fits
 from voice_llm.lab.steps import KB_STEPS, LAB_STEPS, STEPS
 from voice_llm.outlock import locked_out
 from voice_llm.progress import NullProgress, Progress
@@ -121,26 +122,24 @@ def _server_facts(client: ServerClient, base: runmeta.ServerFacts) -> runmeta.Se
 
 
 def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool) -> tuple[_Server, ServerClient]:
-    if settings.url:
-        target = _Server(settings.url, None, runmeta.ServerFacts(url=settings.url))
+    if settings.url:  # the log too when --url names the managed server itself
+        target = _Server(settings.url, managed_log_for(settings.url), runmeta.ServerFacts(url=settings.url))
     elif start_server:
         target = _managed_server(settings, progress, notify)
     else:
         url = settings.server.url
-        target = _Server(url, _managed_log(settings.server.port, url), runmeta.ServerFacts(url=url, managed=True))
+        target = _Server(url, managed_log_for(url), runmeta.ServerFacts(url=url, managed=True))
     client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
                           deadline_s=settings.options.deadline_s)
     facts = _server_facts(client, target.facts)
     return _Server(target.url, target.log, facts), client
 
 
-def _managed_log(port: int, url: str) -> Path | None:
-    """The managed server's log, only when the record on that port is a living server we started at ``url``
-    (an old log, or the path for a server voice-llm did not start, would lie about the cancel)."""
-    record = server.read_record(port)
-    if record is None or record.url != url or not server._is_ours(record):
-        return None
-    return server.log_path(port)
+def _check_context(settings: LabSettings, steps: Sequence[str], client: ServerClient) -> None:
+    """Before the first request: the longest prompt of the steps that attach documents fits the server's context
+    (else they would fail with HTTP 400 after minutes of work)."""
+    if KB_STEPS & set(steps):
+        check_context_fits(client, load_kb(settings.kb, need=brief.CACHE_DOCS))
 
 
 def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
@@ -218,6 +217,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     load_kb(settings.kb, need=12)
     with locked_out(out, "lab", wait=settings.wait_for_out):
         target, client = _connect(settings, progress, notify, start_server=True)
+        _check_context(settings, settings.steps, client)
         record = runmeta.RunRecord.start(out, runmeta.collect_metadata(target.facts, settings.kb), _plan(settings.steps))
         ctx = _context(settings, target, client, progress, record)
         written = _run_in_record(ctx, record, settings.steps, whole_run=True)
@@ -238,6 +238,7 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
         load_kb(settings.kb, need=12)
     with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
         target, client = _connect(settings, progress, notify, start_server=False)
+        _check_context(settings, steps, client)
         metadata = runmeta.collect_metadata(target.facts, settings.kb)
         # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
         record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]))

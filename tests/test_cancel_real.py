@@ -1,0 +1,60 @@
+"""The cancel step against the real llama-server: one kept-alive poller, the idle clock from the close, the log read
+only when it is the answering server's. Relations only, never a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from voice_llm import check
+from voice_llm.api import KeptAliveConnection, ServerClient
+from voice_llm.kb import default_kb_dir
+from voice_llm.lab import cancel
+from voice_llm.lab.context import LabContext
+
+from clihelpers import cli
+from conftest import RunningServer
+
+pytestmark = pytest.mark.server
+
+
+def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningServer, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pollers: list[KeptAliveConnection] = []
+
+    class Recorded(KeptAliveConnection):
+        def __init__(self, client: ServerClient) -> None:
+            super().__init__(client)
+            pollers.append(self)
+
+    monkeypatch.setattr(cancel, "KeptAliveConnection", Recorded)
+    ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=default_kb_dir(),
+                     server_log=module_server.log)
+    cancel.run(ctx)
+    doc = json.loads((tmp_path / "cancel.json").read_text())
+    assert [p.connections_opened for p in pollers] == [1]  # the idle wait before the cut and after it: one connection
+    assert doc["chunks"][-1]["t_ms"] <= doc["closed_at_ms"] and doc["slot_idle_after_ms"] >= 0
+    assert doc["received_tokens"] == len(doc["chunks"]) and doc["cancel_logged"] is True
+    assert (tmp_path / "raw" / "cancel.sse").is_file() and not list(tmp_path.glob("raw/*.partial"))
+    # check's bound (two token times of this answer + 50 ms) and the raw stream (same tokens, no [DONE]) hold
+    assert check.check_cancel(tmp_path).startswith(f"{doc['received_tokens']}/256 tokens")
+
+
+def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: RunningServer, tmp_path: Path,
+                                                                env: dict[str, str], state_dir: Path) -> None:
+    """``env`` has a state folder of its own: no record for this port. Before the fix the step crashed after
+    measuring (no log file), and with an earlier server's log there it recorded cancel_logged false."""
+    port = str(module_server.settings.port)
+    out = tmp_path / "out"
+    first = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads((out / "cancel.json").read_text())["cancel_logged"] is None
+    old_log = state_dir / f"port-{port}" / "server.log"
+    old_log.parent.mkdir(parents=True)
+    old_log.write_text("srv  main: an earlier server's log, no cancel in it\n")
+    again = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "cancel.json").read_text())["cancel_logged"] is None
+    assert "server log not ours to read" in check.check_cancel(out)

@@ -1,0 +1,127 @@
+"""check's cancel relation, run.json and leftover partial files, on copies of tests/fixtures/sample_out (no server).
+
+The cancel relation is bounded by the answer's own decode speed (the gaps between the tokens cancel.json lists):
+the slot must go idle within two token times + 50 ms of the close, the count must equal the chunks listed, and the
+close must come while the answer was still streaming.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from voice_llm import check
+
+SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    copy = tmp_path / "out"
+    shutil.copytree(SAMPLE_OUT, copy)
+    return copy
+
+
+def edit_cancel(out: Path, change: Callable[[dict], None]) -> None:
+    doc = json.loads((out / "cancel.json").read_text())
+    change(doc)
+    (out / "cancel.json").write_text(json.dumps(doc))
+
+
+def token_ms(doc: dict) -> float:
+    times = [c["t_ms"] for c in doc["chunks"]]
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def raw_stream(texts: list[str], done: bool) -> bytes:
+    events = [{"choices": [{"delta": {"role": "assistant", "content": None}}]}]
+    events += [{"choices": [{"delta": {"content": text}}]} for text in texts]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return body + (b"data: [DONE]\n\n" if done else b'data: {"choices": [{"delta": {"cont')
+
+
+def test_the_sample_cancel_passes_and_says_its_limit(out: Path) -> None:
+    detail = check.check_cancel(out)
+    assert "limit 92.8 ms" in detail and "cancel logged" in detail
+
+
+def test_cancel_logged_null_passes(out: Path) -> None:
+    edit_cancel(out, lambda d: d.update(cancel_logged=None))
+    assert "server log not ours to read" in check.check_cancel(out)
+
+
+BROKEN: dict[str, tuple[Callable[[dict], None], str]] = {
+    # the slot idle far after the close: the relation that could not fail before (idle >= 0)
+    "idle above two token times + 50 ms": (
+        lambda d: d.update(slot_idle_after_ms=2 * token_ms(d) + 50.5), "the limit is two token times"),
+    "idle minutes later": (lambda d: d.update(slot_idle_after_ms=120_000.0), "the limit is two token times"),
+    "negative idle": (lambda d: d.update(slot_idle_after_ms=-1.0), "the limit is two token times"),
+    "count differs from the chunks listed": (
+        lambda d: d.update(received_tokens=d["received_tokens"] - 1), "chunks are listed"),
+    "a chunk dropped from the list": (lambda d: d["chunks"].pop(), "chunks are listed"),
+    "the answer had ended before the close": (
+        lambda d: d.update(closed_at_ms=d["chunks"][-1]["t_ms"] + 2 * token_ms(d) + 51), "had stopped before the close"),
+    "a token after the close": (lambda d: d["chunks"][-1].update(t_ms=d["closed_at_ms"] + 1), "after the close"),
+    "closed before the cut": (lambda d: d.update(closed_at_ms=499.0), "before the 500 ms cut"),
+    "close after the whole answer": (
+        lambda d: d.update(max_tokens=d["received_tokens"] + 1, closed_at_ms=520.0),
+        "after the whole answer would have ended"),
+    "one token only": (lambda d: d.update(chunks=d["chunks"][:1], received_tokens=1), "too few"),
+    "not logged": (lambda d: d.update(cancel_logged=False), "no 'cancel task'"),
+    "logged is not a bool": (lambda d: d.update(cancel_logged="yes"), "not true, false or null"),
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN), ids=list(BROKEN))
+def test_each_broken_cancel_relation_fails(out: Path, broken: str) -> None:
+    change, says = BROKEN[broken]
+    edit_cancel(out, change)
+    (result,) = [r for r in check.run_checks(out) if "cancel" in r.name]
+    assert not result.ok, result.detail
+    assert says in result.detail
+
+
+def test_the_raw_cancel_stream_is_read_when_kept(out: Path) -> None:
+    doc = json.loads((out / "cancel.json").read_text())
+    texts = [c["text"] for c in doc["chunks"]]
+    (out / "raw").mkdir()
+    (out / "raw" / "cancel.sse").write_bytes(raw_stream(texts, done=False))
+    check.check_cancel(out)  # the same tokens, cut: passes
+    (out / "raw" / "cancel.sse").write_bytes(raw_stream(texts, done=True))
+    with pytest.raises(check._Failed, match="answer finished"):
+        check.check_cancel(out)
+    (out / "raw" / "cancel.sse").write_bytes(raw_stream(texts[:-2], done=False))
+    with pytest.raises(check._Failed, match=f"holds {len(texts) - 2} content chunks"):
+        check.check_cancel(out)
+
+
+def run_result(out: Path, name: str) -> check.CheckResult:
+    (result,) = [r for r in check.run_checks(out) if r.name == name]
+    return result
+
+
+def test_a_run_that_stopped_at_a_step_fails_check(out: Path) -> None:
+    summary = {"wall_ms": 1.0, "server_compute_ms": 1.0, "wall_over_compute": 1.0, "requests": 3,
+               "steps": [{"step": "health", "wall_ms": 1.0, "server_compute_ms": 0.0}], "failed_step": None}
+    (out / "run.json").write_text(json.dumps(summary))
+    assert run_result(out, "the run finished every step").ok
+    summary.update(failed_step="cancel", error="No space left on device: /out/cancel.json")
+    (out / "run.json").write_text(json.dumps(summary))
+    result = run_result(out, "the run finished every step")
+    assert not result.ok
+    assert "stopped at the cancel step" in result.detail and "No space left on device" in result.detail
+
+
+def test_leftover_partial_files_are_a_warning(out: Path) -> None:
+    result = run_result(out, "no leftover partial files")
+    assert result.ok and "warning" not in result.detail
+    (out / "raw").mkdir()
+    (out / "raw" / "prefill-12docs.sse.partial").write_bytes(b"data: {")
+    result = run_result(out, "no leftover partial files")
+    assert result.ok  # evidence of what arrived, not a failed relation
+    assert result.detail.startswith("warning: 1 leftover")
+    assert "raw/prefill-12docs.sse.partial (7 bytes)" in result.detail
