@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from voice_llm import artifacts, cli, server
+from voice_llm import artifacts, check, cli, server
 from voice_llm.lab.context import LabContext, managed_log_for
 
 from conftest import free_port
@@ -138,9 +138,34 @@ def test_a_full_disk_names_the_file_and_the_step(out: Path, monkeypatch: pytest.
     dead = f"http://127.0.0.1:{free_port()}"
     assert cli.main(["report", "--out", str(out), "--url", dead, "-q"]) == cli.EXIT_FAILURE
     err = capsys.readouterr().err
-    assert err == f"voice-llm report: No space left on device: {out / 'report.json'} (in the report step)\n"
+    assert err == f"voice-llm report: No space left on device: {out / 'report.json'} (step report)\n"
     assert (out / "report.json").read_bytes() == before  # the complete file that was there is kept
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_disk_that_fills_during_the_lab_marks_the_run_failed(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills after run.json recorded the start: the step's file and run.json's end cannot be written.
+    The error names the step's file and the step; run.json still says the run never ended, and check says so."""
+    from voice_llm.lab import LabSettings, run_lab
+
+    full: list[str] = []
+
+    def fills_up(fd: int) -> None:
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        if full or not name.startswith(".run.json."):
+            full.append(name)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artifacts.os, "fsync", fills_up)
+    settings = LabSettings(out=out, url=f"http://127.0.0.1:{free_port()}", steps=("report",), render_html=False)
+    with pytest.raises(OSError) as caught:
+        run_lab(settings)
+    assert caught.value.filename == str(out / "report.json")
+    assert "step report" in caught.value.__notes__
+    assert "run.json could not be written either: No space left on device" in caught.value.__notes__
+    monkeypatch.undo()
+    (finished,) = [r for r in check.run_checks(out) if r.name == "the run finished every step"]
+    assert finished.status == check.FAIL and "does not record the run's end" in finished.detail
 
 
 def test_write_bytes_atomic_names_the_target_not_its_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,7 +45,7 @@ def test_a_server_without_tokenize_gets_an_estimate(tmp_path: Path) -> None:
     docs = load_kb(default_kb_dir())
     replies = [Reply.json(200, {"default_generation_settings": {"n_ctx": 512}}), Reply.json(404, {"error": {
         "code": 404, "message": "File Not Found", "type": "not_found_error"}})]
-    with FakeServer(replies) as fake:
+    with FakeServer(replies, script_props=True) as fake:
         with pytest.raises(ContextLimitError) as caught:
             preflight.check_context_fits(ServerClient(fake.url, timeout=5), docs)
     message = str(caught.value)
@@ -54,7 +54,7 @@ def test_a_server_without_tokenize_gets_an_estimate(tmp_path: Path) -> None:
 
 
 def test_a_server_that_does_not_say_its_context_is_not_refused() -> None:
-    with FakeServer(Reply.json(200, {"default_generation_settings": {}})) as fake:
+    with FakeServer(Reply.json(200, {"default_generation_settings": {}}), script_props=True) as fake:
         assert preflight.check_context_fits(ServerClient(fake.url, timeout=5), load_kb(default_kb_dir())) is None
         assert len(fake.requests) == 1  # /props only
 

@@ -128,6 +128,9 @@ def check_run_finished(out: Path) -> str:
         raise NotCheckable("no run.json with a run id")
     failed = record.doc.get("failed_step")
     _require(failed is None, f"the run failed at step {failed}: {record.doc.get('failure') or 'no reason recorded'}")
+    _require(record.doc.get("ended_at") is not None,
+             "run.json does not record the run's end: it is still running, was killed, or could not write its end "
+             "(a full disk); the files may be half this run's and half an earlier one's")
     return f"every step finished ({', '.join(s['step'] for s in record.doc.get('steps', []))})"
 
 

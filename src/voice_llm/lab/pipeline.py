@@ -173,6 +173,9 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
     written: list[Path] = []
     failed: str | None = None
     failure: str | None = None
+    error: BaseException | None = None
+    if whole_run:  # run.json says "not ended" until the end is recorded: a full disk or a kill cannot leave it clean
+        record.save()
     t0 = time.perf_counter()
     try:
         for name in steps:
@@ -182,7 +185,7 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
             record.add_step(timing.as_dict())
         failed = None
     except BaseException as exc:
-        failure = _describe(exc)
+        failure, error = _describe(exc), exc
         if isinstance(exc, (VoiceLLMError, sse.StreamError, OSError)):
             exc.add_note(f"step {failed}")
         raise
@@ -192,10 +195,21 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
         summary = {"wall_ms": wall, "server_compute_ms": compute, "requests": ctx.ledger.requests,
                    "wall_over_compute": wall / compute if compute else None} if whole_run else {}
         record.finish(steps, failed, failure, **summary)
-        _save_server_log(ctx)
+        _keeping(error, "server.log", lambda: _save_server_log(ctx))
         if whole_run or record.doc["artifacts"] != manifest_before:
-            record.save()
+            _keeping(error, "run.json", record.save)
     return written
+
+
+def _keeping(error: BaseException | None, what: str, write: Callable[[], object]) -> None:
+    """Write ``what`` after the steps; if that fails too while a step's error is on its way (a full disk), the
+    step's error stays the one reported (it names the step and its file), with this one as a note."""
+    try:
+        write()
+    except OSError as exc:
+        if error is None:
+            raise
+        error.add_note(f"{what} could not be written either: {exc.strerror or exc}")
 
 
 def _context(settings: LabSettings, target: _Server, client: ServerClient, progress: Progress,
