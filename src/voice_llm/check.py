@@ -285,16 +285,19 @@ def check_cancel(out: Path) -> str:
             f"(limit {bound:.1f} ms = 2 x {token_ms:.1f} ms + {CANCEL_IDLE_SLACK_MS:.0f}), {logged}")
 
 
-def check_leftover_partials(out: Path) -> str:
-    """A warning, not a failure: a ``.partial`` file holds what arrived before a request failed or was
-    interrupted; it is evidence, and no result is read from it."""
+PARTIALS_CHECK = "leftover .partial files (a warning, not a failure)"
+
+
+def leftover_partials(out: Path) -> list[CheckResult]:
+    """A line only when there is something to say: a ``.partial`` file holds what arrived before a request failed
+    or was interrupted. It is evidence, no result is read from it, so it is a warning and never fails a run."""
     found = [*out.glob("*.partial"), *(out / names.RAW_DIR).glob("*.partial")]
     partials = sorted(path for path in found if path.is_file())
     if not partials:
-        return "no leftover .partial files"
+        return []
     listed = ", ".join(f"{path.relative_to(out)} ({path.stat().st_size} bytes)" for path in partials)
-    return (f"warning: {len(partials)} leftover .partial file(s) from a failed or interrupted request: {listed}; "
-            "no result is read from them")
+    return [CheckResult(PARTIALS_CHECK, PASS, f"warning: {len(partials)} left by a failed or interrupted request: "
+                                              f"{listed}; no result is read from them")]
 
 
 def check_report(out: Path) -> str:
@@ -325,7 +328,6 @@ CHECKS: tuple[Check, ...] = (
     Check("ttft <= first sentence <= total", "sentence", check_sentence),
     Check("cancel cut the answer, slot went idle", "cancel", check_cancel),
     Check("report equals its sources", "report", check_report),
-    Check("no leftover partial files", None, check_leftover_partials),
 )
 
 
@@ -353,4 +355,4 @@ def iter_checks(out: Path) -> Iterator[CheckResult]:
 def run_checks(out: Path) -> list[CheckResult]:
     if not out.is_dir():
         raise ArtifactError(f"no artifact folder at {out}")
-    return list(iter_checks(out))
+    return [*iter_checks(out), *leftover_partials(out)]
