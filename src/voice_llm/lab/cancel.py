@@ -99,10 +99,11 @@ def run(ctx: LabContext) -> list[Path]:
         # The idle clock starts at the close itself (on the request's clock), not when the reader returned.
         closed_at = (result.started_at or 0.0) + (result.closed_at_ms or 0.0) / 1000.0
         idle_ms = wait_until_idle(poller, closed_at)
-    if not result.chunks:
+    if len(result.chunks) < 2:  # two at least: the gap between them is the token time the idle time is held to
         raise MeasurementError(
-            f"cancel: no token arrived in the first {CLOSE_AFTER_MS:.0f} ms (the server is busy or slow), so the "
-            "cut did not interrupt a running answer; rerun `voice-llm cancel` when the machine is idle"
+            f"cancel: only {len(result.chunks)} token(s) arrived in the first {CLOSE_AFTER_MS:.0f} ms (the server "
+            "is busy or slow), too few to show an answer running at its own speed when it was cut; rerun "
+            "`voice-llm cancel` when the machine is idle"
         )
     document = {
         "max_tokens": MAX_TOKENS,
