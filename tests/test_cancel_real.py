@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from voice_llm import check
-from voice_llm.api import KeptAliveConnection, ServerClient
+from voice_llm.api import JSONPoller, ServerClient
 from voice_llm.kb import default_kb_dir
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext
@@ -22,19 +22,19 @@ pytestmark = pytest.mark.server
 
 def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningServer, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    pollers: list[KeptAliveConnection] = []
+    pollers: list[JSONPoller] = []
+    make_poller = ServerClient.poller
 
-    class Recorded(KeptAliveConnection):
-        def __init__(self, client: ServerClient) -> None:
-            super().__init__(client)
-            pollers.append(self)
+    def recorded(client: ServerClient, path: str = "/slots") -> JSONPoller:
+        pollers.append(make_poller(client, path))
+        return pollers[-1]
 
-    monkeypatch.setattr(cancel, "KeptAliveConnection", Recorded)
+    monkeypatch.setattr(ServerClient, "poller", recorded)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=default_kb_dir(),
                      server_log=module_server.log)
     cancel.run(ctx)
     doc = json.loads((tmp_path / "cancel.json").read_text())
-    assert [p.connections_opened for p in pollers] == [1]  # the idle wait before the cut and after it: one connection
+    assert [p.connections for p in pollers] == [1]  # the idle wait before the cut and after it: one connection
     assert doc["chunks"][-1]["t_ms"] <= doc["closed_at_ms"] and doc["slot_idle_after_ms"] >= 0
     assert doc["received_tokens"] == len(doc["chunks"]) and doc["cancel_logged"] is True
     assert (tmp_path / "raw" / "cancel.sse").is_file() and not list(tmp_path.glob("raw/*.partial"))

@@ -1,4 +1,4 @@
-"""The cancel step's /slots polls: one kept-alive connection, a fixed interval, the clock started by the caller
+"""The cancel step's /slots polls (api.JSONPoller): one kept-alive connection, a fixed interval, the clock started by the caller
 (at the close). A local HTTP/1.1 server counts connections and requests; no llama-server."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from voice_llm.api import KeptAliveConnection, ServerClient
+from voice_llm.api import ServerClient
 from voice_llm.lab.cancel import wait_until_idle
 
 from fakeserver import serving
@@ -67,9 +67,9 @@ def busy_then_idle() -> Iterator[SlotsServer]:
 
 def test_polls_go_over_one_kept_alive_connection(busy_then_idle: SlotsServer) -> None:
     since = time.perf_counter()
-    with KeptAliveConnection(ServerClient(busy_then_idle.url, timeout=5)) as poller:
+    with ServerClient(busy_then_idle.url, timeout=5).poller("/slots") as poller:
         idle_ms = wait_until_idle(poller, since, interval_s=0.002)
-        assert poller.connections_opened == 1
+        assert poller.connections == 1
     after_ms = (time.perf_counter() - since) * 1000.0
     assert busy_then_idle.requests == 21  # 20 busy answers, then the idle one
     assert busy_then_idle.connections == 1
@@ -80,13 +80,13 @@ def test_polls_go_over_one_kept_alive_connection(busy_then_idle: SlotsServer) ->
 def test_the_clock_starts_at_the_given_moment_not_at_the_first_poll(busy_then_idle: SlotsServer) -> None:
     busy_then_idle.busy_polls = 0
     earlier = time.perf_counter() - 0.25  # e.g. the close, 250 ms before the reader returned
-    with KeptAliveConnection(ServerClient(busy_then_idle.url, timeout=5)) as poller:
+    with ServerClient(busy_then_idle.url, timeout=5).poller("/slots") as poller:
         assert wait_until_idle(poller, earlier) >= 250.0
 
 
 def test_a_connection_the_server_closes_is_opened_again() -> None:
     with serving(SlotsServer(busy_polls=6, close_every=3)) as httpd:
-        with KeptAliveConnection(ServerClient(httpd.url, timeout=5)) as poller:
+        with ServerClient(httpd.url, timeout=5).poller("/slots") as poller:
             wait_until_idle(poller, time.perf_counter(), interval_s=0.001)
-            assert poller.connections_opened == 3  # polls 1-3, 4-6, 7
+            assert poller.connections == 3  # polls 1-3, 4-6, 7
         assert httpd.requests == 7

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import brief, prompts, sse
-from voice_llm.api import KeptAliveConnection
+from voice_llm.api import JSONPoller
 from voice_llm.artifacts import CANCEL
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
@@ -26,15 +26,16 @@ def _busy(slots: Any) -> bool:
     return any(slot.get("is_processing") for slot in slots if isinstance(slot, dict))
 
 
-def wait_until_idle(poller: KeptAliveConnection, since: float, timeout_s: float = IDLE_TIMEOUT_S,
+def wait_until_idle(poller: JSONPoller, since: float, timeout_s: float = IDLE_TIMEOUT_S,
                     interval_s: float = POLL_INTERVAL_S) -> float:
-    """Poll /slots on one kept-alive connection every ``interval_s`` until no slot is processing.
+    """Poll /slots (``poller``: one kept-alive connection) every ``interval_s`` until no slot is processing.
 
     Returns the ms from ``since`` (a ``time.perf_counter()`` reading) to the arrival of the first answer that
     showed every slot idle: an upper bound on when the slot went idle, late by at most one interval and one poll.
     """
     while True:
-        slots, answered = poller.get_json("/slots")
+        slots = poller.get()
+        answered = time.perf_counter()
         if not _busy(slots):
             return (answered - since) * 1000.0
         if answered - since > timeout_s:
@@ -91,7 +92,7 @@ def run(ctx: LabContext) -> list[Path]:
     # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
     # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
     ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
-    with KeptAliveConnection(ctx.client) as poller:
+    with ctx.client.poller("/slots") as poller:
         # Start from an idle slot, or the idle time below measures someone else's request.
         wait_until_idle(poller, time.perf_counter())
         offset = _log_size(ctx.server_log)
