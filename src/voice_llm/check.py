@@ -250,7 +250,8 @@ def _cancel_raw(out: Path, received: int) -> None:
     decoder = SSEDecoder()
     events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
     _require(all(event.data != "[DONE]" for event in events), "raw/cancel.sse ends with [DONE]: the answer finished")
-    tokens = sum(1 for e in events if e.data != "[DONE]" and (_delta(loads_json(e.data, "raw/cancel.sse")).get("content") or ""))
+    payloads = [loads_json(e.data, "raw/cancel.sse") for e in events if e.data != "[DONE]"]
+    tokens = sum(1 for payload in payloads if _delta(payload).get("content"))
     _require(tokens == received, f"raw/cancel.sse holds {tokens} content chunks, cancel.json lists {received}")
 
 
