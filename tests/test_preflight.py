@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm import prompts
 from voice_llm.api import ServerClient
 from voice_llm.config import ServerSettings
 from voice_llm.errors import ContextLimitError
@@ -59,15 +60,16 @@ def test_a_server_that_does_not_say_its_context_is_not_refused() -> None:
 
 @pytest.mark.server
 def test_the_count_is_the_server_s_own(module_server: RunningServer) -> None:
-    """The counted tokens are what the server itself computes for the same request (prompt_n, cache off)."""
+    """The count is what the server itself computes for the same request (prompt_n, cache off); one document
+    keeps the request short on a busy machine."""
     client = ServerClient(module_server.url)
     docs = load_kb(default_kb_dir())
     fit = preflight.check_context_fits(client, docs)
-    assert fit is not None and fit.counted and fit.n_ctx == 4096
-    name, messages = next((n, m) for n, m in preflight.longest_requests(docs) if n == fit.request)
-    counted, _ = preflight.count_prompt_tokens(client, messages)
+    assert fit is not None and fit.counted and fit.n_ctx == 4096 and fit.request.startswith("cache changed")
+    messages = prompts.chat(prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs[:1]), prompts.SATURDAY_QUESTION)
+    counted, exact = preflight.count_prompt_tokens(client, messages)
     result = client.chat(messages, max_tokens=1, cache_prompt=False)
-    assert counted == fit.prompt_tokens == result.timings["prompt_n"]
+    assert exact and counted == result.timings["prompt_n"] < fit.prompt_tokens < fit.n_ctx
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ def count_prompt_tokens(client: ServerClient, messages: list[prompts.Message]) -
     tokenizer (/tokenize, special tokens added as for a chat request). A server without these endpoints gets a
     generous estimate from the bytes of the messages instead; the bool says which."""
     try:
-        _, templated = client.post_json("/apply-template", {"messages": messages})
-        _, tokenized = client.post_json("/tokenize", {"content": templated["prompt"], "add_special": True})
+        templated = client.post_json("/apply-template", {"messages": messages})
+        tokenized = client.post_json("/tokenize", {"content": templated["prompt"], "add_special": True})
         return len(tokenized["tokens"]), True
     except (sse.StreamError, KeyError, TypeError):
         size = sum(len(m["content"].encode("utf-8")) for m in messages)
