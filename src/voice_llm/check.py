@@ -266,12 +266,9 @@ def check_cancel(out: Path) -> str:
     cut = brief.CANCEL_CLOSE_AFTER_MS
     _require(closed >= cut, f"closed at {closed:.0f} ms, before the {cut:.0f} ms cut")
     bound = 2 * token_ms + CANCEL_IDLE_SLACK_MS
-    # The close came while the answer was still streaming: after its last token, within the time the next few
-    # would have taken, and long before the whole answer would have ended.
+    # The close came before the end: after the last token listed, before the whole answer would have arrived at
+    # this speed, and (when the raw stream is kept) with no [DONE] in it.
     _require(times[-1] <= closed, f"a token at {times[-1]:.0f} ms is listed after the close at {closed:.0f} ms")
-    _require(closed - times[-1] <= bound,
-             f"closed at {closed:.0f} ms, {closed - times[-1]:.0f} ms after the last token: the answer had stopped "
-             f"before the close (limit two token times of {token_ms:.1f} ms + {CANCEL_IDLE_SLACK_MS:.0f} ms)")
     end = times[0] + (max_tokens - 1) * token_ms
     _require(closed < end, f"closed at {closed:.0f} ms, after the whole answer would have ended ({end:.0f} ms)")
     _cancel_raw(out, received)
