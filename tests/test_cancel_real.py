@@ -49,12 +49,20 @@ def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: Ru
     measuring (no log file), and with an earlier server's log there it recorded cancel_logged false."""
     port = str(module_server.settings.port)
     out = tmp_path / "out"
-    first = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
-    assert first.returncode == 0, first.stderr
+    cancel_step(port, out, env)
     assert json.loads((out / "cancel.json").read_text())["cancel_logged"] is None
     old_log = state_dir / f"port-{port}" / "server.log"
     old_log.parent.mkdir(parents=True)
     old_log.write_text("srv  main: an earlier server's log, no cancel in it\n")
-    again = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
-    assert again.returncode == 0, again.stderr
+    cancel_step(port, out, env)
     assert json.loads((out / "cancel.json").read_text())["cancel_logged"] is None
+
+
+def cancel_step(port: str, out: Path, env: dict[str, str], tries: int = 3) -> None:
+    """`voice-llm cancel --port P`. On a machine shared with other servers the answer may be too slow to cut
+    (the step then refuses to measure, by design): that is retried, anything else fails at once."""
+    for _ in range(tries):
+        done = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
+        if done.returncode == 0 or "token(s) arrived in the first" not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr
