@@ -1,4 +1,9 @@
-"""Step 7: barge-in — close the connection 0.5 s into a long answer and time how long the server takes to stop."""
+"""Step 7: barge-in — close the connection 0.5 s into a long answer and time how long the server takes to stop.
+
+With ``--repeat N`` the cut is made N times. The brief's fields are those of the repeat whose slot went idle at
+the median time (``median_repeat``, counted from 1), so received_tokens, closed_at_ms and the chunks describe one
+real cut and slot_idle_after_ms is the median; ``_min``/``_max`` sit beside them and ``repeats`` keeps every cut.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts
+from voice_llm import brief, prompts, spread
 from voice_llm.artifacts import CANCEL
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import LabContext
+from voice_llm.lab.context import RAW_DIR, LabContext
 
 MAX_TOKENS = brief.CANCEL_MAX_TOKENS
 CLOSE_AFTER_MS = brief.CANCEL_CLOSE_AFTER_MS
@@ -52,15 +57,17 @@ def _cancel_logged(log: Path | None, offset: int, wait_s: float = 1.0) -> bool |
         time.sleep(0.02)
 
 
-def run(ctx: LabContext) -> list[Path]:
+def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
+    """One cut; ``number`` is the repeat (it names the raw streams)."""
+    suffix = spread.repeat_suffix(number)
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
     # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
     # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
-    ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
+    ctx.request(f"cancel-warmup{suffix}", messages, max_tokens=1, cache_prompt=True)
     wait_until_idle(ctx)  # start from an idle slot, or the idle time below measures someone else's request
     offset = _log_size(ctx.server_log)
     # No X-Conversation-Id header: with it the server keeps generating after a disconnect.
-    result = ctx.request("cancel", messages, max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
+    result = ctx.request(f"cancel{suffix}", messages, max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
     if not result.closed_early:
         raise MeasurementError(
             f"cancel: generation finished ({len(result.chunks)} tokens, {result.total_ms:.0f} ms) before the "
@@ -78,8 +85,30 @@ def run(ctx: LabContext) -> list[Path]:
         "closed_at_ms": result.closed_at_ms,
         "slot_idle_after_ms": idle_ms,
         "cancel_logged": _cancel_logged(ctx.server_log, offset),
+        "raw": f"{RAW_DIR}/cancel{suffix}.sse",  # which stream this cut is, when the document is another repeat
         "chunks": [chunk.as_dict() for chunk in result.chunks],
     }
     # A cancelled request never sends timings; the server was busy with it until its slot went idle.
     ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
-    return [ctx.write_json(CANCEL, document)]
+    return document
+
+
+RANGE_FIELDS = ("received_tokens", "closed_at_ms", "slot_idle_after_ms")
+
+
+def summary_document(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    middle = spread.median_index([r["slot_idle_after_ms"] for r in repeats])
+    document = {**repeats[middle], **spread.summarize(repeats, RANGE_FIELDS, RANGE_FIELDS)}
+    # The median repeat's own values, not each field's median: together they are one cut (and its chunks).
+    document.update({key: repeats[middle][key] for key in RANGE_FIELDS})
+    # One 'cancel task' missing from the log is a failed cancel, whichever repeat it was.
+    logged = [r.get("cancel_logged") for r in repeats]
+    document["cancel_logged"] = False if False in logged else repeats[middle].get("cancel_logged")
+    document["median_repeat"] = middle + 1
+    document["repeats"] = repeats
+    return document
+
+
+def run(ctx: LabContext) -> list[Path]:
+    repeats = [measure(ctx, number) for number in range(1, ctx.options.repeat + 1)]
+    return [ctx.write_json(CANCEL, summary_document(repeats))]
