@@ -538,13 +538,18 @@ def metadata_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _metadata_html(out: Path) -> str:
-    try:
-        run = _mapping(read_json(out / RUN), RUN)
-    except ArtifactError as exc:
-        return (f'<section id="section-metadata">\n<h2>Run metadata</h2>\n<p class="missing">no run metadata: '
-                f"{_e(exc)}</p>\n</section>\n")
-    body = _table([(label, f"<td>{_e(text)}</td>") for label, text in metadata_rows(run)], "meta")
-    return f'<section id="section-metadata">\n<h2>Run metadata</h2>\n{body}</section>\n'
+    if not (out / RUN).is_file():
+        reason = "no run.json in this folder (written before run ids, or not by a lab run)"
+    else:
+        try:
+            run = _mapping(read_json(out / RUN), RUN)
+        except ArtifactError as exc:
+            reason = str(exc)
+        else:
+            body = _table([(label, f"<td>{_e(text)}</td>") for label, text in metadata_rows(run)], "meta")
+            return f'<section id="section-metadata">\n<h2>Run metadata</h2>\n{body}</section>\n'
+    return (f'<section id="section-metadata">\n<h2>Run metadata</h2>\n<p class="missing">no run metadata: '
+            f"{_e(reason)}</p>\n</section>\n")
 
 
 # --- header, checks and page ---------------------------------------------------------------------------------
