@@ -592,12 +592,25 @@ def _key_numbers_html(out: Path) -> str:
     except ArtifactError as exc:
         return f'<p class="missing">key numbers not available: {_e(exc)}</p>\n'
     rows = []
+    found = metrics.measure_all(out)
     for key, value in numbers.items():
         if isinstance(value, (Mapping, list)):  # report.json's noise verdict: shown on its own above
             continue
         label, unit = _KEY_NUMBERS.get(key, (key, ""))
-        rows.append((label, _value_cell(value, unit)))
+        rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
     return _table(rows, "numbers")
+
+
+# report.json's keys whose metric has another name in voice_llm.metrics.
+_SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
+
+
+def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
+    """The min..max of the samples a key number is the median of (empty for a single sample)."""
+    if measured is None or len(measured.samples) < 2 or unit != "ms":
+        return "<td></td>"
+    low, high = min(measured.samples), max(measured.samples)
+    return f'<td class="range">{_ms(low)}–{_ms(high)} over {len(measured.samples)}</td>'
 
 
 def _header_html(out: Path) -> str:
@@ -663,6 +676,7 @@ table.chunks code { white-space: pre-wrap; }
 section.noise { background: #fff4e5; border-left: 4px solid #e69500; padding: .2rem 1rem .4rem; margin-top: 1rem; }
 section.noise h2 { border: none; margin-top: .6rem; color: #8a4b00; }
 section.quiet p { color: #136c2e; }
+td.range { color: #666; font-size: .85rem; white-space: nowrap; }
 table.meta td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; word-break: break-all; }
 footer { margin-top: 2rem; color: #777; font-size: .85rem; }
 @page { margin: 14mm; }
