@@ -27,7 +27,7 @@ pytestmark = pytest.mark.browser
 
 SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"
 CHARTS = ("sentence", "ttft", "prefill", "cache", "cancel", "spread")
-WINDOW = (1200, 4000)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
+WINDOW = (1200, 7000)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
 
 
 def find_chromium() -> str:

@@ -116,5 +116,5 @@ def summary_lines(noise: Mapping[str, Any]) -> list[str]:
         return []
     labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in noise.get("affected") or []]
     return ["warning: the machine was noisy during this run; these numbers are less trustworthy: "
-            + (", ".join(labels) or "none named"),
+            + ("; ".join(labels) or "none named"),
             *(f"  - {reason}" for reason in noise.get("reasons") or [])]

@@ -93,7 +93,7 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
     with matplotlib.rc_context(_RC):
         sections = [_render_section(out, section) for section in _SECTIONS]
         sections.append(_spread_section_html(out))
-    page = _page(_header_html(out), _noise_html(noise.assess(out)) + _checks_html(checks), sections)
+    page = _page(_header_html(out, _noise_html(noise.assess(out))), _checks_html(checks), sections)
     return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
 
 
@@ -497,7 +497,7 @@ def _noise_html(assessment: Mapping[str, Any]) -> str:
     reasons = "".join(f"<li>{_e(reason)}</li>\n" for reason in assessment.get("reasons") or [])
     return (
         '<section id="section-noise" class="noise">\n<h2>Warning: the machine was noisy during this run</h2>\n'
-        f"<p>Numbers affected: <strong>{_e(', '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
+        f"<p>Numbers affected: <strong>{_e('; '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
         "(or with more <code>--repeat</code>) before trusting or comparing them.</p>\n"
         f"<ul>\n{reasons}</ul>\n</section>\n"
     )
@@ -594,13 +594,14 @@ def _key_numbers_html(out: Path) -> str:
     rows = []
     found = metrics.measure_all(out)
     for key, value in numbers.items():
-        if isinstance(value, (Mapping, list)):  # report.json's noise verdict: shown on its own above
+        if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
             continue
         label, unit = _KEY_NUMBERS.get(key, (key, ""))
         rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
     return _table(rows, "numbers")
 
 
+_NOT_NUMBERS = frozenset({"run_id", "schema_version"})
 # report.json's keys whose metric has another name in voice_llm.metrics.
 _SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
 
@@ -613,11 +614,11 @@ def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
     return f'<td class="range">{_ms(low)}–{_ms(high)} over {len(measured.samples)}</td>'
 
 
-def _header_html(out: Path) -> str:
+def _header_html(out: Path, banner: str = "") -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
         '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
-        "drawn from the saved artifacts.</p>\n"
+        f"drawn from the saved artifacts.</p>\n{banner}"
         '<div class="columns">\n'
         f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
         f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"

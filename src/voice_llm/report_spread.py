@@ -52,7 +52,7 @@ def spread_figure(series: Sequence[SpreadSeries]) -> Figure:
     ax.set_xscale("log")
     ax.set_xlabel("time (ms, log scale)")
     ax.grid(axis="y", visible=False)
-    ax.legend(loc="lower right", ncols=max(1, len(series)))
+    ax.legend(loc="upper left", ncols=max(1, len(series)))
     return fig
 
 
@@ -62,7 +62,7 @@ def spread_caption(series: Sequence[SpreadSeries]) -> str:
         counts = sorted({len(m.samples) for m in s.found.values()})
         widest = max(((m.spread or 0.0, m.metric.label) for m in s.found.values() if m.metric.unit == "ms"),
                      default=(0.0, "—"))
-        parts.append(f"{s.name}: {'/'.join(map(str, counts))} samples per metric, widest spread {widest[0]:.0%} "
+        parts.append(f"{s.name[:1].upper()}{s.name[1:]}: {'/'.join(map(str, counts))} samples per metric, widest spread {widest[0]:.0%} "
                      f"({widest[1]})")
     return ("Every measurement as a dot and the median (the number reported) as a bar; the spread is "
             "(max − min) / median. " + "; ".join(parts) + ".")
