@@ -118,7 +118,7 @@ def _fmt(value: float, unit: str) -> str:
 def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, significant: bool | None,
           noticeable: bool, n: tuple[int, int]) -> str:
     head = f"{m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
-    if a == b:
+    if a == b or (a and abs(b - a) / abs(a) < 0.005):
         change = "the same"
     elif a == 0:
         change = "from zero"
@@ -250,6 +250,19 @@ def compare_runs(out_a: Path, out_b: Path, force: bool = False) -> Comparison:
     return Comparison(a, b, rows, only, tuple(metadata_differences(a.metadata, b.metadata)), tuple(refused))
 
 
+def _noise_brief(assessment: Mapping[str, Any]) -> str:
+    """One line: the load reason as it is, the spreads counted with the widest named."""
+    reasons = [r for r in assessment.get("reasons") or [] if r.startswith("load average")]
+    spread = {k: v for k, v in (assessment.get("spread") or {}).items() if k in (assessment.get("affected") or [])
+              and v > noise.SPREAD_LIMIT}
+    if spread:
+        widest = max(spread, key=lambda k: spread[k])
+        label = metrics.BY_KEY[widest].label if widest in metrics.BY_KEY else widest
+        reasons.append(f"{len(spread)} numbers spread over {noise.SPREAD_LIMIT:.0%} across their repeats "
+                       f"(widest: {label}, {spread[widest]:.0%})")
+    return "; ".join(reasons)
+
+
 def summary_lines(comparison: Comparison) -> list[str]:
     """What ``voice-llm compare`` prints: the runs, what differs in their set-up, a line per metric, a verdict."""
     a, b = comparison.a, comparison.b
@@ -261,11 +274,11 @@ def summary_lines(comparison: Comparison) -> list[str]:
         lines.append("set-up: the same model, server build, threads and machine")
     for side, name in ((a, "A"), (b, "B")):
         if side.noise.get("noisy"):
-            lines.append(f"run {name} was noisy: {'; '.join(side.noise.get('reasons') or [])}")
+            lines.append(f"run {name} was noisy: {_noise_brief(side.noise)}")
     lines += [m.line for m in comparison.metrics]
     if comparison.only_in_one:
         lines.append("measured in one run only: " + ", ".join(comparison.only_in_one))
     heard = [m.label for m in comparison.metrics if m.noticeable]
-    lines.append("a listener would notice: " + (", ".join(heard) if heard else f"nothing (no significant change of "
+    lines.append("a listener would notice: " + ("; ".join(heard) if heard else f"nothing (no significant change of "
                                                  f"{NOTICE_MS:.0f} ms or more in what the caller hears)"))
     return lines
