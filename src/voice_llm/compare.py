@@ -250,7 +250,7 @@ def compare_runs(out_a: Path, out_b: Path, force: bool = False) -> Comparison:
     return Comparison(a, b, rows, only, tuple(metadata_differences(a.metadata, b.metadata)), tuple(refused))
 
 
-def _noise_brief(assessment: Mapping[str, Any]) -> str:
+def noise_brief(assessment: Mapping[str, Any]) -> str:
     """One line: the load reason as it is, the spreads counted with the widest named."""
     reasons = [r for r in assessment.get("reasons") or [] if r.startswith("load average")]
     spread = {k: v for k, v in (assessment.get("spread") or {}).items() if k in (assessment.get("affected") or [])
@@ -274,7 +274,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
         lines.append("set-up: the same model, server build, threads and machine")
     for side, name in ((a, "A"), (b, "B")):
         if side.noise.get("noisy"):
-            lines.append(f"run {name} was noisy: {_noise_brief(side.noise)}")
+            lines.append(f"run {name} was noisy: {noise_brief(side.noise)}")
     lines += [m.line for m in comparison.metrics]
     if comparison.only_in_one:
         lines.append("measured in one run only: " + ", ".join(comparison.only_in_one))

@@ -11,7 +11,7 @@ import matplotlib
 
 from voice_llm import __version__, metrics
 from voice_llm.artifacts import RUN, read_json, write_bytes_atomic
-from voice_llm.compare import NOTICE_MS, Comparison, RunSide
+from voice_llm.compare import NOTICE_MS, Comparison, RunSide, noise_brief
 from voice_llm.errors import ArtifactError
 from voice_llm.report_html import (
     _BLUE,
@@ -59,7 +59,7 @@ def _noise_html(comparison: Comparison) -> str:
     items = []
     for name, side in (("A", comparison.a), ("B", comparison.b)):
         if side.noise.get("noisy"):
-            items.append(f"<li>run {name} was noisy: {_e('; '.join(side.noise.get('reasons') or []))}</li>")
+            items.append(f"<li>run {name} was noisy: {_e(noise_brief(side.noise))}</li>")
         else:
             items.append(f"<li>run {name}: the machine was quiet enough</li>")
     noisy = any(side.noise.get("noisy") for side in (comparison.a, comparison.b))
@@ -81,7 +81,7 @@ def _verdicts_html(comparison: Comparison) -> str:
     heard = [m.label for m in comparison.metrics if m.noticeable]
     return (
         '<section id="section-verdicts">\n<h2>Every metric, B against A</h2>\n'
-        f"<p>A listener would notice: <strong>{_e(', '.join(heard) or 'nothing')}</strong> (a significant change "
+        f"<p>A listener would notice: <strong>{_e('; '.join(heard) or 'nothing')}</strong> (a significant change "
         f"of {NOTICE_MS:.0f} ms or more in what the caller hears; a rule of thumb).</p>\n"
         '<table class="verdicts"><thead><tr><th>metric</th><th>A</th><th>B</th><th>B/A</th><th>beyond noise?</th>'
         "<th>heard?</th><th>in words</th></tr></thead><tbody>\n" + "".join(rows) + "</tbody></table>\n</section>\n"
