@@ -83,7 +83,7 @@ def lab_copy(lab_run, tmp_path: Path) -> Path:
 def test_all_checks_pass_on_the_real_run(lab_copy: Path) -> None:
     results = run_checks(lab_copy)
     assert [r for r in results if not r.ok] == []
-    assert len(results) == 12 and all(r.status == "pass" for r in results)
+    assert len(results) == 16 and all(r.status == "pass" for r in results)
 
 
 @pytest.mark.parametrize("tamper", list(TAMPERS), ids=list(TAMPERS))

@@ -1,6 +1,8 @@
 """Open report.html in a real headless Chromium and prove that every chart was drawn, not just written.
 
-Two runs of Chromium on the rendered sample report: ``--dump-dom`` returns the DOM after the page's own probe
+The page is rendered from ``fixtures/sample_run``, the files of a real lab run with the default three repeats on a
+loaded 2-core machine (raw streams and server log left out), so it shows the run's metadata, the spread chart and
+the noise warning. Two runs of Chromium on the rendered sample report: ``--dump-dom`` returns the DOM after the page's own probe
 script has measured each chart's SVG (``data-rendered`` on <body>, ``data-box`` on each figure), and
 ``--screenshot`` gives the pixels, in which each chart's box must hold visible ink.
 """
@@ -17,13 +19,15 @@ import numpy as np
 import pytest
 from matplotlib import image
 
+from voice_llm.compare import compare_runs
+from voice_llm.compare_html import render_compare
 from voice_llm.report_html import render_report
 
 pytestmark = pytest.mark.browser
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
-CHARTS = ("sentence", "ttft", "prefill", "cache", "cancel")
-WINDOW = (1200, 4000)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
+SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"
+CHARTS = ("sentence", "ttft", "prefill", "cache", "cancel", "spread")
+WINDOW = (1200, 7000)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
 
 
 def find_chromium() -> str:
@@ -53,7 +57,7 @@ def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.Complet
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str]:
     chromium = find_chromium()
-    out = Path(shutil.copytree(SAMPLE_OUT, tmp_path_factory.mktemp("browser") / "out"))
+    out = Path(shutil.copytree(SAMPLE_RUN, tmp_path_factory.mktemp("browser") / "out"))
     report = render_report(out)
     url = report.resolve().as_uri()
     dom = run_chromium(chromium, out.parent / "profile-dom", "--dump-dom", url).stdout
@@ -102,3 +106,30 @@ def test_blank_region_check_would_catch_a_missing_chart(rendered: tuple[str, Pat
     _, png, _ = rendered
     margin = image.imread(png)[:, :, :3][:2000, :40]
     assert np.asarray(margin).std() < 0.01
+
+
+def _section(dom: str, name: str) -> str:
+    start = dom.index(f'<section id="section-{name}"')
+    return dom[start : dom.index("</section>", start)]
+
+
+def test_the_page_shows_the_run_metadata_and_the_noise_warning(rendered: tuple[str, Path, str]) -> None:
+    dom, _, _ = rendered
+    meta = _section(dom, "metadata")
+    for label in ("run id", "voice-llm", "llama.cpp source", "server build_info", "model sha256", "n_ctx", "slots",
+                  "threads", "KB", "CPU", "load average start", "load average end", "python", "started", "ended"):
+        assert f"<th>{label}" in meta, label
+    assert "SmolLM2" in meta and "…" in meta  # the model by name, hashes shortened
+    noise = _section(dom, "noise")  # the fixture comes from a machine shared by several runs at once
+    assert 'class="noise"' in noise and "the machine was noisy" in noise and "Numbers affected" in noise
+    assert "first token" in noise
+
+
+def test_the_compare_page_draws_both_runs(tmp_path: Path) -> None:
+    chromium = find_chromium()
+    a = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "a"))
+    b = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "b"))
+    page = render_compare(compare_runs(a, b))
+    dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", page.resolve().as_uri()).stdout
+    assert re.search(r'<body[^>]*data-rendered="1"', dom), "the spread chart of both runs did not lay out"
+    assert "A: each sample" in dom and "B: each sample" in dom and 'class="verdicts"' in dom

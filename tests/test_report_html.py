@@ -48,7 +48,7 @@ def edit_json(path: Path, change) -> None:
 def test_every_section_renders_a_chart_with_a_caption(out: Path) -> None:
     page = render(out)
     assert (out / REPORT_HTML).is_file()
-    assert 'data-charts="5"' in page
+    assert 'data-charts="6"' in page  # five of the brief's steps and the spread over repeats
     for chart_id in CHART_IDS:
         figure = figure_html(page, chart_id)
         assert figure.lstrip().startswith("<svg"), chart_id
@@ -139,7 +139,7 @@ def test_missing_or_malformed_artifacts_blank_only_their_section(out: Path) -> N
         assert "<figure" not in section
     for chart_id in ("chart-sentence", "chart-cancel"):
         assert figure_html(page, chart_id).lstrip().startswith("<svg")
-    assert 'data-charts="2"' in page
+    assert 'data-charts="3"' in page  # and the spread of what is left
 
 
 def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
@@ -149,12 +149,12 @@ def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
     page = render(out)
     assert "not available: sentence.json: &#x27;ttft_ms&#x27; should be a number, got &#x27;fast&#x27;" in page
     assert "not available: cancel.json should be a JSON object, got list" in page
-    assert page.count('<figure class="chart"') == 3
+    assert page.count('<figure class="chart"') == 4
 
 
 def test_empty_out_folder_still_gives_a_page(tmp_path: Path) -> None:
     page = render(tmp_path)
-    assert page.count("not available:") == 7  # five charts, server facts, key numbers
+    assert page.count("not available:") == 8  # six charts, server facts, key numbers
     assert '<figure class="chart"' not in page
 
 
@@ -173,7 +173,7 @@ def test_optional_values_and_degenerate_prefill(out: Path) -> None:
     edit_json(out / PREFILL, keep_only_zero_docs)
     edit_json(out / CACHE, lambda d: [case.pop("cache_n") for case in d.values()])
     page = render(out)
-    assert 'data-charts="5"' in page
+    assert 'data-charts="6"' in page
     assert "No whole sentence was found" in figure_html(page, "chart-sentence")
     assert "not seen idle" in figure_html(page, "chart-cancel")
     assert "no fit: needs at least two different prompt sizes" in figure_html(page, "chart-prefill")

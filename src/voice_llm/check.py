@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import artifacts as names
-from voice_llm import brief, runmeta
+from voice_llm import brief, runmeta, spread_checks
 from voice_llm.artifacts import loads_json, read_json, read_jsonl
 from voice_llm.errors import ArtifactError
 from voice_llm.keynumbers import build_report
@@ -313,6 +313,14 @@ class Check:
     run: Callable[[Path], str]
 
 
+SPREAD_CHECKS = (
+    Check("prefill repeats: medians, prompt_n grows in each", "prefill", spread_checks.check_prefill_repeats),
+    Check("cache repeats: medians, hit and miss in each", "cache", spread_checks.check_cache_repeats),
+    Check("sentence repeats: medians, order in each", "sentence", spread_checks.check_sentence_repeats),
+    Check("cancel repeats: median idle, each a cut", "cancel", spread_checks.check_cancel_repeats),
+)
+
+
 CHECKS: tuple[Check, ...] = (
     Check("one run: every file as the run wrote it", None, check_one_run),
     Check("the run finished every step", None, check_run_finished),
@@ -326,6 +334,7 @@ CHECKS: tuple[Check, ...] = (
     Check("ttft <= first sentence <= total", "sentence", check_sentence),
     Check("cancel cut the answer, slot went idle", "cancel", check_cancel),
     Check("report equals its sources", "report", check_report),
+    *SPREAD_CHECKS,
 )
 
 

@@ -106,9 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
         _client_options(p, kb=name in KB_STEPS)
         _common(p)
         p.add_argument("--port", type=int, help="port of the managed server (default: the only one running)")
+        if name == "report":
+            p.add_argument("--compare", type=Path, metavar="OUT_B",
+                           help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
+            p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
 
     p = sub.add_parser("check", help="verify the artifacts against each other, from the files alone")
     p.add_argument("out", nargs="?", type=Path, default=default_out_dir())
+
+    p = sub.add_parser("compare", help="two runs side by side: every metric, B/A, and whether it is beyond the noise")
+    p.add_argument("out_a", type=Path, metavar="OUT_A")
+    p.add_argument("out_b", type=Path, metavar="OUT_B")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--force", action="store_true", help="compare even runs of different prompts or documents")
 
     return parser
 
@@ -208,6 +218,13 @@ def _print_findings(out: Path) -> None:
     Console().print(table)
 
 
+def _print_noise(out: Path, file: TextIO) -> None:
+    from voice_llm import noise
+
+    for line in noise.summary_lines(noise.assess(out)):
+        print(line, file=file)
+
+
 def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) -> bool:
     for result in results:
         print(f"{result.label:4}  {result.name}: {result.detail}", file=file)
@@ -246,6 +263,7 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
         print(dumps_json(read_json(result.out / REPORT)), end="")
     else:
         _print_findings(result.out)
+    _print_noise(result.out, text)
     ratio = result.run.get("wall_over_compute")
     if ratio:
         print(f"lab wall {result.run['wall_ms'] / 1000:.1f} s vs server compute "
@@ -258,11 +276,34 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
     from voice_llm.lab import run_steps
 
+    if getattr(args, "compare", None) is not None:
+        return cmd_report_compare(args)
+
     result = run_steps(_lab_settings(args), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
     for path in result.written:
         print(path)
     if result.report_html:
         print(f"report: {result.report_html}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
+    from voice_llm.compare import compare_runs, summary_lines
+
+    comparison = compare_runs(args.out_a.expanduser(), args.out_b.expanduser(), force=args.force)
+    if args.json:
+        print(dumps_json(comparison.as_dict()), end="")
+    else:
+        print("\n".join(summary_lines(comparison)))
+    return 0
+
+
+def cmd_report_compare(args: argparse.Namespace) -> int:
+    from voice_llm.compare import compare_runs
+    from voice_llm.compare_html import render_compare
+
+    comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
+    print(f"report: {render_compare(comparison)}")
     return 0
 
 
@@ -272,7 +313,7 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
 
 COMMANDS = {
     "install": cmd_install, "up": cmd_up, "status": cmd_status, "log": cmd_log, "down": cmd_down,
-    "lab": cmd_lab, "check": cmd_check,
+    "lab": cmd_lab, "check": cmd_check, "compare": cmd_compare,
 }
 
 

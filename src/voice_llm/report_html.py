@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from voice_llm import __version__
+from voice_llm import __version__, metrics, noise
 from voice_llm.artifacts import (
     CACHE,
     CANCEL,
@@ -29,6 +29,7 @@ from voice_llm.artifacts import (
     PROPS,
     REPORT,
     REPORT_HTML,
+    RUN,
     SENTENCE,
     TTFT,
     read_json,
@@ -36,6 +37,7 @@ from voice_llm.artifacts import (
 )
 from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.keynumbers import LABELS
+from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.runmeta import require_one_run
 from voice_llm.errors import ArtifactError
 
@@ -90,7 +92,8 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
     require_one_run(out)  # never draw one page from the files of different runs
     with matplotlib.rc_context(_RC):
         sections = [_render_section(out, section) for section in _SECTIONS]
-    page = _page(_header_html(out), _checks_html(checks), sections)
+        sections.append(_spread_section_html(out))
+    page = _page(_header_html(out, _noise_html(noise.assess(out))), _checks_html(checks), sections)
     return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
 
 
@@ -173,15 +176,19 @@ def _figure_svg(fig: Figure, prefix: str) -> str:
 def _render_section(out: Path, section: _Section) -> str:
     try:
         chart = section.build(read_json(out / section.source))
-        svg = _figure_svg(chart.figure, f"chart-{section.name}")
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         # Validation above covers the documented shapes; this catches shapes nobody foresaw.
         return _missing_section_html(section, f"{section.source} is malformed ({type(exc).__name__}: {exc})")
+    return chart_section_html(section.name, section.title, chart)
+
+
+def chart_section_html(name: str, title: str, chart: _Chart) -> str:
+    svg = _figure_svg(chart.figure, f"chart-{name}")
     return (
-        f'<section id="section-{section.name}">\n<h2>{_e(section.title)}</h2>\n'
-        f'<figure class="chart" id="chart-{section.name}">\n{svg}\n'
+        f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
+        f'<figure class="chart" id="chart-{name}">\n{svg}\n'
         f"<figcaption>{_e(chart.caption)}</figcaption>\n</figure>\n{chart.extra_html}</section>\n"
     )
 
@@ -469,6 +476,82 @@ _SECTIONS = (
 )
 
 
+# --- spread over repeats, noise, run metadata ------------------------------------------------------------------
+
+_SPREAD_TITLE = "Spread over repeats"
+
+
+def _spread_section_html(out: Path) -> str:
+    series = [SpreadSeries("this run", metrics.measure_all(out), _BLUE)]
+    if not time_metrics(series):
+        return _missing_section_html(_Section("spread", _SPREAD_TITLE, "", lambda d: d), "no measured times in this folder")
+    return chart_section_html("spread", _SPREAD_TITLE, _Chart(spread_figure(series), spread_caption(series)))
+
+
+def _noise_html(assessment: Mapping[str, Any]) -> str:
+    if not assessment.get("noisy"):
+        return ('<section id="section-noise" class="quiet">\n<p>The machine was quiet enough: the load from other '
+                "processes stayed under half the cores and no number spread by more than 20 % over its repeats."
+                "</p>\n</section>\n")
+    labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in assessment.get("affected") or []]
+    reasons = "".join(f"<li>{_e(reason)}</li>\n" for reason in assessment.get("reasons") or [])
+    return (
+        '<section id="section-noise" class="noise">\n<h2>Warning: the machine was noisy during this run</h2>\n'
+        f"<p>Numbers affected: <strong>{_e('; '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
+        "(or with more <code>--repeat</code>) before trusting or comparing them.</p>\n"
+        f"<ul>\n{reasons}</ul>\n</section>\n"
+    )
+
+
+def _short_sha(value: Any) -> str:
+    return f"{value[:12]}…" if isinstance(value, str) and len(value) > 12 else str(value if value is not None else "—")
+
+
+def metadata_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) for the run's metadata table, from run.json."""
+    meta = run.get("metadata") or {}
+    server, model, kb = meta.get("server") or {}, meta.get("model") or {}, meta.get("kb") or {}
+    machine = meta.get("machine") or {}
+    size = model.get("size")
+    loads = lambda key: " / ".join(f"{v:.2f}" for v in run.get(key) or []) or "—"  # noqa: E731
+    rows = [
+        ("run id", run.get("run_id")),
+        ("voice-llm", meta.get("voice_llm")),
+        ("llama.cpp source", meta.get("llama_cpp_source") or "custom or remote server"),
+        ("server build_info", server.get("build_info")),
+        ("model", model.get("file")),
+        ("model size", f"{size / 1e6:,.1f} MB" if isinstance(size, (int, float)) else None),
+        ("model sha256", _short_sha(model.get("sha256"))),
+        ("n_ctx", server.get("n_ctx")),
+        ("slots", server.get("total_slots")),
+        ("threads", server.get("threads")),
+        ("KB", f"{kb.get('files')} files in {kb.get('dir')}, sha256 {_short_sha(kb.get('sha256'))}" if kb else None),
+        ("prompts sha256", _short_sha((meta.get("prompts") or {}).get("sha256"))),
+        ("CPU", f"{machine.get('cpu_model') or '—'}, {machine.get('cores') or '?'} cores"),
+        ("load average start (1/5/15 min)", loads("load_average_start")),
+        ("load average end (1/5/15 min)", loads("load_average_end")),
+        ("python", meta.get("python")),
+        ("started", run.get("started_at")),
+        ("ended", run.get("ended_at")),
+    ]
+    return [(label, "—" if value is None else str(value)) for label, value in rows]
+
+
+def _metadata_html(out: Path) -> str:
+    if not (out / RUN).is_file():
+        reason = "no run.json in this folder (written before run ids, or not by a lab run)"
+    else:
+        try:
+            run = _mapping(read_json(out / RUN), RUN)
+        except ArtifactError as exc:
+            reason = str(exc)
+        else:
+            body = _table([(label, f"<td>{_e(text)}</td>") for label, text in metadata_rows(run)], "meta")
+            return f'<section id="section-metadata">\n<h2>Run metadata</h2>\n{body}</section>\n'
+    return (f'<section id="section-metadata">\n<h2>Run metadata</h2>\n<p class="missing">no run metadata: '
+            f"{_e(reason)}</p>\n</section>\n")
+
+
 # --- header, checks and page ---------------------------------------------------------------------------------
 
 _KEY_NUMBERS = LABELS
@@ -509,21 +592,37 @@ def _key_numbers_html(out: Path) -> str:
     except ArtifactError as exc:
         return f'<p class="missing">key numbers not available: {_e(exc)}</p>\n'
     rows = []
+    found = metrics.measure_all(out)
     for key, value in numbers.items():
+        if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
+            continue
         label, unit = _KEY_NUMBERS.get(key, (key, ""))
-        rows.append((label, _value_cell(value, unit)))
+        rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
     return _table(rows, "numbers")
 
 
-def _header_html(out: Path) -> str:
+_NOT_NUMBERS = frozenset({"run_id", "schema_version"})
+# report.json's keys whose metric has another name in voice_llm.metrics.
+_SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
+
+
+def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
+    """The min..max of the samples a key number is the median of (empty for a single sample)."""
+    if measured is None or len(measured.samples) < 2 or unit != "ms":
+        return "<td></td>"
+    low, high = min(measured.samples), max(measured.samples)
+    return f'<td class="range">{_ms(low)}–{_ms(high)} over {len(measured.samples)}</td>'
+
+
+def _header_html(out: Path, banner: str = "") -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
         '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
-        "drawn from the saved artifacts.</p>\n"
+        f"drawn from the saved artifacts.</p>\n{banner}"
         '<div class="columns">\n'
         f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
         f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"
-        "</div>\n</header>\n"
+        f"</div>\n{_metadata_html(out)}</header>\n"
     )
 
 
@@ -575,6 +674,11 @@ dl.texts dt { color: #444; }
 dl.texts dd { margin: 0; white-space: pre-wrap; }
 details { font-size: .9rem; margin-top: .5rem; }
 table.chunks code { white-space: pre-wrap; }
+section.noise { background: #fff4e5; border-left: 4px solid #e69500; padding: .2rem 1rem .4rem; margin-top: 1rem; }
+section.noise h2 { border: none; margin-top: .6rem; color: #8a4b00; }
+section.quiet p { color: #136c2e; }
+td.range { color: #666; font-size: .85rem; white-space: nowrap; }
+table.meta td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; word-break: break-all; }
 footer { margin-top: 2rem; color: #777; font-size: .85rem; }
 @page { margin: 14mm; }
 @media print {

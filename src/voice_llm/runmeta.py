@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import secrets
 import sys
 from collections.abc import Iterable, Mapping
@@ -151,6 +152,32 @@ def machine() -> dict[str, Any]:
     }
 
 
+_THREADS_RE = re.compile(rb"\bn_threads = (\d+)")
+
+
+def threads_from_log(log: Path) -> int | None:
+    """The CPU threads llama-server reports at start-up (``system_info: n_threads = 2 ...``), from its log."""
+    try:
+        with open(log, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    found = _THREADS_RE.search(head)
+    return int(found.group(1)) if found else None
+
+
+def prompts_fingerprint() -> dict[str, Any]:
+    """One hash over the prompts and the brief's numbers the steps use: two runs measured the same requests only
+    when these match (``compare`` refuses otherwise)."""
+    from voice_llm import brief, prompts
+
+    def constants(module: Any) -> dict[str, Any]:
+        return {k: v for k, v in sorted(vars(module).items()) if k.isupper() and isinstance(v, (str, int, float, tuple))}
+
+    texts = {"prompts": constants(prompts), "brief": constants(brief)}
+    return {"sha256": sha256_bytes(json.dumps(texts, sort_keys=True).encode())}
+
+
 @dataclass(frozen=True)
 class ServerFacts:
     """What the measured server said about itself (from /props where it has one) and how it was started."""
@@ -203,6 +230,7 @@ def collect_metadata(server: ServerFacts, kb_dir: Path | None) -> dict[str, Any]
         },
         "model": model,
         "kb": kb,
+        "prompts": prompts_fingerprint(),
         "machine": machine(),
         "python": sys.version.split()[0],
         "identity": identity(server, kb, model),

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts, sse
+from voice_llm import brief, prompts, spread, sse
 from voice_llm.api import JSONPoller
 from voice_llm.artifacts import CANCEL
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import LabContext
+from voice_llm.lab.context import RAW_DIR, LabContext
 
 MAX_TOKENS = brief.CANCEL_MAX_TOKENS
 CLOSE_AFTER_MS = brief.CANCEL_CLOSE_AFTER_MS
@@ -76,9 +76,10 @@ def _cancel_logged(log: Path | None, offset: int, wait_s: float = 1.0) -> bool |
         time.sleep(0.02)
 
 
-def _cut(ctx: LabContext, messages: list[dict[str, str]]) -> sse.StreamResult:
+def _cut(ctx: LabContext, messages: list[dict[str, str]], suffix: str) -> sse.StreamResult:
     # No X-Conversation-Id header: with it the server keeps generating after a disconnect.
-    result = ctx.request("cancel", messages, max_tokens=MAX_TOKENS, cache_prompt=True, stop_after_ms=CLOSE_AFTER_MS)
+    result = ctx.request(f"cancel{suffix}", messages, max_tokens=MAX_TOKENS, cache_prompt=True,
+                         stop_after_ms=CLOSE_AFTER_MS)
     if not result.closed_early:
         raise MeasurementError(
             f"cancel: generation finished ({len(result.chunks)} tokens, {result.total_ms:.0f} ms) before the "
@@ -87,16 +88,18 @@ def _cut(ctx: LabContext, messages: list[dict[str, str]]) -> sse.StreamResult:
     return result
 
 
-def run(ctx: LabContext) -> list[Path]:
+def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
+    """One cut; ``number`` is the repeat (it names the raw streams)."""
+    suffix = spread.repeat_suffix(number)
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
     # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
     # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
-    ctx.request("cancel-warmup", messages, max_tokens=1, cache_prompt=True)
+    ctx.request(f"cancel-warmup{suffix}", messages, max_tokens=1, cache_prompt=True)
     with ctx.client.poller("/slots") as poller:
         # Start from an idle slot, or the idle time below measures someone else's request.
         wait_until_idle(poller, time.perf_counter())
         offset = _log_size(ctx.server_log)
-        result = _cut(ctx, messages)
+        result = _cut(ctx, messages, suffix)
         # The idle clock starts at the close itself (on the request's clock), not when the reader returned.
         closed_at = (result.started_at or 0.0) + (result.closed_at_ms or 0.0) / 1000.0
         idle_ms = wait_until_idle(poller, closed_at)
@@ -114,8 +117,30 @@ def run(ctx: LabContext) -> list[Path]:
         "cancel_logged": _cancel_logged(ctx.server_log, offset),
         "token_ms": ms_per_token(result.chunks),
         "poll_interval_ms": POLL_INTERVAL_S * 1000.0,
+        "raw": f"{RAW_DIR}/cancel{suffix}.sse",  # which stream this cut is, when the document is another repeat
         "chunks": [chunk.as_dict() for chunk in result.chunks],
     }
     # A cancelled request never sends timings; the server was busy with it until its slot went idle.
     ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
-    return [ctx.write_json(CANCEL, document)]
+    return document
+
+
+RANGE_FIELDS = ("received_tokens", "closed_at_ms", "slot_idle_after_ms")
+
+
+def summary_document(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    middle = spread.median_index([r["slot_idle_after_ms"] for r in repeats])
+    document = {**repeats[middle], **spread.summarize(repeats, RANGE_FIELDS, RANGE_FIELDS)}
+    # The median repeat's own values, not each field's median: together they are one cut (and its chunks).
+    document.update({key: repeats[middle][key] for key in RANGE_FIELDS})
+    # One 'cancel task' missing from the log is a failed cancel, whichever repeat it was.
+    logged = [r.get("cancel_logged") for r in repeats]
+    document["cancel_logged"] = False if False in logged else repeats[middle].get("cancel_logged")
+    document["median_repeat"] = middle + 1
+    document["repeats"] = repeats
+    return document
+
+
+def run(ctx: LabContext) -> list[Path]:
+    repeats = [measure(ctx, number) for number in range(1, ctx.options.repeat + 1)]
+    return [ctx.write_json(CANCEL, summary_document(repeats))]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,11 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
     client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
                           deadline_s=settings.options.deadline_s)
     facts = _server_facts(client, target.facts)
+    # The log says what the server really runs with (a server already up may have been started with other
+    # --threads than this command's); the flag is the fallback.
+    threads = runmeta.threads_from_log(target.log) if target.log is not None else None
+    if threads is not None:
+        facts = replace(facts, threads=threads)
     return _Server(target.url, target.log, facts), client
 
 
@@ -182,7 +187,8 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
             failed = name
             paths, timing = run_step(name, ctx)
             written += paths
-            record.add_step(timing.as_dict())
+            # The load right after each step: the noise warning's evidence of what else ran during the run.
+            record.add_step({**timing.as_dict(), "load_average": runmeta.load_average()})
         failed = None
     except BaseException as exc:
         failure, error = _describe(exc), exc
@@ -277,6 +283,4 @@ def _render(out: Path, checks: Sequence[CheckResult]) -> Path:
 
 
 def _with_out(settings: LabSettings, out: Path) -> LabSettings:
-    from dataclasses import replace
-
     return replace(settings, out=out)

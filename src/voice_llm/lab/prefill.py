@@ -1,35 +1,51 @@
-"""Step 4: 0, 4 and 12 documents in the system prompt, cache off — what a longer prompt costs before the first word."""
+"""Step 4: 0, 4 and 12 documents in the system prompt, cache off — what a longer prompt costs before the first word.
+
+With ``--repeat N`` the three requests are made N times, interleaved (0, 4, 12, 0, 4, 12, ...) so a slow minute
+on a shared machine hits every prompt size alike. Each row keeps every repeat in ``repeats``; its brief fields
+are the medians, with ``_min``/``_max`` beside the times.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from voice_llm import brief, prompts
+from voice_llm import brief, prompts, spread
 from voice_llm.artifacts import PREFILL
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import load_kb
+from voice_llm.kb import KBDoc, load_kb
 from voice_llm.lab.context import LabContext
 
 DOC_COUNTS = brief.PREFILL_DOC_COUNTS
+MEDIAN_FIELDS = ("prompt_n", "prompt_ms", "ttft_ms", "cache_n", "total_ms")
+RANGE_FIELDS = ("prompt_ms", "ttft_ms", "total_ms")
+
+
+def measure(ctx: LabContext, docs: list[KBDoc], count: int, number: int = 1) -> dict[str, Any]:
+    """One request with the first ``count`` documents; ``number`` is the repeat (it names the raw stream)."""
+    system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs[:count])
+    # cache_prompt False: otherwise the part shared with the previous request is skipped and blurs the cost.
+    result = ctx.request(f"prefill-{count}docs{spread.repeat_suffix(number)}",
+                         prompts.chat(system, prompts.SATURDAY_QUESTION),
+                         max_tokens=brief.PREFILL_MAX_TOKENS, cache_prompt=False)
+    timings = result.timings or {}
+    if result.ttft_ms is None or "prompt_n" not in timings:
+        raise MeasurementError(f"prefill with {count} documents: no content chunk or no timings in the answer")
+    return {
+        "prompt_n": timings["prompt_n"],
+        "prompt_ms": timings["prompt_ms"],
+        "ttft_ms": result.ttft_ms,
+        "cache_n": timings.get("cache_n"),
+        "total_ms": result.total_ms,
+    }
 
 
 def run(ctx: LabContext) -> list[Path]:
     docs = load_kb(ctx.kb_dir, need=max(DOC_COUNTS))
-    rows = []
-    for count in DOC_COUNTS:
-        system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs[:count])
-        # cache_prompt False: otherwise the part shared with the previous request is skipped and blurs the cost.
-        result = ctx.request(f"prefill-{count}docs", prompts.chat(system, prompts.SATURDAY_QUESTION),
-                             max_tokens=brief.PREFILL_MAX_TOKENS, cache_prompt=False)
-        timings = result.timings or {}
-        if result.ttft_ms is None or "prompt_n" not in timings:
-            raise MeasurementError(f"prefill with {count} documents: no content chunk or no timings in the answer")
-        rows.append({
-            "docs": count,
-            "prompt_n": timings["prompt_n"],
-            "prompt_ms": timings["prompt_ms"],
-            "ttft_ms": result.ttft_ms,
-            "cache_n": timings.get("cache_n"),
-            "total_ms": result.total_ms,
-        })
+    measured: dict[int, list[dict[str, Any]]] = {count: [] for count in DOC_COUNTS}
+    for number in range(1, ctx.options.repeat + 1):
+        for count in DOC_COUNTS:
+            measured[count].append(measure(ctx, docs, count, number))
+    rows = [{"docs": count, **spread.summarize(repeats, MEDIAN_FIELDS, RANGE_FIELDS), "repeats": repeats}
+            for count, repeats in measured.items()]
     return [ctx.write_json(PREFILL, rows)]

@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_llm import noise
 from voice_llm.artifacts import CACHE, PREFILL, REPORT, read_json
 from voice_llm.keynumbers import build_report
 from voice_llm.lab.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:
-    return [ctx.write_json(REPORT, build_report(ctx.out))]
+    report = build_report(ctx.out)
+    # Beside the brief's fields: was the machine quiet enough to trust them (run.json is not saved yet: the
+    # run's record in memory holds the load so far).
+    report["noise"] = noise.assess(ctx.out, ctx.run.doc if ctx.run is not None else None)
+    return [ctx.write_json(REPORT, report)]
 
 
 @dataclass(frozen=True)

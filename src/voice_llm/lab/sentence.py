@@ -1,4 +1,9 @@
-"""Step 6: when does the first sentence end — the brief's rule and the smart splitter on the same stream."""
+"""Step 6: when does the first sentence end — the brief's rule and the smart splitter on the same stream.
+
+With ``--repeat N`` the answer is streamed N times: the times are the medians over the repeats (``_min``/``_max``
+beside them), and the texts and chunks are those of the repeat whose first sentence ended at the median time
+(``median_repeat``, counted from 1), so the text shown is one real answer. ``repeats`` keeps every answer.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts
+from voice_llm import brief, prompts, spread
 from voice_llm.artifacts import SENTENCE
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
@@ -55,7 +60,26 @@ def sentence_document(chunks: Sequence[Chunk], total_ms: float) -> dict[str, Any
     }
 
 
-def run(ctx: LabContext) -> list[Path]:
-    result = ctx.request("sentence", prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION),
+TIME_FIELDS = ("ttft_ms", "first_sentence_ms", "total_ms", "smart_first_sentence_ms")
+
+
+def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
+    result = ctx.request(f"sentence{spread.repeat_suffix(number)}",
+                         prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION),
                          max_tokens=brief.SENTENCE_MAX_TOKENS, cache_prompt=True)
-    return [ctx.write_json(SENTENCE, sentence_document(result.chunks, result.total_ms))]
+    return sentence_document(result.chunks, result.total_ms)
+
+
+def summary_document(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The brief's fields from several answers: median times (a time stays below another in the medians when it
+    does in every repeat), the texts and chunks of the median answer."""
+    middle = spread.median_index([r["first_sentence_ms"] for r in repeats])
+    document = {**repeats[middle], **spread.summarize(repeats, TIME_FIELDS, TIME_FIELDS)}
+    document["median_repeat"] = middle + 1
+    document["repeats"] = list(repeats)
+    return document
+
+
+def run(ctx: LabContext) -> list[Path]:
+    repeats = [measure(ctx, number) for number in range(1, ctx.options.repeat + 1)]
+    return [ctx.write_json(SENTENCE, summary_document(repeats))]
