@@ -11,7 +11,7 @@ from voice_llm.api import ServerClient
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import default_kb_dir
 from voice_llm.lab import cancel
-from voice_llm.lab.context import LabContext
+from voice_llm.lab.context import LabContext, StepOptions
 
 from fakeserver import FakeServer, Reply, at, llama_events
 
@@ -25,7 +25,8 @@ def numbers(count: int) -> list[str]:
 def run_against(tmp_path: Path, answer: list[tuple[float, bytes]]) -> Path:
     replies = [Reply.stream(at(0.0, llama_events(["1"]))), IDLE, Reply.stream(answer), IDLE]
     with FakeServer(replies) as fake:
-        cancel.run(LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=default_kb_dir()))
+        cancel.run(LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=default_kb_dir(),
+                               options=StepOptions(repeat=1)))  # one cut: the script has one answer
     return tmp_path / "cancel.json"
 
 

@@ -100,11 +100,12 @@ def test_cache_attaches_the_same_twelve_documents_as_prefill(tmp_path: Path) -> 
     """A KB of 24 documents: the cache step used to attach all of them (on a real server: HTTP 400, context
     overflow after the earlier steps' minutes). What it sends is read off a scripted server."""
     from voice_llm.lab import LabSettings, run_steps
+    from voice_llm.lab.context import StepOptions
 
     kb = big_kb(tmp_path / "kb", copies=2)
     docs = load_kb(kb)
     with FakeServer(Reply.stream(at(0.0, llama_events(["Nine", "to", "noon."])))) as fake:
-        run_steps(LabSettings(out=tmp_path / "out", url=fake.url, kb_dir=kb), ["cache"])
+        run_steps(LabSettings(out=tmp_path / "out", url=fake.url, kb_dir=kb, options=StepOptions(repeat=1)), ["cache"])
     systems = [json.loads(r.body)["messages"][0]["content"] for r in fake.requests if r.path.endswith("/completions")]
     long_ones = systems[1:]  # after the short request that empties the slot
     assert len(long_ones) == 4
