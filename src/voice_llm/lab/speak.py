@@ -1,0 +1,126 @@
+"""Step speak: time to first audio. Stream the sentence step's answer and speak it through a real TTS while it
+streams, once per segmenting strategy and repeat; write audio.json and the WAVs the caller would hear.
+
+Runs are interleaved (round 1: every strategy, round 2: every strategy, ...) so a drift in machine load falls on
+all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<run>.sse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voice_llm import prompts
+from voice_llm.artifacts import write_bytes_atomic, write_json
+from voice_llm.errors import OutputDirError
+from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.sse import Chunk, StreamResult
+from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
+from voice_llm.tts.artifact import (
+    AUDIO, AUDIO_DIR, PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry,
+)
+from voice_llm.tts.engine import SAMPLE_WIDTH
+from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
+from voice_llm.tts.wav import wav_bytes
+
+MAX_TOKENS = 120  # the sentence step's request
+DEFAULT_REPEAT = 3
+
+
+@dataclass(frozen=True)
+class SpeakOptions:
+    engine: str = DEFAULT_ENGINE
+    voice: str | None = None
+    repeat: int = DEFAULT_REPEAT
+    clause_words: int = DEFAULT_CLAUSE_WORDS
+
+
+def options_of(ctx: LabContext) -> SpeakOptions:
+    """The step's options from the context (the CLI's --tts, --voice, --repeat), defaults otherwise."""
+    given = getattr(ctx, "options", None)
+    return SpeakOptions(
+        engine=getattr(given, "tts_engine", None) or DEFAULT_ENGINE,
+        voice=getattr(given, "tts_voice", None),
+        repeat=getattr(given, "repeat", None) or DEFAULT_REPEAT,
+        clause_words=getattr(given, "clause_words", None) or DEFAULT_CLAUSE_WORDS,
+    )
+
+
+def raw_name(strategy: str, run: int) -> str:
+    return f"speak-{strategy}-{run}"
+
+
+def _request(ctx: LabContext, name: str) -> Callable[[Callable[[Chunk], None]], StreamResult]:
+    messages = prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION)
+    return lambda on_chunk: ctx.request(name, messages, max_tokens=MAX_TOKENS, cache_prompt=True, on_chunk=on_chunk)
+
+
+def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict[str, list[SpokenAnswer]]:
+    answers: dict[str, list[SpokenAnswer]] = {strategy: [] for strategy in STRATEGIES}
+    for run in range(1, options.repeat + 1):
+        for strategy in STRATEGIES:
+            name = raw_name(strategy, run)
+            ctx.progress.update(f"speak: {strategy}, run {run} of {options.repeat}")
+            answers[strategy].append(speak_live(engine, strategy, _request(ctx, name), options.clause_words))
+    return answers
+
+
+def _wavs(strategy: str, runs: list[SpokenAnswer], rate: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The median run's first segment and whole heard answer: their audio.json entries and WAV bytes."""
+    index = median_run([{"ttfa_ms": answer.playback.ttfa_ms} for answer in runs])
+    answer = runs[index]
+    entries, files = {}, {}
+    for kind, pcm in (("first_segment", b"".join(answer.segments[0].pcm)), ("heard", heard_pcm(answer, rate))):
+        relative = f"{AUDIO_DIR}/{strategy}-{kind.replace('_', '-')}.wav"
+        files[relative] = wav_bytes(pcm, rate)
+        entries[kind] = wav_entry(relative, index + 1, len(pcm) // SAMPLE_WIDTH, rate)
+    return entries, files
+
+
+def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
+                   answers: dict[str, list[SpokenAnswer]]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """audio.json and the WAV files it names (relative path -> bytes), nothing written yet."""
+    strategies: dict[str, Any] = {}
+    files: dict[str, bytes] = {}
+    for strategy, runs in answers.items():
+        ctx.progress.update(f"speak: {strategy}, first segment synthesized alone")
+        # Measured after the live runs, with the LLM idle: the engine's own time for the same text.
+        alone = [first_audio_alone_ms(engine, answer.segments[0].text) for answer in runs]
+        rows = [run_dict(i, f"{RAW_DIR}/{raw_name(strategy, i)}.sse", answer, alone_ms)
+                for i, (answer, alone_ms) in enumerate(zip(runs, alone), start=1)]
+        wavs, wav_files = _wavs(strategy, runs, engine.sample_rate)
+        files.update(wav_files)
+        strategies[strategy] = {"summary": summary(rows), "wavs": wavs, "runs": rows}
+    doc = {
+        "engine": engine.name,
+        "voice": engine.voice,
+        "sample_rate": engine.sample_rate,
+        "versions": engine.versions(),
+        "prompt": {"system": prompts.THREE_SENTENCES_SYSTEM, "user": prompts.FASTING_QUESTION,
+                   "max_tokens": MAX_TOKENS},
+        "repeat": options.repeat,
+        "clause_words": options.clause_words,
+        "playback_model": PLAYBACK_MODEL,
+        "ttfa_ms": {strategy: doc["summary"]["ttfa_ms"]["median"] for strategy, doc in strategies.items()},
+        "strategies": strategies,
+    }
+    return doc, files
+
+
+def run(ctx: LabContext) -> list[Path]:
+    options = options_of(ctx)
+    ctx.progress.update(f"speak: loading {options.engine}")
+    engine = load_engine(options.engine, options.voice)  # a bad voice fails here, before any request
+    answers = speak_all(ctx, engine, options)
+    doc, files = audio_document(ctx, engine, options, answers)
+    # Everything is measured before anything is written: a failure above leaves the earlier audio untouched.
+    folder = ctx.path(AUDIO_DIR)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    written = [write_bytes_atomic(ctx.path(relative), data) for relative, data in files.items()]
+    return [write_json(ctx.path(AUDIO), doc), *written]
