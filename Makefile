@@ -27,6 +27,7 @@ lab: install
 
 test: install
 	sh scripts/ensure-chromium.sh
+	sh scripts/ensure-apt.sh espeak-ng:espeak-ng
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

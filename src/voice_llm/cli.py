@@ -123,7 +123,9 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
 def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
-    print(f"llama-server: {binary}\nmodel: {model}")
+    from voice_llm.tts import load_engine  # the speak step's default voice: loaded and warmed up once to verify it
+
+    print(f"llama-server: {binary}\nmodel: {model}\nvoice: {load_engine().voice}")
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from voice_llm import prompts
 from voice_llm.artifacts import write_bytes_atomic, write_json
-from voice_llm.errors import OutputDirError
+from voice_llm.errors import OutputDirError, TTSError
 from voice_llm.lab.context import RAW_DIR, LabContext
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
@@ -64,7 +64,11 @@ def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict
         for strategy in STRATEGIES:
             name = raw_name(strategy, run)
             ctx.progress.update(f"speak: {strategy}, run {run} of {options.repeat}")
-            answers[strategy].append(speak_live(engine, strategy, _request(ctx, name), options.clause_words))
+            try:
+                answers[strategy].append(speak_live(engine, strategy, _request(ctx, name), options.clause_words))
+            except TTSError as exc:
+                exc.add_note(f"speak {strategy}, run {run}: the answer's stream is kept in {ctx.path(RAW_DIR) / name}.sse")
+                raise
     return answers
 
 
