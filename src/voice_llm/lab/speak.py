@@ -101,6 +101,7 @@ def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
     doc = {
         "engine": engine.name,
         "voice": engine.voice,
+        "voice_option": options.voice,  # what --voice said (None: the engine's default voice)
         "sample_rate": engine.sample_rate,
         "versions": engine.versions(),
         "prompt": {"system": prompts.THREE_SENTENCES_SYSTEM, "user": prompts.FASTING_QUESTION,
