@@ -48,6 +48,8 @@ class StepOptions:
     repeat: int = 3  # prefill, cache, sentence, cancel (and speak) repeat their measurement; ttft keeps 5 runs
     timeout: float = 120.0  # seconds a request may go without content (pings and comments do not count)
     deadline_s: float | None = sse.DEFAULT_DEADLINE_S  # seconds one whole request may take
+    tts_engine: str = "piper"  # speak: voice_llm.tts engine ("piper", "espeak")
+    tts_voice: str | None = None  # speak: a Piper .onnx file or an espeak-ng voice name; None: the default voice
 
     def __post_init__(self) -> None:
         if self.repeat < 1:

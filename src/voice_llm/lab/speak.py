@@ -12,21 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import prompts
-from voice_llm.artifacts import write_bytes_atomic, write_json
+from voice_llm import brief, prompts
+from voice_llm.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.errors import OutputDirError, TTSError
 from voice_llm.lab.context import RAW_DIR, LabContext
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
-from voice_llm.tts.artifact import (
-    AUDIO, AUDIO_DIR, PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry,
-)
+from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
 from voice_llm.tts.engine import SAMPLE_WIDTH
 from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
 from voice_llm.tts.wav import wav_bytes
 
-MAX_TOKENS = 120  # the sentence step's request
+MAX_TOKENS = brief.SENTENCE_MAX_TOKENS  # the sentence step's request
 DEFAULT_REPEAT = 3
 
 
@@ -39,14 +37,8 @@ class SpeakOptions:
 
 
 def options_of(ctx: LabContext) -> SpeakOptions:
-    """The step's options from the context (the CLI's --tts, --voice, --repeat), defaults otherwise."""
-    given = getattr(ctx, "options", None)
-    return SpeakOptions(
-        engine=getattr(given, "tts_engine", None) or DEFAULT_ENGINE,
-        voice=getattr(given, "tts_voice", None),
-        repeat=getattr(given, "repeat", None) or DEFAULT_REPEAT,
-        clause_words=getattr(given, "clause_words", None) or DEFAULT_CLAUSE_WORDS,
-    )
+    """The step's options from the context (the CLI's --tts, --voice, --repeat)."""
+    return SpeakOptions(engine=ctx.options.tts_engine, voice=ctx.options.tts_voice, repeat=ctx.options.repeat)
 
 
 def raw_name(strategy: str, run: int) -> str:
@@ -127,5 +119,5 @@ def run(ctx: LabContext) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
-    written = [write_bytes_atomic(ctx.path(relative), data) for relative, data in files.items()]
-    return [write_json(ctx.path(AUDIO), doc), *written]
+    written = [ctx.write_bytes(relative, data) for relative, data in files.items()]
+    return [ctx.write_json(AUDIO, doc), *written]

@@ -6,12 +6,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from voice_llm.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.tts.live import SpokenAnswer
 from voice_llm.tts.timeline import Playback
 from voice_llm.tts.wav import silence
 
-AUDIO = "audio.json"
-AUDIO_DIR = "audio"
+__all__ = ["AUDIO", "AUDIO_DIR", "PLAYBACK_MODEL", "heard_pcm", "median_run", "run_dict", "spread", "summary", "wav_entry"]
 
 PLAYBACK_MODEL = (
     "chunk level: each piece of audio the engine yields (Piper: one per sentence of the segment) plays as soon "

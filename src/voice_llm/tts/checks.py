@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import read_json
+from voice_llm.artifacts import AUDIO, read_json
+from voice_llm.check import Check, CheckFailed, NotCheckable
 from voice_llm.errors import ArtifactError
 from voice_llm.sse import DONE_DATA, SSEDecoder
-from voice_llm.tts.artifact import AUDIO, summary
+from voice_llm.tts.artifact import summary
 from voice_llm.tts.segmenting import segment_stream
 from voice_llm.tts.timeline import AudioPiece, playback
 from voice_llm.tts.wav import read_wav
@@ -24,17 +25,13 @@ from voice_llm.tts.wav import read_wav
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
 
 
-class AudioCheckFailed(Exception):
-    """A relation does not hold; the message gives the numbers."""
-
-
-class AudioNotCheckable(Exception):
-    """The files cannot show the relation (for example a one-sentence answer has nothing to compare)."""
+STEP = "speak"
+ARTIFACT = AUDIO
 
 
 def _require(condition: bool, detail: str) -> None:
     if not condition:
-        raise AudioCheckFailed(detail)
+        raise CheckFailed(detail)
 
 
 def _num(value: Any, what: str) -> float:
@@ -136,7 +133,7 @@ def check_whole_after_sentences(out: Path) -> str:
     medians = {s: doc["strategies"][s]["summary"] for s in ("whole", "sentences")}
     whole, sentences = (_num(medians[s]["ttfa_ms"]["median"], f"{s} TTFA") for s in ("whole", "sentences"))
     if _close(medians["whole"]["first_text_ms"]["median"], medians["sentences"]["first_text_ms"]["median"], 1.0):
-        raise AudioNotCheckable("the answer is one sentence: whole and sentences speak the same segment at the same time")
+        raise NotCheckable("the answer is one sentence: whole and sentences speak the same segment at the same time")
     _require(whole >= sentences, f"TTFA whole {whole:.0f} ms < sentences {sentences:.0f} ms")
     return f"TTFA whole {whole:.0f} ms >= sentences {sentences:.0f} ms (medians)"
 
@@ -167,10 +164,10 @@ def check_wavs(out: Path) -> str:
     return f"{count} WAVs decode and last what audio.json states"
 
 
-CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
-    ("audio: ttft <= first segment text <= first audio", check_first_audio_order),
-    ("audio: segments follow from the raw stream", check_segments_follow_stream),
-    ("audio: timeline and medians follow from the segments", check_timeline),
-    ("audio: TTFA whole >= TTFA sentences", check_whole_after_sentences),
-    ("audio: WAVs decode and last as stated", check_wavs),
+CHECKS: tuple[Check, ...] = (
+    Check("audio: ttft <= first segment text <= first audio", STEP, check_first_audio_order),
+    Check("audio: segments follow from the raw stream", STEP, check_segments_follow_stream),
+    Check("audio: timeline and medians follow from the segments", STEP, check_timeline),
+    Check("audio: TTFA whole >= TTFA sentences", STEP, check_whole_after_sentences),
+    Check("audio: WAVs decode and last as stated", STEP, check_wavs),
 )

@@ -1,62 +1,18 @@
-"""What the speak step adds to the report: report.json fields, the "first audio" finding, and two charts —
-one playback timeline per strategy and the TTFA per strategy — drawn in report_html's style from audio.json.
+"""The speak step's two charts in report.html, drawn in report_html's style from audio.json: one playback
+timeline per strategy, and the TTFA per strategy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from voice_llm.artifacts import read_json
-from voice_llm.errors import ArtifactError
-from voice_llm.tts.artifact import AUDIO, median_run
-
-STRATEGY_LABELS = {
-    "whole": "whole answer",
-    "brief_rule": "brief's first sentence, then the rest",
-    "sentences": "sentence by sentence",
-    "clauses": "first clause, then sentences",
-}
-# Flat report.json fields, beside the brief's: ttfa_<strategy>_ms and stall_ms_<strategy> (medians).
-KEY_NUMBERS = {
-    **{f"ttfa_{s}_ms": (f"first audio, {label} (median)", "ms") for s, label in STRATEGY_LABELS.items()},
-    **{f"stall_ms_{s}": (f"silence after first audio, {label} (median)", "ms") for s, label in STRATEGY_LABELS.items()},
-}
-
-
-def _median(doc: Mapping[str, Any], strategy: str, field: str) -> Any:
-    try:
-        return doc["strategies"][strategy]["summary"][field]["median"]
-    except (KeyError, TypeError) as exc:
-        raise ArtifactError(f"{AUDIO} has no median {field} for {strategy}; rerun `voice-llm speak`") from exc
-
-
-def report_fields(out: Path) -> dict[str, Any]:
-    """The speak step's numbers for report.json, copied from audio.json; none when the step did not run."""
-    if not (out / AUDIO).is_file():
-        return {}
-    doc = read_json(out / AUDIO)
-    fields = {f"ttfa_{s}_ms": _median(doc, s, "ttfa_ms") for s in STRATEGY_LABELS}
-    fields.update({f"stall_ms_{s}": _median(doc, s, "stall_ms") for s in STRATEGY_LABELS})
-    return fields
-
-
-def first_audio_finding(report: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """(label, value, meaning) for the summary table, from report.json; None without the speak step."""
-    if "ttfa_sentences_ms" not in report:
-        return None
-    best = min(STRATEGY_LABELS, key=lambda s: report[f"ttfa_{s}_ms"])
-    return (
-        "first audio (sentence by sentence, p50)",
-        f"{report['ttfa_sentences_ms']:.0f} ms",
-        f"when the caller hears the first sound; waiting for the whole answer: {report['ttfa_whole_ms']:.0f} ms, "
-        f"first clause: {report['ttfa_clauses_ms']:.0f} ms; earliest: {STRATEGY_LABELS[best]}",
-    )
-
+from voice_llm import report_html as style  # imported by report_html when it draws these, so no cycle
+from voice_llm.tts.artifact import median_run
+from voice_llm.tts.segmenting import STRATEGY_LABELS
 
 # --- charts --------------------------------------------------------------------------------------------------
 
@@ -67,7 +23,7 @@ def _lane(ax: Axes, y: float, spans: Sequence[tuple[float, float]], colors: Sequ
                        facecolors=list(colors), edgecolor="white", linewidth=0.5)
 
 
-def _timeline_axes(ax: Axes, strategy: str, run: Mapping[str, Any], style: Any) -> None:
+def _timeline_axes(ax: Axes, strategy: str, run: Mapping[str, Any]) -> None:
     segments = run["segments"]
     palette = [style._BLUE, style._PURPLE]
     shade = [palette[s["index"] % 2] for s in segments]
@@ -87,7 +43,7 @@ def _timeline_axes(ax: Axes, strategy: str, run: Mapping[str, Any], style: Any) 
                  f"end heard {style._ms(run['end_ms'])} ms (run {run['run']})", loc="left")
 
 
-def timeline_chart(doc: Mapping[str, Any], style: Any) -> tuple[Figure, str]:
+def timeline_chart(doc: Mapping[str, Any]) -> style._Chart:
     """One timeline per strategy (its median-TTFA run): chunks arriving and segments complete (text), each
     segment's synthesis, and what the caller hears (playback, stalls in red)."""
     strategies = doc["strategies"]
@@ -96,7 +52,7 @@ def timeline_chart(doc: Mapping[str, Any], style: Any) -> tuple[Figure, str]:
     end = 0.0
     for ax, (strategy, entry) in zip(axes, strategies.items()):
         run = entry["runs"][median_run(entry["runs"])]
-        _timeline_axes(ax, strategy, run, style)
+        _timeline_axes(ax, strategy, run)
         end = max(end, run["end_ms"])
     axes[-1].set_xlim(0, end * 1.02)
     axes[-1].set_xlabel(style._TIME_AXIS)
@@ -106,10 +62,10 @@ def timeline_chart(doc: Mapping[str, Any], style: Any) -> tuple[Figure, str]:
         "(segments alternate blue and purple; red is a stall, silence after the first sound). Dotted: first token; "
         f"green: first audio. Engine {doc['engine']}, {doc['sample_rate']} Hz; {doc['playback_model']}."
     )
-    return fig, caption
+    return style._Chart(fig, caption)
 
 
-def ttfa_chart(doc: Mapping[str, Any], style: Any) -> tuple[Figure, str]:
+def ttfa_chart(doc: Mapping[str, Any]) -> style._Chart:
     """TTFA per strategy (median, min-max whiskers) beside the time its first segment's text was complete."""
     strategies = list(doc["strategies"])
     summaries = [doc["strategies"][s]["summary"] for s in strategies]
@@ -138,4 +94,4 @@ def ttfa_chart(doc: Mapping[str, Any], style: Any) -> tuple[Figure, str]:
         f"takes {style._ms(ttfa[strategies.index('whole')])} ms. The gap between a pair of bars is the synthesis of "
         "the first segment while the answer was still streaming."
     ) if "whole" in strategies else f"Medians of {doc['repeat']} runs per strategy."
-    return fig, caption
+    return style._Chart(fig, caption)

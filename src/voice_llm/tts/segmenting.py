@@ -24,6 +24,12 @@ from voice_llm.sentences import SentenceSplitter, first_sentence_end
 from voice_llm.tts.engine import speakable
 
 STRATEGIES = ("whole", "brief_rule", "sentences", "clauses")
+STRATEGY_LABELS = {
+    "whole": "whole answer",
+    "brief_rule": "brief's first sentence, then the rest",
+    "sentences": "sentence by sentence",
+    "clauses": "first clause, then sentences",
+}
 DEFAULT_CLAUSE_WORDS = 4
 
 # A clause ends after , ; : or a spaced dash once the whitespace after it is known ("3,000" and "9:30" go on),
