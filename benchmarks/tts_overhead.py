@@ -82,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for strategy, entry in doc["strategies"].items():
         runs = entry["runs"]
         rows[strategy] = {key: [run[key] for run in runs] for key in
-                          ("ttfa_ms", "first_text_ms", "first_segment_alone_ms", "overhead_ms", "stall_count", "stall_ms", "end_ms")}
+                          ("ttfa_ms", "first_text_ms", "first_segment_alone_ms", "overhead_ms", "handoff_ms", "stall_count",
+                           "stall_ms", "end_ms")}
     if args.replay:
         for strategy, values in replay(doc, args.replay).items():
             rows[strategy]["replay_overhead_ms"] = values
@@ -101,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{statistics.median(r['end_ms']):>8.0f}")
         print(line + (f"  {spread(r['replay_overhead_ms'])}" if args.replay else ""))
     overall = [v for r in rows.values() for v in r["overhead_ms"]]
-    print(f"pipeline overhead, all strategies and runs: median {statistics.median(overall):.1f} ms")
+    handoff = [v for r in rows.values() for v in r["handoff_ms"]]
+    print(f"pipeline overhead, all strategies and runs: median {statistics.median(overall):.1f} ms; of it the "
+          f"hand-off from text ready to synthesis start: median {statistics.median(handoff):.2f} ms (max {max(handoff):.2f})")
     if args.replay:
         quiet = [v for r in rows.values() for v in r["replay_overhead_ms"]]
         print(f"pipeline overhead without the LLM (replay): median {statistics.median(quiet):.1f} ms")

@@ -86,3 +86,44 @@ def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytes
             speak.run(_context(tmp_path, fake.url))
     assert (tmp_path / "raw" / "speak-whole-1.sse").read_bytes().count(b"data: ") >= 4
     assert {name: (tmp_path / name).read_bytes() for name in earlier} == earlier
+
+
+# --- the same through the CLI: one line, exit 1, earlier audio untouched -----------------------------------------
+
+
+def test_cli_missing_voice_file(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+    from fakeserver import unused_port
+
+    out = tmp_path / "out"
+    earlier = _earlier_audio(out)
+    result = cli("speak", "--url", f"http://127.0.0.1:{unused_port()}", "--out", str(out), "-q",
+                 "--voice", str(tmp_path / "missing.onnx"), env=env)
+    assert_clean_failure(result, "voice-llm speak: voice file not found:", "missing.onnx")
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier
+
+
+def test_cli_espeak_absent_says_how_to_install(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+    from fakeserver import unused_port
+
+    out = tmp_path / "out"
+    earlier = _earlier_audio(out)
+    bare = tmp_path / "bin"  # a PATH with python but without espeak-ng
+    bare.mkdir()
+    result = cli("speak", "--url", f"http://127.0.0.1:{unused_port()}", "--out", str(out), "-q", "--tts", "espeak",
+                 env={**env, "PATH": str(bare)})
+    assert_clean_failure(result, "espeak-ng is not installed: apt-get install espeak-ng")
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier
+
+
+def test_cli_nothing_speakable_keeps_the_stream(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+
+    out = tmp_path / "out"
+    earlier = _earlier_audio(out)
+    with FakeServer(Reply.stream(at(0.0, llama_events(["...", " ", "!!"])))) as fake:  # /props gets it too: ignored
+        result = cli("speak", "--url", fake.url, "--out", str(out), "-q", env=env)
+    err = assert_clean_failure(result, "voice-llm speak: the answer has no speakable text", "speak-whole-1.sse")
+    assert "data: [DONE]" in (out / "raw" / "speak-whole-1.sse").read_text(), err
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier

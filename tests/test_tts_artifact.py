@@ -43,6 +43,7 @@ def test_run_dict_overhead_and_summary() -> None:
     row = run_dict(1, "raw/speak-sentences-1.sse", _answer(), alone_ms=30.0)
     assert row["first_text_ms"] == 50 and row["ttft_ms"] == 20.0
     assert row["overhead_ms"] == pytest.approx(110 - (50 + 30))
+    assert row["handoff_ms"] == 100 - 50
     assert row["segments"][1]["audio"] == [{"ready_ms": 400.0, "audio_ms": 40.0}]
     rows = [dict(row, ttfa_ms=t) for t in (300.0, 100.0, 200.0)]
     assert summary(rows)["ttfa_ms"] == spread([100.0, 200.0, 300.0]) == {"median": 200.0, "min": 100.0, "max": 300.0}

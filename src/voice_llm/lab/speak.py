@@ -50,24 +50,33 @@ def _request(ctx: LabContext, name: str) -> Callable[[Callable[[Chunk], None]], 
     return lambda on_chunk: ctx.request(name, messages, max_tokens=MAX_TOKENS, cache_prompt=True, on_chunk=on_chunk)
 
 
-def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict[str, list[SpokenAnswer]]:
-    answers: dict[str, list[SpokenAnswer]] = {strategy: [] for strategy in STRATEGIES}
+@dataclass(frozen=True)
+class LiveRun:
+    answer: SpokenAnswer
+    alone_ms: float  # the first segment's first audio, synthesized alone right after the live run
+
+
+def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict[str, list[LiveRun]]:
+    runs: dict[str, list[LiveRun]] = {strategy: [] for strategy in STRATEGIES}
     for run in range(1, options.repeat + 1):
         for strategy in STRATEGIES:
             name = raw_name(strategy, run)
             ctx.progress.update(f"speak: {strategy}, run {run} of {options.repeat}")
             try:
-                answers[strategy].append(speak_live(engine, strategy, _request(ctx, name), options.clause_words))
+                answer = speak_live(engine, strategy, _request(ctx, name), options.clause_words)
             except TTSError as exc:
                 exc.add_note(f"speak {strategy}, run {run}: the answer's stream is kept in {ctx.path(RAW_DIR) / name}.sse")
                 raise
-    return answers
+            # The engine's own time for the same text with the LLM idle, measured at once so that a change in
+            # machine load between runs falls on both numbers of the pair.
+            runs[strategy].append(LiveRun(answer, first_audio_alone_ms(engine, answer.segments[0].text)))
+    return runs
 
 
-def _wavs(strategy: str, runs: list[SpokenAnswer], rate: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _wavs(strategy: str, runs: list[LiveRun], rate: int) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The median run's first segment and whole heard answer: their audio.json entries and WAV bytes."""
-    index = median_run([{"ttfa_ms": answer.playback.ttfa_ms} for answer in runs])
-    answer = runs[index]
+    index = median_run([{"ttfa_ms": run.answer.playback.ttfa_ms} for run in runs])
+    answer = runs[index].answer
     entries, files = {}, {}
     for kind, pcm in (("first_segment", b"".join(answer.segments[0].pcm)), ("heard", heard_pcm(answer, rate))):
         relative = f"{AUDIO_DIR}/{strategy}-{kind.replace('_', '-')}.wav"
@@ -77,16 +86,13 @@ def _wavs(strategy: str, runs: list[SpokenAnswer], rate: int) -> tuple[dict[str,
 
 
 def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
-                   answers: dict[str, list[SpokenAnswer]]) -> tuple[dict[str, Any], dict[str, bytes]]:
+                   answers: dict[str, list[LiveRun]]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """audio.json and the WAV files it names (relative path -> bytes), nothing written yet."""
     strategies: dict[str, Any] = {}
     files: dict[str, bytes] = {}
     for strategy, runs in answers.items():
-        ctx.progress.update(f"speak: {strategy}, first segment synthesized alone")
-        # Measured after the live runs, with the LLM idle: the engine's own time for the same text.
-        alone = [first_audio_alone_ms(engine, answer.segments[0].text) for answer in runs]
-        rows = [run_dict(i, f"{RAW_DIR}/{raw_name(strategy, i)}.sse", answer, alone_ms)
-                for i, (answer, alone_ms) in enumerate(zip(runs, alone), start=1)]
+        rows = [run_dict(i, f"{RAW_DIR}/{raw_name(strategy, i)}.sse", run.answer, run.alone_ms)
+                for i, run in enumerate(runs, start=1)]
         wavs, wav_files = _wavs(strategy, runs, engine.sample_rate)
         files.update(wav_files)
         strategies[strategy] = {"summary": summary(rows), "wavs": wavs, "runs": rows}

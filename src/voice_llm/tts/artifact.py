@@ -19,7 +19,8 @@ PLAYBACK_MODEL = (
     "silence after that is a stall"
 )
 # The per-run numbers summarised as median/min/max for each strategy.
-SUMMARY_FIELDS = ("ttfa_ms", "stall_count", "stall_ms", "end_ms", "first_text_ms", "ttft_ms", "overhead_ms")
+SUMMARY_FIELDS = ("ttfa_ms", "stall_count", "stall_ms", "end_ms", "first_text_ms", "ttft_ms", "overhead_ms",
+                  "handoff_ms")
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -28,7 +29,9 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 
 def run_dict(run: int, raw: str, answer: SpokenAnswer, alone_ms: float) -> dict[str, Any]:
     """One live run of one strategy. ``alone_ms``: the first segment's time to first audio synthesized alone;
-    the pipeline overhead is what TTFA adds beyond text-ready + that."""
+    the pipeline overhead is what TTFA adds beyond text-ready + that. Of it, ``handoff_ms`` (text ready to
+    synthesis start: queue and thread wake-up) is the pipeline's own part; the rest is synthesis slowed down by
+    sharing the CPU with the LLM that is still generating."""
     stream = answer.stream
     first = answer.segments[0]
     return {
@@ -39,6 +42,7 @@ def run_dict(run: int, raw: str, answer: SpokenAnswer, alone_ms: float) -> dict[
         "first_text_ms": first.text_ready_ms,
         "first_segment_alone_ms": alone_ms,
         "overhead_ms": answer.playback.ttfa_ms - (first.text_ready_ms + alone_ms),
+        "handoff_ms": first.synth_start_ms - first.text_ready_ms,
         **answer.playback.as_dict(),
         "text": stream.text,
         "chunks": [chunk.as_dict() for chunk in stream.chunks],

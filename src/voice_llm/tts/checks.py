@@ -121,6 +121,10 @@ def check_timeline(out: Path) -> str:
         for key, value in (("ttfa_ms", heard.ttfa_ms), ("end_ms", heard.end_ms), ("stall_ms", heard.stall_ms)):
             _require(_close(_num(run[key], key), value, 1e-3), f"{where}: {key} {run[key]} but the segments give {value}")
         _require(run["stall_count"] == heard.stall_count, f"{where}: {run['stall_count']} stalls stated, {heard.stall_count} found")
+        first = run["segments"][0]
+        for key, value in (("overhead_ms", run["ttfa_ms"] - (first["text_ready_ms"] + run["first_segment_alone_ms"])),
+                           ("handoff_ms", first["synth_start_ms"] - first["text_ready_ms"])):
+            _require(_close(_num(run[key], key), value, 1e-3), f"{where}: {key} {run[key]} but the times give {value}")
     for strategy, entry in doc["strategies"].items():
         _require(entry["summary"] == summary(entry["runs"]), f"{strategy}: the medians are not those of its runs")
         _require(doc["ttfa_ms"][strategy] == entry["summary"]["ttfa_ms"]["median"], f"ttfa_ms[{strategy}] is not its median")
