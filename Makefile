@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make lab   - the whole lab on the default model: artifacts + report in $(OUT)
-#   make test  - everything the tests need (llama-server build, model, chromium), then the whole suite
+#   make test  - everything the tests need (llama-server build, model, TTS voice, chromium, espeak-ng), then the whole suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -28,7 +28,7 @@ lab: install
 	$(BIN)/voice-llm lab --port $(PORT) --out $(OUT) --repeat $(REPEAT)
 
 test: install
-	sh scripts/ensure-chromium.sh
+	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

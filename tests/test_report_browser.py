@@ -26,8 +26,9 @@ from voice_llm.report_html import render_report
 pytestmark = pytest.mark.browser
 
 SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"
-CHARTS = ("sentence", "ttft", "prefill", "cache", "cancel", "spread")
-WINDOW = (1200, 7000)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
+SAMPLE_AUDIO = Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json"  # the speak step's charts
+CHARTS = ("sentence", "speak", "firstaudio", "ttft", "prefill", "cache", "cancel", "spread")
+WINDOW = (1200, 8400)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
 
 
 def find_chromium() -> str:
@@ -58,6 +59,7 @@ def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.Complet
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str]:
     chromium = find_chromium()
     out = Path(shutil.copytree(SAMPLE_RUN, tmp_path_factory.mktemp("browser") / "out"))
+    shutil.copy(SAMPLE_AUDIO, out / "audio.json")
     report = render_report(out)
     url = report.resolve().as_uri()
     dom = run_chromium(chromium, out.parent / "profile-dom", "--dump-dom", url).stdout

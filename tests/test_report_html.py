@@ -16,7 +16,11 @@ from voice_llm.errors import ArtifactError
 from voice_llm.report_html import render_report
 
 SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
-CHART_IDS = ("chart-sentence", "chart-ttft", "chart-prefill", "chart-cache", "chart-cancel")
+# The speak step's audio.json from a real run (one run per strategy), kept apart so check tests on sample_out
+# need no WAVs or raw streams.
+SAMPLE_AUDIO = Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json"
+CHART_IDS = ("chart-sentence", "chart-speak", "chart-firstaudio", "chart-ttft", "chart-prefill", "chart-cache",
+             "chart-cancel")
 CHECKS = (
     CheckResult("ttft_p50 is the median of the five runs", "pass", "ttft_p50 61.7 ms = median of 5 runs"),
     CheckResult("slot idle soon after cancel", "fail", "idle after 38.6 ms, limit 30 ms"),
@@ -26,7 +30,9 @@ CHECKS = (
 @pytest.fixture
 def out(tmp_path: Path) -> Path:
     """A private copy of the sample artifacts, so render_report writes report.html outside the repository."""
-    return Path(shutil.copytree(SAMPLE_OUT, tmp_path / "out"))
+    out = Path(shutil.copytree(SAMPLE_OUT, tmp_path / "out"))
+    shutil.copy(SAMPLE_AUDIO, out / "audio.json")
+    return out
 
 
 def render(out: Path, checks=CHECKS) -> str:
@@ -48,7 +54,7 @@ def edit_json(path: Path, change) -> None:
 def test_every_section_renders_a_chart_with_a_caption(out: Path) -> None:
     page = render(out)
     assert (out / REPORT_HTML).is_file()
-    assert 'data-charts="6"' in page  # five of the brief's steps and the spread over repeats
+    assert 'data-charts="8"' in page  # the brief's five, the spread over repeats, two of the speak step
     for chart_id in CHART_IDS:
         figure = figure_html(page, chart_id)
         assert figure.lstrip().startswith("<svg"), chart_id
@@ -67,6 +73,9 @@ def test_charts_have_axis_labels_with_units(out: Path) -> None:
         "chart-cache": ["time (ms)", "tokens", "prompt_n (evaluated)", "cache_n (reused from cache)"],
         "chart-cancel": ["time since the request was sent (ms)", "18 of 256 tokens received", "client closed: 500 ms",
                          "slot idle: 539 ms", "18 chunks received"],
+        "chart-speak": ["time since the request was sent (ms)", "playback", "synthesis", "text",
+                        "whole answer: first audio", "first clause, then sentences: first audio"],
+        "chart-firstaudio": ["time (ms)", "first audio (TTFA)", "first segment's text complete", "sentence by sentence"],
     }
     for chart_id, texts in expected.items():
         figure = figure_html(page, chart_id)
@@ -139,7 +148,7 @@ def test_missing_or_malformed_artifacts_blank_only_their_section(out: Path) -> N
         assert "<figure" not in section
     for chart_id in ("chart-sentence", "chart-cancel"):
         assert figure_html(page, chart_id).lstrip().startswith("<svg")
-    assert 'data-charts="3"' in page  # and the spread of what is left
+    assert 'data-charts="5"' in page  # sentence, cancel, spread, speak, first audio
 
 
 def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
@@ -149,12 +158,12 @@ def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
     page = render(out)
     assert "not available: sentence.json: &#x27;ttft_ms&#x27; should be a number, got &#x27;fast&#x27;" in page
     assert "not available: cancel.json should be a JSON object, got list" in page
-    assert page.count('<figure class="chart"') == 4
+    assert page.count('<figure class="chart"') == 6
 
 
 def test_empty_out_folder_still_gives_a_page(tmp_path: Path) -> None:
     page = render(tmp_path)
-    assert page.count("not available:") == 8  # six charts, server facts, key numbers
+    assert page.count("not available:") == 10  # eight charts, server facts, key numbers
     assert '<figure class="chart"' not in page
 
 
@@ -173,7 +182,7 @@ def test_optional_values_and_degenerate_prefill(out: Path) -> None:
     edit_json(out / PREFILL, keep_only_zero_docs)
     edit_json(out / CACHE, lambda d: [case.pop("cache_n") for case in d.values()])
     page = render(out)
-    assert 'data-charts="6"' in page
+    assert 'data-charts="8"' in page
     assert "No whole sentence was found" in figure_html(page, "chart-sentence")
     assert "not seen idle" in figure_html(page, "chart-cancel")
     assert "no fit: needs at least two different prompt sizes" in figure_html(page, "chart-prefill")
@@ -201,6 +210,7 @@ def test_output_is_deterministic(out: Path, tmp_path: Path) -> None:
     second = render_report(out, CHECKS).read_bytes()
     assert first == second
     elsewhere = Path(shutil.copytree(SAMPLE_OUT, tmp_path / "elsewhere"))
+    shutil.copy(SAMPLE_AUDIO, elsewhere / "audio.json")
     assert render_report(elsewhere, CHECKS).read_bytes() == first
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # the atomic write left no temp file
 
@@ -209,3 +219,12 @@ def test_report_json_unknown_keys_are_shown(out: Path) -> None:
     edit_json(out / REPORT, lambda d: d.update(extra_metric="<odd>"))
     page = render(out)
     assert "extra_metric" in page and "&lt;odd&gt;" in page
+
+
+def test_a_malformed_audio_json_blanks_only_the_speak_sections(out: Path) -> None:
+    edit_json(out / "audio.json", lambda d: d.pop("strategies"))
+    page = render(out)
+    for name in ("speak", "firstaudio"):
+        section = page[page.index(f'<section id="section-{name}">') :]
+        assert "not available: audio.json is malformed" in section[: section.index("</section>")]
+    assert 'data-charts="6"' in page  # the five of the brief and the spread

@@ -48,6 +48,9 @@ class _Failed(Exception):
     pass
 
 
+CheckFailed = _Failed  # the public name, for the checks that feature modules keep (voice_llm.tts.checks)
+
+
 class NotCheckable(Exception):
     """Raised inside a check when the saved files cannot show the relation (the server did not expose it, ...);
     the message says why."""
@@ -357,6 +360,17 @@ def iter_checks(out: Path) -> Iterator[CheckResult]:
     for check in CHECKS:
         if check.step is None or planned is None or check.step in planned:
             yield _result(check.name, check.run, out)
+    for check in _feature_checks(out, planned):
+        yield _result(check.name, check.run, out)
+
+
+def _feature_checks(out: Path, planned: list[str] | None) -> tuple[Check, ...]:
+    """Checks kept beside their feature, imported when checks run (they use this module's exceptions): those of
+    the steps in the run, or, for a folder without run.json, those whose artifact is there."""
+    from voice_llm.tts import checks as tts
+
+    return tuple(check for step, artifact, checks in ((tts.STEP, tts.ARTIFACT, tts.CHECKS),) for check in checks
+                 if (step in planned if planned is not None else (out / artifact).is_file()))
 
 
 def run_checks(out: Path) -> list[CheckResult]:

@@ -45,12 +45,18 @@ def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
     if kb:
         parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
     parser.add_argument("--repeat", type=int, default=StepOptions.repeat,
-                        help="repeats of prefill, cache, sentence and cancel (ttft keeps the brief's 5 runs)")
+                        help="repeats of prefill, cache, sentence, speak and cancel (ttft keeps the brief's 5 runs)")
     parser.add_argument("--timeout", type=float, default=StepOptions.timeout, metavar="SECONDS",
                         help="give up on a request that sends no content for this long (pings do not count)")
     parser.add_argument("--deadline", type=float, default=StepOptions.deadline_s, metavar="SECONDS",
                         help="give up on any one request that takes longer than this in all")
     parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
+
+
+def _tts_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tts", choices=("piper", "espeak"), default=StepOptions.tts_engine,
+                        help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
+    parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print report.json instead of the table")
     p.add_argument("--restart", action="store_true",
                    help="if the managed server on --port runs with other settings, restart it with these")
+    _tts_options(p)
 
     for name, step in STEPS.items():
         p = sub.add_parser(name, help=f"lab step: {step.title}")
@@ -110,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--compare", type=Path, metavar="OUT_B",
                            help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
             p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
+        if name == "speak":
+            _tts_options(p)
 
     p = sub.add_parser("check", help="verify the artifacts against each other, from the files alone")
     p.add_argument("out", nargs="?", type=Path, default=default_out_dir())
@@ -133,7 +142,9 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
 def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
-    print(f"llama-server: {binary}\nmodel: {model}")
+    from voice_llm.tts import load_engine  # the speak step's default voice: loaded and warmed up once to verify it
+
+    print(f"llama-server: {binary}\nmodel: {model}\nvoice: {load_engine().voice}")
     return 0
 
 
@@ -249,7 +260,8 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
         api_key=api_key_from_env(args.api_key), wait_for_out=args.wait, restart_server=getattr(args, "restart", False),
-        options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline), **extra,
+        options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline,
+                            tts_engine=getattr(args, "tts", "piper"), tts_voice=getattr(args, "voice", None)), **extra,
     )
 
 

@@ -49,3 +49,23 @@ class MeasurementError(VoiceLLMError):
 
 class ContextLimitError(VoiceLLMError):
     """The lab's longest prompt does not fit the server's context; found before the first request of the run."""
+
+
+class TTSError(VoiceLLMError):
+    """Text-to-speech failed: the engine or voice cannot be used, or synthesis broke."""
+
+
+class TTSUnavailableError(TTSError):
+    """The engine itself is not installed (the piper-tts package, the espeak-ng program)."""
+
+
+class VoiceFileError(TTSError):
+    """The voice file (or its config) is missing, unreadable or not a voice model."""
+
+
+class SynthesisError(TTSError):
+    """The engine failed while synthesizing a segment of an answer."""
+
+
+class NothingToSpeakError(TTSError):
+    """The answer held no text the engine could turn into sound."""

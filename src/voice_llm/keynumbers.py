@@ -15,6 +15,7 @@ from typing import Any
 from voice_llm import artifacts as names
 from voice_llm.artifacts import read_json
 from voice_llm.errors import ArtifactError
+from voice_llm.tts.segmenting import STRATEGY_LABELS
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ KEY_NUMBERS: tuple[KeyNumber, ...] = (
     KeyNumber("cache_ttft_ms", "time to first token, cached prompt", "ms", names.CACHE, ("second", "ttft_ms")),
     KeyNumber("first_sentence_ms", "time to the first sentence", "ms", names.SENTENCE, ("first_sentence_ms",)),
     KeyNumber("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, ("slot_idle_after_ms",)),
+    # The speak step (voice_llm.tts): time to first audio and silence after it, medians per strategy.
+    *(KeyNumber(f"ttfa_{s}_ms", f"first audio, {label} (median)", "ms", names.AUDIO,
+                ("strategies", s, "summary", "ttfa_ms", "median"), optional=True) for s, label in STRATEGY_LABELS.items()),
+    *(KeyNumber(f"stall_ms_{s}", f"silence after first audio, {label} (median)", "ms", names.AUDIO,
+                ("strategies", s, "summary", "stall_ms", "median"), optional=True) for s, label in STRATEGY_LABELS.items()),
 )
 
 LABELS: dict[str, tuple[str, str]] = {k.key: (k.label, k.unit) for k in KEY_NUMBERS}

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from voice_llm import __version__, metrics, noise
 from voice_llm.artifacts import (
+    AUDIO,
     CACHE,
     CANCEL,
     PREFILL,
@@ -467,8 +468,21 @@ def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, 
     return f"{start}, {middle}{end}."
 
 
+def _audio_chart(name: str) -> Callable[[Any], _Chart]:
+    """A chart of the speak step, drawn by voice_llm.tts.report (imported when drawn: it uses this module's style)."""
+
+    def build(data: Any) -> _Chart:
+        from voice_llm.tts import report as tts_report
+
+        return getattr(tts_report, name)(_mapping(data, AUDIO))
+
+    return build
+
+
 _SECTIONS = (
     _Section("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
+    _Section("speak", "Time to first audio: what the caller hears", AUDIO, _audio_chart("timeline_chart")),
+    _Section("firstaudio", "First audio per segmenting strategy", AUDIO, _audio_chart("ttfa_chart")),
     _Section("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
     _Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
     _Section("cache", "Prompt cache", CACHE, _cache_chart),

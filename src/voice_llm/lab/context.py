@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ class StepOptions:
     repeat: int = 3  # prefill, cache, sentence, cancel (and speak) repeat their measurement; ttft keeps 5 runs
     timeout: float = 120.0  # seconds a request may go without content (pings and comments do not count)
     deadline_s: float | None = sse.DEFAULT_DEADLINE_S  # seconds one whole request may take
+    tts_engine: str = "piper"  # speak: voice_llm.tts engine ("piper", "espeak")
+    tts_voice: str | None = None  # speak: a Piper .onnx file or an espeak-ng voice name; None: the default voice
 
     def __post_init__(self) -> None:
         if self.repeat < 1:
@@ -125,12 +128,13 @@ class LabContext:
             self.run.record_file(path, data)
 
     def request(self, name: str, messages: list[dict[str, str]], max_tokens: int = 64, cache_prompt: bool = True,
-                raw_path: Path | None = None, **options: Any) -> sse.StreamResult:
+                raw_path: Path | None = None, on_chunk: Callable[[sse.Chunk], None] | None = None,
+                **options: Any) -> sse.StreamResult:
         """One timed streaming request, its raw bytes saved as evidence.
 
         The bytes go to ``raw/<name>.sse.partial`` as they arrive and are renamed to ``raw/<name>.sse`` (or
         ``raw_path``) only when the stream completed, so a failure keeps what arrived without replacing an
-        earlier complete file.
+        earlier complete file. ``on_chunk`` also sees every content chunk as it arrives (the speak step's TTS).
         """
         final = raw_path or self.out / RAW_DIR / f"{name}.sse"
         try:
@@ -142,14 +146,16 @@ class LabContext:
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         tokens = 0
 
-        def on_chunk(chunk: sse.Chunk) -> None:
+        def count_chunk(chunk: sse.Chunk) -> None:
             nonlocal tokens
+            if on_chunk is not None:  # first: the caller's reaction to a chunk is part of what is timed
+                on_chunk(chunk)
             tokens += 1
             self.progress.update(f"{name}: {tokens} tokens, {chunk.t_ms / 1000:.1f} s")
 
         self.progress.update(f"{name}: waiting for the first token")
         try:
-            result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=on_chunk, **options)
+            result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=count_chunk, **options)
         except sse.StreamError as exc:
             size = _drop_if_empty(partial)
             if size:

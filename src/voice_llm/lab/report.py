@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from voice_llm import noise
 from voice_llm.artifacts import CACHE, PREFILL, REPORT, read_json
@@ -26,6 +27,17 @@ class Finding:
     meaning: str
 
 
+def _first_audio(report: dict[str, Any]) -> list[Finding]:
+    """The speak step's row, when it ran: what the caller hears, sentence by sentence against the whole answer."""
+    if "ttfa_sentences_ms" not in report:
+        return []
+    return [Finding(
+        "first audio (TTS, sentence by sentence, p50)", f"{report['ttfa_sentences_ms']:.0f} ms",
+        f"when the caller hears the first sound; first clause {report['ttfa_clauses_ms']:.0f} ms, whole answer "
+        f"{report['ttfa_whole_ms']:.0f} ms; silence after the start {report['stall_ms_sentences']:.0f} ms",
+    )]
+
+
 def findings(out: Path) -> list[Finding]:
     """The key numbers with one plain sentence each on what they mean for composing a voice prompt."""
     report = read_json(out / REPORT)
@@ -39,6 +51,7 @@ def findings(out: Path) -> list[Finding]:
                 f"the floor for a short prompt; a whole answer took {report['total_p50_ms']:.0f} ms"),
         Finding("first sentence", f"{report['first_sentence_ms']:.0f} ms",
                 "when speech can start if the assistant speaks sentence by sentence instead of waiting for the end"),
+        *_first_audio(report),
         Finding(f"12 documents ({report['prompt_n_12docs']} prompt tokens)", f"{report['ttft_12docs_ms']:.0f} ms",
                 f"before the first word, against {bare['ttft_ms']:.0f} ms with none: every attached document is paid "
                 "for in prefill"),

@@ -30,6 +30,7 @@ STEPS: dict[str, Step] = {step.name: step for step in (
     Step("prefill", "0 / 4 / 12 documents, cache off", "prefill", (names.PREFILL,)),
     Step("cache", "KV cache: first, second, changed suffix, changed prefix", "cache", (names.CACHE,)),
     Step("sentence", "first sentence of a three-sentence answer", "sentence", (names.SENTENCE,)),
+    Step("speak", "time to first audio: the answer spoken while it streams", "speak", (names.AUDIO,)),
     Step("cancel", "close the connection after 0.5 s", "cancel", (names.CANCEL,)),
     Step("report", "report.json from the files", "report", (names.REPORT,), needs_server=False),
 )}

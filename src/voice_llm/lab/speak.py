@@ -1,0 +1,129 @@
+"""Step speak: time to first audio. Stream the sentence step's answer and speak it through a real TTS while it
+streams, once per segmenting strategy and repeat; write audio.json and the WAVs the caller would hear.
+
+Runs are interleaved (round 1: every strategy, round 2: every strategy, ...) so a drift in machine load falls on
+all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<run>.sse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voice_llm import brief, prompts
+from voice_llm.artifacts import AUDIO, AUDIO_DIR
+from voice_llm.errors import OutputDirError, TTSError
+from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.sse import Chunk, StreamResult
+from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
+from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
+from voice_llm.tts.engine import SAMPLE_WIDTH
+from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
+from voice_llm.tts.wav import wav_bytes
+
+MAX_TOKENS = brief.SENTENCE_MAX_TOKENS  # the sentence step's request
+DEFAULT_REPEAT = 3
+
+
+@dataclass(frozen=True)
+class SpeakOptions:
+    engine: str = DEFAULT_ENGINE
+    voice: str | None = None
+    repeat: int = DEFAULT_REPEAT
+    clause_words: int = DEFAULT_CLAUSE_WORDS
+
+
+def options_of(ctx: LabContext) -> SpeakOptions:
+    """The step's options from the context (the CLI's --tts, --voice, --repeat)."""
+    return SpeakOptions(engine=ctx.options.tts_engine, voice=ctx.options.tts_voice, repeat=ctx.options.repeat)
+
+
+def raw_name(strategy: str, run: int) -> str:
+    return f"speak-{strategy}-{run}"
+
+
+def _request(ctx: LabContext, name: str) -> Callable[[Callable[[Chunk], None]], StreamResult]:
+    messages = prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION)
+    return lambda on_chunk: ctx.request(name, messages, max_tokens=MAX_TOKENS, cache_prompt=True, on_chunk=on_chunk)
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    answer: SpokenAnswer
+    alone_ms: float  # the first segment's first audio, synthesized alone right after the live run
+
+
+def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict[str, list[LiveRun]]:
+    runs: dict[str, list[LiveRun]] = {strategy: [] for strategy in STRATEGIES}
+    for run in range(1, options.repeat + 1):
+        for strategy in STRATEGIES:
+            name = raw_name(strategy, run)
+            ctx.progress.update(f"speak: {strategy}, run {run} of {options.repeat}")
+            try:
+                answer = speak_live(engine, strategy, _request(ctx, name), options.clause_words)
+            except TTSError as exc:
+                exc.add_note(f"speak {strategy}, run {run}: the answer's stream is kept in {ctx.path(RAW_DIR) / name}.sse")
+                raise
+            # The engine's own time for the same text with the LLM idle, measured at once so that a change in
+            # machine load between runs falls on both numbers of the pair.
+            runs[strategy].append(LiveRun(answer, first_audio_alone_ms(engine, answer.segments[0].text)))
+    return runs
+
+
+def _wavs(strategy: str, runs: list[LiveRun], rate: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The median run's first segment and whole heard answer: their audio.json entries and WAV bytes."""
+    index = median_run([{"ttfa_ms": run.answer.playback.ttfa_ms} for run in runs])
+    answer = runs[index].answer
+    entries, files = {}, {}
+    for kind, pcm in (("first_segment", b"".join(answer.segments[0].pcm)), ("heard", heard_pcm(answer, rate))):
+        relative = f"{AUDIO_DIR}/{strategy}-{kind.replace('_', '-')}.wav"
+        files[relative] = wav_bytes(pcm, rate)
+        entries[kind] = wav_entry(relative, index + 1, len(pcm) // SAMPLE_WIDTH, rate)
+    return entries, files
+
+
+def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
+                   answers: dict[str, list[LiveRun]]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """audio.json and the WAV files it names (relative path -> bytes), nothing written yet."""
+    strategies: dict[str, Any] = {}
+    files: dict[str, bytes] = {}
+    for strategy, runs in answers.items():
+        rows = [run_dict(i, f"{RAW_DIR}/{raw_name(strategy, i)}.sse", run.answer, run.alone_ms)
+                for i, run in enumerate(runs, start=1)]
+        wavs, wav_files = _wavs(strategy, runs, engine.sample_rate)
+        files.update(wav_files)
+        strategies[strategy] = {"summary": summary(rows), "wavs": wavs, "runs": rows}
+    doc = {
+        "engine": engine.name,
+        "voice": engine.voice,
+        "voice_option": options.voice,  # what --voice said (None: the engine's default voice)
+        "sample_rate": engine.sample_rate,
+        "versions": engine.versions(),
+        "prompt": {"system": prompts.THREE_SENTENCES_SYSTEM, "user": prompts.FASTING_QUESTION,
+                   "max_tokens": MAX_TOKENS},
+        "repeat": options.repeat,
+        "clause_words": options.clause_words,
+        "playback_model": PLAYBACK_MODEL,
+        "ttfa_ms": {strategy: doc["summary"]["ttfa_ms"]["median"] for strategy, doc in strategies.items()},
+        "strategies": strategies,
+    }
+    return doc, files
+
+
+def run(ctx: LabContext) -> list[Path]:
+    options = options_of(ctx)
+    ctx.progress.update(f"speak: loading {options.engine}")
+    engine = load_engine(options.engine, options.voice)  # a bad voice fails here, before any request
+    answers = speak_all(ctx, engine, options)
+    doc, files = audio_document(ctx, engine, options, answers)
+    # Everything is measured before anything is written: a failure above leaves the earlier audio untouched.
+    folder = ctx.path(AUDIO_DIR)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    written = [ctx.write_bytes(relative, data) for relative, data in files.items()]
+    return [ctx.write_json(AUDIO, doc), *written]

@@ -1,0 +1,167 @@
+"""Speak an answer while it streams: the reader cuts segments, a synthesis thread beside it turns them into audio.
+
+The reader (the one stream reader, :func:`voice_llm.sse.run_stream`) calls ``on_chunk`` for every content chunk;
+the strategy's segmenter turns chunks into segments and puts each on a queue the moment its text is complete.
+The synthesis thread takes them in order, as a device would: synthesis overlaps the rest of the answer streaming,
+on the same CPU as the LLM.
+
+Clock: every time is in ms on the request's clock (0 = just before the request was sent, the clock of
+``Chunk.t_ms``). The reader stamps a chunk ``t_ms = (t_read - t0)`` and calls ``on_chunk`` right after, so
+``perf_counter() - t_ms`` in ``on_chunk`` is ``t0`` plus the few microseconds of that call; the smallest value seen
+is taken as ``t0``, and the synthesis thread's ``perf_counter`` stamps are converted with it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from voice_llm.errors import NothingToSpeakError, SynthesisError, TTSError
+from voice_llm.sse import Chunk, StreamResult
+from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, Segment, make_segmenter
+from voice_llm.tts.timeline import AudioPiece, Playback, playback
+
+StreamRequest = Callable[[Callable[[Chunk], None]], StreamResult]
+
+
+@dataclass(frozen=True)
+class SpokenSegment:
+    """One segment's life, all on the request's clock."""
+
+    index: int
+    text: str
+    text_ready_ms: float
+    synth_start_ms: float
+    first_audio_ms: float | None  # None: the engine made no sound of it
+    synth_end_ms: float
+    audio: tuple[tuple[float, float], ...]  # (ready_ms, audio_ms) of each audible piece the engine yielded
+    pcm: tuple[bytes, ...]  # the PCM of each of those pieces
+
+    @property
+    def audio_ms(self) -> float:
+        return sum(ms for _, ms in self.audio)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "text": self.text, "text_ready_ms": self.text_ready_ms,
+            "synth_start_ms": self.synth_start_ms, "first_audio_ms": self.first_audio_ms,
+            "synth_end_ms": self.synth_end_ms, "audio_ms": self.audio_ms,
+            "audio": [{"ready_ms": ready, "audio_ms": ms} for ready, ms in self.audio],
+        }
+
+
+@dataclass(frozen=True)
+class SpokenAnswer:
+    strategy: str
+    stream: StreamResult
+    segments: tuple[SpokenSegment, ...]
+    playback: Playback
+
+
+def pieces(segments: Sequence[SpokenSegment]) -> list[AudioPiece]:
+    return [AudioPiece(s.index, ready, ms) for s in segments for ready, ms in s.audio]
+
+
+class _ClockAnchor:
+    """``t0`` of the request in ``perf_counter`` seconds, learnt from the reader's chunk stamps."""
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+
+    def see(self, chunk: Chunk) -> None:
+        estimate = time.perf_counter() - chunk.t_ms / 1000.0
+        self.t0 = estimate if self.t0 is None else min(self.t0, estimate)
+
+
+@dataclass(frozen=True)
+class _Synthesized:
+    segment: Segment
+    start: float
+    chunks: tuple[AudioChunk, ...]
+    end: float
+
+
+class _SynthesisThread(threading.Thread):
+    """Synthesizes queued segments in order; ``None`` ends it. A failure is kept and later segments skipped."""
+
+    def __init__(self, engine: TTSEngine) -> None:
+        super().__init__(name="tts-synthesis", daemon=True)
+        self.engine = engine
+        self.segments: queue.SimpleQueue[Segment | None] = queue.SimpleQueue()
+        self.done: list[_Synthesized] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while (segment := self.segments.get()) is not None:
+            if self.error is not None:
+                continue  # drain the queue; the reader finishes the stream so its evidence is complete
+            start = time.perf_counter()
+            try:
+                chunks = tuple(self.engine.synthesize(segment.text))
+            except Exception as exc:  # kept and raised in the caller's thread, never lost in this one
+                self.error = exc
+                continue
+            self.done.append(_Synthesized(segment, start, chunks, time.perf_counter()))
+
+
+def _spoken(index: int, item: _Synthesized, t0: float, sample_rate: int) -> SpokenSegment:
+    def ms(t: float) -> float:
+        return (t - t0) * 1000.0
+
+    audible = [c for c in item.chunks if c.frames()]
+    audio = tuple((ms(c.ready_at), duration_ms(c.frames(), sample_rate)) for c in audible)
+    return SpokenSegment(
+        index=index, text=item.segment.text, text_ready_ms=item.segment.ready_ms, synth_start_ms=ms(item.start),
+        first_audio_ms=audio[0][0] if audio else None, synth_end_ms=ms(item.end), audio=audio,
+        pcm=tuple(c.pcm for c in audible),
+    )
+
+
+def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
+               clause_words: int = DEFAULT_CLAUSE_WORDS) -> SpokenAnswer:
+    """Stream one answer through ``request(on_chunk)`` and synthesize ``strategy``'s segments while it streams."""
+    segmenter = make_segmenter(strategy, clause_words)
+    synthesis = _SynthesisThread(engine)
+    anchor = _ClockAnchor()
+
+    def on_chunk(chunk: Chunk) -> None:
+        anchor.see(chunk)
+        for segment in segmenter.feed(chunk.text, chunk.t_ms):
+            synthesis.segments.put(segment)
+
+    synthesis.start()
+    try:
+        result = request(on_chunk)
+        for segment in segmenter.finish(result.total_ms):
+            synthesis.segments.put(segment)
+    finally:
+        synthesis.segments.put(None)
+        synthesis.join()
+    if synthesis.error is not None:
+        if isinstance(synthesis.error, TTSError):
+            raise synthesis.error
+        raise SynthesisError(f"{engine.name} failed: {synthesis.error}") from synthesis.error
+    if anchor.t0 is None or not synthesis.done:
+        raise NothingToSpeakError(f"the answer has no speakable text: {result.text[:80]!r}")
+    segments = tuple(_spoken(i, item, anchor.t0, engine.sample_rate) for i, item in enumerate(synthesis.done))
+    if not any(s.audio for s in segments):
+        raise NothingToSpeakError(f"{engine.name} made no sound of the answer {result.text[:80]!r}")
+    return SpokenAnswer(strategy, result, segments, playback(pieces(segments)))
+
+
+def first_audio_alone_ms(engine: TTSEngine, text: str) -> float:
+    """Time to the first audio of ``text`` with nothing else running: the engine's own share of TTFA."""
+    start = time.perf_counter()
+    chunks = engine.synthesize(text)
+    try:
+        first = next(iter(chunks), None)
+    finally:
+        getattr(chunks, "close", lambda: None)()  # stop the engine (espeak-ng's process) after the first piece
+    if first is None:
+        raise NothingToSpeakError(f"{engine.name} made no sound of {text[:80]!r}")
+    return (first.ready_at - start) * 1000.0

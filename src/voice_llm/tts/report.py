@@ -1,0 +1,97 @@
+"""The speak step's two charts in report.html, drawn in report_html's style from audio.json: one playback
+timeline per strategy, and the TTFA per strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from voice_llm import report_html as style  # imported by report_html when it draws these, so no cycle
+from voice_llm.tts.artifact import median_run
+from voice_llm.tts.segmenting import STRATEGY_LABELS
+
+# --- charts --------------------------------------------------------------------------------------------------
+
+
+def _lane(ax: Axes, y: float, spans: Sequence[tuple[float, float]], colors: Sequence[str], height: float = 0.6) -> None:
+    if spans:
+        ax.broken_barh([(start, max(end - start, 0.0)) for start, end in spans], (y - height / 2, height),
+                       facecolors=list(colors), edgecolor="white", linewidth=0.5)
+
+
+def _timeline_axes(ax: Axes, strategy: str, run: Mapping[str, Any]) -> None:
+    segments = run["segments"]
+    palette = [style._BLUE, style._PURPLE]
+    shade = [palette[s["index"] % 2] for s in segments]
+    chunks = [c["t_ms"] for c in run["chunks"]]
+    ax.plot(chunks, [3] * len(chunks), "|", color=style._GREY, markersize=7)
+    ax.plot([s["text_ready_ms"] for s in segments], [3] * len(segments), "v", color=style._ORANGE, markersize=7)
+    _lane(ax, 2, [(s["synth_start_ms"], s["synth_end_ms"]) for s in segments], shade)
+    colors = {s["index"]: shade[i] for i, s in enumerate(segments)}
+    _lane(ax, 1, [(p["start_ms"], p["end_ms"]) for p in run["played"]], [colors[p["segment"]] for p in run["played"]])
+    _lane(ax, 1, [(s["at_ms"], s["at_ms"] + s["ms"]) for s in run["stalls"]], [style._RED] * len(run["stalls"]), 0.9)
+    ax.axvline(run["ttft_ms"], color=style._BLUE, linestyle=":", linewidth=1.2)
+    ax.axvline(run["ttfa_ms"], color=style._GREEN, linestyle="-", linewidth=1.6)
+    ax.set_yticks([1, 2, 3], ["playback", "synthesis", "text"])
+    ax.set_ylim(0.4, 3.6)
+    stalls = f"{run['stall_count']} stalls, {style._ms(run['stall_ms'])} ms" if run["stall_count"] else "no stall"
+    ax.set_title(f"{STRATEGY_LABELS.get(strategy, strategy)}: first audio {style._ms(run['ttfa_ms'])} ms, {stalls}, "
+                 f"end heard {style._ms(run['end_ms'])} ms (run {run['run']})", loc="left")
+
+
+def timeline_chart(doc: Mapping[str, Any]) -> style._Chart:
+    """One timeline per strategy (its median-TTFA run): chunks arriving and segments complete (text), each
+    segment's synthesis, and what the caller hears (playback, stalls in red)."""
+    strategies = doc["strategies"]
+    fig = Figure(figsize=(10.0, 1.55 * len(strategies) + 0.6), layout="constrained")
+    axes = fig.subplots(len(strategies), 1, sharex=True, squeeze=False)[:, 0]
+    end = 0.0
+    for ax, (strategy, entry) in zip(axes, strategies.items()):
+        run = entry["runs"][median_run(entry["runs"])]
+        _timeline_axes(ax, strategy, run)
+        end = max(end, run["end_ms"])
+    axes[-1].set_xlim(0, end * 1.02)
+    axes[-1].set_xlabel(style._TIME_AXIS)
+    caption = (
+        "Per strategy, its median run: grey ticks are chunks arriving, orange triangles the moments a segment's "
+        "text was complete, the middle lane each segment's synthesis, the bottom lane what the caller hears "
+        "(segments alternate blue and purple; red is a stall, silence after the first sound). Dotted: first token; "
+        f"green: first audio. Engine {doc['engine']}, {doc['sample_rate']} Hz; {doc['playback_model']}."
+    )
+    return style._Chart(fig, caption)
+
+
+def ttfa_chart(doc: Mapping[str, Any]) -> style._Chart:
+    """TTFA per strategy (median, min-max whiskers) beside the time its first segment's text was complete."""
+    strategies = list(doc["strategies"])
+    summaries = [doc["strategies"][s]["summary"] for s in strategies]
+    ttfa = [s["ttfa_ms"]["median"] for s in summaries]
+    text = [s["first_text_ms"]["median"] for s in summaries]
+    low = [s["ttfa_ms"]["median"] - s["ttfa_ms"]["min"] for s in summaries]
+    high = [s["ttfa_ms"]["max"] - s["ttfa_ms"]["median"] for s in summaries]
+    ttft = min(s["ttft_ms"]["median"] for s in summaries)
+    fig = Figure(figsize=style._WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    x = list(range(len(strategies)))
+    ready = ax.bar([i - 0.2 for i in x], text, width=0.4, color=style._ORANGE, label="first segment's text complete")
+    heard = ax.bar([i + 0.2 for i in x], ttfa, width=0.4, color=style._GREEN, label="first audio (TTFA)",
+                   yerr=[low, high], capsize=4, ecolor=style._GREY)
+    for bars, values in ((ready, text), (heard, ttfa)):
+        ax.bar_label(bars, labels=[f"{style._ms(v)} ms" for v in values], padding=2, fontsize=9)
+    ax.axhline(ttft, color=style._BLUE, linestyle=":", label=f"first token: {style._ms(ttft)} ms")
+    ax.set_xticks(x, [STRATEGY_LABELS.get(s, s) for s in strategies])
+    ax.set_ylabel("time (ms)")
+    ax.set_ylim(0, max(a + b for a, b in zip(ttfa, high)) * 1.25)
+    ax.legend(loc="upper right")
+    best = strategies[ttfa.index(min(ttfa))]
+    caption = (
+        f"Medians of {doc['repeat']} runs per strategy (whiskers: min to max). The caller hears the first sound "
+        f"earliest with '{STRATEGY_LABELS.get(best, best)}' ({style._ms(min(ttfa))} ms); waiting for the whole answer "
+        f"takes {style._ms(ttfa[strategies.index('whole')])} ms. The gap between a pair of bars is the synthesis of "
+        "the first segment while the answer was still streaming."
+    ) if "whole" in strategies else f"Medians of {doc['repeat']} runs per strategy."
+    return style._Chart(fig, caption)
