@@ -34,6 +34,7 @@ from typing import Any
 import gevent
 
 from voice_llm.load import stats, voice_caller
+from voice_llm.load import voice_caller_path
 from voice_llm.load.plan import SweepPlan
 
 POLL_S = 0.1
@@ -89,7 +90,7 @@ def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) ->
 
 
 def start_local_workers(count: int, host: str, port: int) -> list[subprocess.Popen[bytes]]:
-    command = [sys.executable, "-m", "locust", "-f", voice_caller.__file__, "--worker",
+    command = [sys.executable, "-m", "locust", "-f", voice_caller_path(), "--worker",
                "--master-host", host, "--master-port", str(port), "--loglevel", "WARNING"]
     return [subprocess.Popen(command, stdin=subprocess.DEVNULL) for _ in range(count)]
 
