@@ -54,7 +54,10 @@ class Collected:
     last_report: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> its latest report state
 
     def on_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
-        self.samples.extend(data.get("voice_samples") or [])
+        # Start times move to the master's clock (workers on other machines need not agree with it); the
+        # report's transit time, well under a millisecond on loopback, is the error this leaves.
+        skew = time.time() - float(data.get("voice_clock") or time.time())
+        self.samples.extend({**s, "start": s["start"] + skew} for s in data.get("voice_samples") or [])
         for row in data.get("voice_cpu") or []:
             self.cpu.append({**row, "worker": client_id})
         self.last_report[client_id] = {

@@ -79,6 +79,7 @@ def _on_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     data["voice_cpu"], STATE.cpu = STATE.cpu, []
     data["voice_inflight"] = {str(k): v for k, v in STATE.inflight.items() if v}
     data["voice_phase"] = [STATE.step, STATE.phase]
+    data["voice_clock"] = time.time()  # lets the master put the samples' start times on its own clock
 
 
 def caller_config(environment: Any) -> CallerConfig:
