@@ -31,6 +31,10 @@ REPORT = "report.json"
 RUN = "run.json"
 SERVER_LOG = "server.log"
 REPORT_HTML = "report.html"
+# Not in the lab by default: one call (`voice-llm call`) and calls under load (`voice-llm load`).
+CALL = "call.json"
+LOAD = "load.json"
+LOAD_SAMPLES = "load_samples.csv"
 
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 

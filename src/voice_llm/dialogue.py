@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from voice_llm import prompts
+from voice_llm import brief, prompts
 from voice_llm.errors import ConfigError
 from voice_llm.kb import KBDoc
 from voice_llm.lab.sentence import first_sentence_by_rule
@@ -21,7 +21,7 @@ from voice_llm.load.stats import gaps_ms, percentile
 from voice_llm.sse import StreamResult
 
 DEFAULT_DIALOGUE = "clinic"
-DEFAULT_DOCS = 12  # the prefill step's largest point: the same documents, so the two can be compared
+DEFAULT_DOCS = brief.PREFILL_DOC_COUNTS[-1]  # the prefill step's largest point: the same documents
 # Not a dialogue file: the lab's `ttft` request (same prompt, max_tokens, cache off) repeated, so the load path
 # can be compared with `voice-llm ttft` on equal terms.
 LAB_TTFT = "lab-ttft"
@@ -48,7 +48,7 @@ def load_dialogue(name: str = DEFAULT_DIALOGUE) -> Dialogue:
     """A bundled dialogue by name (``clinic``), or ``lab-ttft``, the lab's ttft request as a call."""
     if name == LAB_TTFT:
         return Dialogue(LAB_TTFT, prompts.ONE_SENTENCE_SYSTEM, (prompts.NEW_PATIENT_QUESTION,) * LAB_TTFT_TURNS,
-                        max_tokens=64, history=False, cache_prompt=False, use_docs=False)
+                        max_tokens=brief.DEFAULT_MAX_TOKENS, history=False, cache_prompt=False, use_docs=False)
     resource = resources.files("voice_llm") / "dialogues" / f"{name}.json"
     if not resource.is_file():
         raise ConfigError(f"no dialogue named {name!r}; bundled: {', '.join(bundled_names())}")

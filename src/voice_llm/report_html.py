@@ -24,7 +24,9 @@ from matplotlib.figure import Figure
 from voice_llm import __version__
 from voice_llm.artifacts import (
     CACHE,
+    CALL,
     CANCEL,
+    LOAD,
     PREFILL,
     PROPS,
     REPORT,
@@ -36,6 +38,7 @@ from voice_llm.artifacts import (
 )
 from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.keynumbers import LABELS
+from voice_llm.load import report as load_report  # the call and load sections
 from voice_llm.runmeta import require_one_run
 from voice_llm.errors import ArtifactError
 
@@ -77,6 +80,7 @@ class _Section:
     title: str
     source: str
     build: Callable[[Any], _Chart]
+    optional: bool = False  # the artifact of a command outside the lab: no section at all when it is absent
 
 
 def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Path:
@@ -89,7 +93,8 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
     require_one_run(out)  # never draw one page from the files of different runs
     with matplotlib.rc_context(_RC):
-        sections = [_render_section(out, section) for section in _SECTIONS]
+        sections = [_render_section(out, section) for section in _SECTIONS
+                    if not section.optional or (out / section.source).exists()]
     page = _page(_header_html(out), _checks_html(checks), sections)
     return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
 
@@ -466,6 +471,10 @@ _SECTIONS = (
     _Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
     _Section("cache", "Prompt cache", CACHE, _cache_chart),
     _Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
+    _Section("call", "One call, six turns: does the cache keep every turn fast?", CALL,
+             lambda doc: _Chart(*load_report.call_chart(_mapping(doc, CALL))), optional=True),
+    _Section("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
+             lambda doc: _Chart(*load_report.load_chart(_mapping(doc, LOAD))), optional=True),
 )
 
 

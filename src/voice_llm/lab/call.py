@@ -14,14 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import prompts
-from voice_llm.artifacts import write_json
+from voice_llm.artifacts import CALL
 from voice_llm.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import load_kb
 from voice_llm.lab.context import LabContext
-
-CALL = "call.json"
-RUNS = ("cache_on", "cache_off")
 
 
 def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: bool,
@@ -63,4 +60,4 @@ def run(ctx: LabContext) -> list[Path]:
         "cache_on": cache_on,
         "cache_off": cache_off,
     }
-    return [write_json(ctx.path(CALL), document)]
+    return [ctx.write_json(CALL, document)]

@@ -12,12 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import read_json
+from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, read_json
 from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
 
-CALL = "call.json"
-LOAD = "load.json"
 WINDOW_SLACK_S = 2.0  # the phase message reaches a worker a little after the master's clock changed phase
 _COMPARED = ("turns", "errors", "cancelled", "judged", "good", "goodput", "good_turns_per_s", "ttft_ms",
              "first_sentence_ms", "itl_ms", "itl_p99_max_ms", "workers")
@@ -83,7 +81,7 @@ def check_call_cache_keeps_turns_fast(out: Path) -> str:
 
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     doc = read_json(out / LOAD)
-    return doc, read_samples(out / doc.get("samples_csv", "load_samples.csv"))
+    return doc, read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
 
 
 def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> list[Mapping[str, Any]]:
@@ -159,4 +157,9 @@ LOAD_CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
     ("load: verdict and stop rule follow from the steps", check_load_verdict),
     ("load: warm-up dropped, turns in their windows", check_load_windows),
     ("load: ttft <= first sentence <= end per turn", check_load_turn_order),
+)
+# (name, the step whose artifacts it reads, check) for voice_llm.check: run only when the run includes the step.
+CHECKS: tuple[tuple[str, str, Callable[[Path], str]], ...] = (
+    *((name, "call", run) for name, run in CALL_CHECKS),
+    *((name, "load", run) for name, run in LOAD_CHECKS),
 )

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from voice_llm import dialogue as dialogues
-from voice_llm import provision, server
+from voice_llm import provision, runmeta, server
 from voice_llm.api import ServerClient
 from voice_llm.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_from_env
 from voice_llm.errors import ConfigError
@@ -22,14 +23,14 @@ from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.load import stats
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_MASTER_PORT, DEFAULT_SLO_FIRST_SENTENCE_MS,
                                  DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S, CallerConfig, SweepPlan)
-from voice_llm.artifacts import ensure_out_dir, write_json
+from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
 from voice_llm.load.runner import run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
+from voice_llm.outlock import locked_out
 from voice_llm.progress import Progress
+from voice_llm.sse import StreamError
 
-LOAD = "load.json"
-LOAD_SAMPLES = "load_samples.csv"
 CTX_PER_SLOT = 4096  # each slot gets the lab's whole context: the 12-document call grows to ~3000 tokens
 
 
@@ -92,7 +93,7 @@ def caller_config(args: argparse.Namespace, url: str, out: Path) -> tuple[Caller
         url=url, system=dialogues.system_prompt(dialogue, docs), turns=dialogue.turns,
         max_tokens=dialogue.max_tokens, history=dialogue.history, cache_prompt=dialogue.cache_prompt,
         answer_words_per_s=rate, caller_words_per_s=args.caller_words_per_s, think_scale=args.think_scale,
-        barge_in_share=args.barge_in,
+        barge_in_share=args.barge_in, timeout_s=args.timeout,
     )
     described = {
         "dialogue": dialogue.name, "docs": len(docs), "turns": len(dialogue.turns), "max_tokens": dialogue.max_tokens,
@@ -180,12 +181,25 @@ def served_slots(url: str, api_key: str | None) -> int | None:
     return slots if isinstance(slots, int) else None
 
 
-def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every sweep (one per slot count, or one against --url): load.json's document and all raw samples."""
+def _metadata(url: str, key: str | None, managed: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """The run identity of the server a sweep measured (read while it is up), so load.json can join the lab's
+    run in OUT when it is the same server, model and KB."""
+    try:
+        props = ServerClient(url, key).props()
+    except StreamError:
+        props = None
+    facts = runmeta.ServerFacts.from_props(url, props, managed=managed, threads=getattr(args, "threads", None))
+    return runmeta.collect_metadata(facts, Path(args.kb or default_kb_dir()))
+
+
+def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Every sweep (one per slot count, or one against --url): load.json's document, all raw samples, and the
+    run metadata of the first sweep's server."""
     key = api_key_from_env(args.api_key)
     sweeps: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
     described: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
     for slots in ((None,) if args.url else args.slots):
         started = False
         if args.url:
@@ -193,6 +207,7 @@ def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[d
         else:
             url, started = start_managed(args, slots, progress)
         try:
+            metadata = metadata or _metadata(url, key, not args.url, args)
             caller, described = caller_config(args, url, out)
             plan = sweep_plan(args, caller, slots)
             result = run_sweep(plan, key)
@@ -202,7 +217,7 @@ def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[d
         doc, rows = sweep_document(plan, result, slots, url)
         sweeps.append(doc)
         samples.extend(rows)
-    return load_document(args, described, sweeps), samples
+    return load_document(args, described, sweeps), samples, metadata
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
@@ -222,9 +237,20 @@ def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
     if args.worker:
         return run_worker(args)
     out = ensure_out_dir(args.out.expanduser())
-    doc, rows = run_load(args, out, progress)
-    samples_path = write_samples(out / LOAD_SAMPLES, rows)
-    load_path = write_json(out / LOAD, doc)
+    t0 = time.perf_counter()
+    with locked_out(out, "load", wait=args.wait):
+        doc, rows, metadata = run_load(args, out, progress)
+        # load.json joins the run in OUT when the (first) server is the lab's; else it starts a run of its own.
+        record, note = runmeta.RunRecord.join_or_start(out, metadata, {"load": (LOAD, LOAD_SAMPLES)})
+        if note:
+            print(note, file=sys.stderr)
+        samples_path = write_samples(out / LOAD_SAMPLES, rows)
+        record.record_file(samples_path)
+        load_path = write_json(out / LOAD, runmeta.stamp(doc, record.run_id))
+        record.record_file(load_path)
+        record.add_step({"step": "load", "wall_ms": (time.perf_counter() - t0) * 1000.0, "server_compute_ms": None})
+        record.finish(["load"], None, None)
+        record.save()
     for line in summary_lines(doc):
         print(line)
     print(f"{load_path}\n{samples_path}")
