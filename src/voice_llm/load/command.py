@@ -119,6 +119,7 @@ def sweep_plan(args: argparse.Namespace, caller: CallerConfig, slots: int | None
         expect_workers=args.expect_workers if remote else args.workers,
         bind_host=args.master_bind_host if remote else "127.0.0.1",
         master_port=args.master_port if remote else 0, stop_on_budget=not args.no_stop, slots=slots,
+        quiet=args.quiet,
     )
 
 

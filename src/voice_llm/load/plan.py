@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass
 
 SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
 DEFAULT_CALLERS = (1, 2, 4, 8)
@@ -66,7 +65,7 @@ class SweepPlan:
     connect_timeout_s: float = 60.0  # for the workers to connect
     stop_on_budget: bool = True
     slots: int | None = None  # the server's slots, when known (for the verdict's "limited by")
-    extra: dict[str, Any] = field(default_factory=dict)
+    quiet: bool = False  # no progress lines from the master
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

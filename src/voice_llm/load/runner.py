@@ -36,8 +36,8 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT to the master's whole group (it quits its workers), then SIGKILL to whatever is left of it."""
-    if proc.poll() is None and _signal_group(proc.pid, signal.SIGINT):
+    """SIGTERM to the master's whole group (Locust workers quit on it), then SIGKILL to whatever is left."""
+    if proc.poll() is None and _signal_group(proc.pid, signal.SIGTERM):
         try:
             proc.wait(MASTER_STOP_S)
         except subprocess.TimeoutExpired:

@@ -65,8 +65,12 @@ class Collected:
         }
 
 
+QUIET = False
+
+
 def log(message: str) -> None:
-    print(f"load: {message}", file=sys.stderr, flush=True)
+    if not QUIET:
+        print(f"load: {message}", file=sys.stderr, flush=True)
 
 
 def free_port(host: str) -> int:
@@ -235,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging("WARNING")
     plan = SweepPlan.from_json(Path(args[0]).read_text(encoding="utf-8"))
+    global QUIET
+    QUIET = plan.quiet
     try:
         result = Sweep(plan).run()
     except SweepError as exc:
