@@ -11,6 +11,7 @@ import argparse
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -197,9 +198,11 @@ def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[d
     """Every sweep (one per slot count, or one against --url): load.json's document, all raw samples, and the
     run metadata of the first sweep's server."""
     key = api_key_from_env(args.api_key)
+    # Bad flags, dialogue or KB are named before any server starts.
+    caller, described = caller_config(args, "", out)
+    base_plan = sweep_plan(args, caller, None)
     sweeps: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
-    described: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     for slots in ((None,) if args.url else args.slots):
         started = False
@@ -209,8 +212,7 @@ def run_load(args: argparse.Namespace, out: Path, progress: Progress) -> tuple[d
             url, started = start_managed(args, slots, progress)
         try:
             metadata = metadata or _metadata(url, key, not args.url, args)
-            caller, described = caller_config(args, url, out)
-            plan = sweep_plan(args, caller, slots)
+            plan = replace(base_plan, caller=replace(caller, url=url), slots=slots)
             result = run_sweep(plan, key)
         finally:
             if started:
