@@ -143,7 +143,7 @@ class LoadAverage:
 def run_capacity(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, Any]:
     command = ["load", "--out", str(out), "--slots", args.slots, "--callers", args.callers, "--step-s", str(args.step_s),
                "--warmup-s", str(args.warmup_s), "--workers", str(args.workers)]
-    command += ["--url", args.url] if args.url else ["--port", str(free_port())]
+    command += ["--url", args.url] if args.url else ["--port", str(free_port()), "--threads", str(args.threads)]
     log(f"voice-llm {' '.join(command)}")
     t0 = time.time()
     with LoadAverage() as load:
@@ -207,6 +207,7 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=60.0)
     p.add_argument("--warmup-s", type=float, default=15.0)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="server threads of the managed servers (see BENCHMARKS.md)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "load")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
@@ -221,7 +222,7 @@ def main() -> int:
         port = free_port()
         url = args.url
         if url is None:
-            voice_llm("up", "--port", str(port), "-q", env=env)
+            voice_llm("up", "--port", str(port), "--threads", "1", "-q", env=env)
             url = f"http://127.0.0.1:{port}"
         try:
             print_overhead(run_overhead(args, url, env))

@@ -31,7 +31,8 @@ def four_slots(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, mo
 
     env = cli_env(tmp_path_factory.mktemp("state"))
     port = free_port()
-    started = cli("up", "--port", str(port), "--slots", "4", "--ctx", "16384", "-q", env=env, timeout=300)
+    # one server thread: on a shared 2-core machine a spinning 2-thread pool next to other servers collapses
+    started = cli("up", "--port", str(port), "--slots", "4", "--ctx", "16384", "--threads", "1", "-q", env=env, timeout=300)
     assert started.returncode == 0, started.stderr
     try:
         yield env, port
@@ -43,10 +44,12 @@ def four_slots(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, mo
 def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots: tuple[dict[str, str], int],
                                                                      tmp_path: Path) -> None:
     env, port = four_slots
-    result = cli("load", "--port", str(port), "--slots", "4", "--workers", "2", "--callers", "1,2,4",
-                 "--step-s", "6", "--warmup-s", "3", "--docs", "0", "--think-scale", "0.2", "--barge-in", "0.2",
-                 # a budget no step breaks, so every step runs whatever the machine's load (no timed assertion)
-                 "--slo-first-sentence-ms", "600000", "--out", str(tmp_path), "-q", env=env, timeout=400)
+    result = cli("load", "--port", str(port), "--slots", "4", "--threads", "1", "--workers", "2", "--callers", "1,2,4",
+                 "--step-s", "15", "--warmup-s", "3", "--docs", "0", "--max-tokens", "24", "--think-scale", "0",
+                 "--barge-in", "0.2",
+                 # every step runs whatever the machine's load (no timed assertion); no think time, so that even
+                 # a slow shared machine starts turns in each short window
+                 "--no-stop", "--out", str(tmp_path), "-q", env=env, timeout=400)
     assert result.returncode == 0, result.stderr
     assert not _locust_processes()
     doc = json.loads((tmp_path / "load.json").read_text())
@@ -70,20 +73,27 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
         check(tmp_path)
 
 
+def _lab_ttft_runs(env: dict[str, str], port: int, out: Path) -> list[float]:
+    lab = cli("ttft", "--port", str(port), "--out", str(out), "-q", env=env)
+    assert lab.returncode == 0, lab.stderr
+    return [run["ttft_ms"] for run in json.loads((out / "ttft.json").read_text())["runs"]]
+
+
 def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
-    lab = cli("ttft", "--port", str(port), "--out", str(tmp_path), "-q", env=env)
-    assert lab.returncode == 0, lab.stderr
+    # `voice-llm ttft` just before and just after the Locust run, so a machine whose load drifts (shared cores)
+    # moves both sides alike; the lab's median is that of its ten runs.
+    lab_runs = _lab_ttft_runs(env, port, tmp_path / "before")
     # The lab's ttft request (same prompt, max_tokens 64, cache off), one caller, back to back like the lab.
-    load = cli("load", "--port", str(port), "--slots", "4", "--workers", "1", "--callers", "1", "--dialogue", "lab-ttft",
-               "--step-s", "8", "--warmup-s", "1", "--think-scale", "0", "--barge-in", "0", "--out", str(tmp_path),
-               "-q", env=env, timeout=300)
+    load = cli("load", "--port", str(port), "--slots", "4", "--threads", "1", "--workers", "1", "--callers", "1",
+               "--dialogue", "lab-ttft", "--step-s", "20", "--warmup-s", "1", "--think-scale", "0", "--barge-in", "0",
+               "--out", str(tmp_path / "load"), "-q", env=env, timeout=300)
     assert load.returncode == 0, load.stderr
-    lab_p50 = json.loads((tmp_path / "ttft.json").read_text())["ttft_p50"]
-    measured = [s["ttft_ms"] for s in read_samples(tmp_path / "load_samples.csv") if s["phase"] == "measure"]
+    lab_runs += _lab_ttft_runs(env, port, tmp_path / "after")
+    measured = [s["ttft_ms"] for s in read_samples(tmp_path / "load" / "load_samples.csv") if s["phase"] == "measure"]
     assert len(measured) >= 5
-    locust_p50 = statistics.median(measured)
-    assert abs(locust_p50 - lab_p50) <= max(0.10 * lab_p50, 5.0), (locust_p50, lab_p50)
+    lab_p50, locust_p50 = statistics.median(lab_runs), statistics.median(measured)
+    assert abs(locust_p50 - lab_p50) <= max(0.10 * lab_p50, 5.0), (locust_p50, measured, lab_p50, lab_runs)
 
 
 def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:

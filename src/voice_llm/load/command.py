@@ -65,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dialogue", default=dialogues.DEFAULT_DIALOGUE,
                    help=f"bundled dialogue, or {dialogues.LAB_TTFT} (the ttft step's request, cache off, as a call)")
     p.add_argument("--docs", type=int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
+    p.add_argument("--max-tokens", type=int, help="cap each answer (default: the dialogue's, 64)")
     p.add_argument("--think-scale", type=float, default=1.0, help="multiply every think time (0: none)")
     p.add_argument("--barge-in", type=float, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
     p.add_argument("--caller-words-per-s", type=float, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
@@ -88,6 +89,10 @@ def run_worker(args: argparse.Namespace) -> int:
 
 def caller_config(args: argparse.Namespace, url: str, out: Path) -> tuple[CallerConfig, dict[str, Any]]:
     dialogue = dialogues.load_dialogue(args.dialogue)
+    if args.max_tokens is not None:
+        if args.max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be at least 1, not {args.max_tokens}")
+        dialogue = replace(dialogue, max_tokens=args.max_tokens)
     docs = load_kb(Path(args.kb or default_kb_dir()), need=args.docs)[:args.docs] if dialogue.use_docs else []
     rate, source = answer_speech_rate(out)
     config = CallerConfig(
