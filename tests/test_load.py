@@ -98,9 +98,17 @@ def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, 
 
 def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
-    result = cli("call", "--port", str(port), "--out", str(tmp_path), "-q", env=env, timeout=600)
+    # Twelve short documents: the step is the real one (12 documents, 6 turns, cache on then off) but the prompt
+    # stays small, so the cache-off run does not take minutes on a shared machine.
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    for number in range(1, 13):
+        (kb / f"{number:02d}-note.md").write_text(f"# Note {number}\n\nThe clinic opens at {number + 6} a.m. on day {number}.\n")
+    result = cli("call", "--port", str(port), "--kb", str(kb), "--out", str(tmp_path / "out"), "-q", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
-    doc = json.loads((tmp_path / "call.json").read_text())
+    doc = json.loads((tmp_path / "out" / "call.json").read_text())
     assert len(doc["docs"]) == 12 and len(doc["cache_on"]) == len(doc["cache_off"]) == 6
     for name, check in checks.CALL_CHECKS:
-        check(tmp_path)
+        check(tmp_path / "out")
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert "call" in run["steps_planned"]
