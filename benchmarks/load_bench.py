@@ -142,7 +142,8 @@ class LoadAverage:
 
 def run_capacity(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, Any]:
     command = ["load", "--out", str(out), "--slots", args.slots, "--callers", args.callers, "--step-s", str(args.step_s),
-               "--warmup-s", str(args.warmup_s), "--workers", str(args.workers)]
+               "--warmup-s", str(args.warmup_s), "--workers", str(args.workers), "--docs", str(args.docs)]
+    command += ["--no-stop"] if args.no_stop else []
     command += ["--url", args.url] if args.url else ["--port", str(free_port()), "--threads", str(args.threads)]
     log(f"voice-llm {' '.join(command)}")
     t0 = time.time()
@@ -207,6 +208,8 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=60.0)
     p.add_argument("--warmup-s", type=float, default=15.0)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--docs", type=int, default=12, help="KB documents in the callers' system prompt")
+    p.add_argument("--no-stop", action="store_true", help="run every step past the budget (the whole table)")
     p.add_argument("--threads", type=int, default=1, help="server threads of the managed servers (see BENCHMARKS.md)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "load")
     args = parser.parse_args()

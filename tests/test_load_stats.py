@@ -138,3 +138,17 @@ def test_bad_load_flags_are_named_before_anything_starts(tmp_path: Path, flags: 
     err = assert_clean_failure(result, one_line=needle != "comma-separated")
     assert needle in err
     assert not (tmp_path / "load.json").exists()
+
+
+def test_report_sections_show_the_verdict_and_the_turns(tmp_path: Path) -> None:
+    from voice_llm.load import report
+
+    doc = json.loads((_fake_run(tmp_path) / "load.json").read_text())
+    fig, caption, extra = report.load_chart(doc)
+    assert "4 slots: max callers = 2" in caption
+    assert extra.count("<tr>") == 1 + 2  # header + one row per step
+    turns = [{"turn": n, "user": f"line {n}", "ttft_ms": 100.0 * n, "first_sentence_ms": 150.0 * n,
+              "prompt_n": 40 * n, "cache_n": 0, "total_ms": 300.0 * n} for n in (1, 2)]
+    call = {"docs": ["a.md"] * 12, "cache_on": turns, "cache_off": turns}
+    fig, caption, extra = report.call_chart(call)
+    assert "grew from 40 to 80 tokens" in caption and "line 2" in extra
