@@ -180,7 +180,7 @@ def print_capacity(result: dict[str, Any]) -> None:
     print()
     for sw in sweeps:
         v = sw["verdict"]
-        print(f"- {sw['slots']} slots: **max callers = {v['max_callers']}** (tested up to {v['tested_up_to']}"
+        print(f"- {slots_label(sw['slots'])}: **max callers = {v['max_callers']}** (tested up to {v['tested_up_to']}"
               + (f", limited by {v['limited_by']}" if v["limited_by"] else "") + ")"
               + (f"; stopped: {sw['stopped']}" if sw["stopped"] else ""))
     values = result["loadavg"]

@@ -22,6 +22,7 @@ from voice_llm.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_
 from voice_llm.errors import ConfigError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.load import stats
+from voice_llm.load.stats import slots_label
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_MASTER_PORT, DEFAULT_SLO_FIRST_SENTENCE_MS,
                                  DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S, CallerConfig, SweepPlan)
 from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
@@ -233,7 +234,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     lines = []
     for sweep in doc["sweeps"]:
         verdict = sweep["verdict"]
-        where = f"{sweep['slots']} slots" if sweep["slots"] is not None else sweep["url"]
+        where = slots_label(sweep["slots"]) if sweep["slots"] is not None else sweep["url"]
         limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
         lines.append(f"{where}: max callers = {verdict['max_callers']} (first sentence <= "
                      f"{doc['slo_first_sentence_ms']:.0f} ms for >= {100 * verdict['goodput_target']:.0f} % of turns; "

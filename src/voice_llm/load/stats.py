@@ -134,3 +134,9 @@ def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, 
         "limited_by": limit,
         "tested_up_to": max((s["callers"] for s in steps), default=0),
     }
+
+
+def slots_label(slots: int | None) -> str:
+    if slots is None:
+        return "server at --url"
+    return f"{slots} slot" if slots == 1 else f"{slots} slots"
