@@ -160,10 +160,12 @@ def _ms(v: float | None) -> str:
 
 
 def print_capacity(result: dict[str, Any]) -> None:
+    from voice_llm.load.stats import slots_label
+
     doc = result["load"]
     sweeps = doc["sweeps"]
     callers = sorted({s["callers"] for sw in sweeps for s in sw["steps"]})
-    print(f"| callers | " + " | ".join(f"{sw['slots']} slots: 1st sentence p50/p90 ms, goodput, turns" for sw in sweeps) + " |")
+    print("| callers | " + " | ".join(f"{slots_label(sw['slots'])}: 1st sentence p50/p90 ms, goodput, turns" for sw in sweeps) + " |")
     print("|---|" + "---|" * len(sweeps))
     for n in callers:
         cells = []
