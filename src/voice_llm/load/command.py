@@ -174,12 +174,8 @@ def start_managed(args: argparse.Namespace, slots: int, progress: Progress) -> t
     settings = managed_settings(args, slots)
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
+    # A managed server already running with other settings is an error that names them (server.start).
     record, already = server.up(settings, binary, model, progress)
-    if already and record.slots != slots:
-        raise ConfigError(
-            f"a managed server with {record.slots} slots already runs on port {args.port}; this sweep needs "
-            f"{slots}: stop it with `voice-llm down --port {args.port}` or choose another --port"
-        )
     return record.url, not already
 
 
