@@ -31,6 +31,7 @@ from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
 from voice_llm.outlock import locked_out
 from voice_llm.progress import Progress
+from voice_llm import sse as sse_errors
 from voice_llm.sse import StreamError
 
 CTX_PER_SLOT = 4096  # each slot gets the lab's whole context: the 12-document call grows to ~3000 tokens
@@ -180,7 +181,13 @@ def start_managed(args: argparse.Namespace, slots: int, progress: Progress) -> t
 
 
 def served_slots(url: str, api_key: str | None) -> int | None:
-    props = ServerClient(url, api_key).props()
+    """The slots a server at --url says it has (/props); None for a server that does not say."""
+    try:
+        props = ServerClient(url, api_key).props()
+    except StreamError as exc:
+        if isinstance(exc, sse_errors.ServerUnreachableError):
+            raise
+        return None
     slots = props.get("total_slots") if isinstance(props, dict) else None
     return slots if isinstance(slots, int) else None
 
