@@ -18,21 +18,20 @@ from typing import Any
 from voice_llm import dialogue as dialogues
 from voice_llm import provision, runmeta, server
 from voice_llm.api import ServerClient
+from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_from_env
 from voice_llm.errors import ConfigError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.load import stats
-from voice_llm.load.stats import slots_label
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_MASTER_PORT, DEFAULT_SLO_FIRST_SENTENCE_MS,
                                  DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S, CallerConfig, SweepPlan)
-from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
 from voice_llm.load.runner import run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
+from voice_llm.load.stats import slots_label
 from voice_llm.outlock import locked_out
 from voice_llm.progress import Progress
-from voice_llm import sse as sse_errors
-from voice_llm.sse import StreamError
+from voice_llm.sse import ServerUnreachableError, StreamError
 
 CTX_PER_SLOT = 4096  # each slot gets the lab's whole context: the 12-document call grows to ~3000 tokens
 
@@ -185,7 +184,7 @@ def served_slots(url: str, api_key: str | None) -> int | None:
     try:
         props = ServerClient(url, api_key).props()
     except StreamError as exc:
-        if isinstance(exc, sse_errors.ServerUnreachableError):
+        if isinstance(exc, ServerUnreachableError):
             raise
         return None
     slots = props.get("total_slots") if isinstance(props, dict) else None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,3 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
     except ValueError as exc:
         raise ArtifactError(f"{path.name} has a cell that is not a number where one is expected: {exc}") from exc
-
-
-def relative(path: Path, out: Path) -> str:
-    return os.path.relpath(path, out)
