@@ -45,3 +45,4 @@ def test_master_and_two_remote_style_workers(tmp_path: Path) -> None:
     first = fake.requests[0].json
     assert first["messages"][0]["content"].startswith("You are a clinic phone assistant")
     assert first["messages"][1]["content"].startswith("Hi, I'd like to come in")
+    assert 'id="section-load"' in (out / "report.html").read_text(), "the load section is drawn"

@@ -262,7 +262,17 @@ def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
         record.add_step({"step": "load", "wall_ms": (time.perf_counter() - t0) * 1000.0, "server_compute_ms": None})
         record.finish(["load"], None, None)
         record.save()
+        html = _render(out)
     for line in summary_lines(doc):
         print(line)
     print(f"{load_path}\n{samples_path}")
+    print(f"report: {html}")
     return 0
+
+
+def _render(out: Path) -> Path:
+    """report.html again, with the load section (the lab's sections from the files already in OUT)."""
+    from voice_llm.check import run_checks
+    from voice_llm.report_html import render_report  # matplotlib: only now
+
+    return render_report(out, run_checks(out))
