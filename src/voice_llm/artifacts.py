@@ -34,6 +34,10 @@ RUN = "run.json"
 SERVER_LOG = "server.log"
 REPORT_HTML = "report.html"
 RAW_DIR = "raw"  # raw/<request>.sse: every request's bytes as received
+# Not in the lab by default: one call (`voice-llm call`) and calls under load (`voice-llm load`).
+CALL = "call.json"
+LOAD = "load.json"
+LOAD_SAMPLES = "load_samples.csv"
 
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 

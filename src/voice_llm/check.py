@@ -18,6 +18,7 @@ from voice_llm import brief, runmeta, spread_checks
 from voice_llm.artifacts import loads_json, read_json, read_jsonl
 from voice_llm.errors import ArtifactError
 from voice_llm.keynumbers import build_report
+from voice_llm.load import checks as load_checks  # call.json, and load.json against its raw samples
 from voice_llm.sse import SSEDecoder
 
 PASS = "pass"
@@ -338,13 +339,14 @@ CHECKS: tuple[Check, ...] = (
     Check("cancel cut the answer, slot went idle", "cancel", check_cancel),
     Check("report equals its sources", "report", check_report),
     *SPREAD_CHECKS,
+    *(Check(name, step, run) for name, step, run in load_checks.CHECKS),
 )
 
 
 def _result(name: str, check: Callable[[Path], str], out: Path) -> CheckResult:
     try:
         return CheckResult(name, PASS, check(out))
-    except _Failed as exc:
+    except (_Failed, load_checks.CheckFailed) as exc:
         return CheckResult(name, FAIL, str(exc))
     except NotCheckable as exc:
         return CheckResult(name, NOT_CHECKABLE, str(exc))

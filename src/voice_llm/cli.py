@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "speak":
             _tts_options(p)
 
+    from voice_llm.load.command import add_arguments as add_load_arguments
+
+    p = sub.add_parser("load", help="how many callers a server takes within the first-sentence budget (Locust)")
+    _client_options(p, kb=True)
+    _common(p)
+    add_load_arguments(p)
+
     p = sub.add_parser("check", help="verify the artifacts against each other, from the files alone")
     p.add_argument("out", nargs="?", type=Path, default=default_out_dir())
 
@@ -323,7 +330,14 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
     return 0 if _print_checks(run_checks(args.out.expanduser())) else EXIT_CHECKS_FAILED
 
 
+def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
+    from voice_llm.load.command import cmd_load as run
+
+    return run(args, progress)
+
+
 COMMANDS = {
+    "load": cmd_load,
     "install": cmd_install, "up": cmd_up, "status": cmd_status, "log": cmd_log, "down": cmd_down,
     "lab": cmd_lab, "check": cmd_check, "compare": cmd_compare,
 }

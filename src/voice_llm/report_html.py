@@ -25,7 +25,9 @@ from voice_llm import __version__, metrics, noise
 from voice_llm.artifacts import (
     AUDIO,
     CACHE,
+    CALL,
     CANCEL,
+    LOAD,
     PREFILL,
     PROPS,
     REPORT,
@@ -39,6 +41,7 @@ from voice_llm.artifacts import (
 from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.keynumbers import LABELS
 from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.load import report as load_report  # the call and load sections
 from voice_llm.runmeta import require_one_run
 from voice_llm.errors import ArtifactError
 
@@ -80,6 +83,7 @@ class _Section:
     title: str
     source: str
     build: Callable[[Any], _Chart]
+    optional: bool = False  # the artifact of a command outside the lab: no section at all when it is absent
 
 
 def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Path:
@@ -92,7 +96,8 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
     require_one_run(out)  # never draw one page from the files of different runs
     with matplotlib.rc_context(_RC):
-        sections = [_render_section(out, section) for section in _SECTIONS]
+        sections = [_render_section(out, section) for section in _SECTIONS
+                    if not section.optional or (out / section.source).exists()]
         sections.append(_spread_section_html(out))
     page = _page(_header_html(out, _noise_html(noise.assess(out))), _checks_html(checks), sections)
     return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
@@ -487,6 +492,10 @@ _SECTIONS = (
     _Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
     _Section("cache", "Prompt cache", CACHE, _cache_chart),
     _Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
+    _Section("call", "One call, six turns: does the cache keep every turn fast?", CALL,
+             lambda doc: _Chart(*load_report.call_chart(_mapping(doc, CALL))), optional=True),
+    _Section("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
+             lambda doc: _Chart(*load_report.load_chart(_mapping(doc, LOAD))), optional=True),
 )
 
 

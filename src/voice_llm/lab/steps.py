@@ -33,8 +33,9 @@ STEPS: dict[str, Step] = {step.name: step for step in (
     Step("speak", "time to first audio: the answer spoken while it streams", "speak", (names.AUDIO,)),
     Step("cancel", "close the connection after 0.5 s", "cancel", (names.CANCEL,)),
     Step("report", "report.json from the files", "report", (names.REPORT,), needs_server=False),
+    Step("call", "one call of 6 turns with 12 documents, cache on and off", "call", (names.CALL,), in_lab=False),
 )}
 
 LAB_STEPS: tuple[str, ...] = tuple(name for name, step in STEPS.items() if step.in_lab)
 # Steps that read documents, so their commands take --kb.
-KB_STEPS = frozenset({"prefill", "cache"})
+KB_STEPS = frozenset({"prefill", "cache", "call"})

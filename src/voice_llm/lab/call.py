@@ -1,0 +1,63 @@
+"""Step `call`: one phone call by one caller — the bundled clinic dialogue, the first 12 KB documents in the system
+prompt, each turn appended to the conversation — run with the KV cache on and then off.
+
+With the cache on, each turn's prompt is the previous turn's prompt plus two messages, so the slot should only
+prefill what is new and every turn should start about as fast as a short prompt. The cache-off run replays the
+*same* conversation (the cache-on answers as history, so the prompts are identical token for token) and pays
+the whole prompt every turn. Before each run a short unrelated request empties the slot, so turn 1 is a miss in
+both runs and the two can be compared turn by turn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from voice_llm import prompts
+from voice_llm.artifacts import CALL
+from voice_llm.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
+from voice_llm.errors import MeasurementError
+from voice_llm.kb import load_kb
+from voice_llm.lab.context import LabContext
+
+
+def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: bool,
+             answers: list[str] | None) -> list[dict[str, Any]]:
+    """The whole call once; ``answers`` (from an earlier run) replace the model's own as history."""
+    label = "on" if cache_prompt else "off"
+    ctx.request(f"call-{label}-empty-slot", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.SLOT_FILLER), max_tokens=8)
+    messages = [{"role": "system", "content": system}]
+    rows = []
+    for number, line in enumerate(dialogue.turns, start=1):
+        messages.append({"role": "user", "content": line})
+        result = ctx.request(f"call-{label}-turn{number}", list(messages), max_tokens=dialogue.max_tokens,
+                             cache_prompt=cache_prompt)
+        timing = time_turn(result)
+        if timing.ttft_ms is None or timing.prompt_n is None:
+            raise MeasurementError(f"call turn {number} (cache {label}): no content chunk or no timings in the answer")
+        answer = answers[number - 1] if answers is not None else timing.text
+        messages.append({"role": "assistant", "content": answer})
+        rows.append({
+            "turn": number, "user": line, "ttft_ms": timing.ttft_ms, "first_sentence_ms": timing.first_sentence_ms,
+            "prompt_n": timing.prompt_n, "cache_n": timing.cache_n, "total_ms": timing.total_ms,
+            "tokens": timing.tokens, "answer": timing.text, "history_answer": answer,
+        })
+    return rows
+
+
+def run(ctx: LabContext) -> list[Path]:
+    dialogue = load_dialogue(DEFAULT_DIALOGUE)
+    docs = load_kb(ctx.kb_dir, need=DEFAULT_DOCS)[:DEFAULT_DOCS]
+    system = system_prompt(dialogue, docs)
+    cache_on = run_call(ctx, dialogue, system, True, None)
+    cache_off = run_call(ctx, dialogue, system, False, [row["answer"] for row in cache_on])
+    document = {
+        "dialogue": dialogue.name,
+        "docs": [doc.name for doc in docs],
+        "max_tokens": dialogue.max_tokens,
+        "system_chars": len(system),
+        "turns": list(dialogue.turns),
+        "cache_on": cache_on,
+        "cache_off": cache_off,
+    }
+    return [ctx.write_json(CALL, document)]

@@ -1,0 +1,83 @@
+"""The settings of a load sweep and of its callers, as plain values that travel between processes as JSON.
+
+No Locust here: the `load` command builds these in the voice-llm process; the master subprocess and the workers
+read them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
+DEFAULT_CALLERS = (1, 2, 4, 8)
+DEFAULT_STEP_S = 60.0
+DEFAULT_WARMUP_S = 15.0
+DEFAULT_SLO_FIRST_SENTENCE_MS = 1000.0
+DEFAULT_BARGE_IN_SHARE = 0.1
+DEFAULT_MASTER_PORT = 5557
+ENV_API_KEY = "VOICE_LLM_API_KEY"  # the workers read the key from their own environment, never from the master
+
+
+@dataclass(frozen=True)
+class CallerConfig:
+    """What every simulated caller does; sent by the master to every worker (also remote ones)."""
+
+    url: str
+    system: str
+    turns: tuple[str, ...]
+    max_tokens: int = 64
+    history: bool = True
+    cache_prompt: bool = True
+    answer_words_per_s: float = SPEECH_WORDS_PER_S  # how fast the assistant's answer is spoken
+    caller_words_per_s: float = SPEECH_WORDS_PER_S  # how fast the caller speaks their line
+    think_scale: float = 1.0  # 0 = no think time at all (a stress test, not a phone call)
+    barge_in_share: float = DEFAULT_BARGE_IN_SHARE
+    barge_in_max_tokens: int = 40  # a barge-in cuts the answer after a random 1..N content chunks
+    timeout_s: float = 120.0
+    seed: int = 7
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CallerConfig:
+        data = json.loads(text)
+        data["turns"] = tuple(data["turns"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The stepped sweep one master runs against one server."""
+
+    caller: CallerConfig
+    callers: tuple[int, ...] = DEFAULT_CALLERS
+    step_s: float = DEFAULT_STEP_S
+    warmup_s: float = DEFAULT_WARMUP_S
+    slo_first_sentence_ms: float = DEFAULT_SLO_FIRST_SENTENCE_MS
+    local_workers: int = 2  # worker processes the master starts itself; 0 with --master (remote workers)
+    expect_workers: int = 2
+    bind_host: str = "127.0.0.1"
+    master_port: int = DEFAULT_MASTER_PORT
+    drain_timeout_s: float = 120.0  # wait at most this long for turns still running after a measured window
+    connect_timeout_s: float = 60.0  # for the workers to connect
+    stop_on_budget: bool = True
+    slots: int | None = None  # the server's slots, when known (for the verdict's "limited by")
+    quiet: bool = False  # no progress lines from the master
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SweepPlan:
+        data = json.loads(text)
+        caller = data.pop("caller")
+        caller["turns"] = tuple(caller["turns"])
+        data["callers"] = tuple(data["callers"])
+        return cls(caller=CallerConfig(**caller), **data)
+
+
+def api_key() -> str | None:
+    return os.environ.get(ENV_API_KEY) or None

@@ -1,0 +1,134 @@
+"""The report.html sections of `call` (one caller, cache on and off) and `load` (callers x slots, the verdict).
+
+Each builder takes the parsed artifact and returns (figure, caption, extra HTML); report_html inlines them.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from voice_llm.load.stats import slots_label
+
+_WIDE = (10.0, 3.6)
+_COLORS = ("#1f77b4", "#e67e22", "#2ca02c", "#7b4ea3", "#d62728", "#555555")
+_BLUE, _ORANGE, _GREY, _RED = "#1f77b4", "#e67e22", "#555555", "#d62728"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n'
+
+
+# --- call -----------------------------------------------------------------------------------------------------
+
+
+def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
+    on, off = doc["cache_on"], doc["cache_off"]
+    turns = [row["turn"] for row in on]
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    for rows, label, color in ((off, "cache off", _GREY), (on, "cache on", _BLUE)):
+        ax.plot(turns, [r["ttft_ms"] for r in rows], "o-", color=color, label=f"first token, {label}")
+        ax.plot(turns, [r["first_sentence_ms"] if r["first_sentence_ms"] is not None else r["total_ms"] for r in rows],
+                "s--", color=color, alpha=0.6, label=f"first sentence, {label}")
+    ax.set_xticks(turns)
+    ax.set_xlabel("turn of the call")
+    ax.set_ylabel("ms after the request")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left")
+    later_on = sorted(r["ttft_ms"] for r in on[1:])
+    later_off = sorted(r["ttft_ms"] for r in off[1:])
+    caption = (
+        f"{len(turns)} turns with {len(doc['docs'])} documents in the system prompt; the prompt grew from "
+        f"{off[0]['prompt_n']} to {off[-1]['prompt_n']} tokens. Turn 1 is a miss in both runs. Turns 2–{len(turns)}: "
+        f"first token {_ms(later_on[len(later_on) // 2])} ms (median) with the cache, "
+        f"{_ms(later_off[len(later_off) // 2])} ms without — the cache keeps each turn close to a short prompt "
+        "only if the conversation is sent back unchanged."
+    ) if len(turns) > 1 else f"one turn: first token {_ms(on[0]['ttft_ms'])} ms with the cache."
+    rows = [[str(a["turn"]), a["user"], _ms(a["ttft_ms"]), _ms(a["first_sentence_ms"]), f"{a['prompt_n']} + {a['cache_n']}",
+             _ms(b["ttft_ms"]), _ms(b["first_sentence_ms"]), str(b["prompt_n"])] for a, b in zip(on, off)]
+    extra = _table(["turn", "caller says", "ttft on", "1st sentence on", "prefilled + cached on", "ttft off",
+                    "1st sentence off", "prefilled off"], rows, "call-turns")
+    return fig, caption, extra
+
+
+# --- load -----------------------------------------------------------------------------------------------------
+
+
+def _sweep_label(sweep: Mapping[str, Any]) -> str:
+    return slots_label(sweep.get("slots"))
+
+
+def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
+    slo = float(doc["slo_first_sentence_ms"])
+    target = float(doc["goodput_target"])
+    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    all_callers: set[int] = set()
+    for color, sweep in zip(_COLORS, doc["sweeps"]):
+        steps = sweep["steps"]
+        callers = [s["callers"] for s in steps]
+        all_callers.update(callers)
+        label = _sweep_label(sweep)
+        left.plot(callers, [s["first_sentence_ms"]["p90"] for s in steps], "o-", color=color, label=f"{label}: p90")
+        left.plot(callers, [s["first_sentence_ms"]["p50"] for s in steps], "o--", color=color, alpha=0.6, label=f"{label}: p50")
+        right.plot(callers, [100 * s["goodput"] if s["goodput"] is not None else None for s in steps], "o-",
+                   color=color, label=f"{label}: max callers {sweep['verdict']['max_callers']}")
+    left.axhline(slo, color=_RED, linestyle=":", label=f"budget {slo:.0f} ms")
+    right.axhline(100 * target, color=_RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(all_callers), [str(c) for c in sorted(all_callers)])
+        ax.set_xlabel("concurrent callers")
+        ax.legend(loc="best", fontsize=8)
+    left.set_ylabel("first sentence (ms)")
+    shown = [v for sw in doc["sweeps"] for s in sw["steps"] for v in s["first_sentence_ms"].values() if v]
+    if shown and max(shown + [slo]) > 20 * min(shown + [slo]):
+        left.set_yscale("log")  # a budget of 1 s and an overloaded step of minutes on one readable axis
+    else:
+        left.set_ylim(bottom=0)
+    right.set_ylabel("goodput (% of turns within budget)")
+    right.set_ylim(0, 105)
+    verdicts = "; ".join(
+        f"{_sweep_label(s)}: max callers = {s['verdict']['max_callers']}"
+        + (f" (limited by {s['verdict']['limited_by']})" if s["verdict"].get("limited_by") else "")
+        for s in doc["sweeps"])
+    caller = doc.get("caller", {})
+    caption = (f"{verdicts}. Each caller runs the {caller.get('dialogue', '?')} call with {caller.get('docs', '?')} "
+               f"documents, thinking between turns as long as speaking takes; {_pct(caller.get('barge_in_share'))} of "
+               f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.")
+    return fig, caption, _load_tables(doc)
+
+
+def _load_tables(doc: Mapping[str, Any]) -> str:
+    header = ["callers", "turns", "ttft p50/p90", "1st sentence p50/p90/p99", "token gap p50", "goodput",
+              "good turns/s", "errors", "cancelled", "worker CPU", "host load"]
+    parts = []
+    for sweep in doc["sweeps"]:
+        rows = []
+        for s in sweep["steps"]:
+            first, ttft = s["first_sentence_ms"], s["ttft_ms"]
+            share = max((w["share"] for w in s["cpu"].values()), default=None)
+            cpu = "–" if share is None else f"{100 * share:.0f} %" + (" generator-bound" if s["generator_bound"] else "")
+            rows.append([str(s["callers"]), str(s["turns"]), f"{_ms(ttft['p50'])}/{_ms(ttft['p90'])}",
+                         f"{_ms(first['p50'])}/{_ms(first['p90'])}/{_ms(first['p99'])}", _ms(s["itl_ms"]["p50"]),
+                         _pct(s["goodput"]),
+                         "–" if s["good_turns_per_s"] is None else f"{s['good_turns_per_s']:.2f}",
+                         str(s["errors"]), str(s["cancelled"]), cpu, f"{s['host']['loadavg_1m']:.2f}"])
+        stopped = f" Stopped: {sweep['stopped']}." if sweep.get("stopped") else ""
+        parts.append(f"<h3>{html.escape(_sweep_label(sweep))} — max callers = {sweep['verdict']['max_callers']}</h3>"
+                     f"<p>{html.escape(stopped)}</p>\n" + _table(header, rows, "load-steps"))
+    return "".join(parts)

@@ -1,0 +1,70 @@
+"""Run one sweep from the voice-llm process: the Locust master in a subprocess of its own, and its workers.
+
+Why a subprocess: importing locust monkey-patches a process with gevent (sockets, threads, time.sleep); the CLI
+process also starts and stops llama-server and writes the artifacts, and must stay an ordinary process. The
+master (``python -m voice_llm.load.sweep``) and the workers it starts share one process group, so stopping a
+run (Ctrl-C, SIGTERM, a failure) stops them all: no Locust process outlives the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from voice_llm.errors import VoiceLLMError
+from voice_llm.load.plan import ENV_API_KEY, SweepPlan
+
+MASTER_STOP_S = 15.0
+
+
+class LoadError(VoiceLLMError):
+    """The sweep could not be run; the message says why (the master's own last line)."""
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the master's whole group (Locust workers quit on it), then SIGKILL to whatever is left."""
+    if proc.poll() is None and _signal_group(proc.pid, signal.SIGTERM):
+        try:
+            proc.wait(MASTER_STOP_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_sweep(plan: SweepPlan, api_key: str | None = None) -> dict[str, Any]:
+    """Run the master subprocess to the end and return its result (raw samples, steps, windows)."""
+    env = dict(os.environ)
+    env.pop(ENV_API_KEY, None)
+    if api_key:
+        env[ENV_API_KEY] = api_key  # inherited by the local workers; never on a command line
+    with tempfile.TemporaryDirectory(prefix="voice-llm-load-") as tmp:
+        plan_path, result_path = Path(tmp) / "plan.json", Path(tmp) / "result.json"
+        plan_path.write_text(plan.to_json(), encoding="utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voice_llm.load.sweep", str(plan_path), str(result_path)],
+            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        )
+        try:
+            code = proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
+        _signal_group(proc.pid, signal.SIGKILL)  # a worker that outlived its master (none expected) goes too
+        if code != 0 or not result_path.is_file():
+            raise LoadError(f"the Locust master exited with status {code} (see its message above)")
+        return json.loads(result_path.read_text(encoding="utf-8"))

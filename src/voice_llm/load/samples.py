@@ -1,0 +1,65 @@
+"""The raw samples CSV of a load run: one row per turn, written and read back with the same columns and types.
+
+Floats are written with ``repr`` so that reading them back gives the very same numbers: `check` recomputes every
+percentile of load.json from this file and compares them exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from voice_llm.artifacts import write_bytes_atomic
+from voice_llm.errors import ArtifactError
+from voice_llm.load.stats import SAMPLE_FIELDS
+
+_INTS = ("slots", "step", "callers", "call", "turn", "tokens", "prompt_n", "cache_n")
+_FLOATS = ("start", "ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def write_samples(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(SAMPLE_FIELDS)
+    for row in rows:
+        writer.writerow([_cell(row.get(name)) for name in SAMPLE_FIELDS])
+    return write_bytes_atomic(path, buf.getvalue().encode("utf-8"))
+
+
+def _parse(name: str, text: str) -> Any:
+    if text == "":
+        return None
+    if name in _INTS:
+        return int(text)
+    if name in _FLOATS:
+        return float(text)
+    if name == "cancelled":
+        return text == "true"
+    return text
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = set(SAMPLE_FIELDS) - set(reader.fieldnames or ())
+            if missing:
+                raise ArtifactError(f"{path.name} lacks the columns {', '.join(sorted(missing))}")
+            return [{name: _parse(name, row[name]) for name in SAMPLE_FIELDS} for row in reader]
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+    except ValueError as exc:
+        raise ArtifactError(f"{path.name} has a cell that is not a number where one is expected: {exc}") from exc

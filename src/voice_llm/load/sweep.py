@@ -1,0 +1,258 @@
+"""The Locust master that drives a stepped sweep of callers, run as its own process:
+
+    python -m voice_llm.load.sweep PLAN.json RESULT.json
+
+`voice-llm load` starts it (importing locust would monkey-patch the voice-llm process with gevent). It creates
+a master runner from Python (Environment + create_master_runner), starts ``--workers N`` local Locust worker
+processes or waits for remote ones, and per step: ``runner.start(callers)`` (only upward: Locust stops running
+users on ramp-down, cutting their streams), a warm-up window whose turns are dropped, a measured window, then a
+drain until every turn started in the measured window has been reported. After each step it judges the step
+from the raw samples (voice_llm.load.stats) and stops when the budget or the error limit is broken.
+RESULT.json holds every raw sample and each step's windows, worker CPU and host load; the `load` command
+turns it into load.json.
+"""
+
+from __future__ import annotations
+
+import locust  # noqa: I001  first: gevent's monkey-patching must precede every other import
+from locust import events
+from locust.argument_parser import get_empty_argument_parser, setup_parser_arguments
+from locust.env import Environment
+from locust.log import setup_logging
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from voice_llm.load import stats, voice_caller
+from voice_llm.load import voice_caller_path
+from voice_llm.load.plan import SweepPlan
+
+POLL_S = 0.1
+WORKER_EXIT_S = 10.0
+
+
+class SweepError(Exception):
+    """The sweep could not run (workers did not connect, a worker died); the message says which."""
+
+
+@dataclass
+class Collected:
+    """Everything the workers reported, as it arrived."""
+
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    cpu: list[dict[str, Any]] = field(default_factory=list)
+    last_report: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> its latest report state
+
+    def on_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        # Start times move to the master's clock (workers on other machines need not agree with it); the
+        # report's transit time, well under a millisecond on loopback, is the error this leaves.
+        skew = time.time() - float(data.get("voice_clock") or time.time())
+        self.samples.extend({**s, "start": s["start"] + skew} for s in data.get("voice_samples") or [])
+        for row in data.get("voice_cpu") or []:
+            self.cpu.append({**row, "worker": client_id})
+        self.last_report[client_id] = {
+            "phase": data.get("voice_phase"), "inflight": data.get("voice_inflight") or {}, "at": time.time(),
+        }
+
+
+QUIET = False
+
+
+def log(message: str) -> None:
+    if not QUIET:
+        print(f"load: {message}", file=sys.stderr, flush=True)
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def host_cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) jiffies of the whole machine from /proc/stat; None where there is no /proc."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def start_local_workers(count: int, host: str, port: int) -> list[subprocess.Popen[bytes]]:
+    command = [sys.executable, "-m", "locust", "-f", voice_caller_path(), "--worker",
+               "--master-host", host, "--master-port", str(port), "--loglevel", "WARNING"]
+    return [subprocess.Popen(command, stdin=subprocess.DEVNULL) for _ in range(count)]
+
+
+def stop_workers(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + WORKER_EXIT_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # seen once: a worker that did not act on "quit"
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class Sweep:
+    def __init__(self, plan: SweepPlan) -> None:
+        self.plan = plan
+        self.collected = Collected()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        parser = get_empty_argument_parser()
+        setup_parser_arguments(parser)
+        options = parser.parse_args(args=["--headless"])
+        # Custom options reach every worker with each spawn message: the callers' settings, for remote workers too.
+        setattr(options, voice_caller.CONFIG_OPTION, plan.caller.to_json())
+        self.env = Environment(user_classes=[voice_caller.VoiceCaller], events=events, host=plan.caller.url,
+                               stop_timeout=0, parsed_options=options)
+        port = plan.master_port or free_port(plan.bind_host)
+        self.port = port
+        self.runner = self.env.create_master_runner(plan.bind_host, port)
+        events.worker_report.add_listener(self.collected.on_report)
+
+    def check_workers(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise SweepError(f"a Locust worker exited with status {proc.returncode} (its output is above)")
+
+    def wait_for_workers(self) -> list[str]:
+        want = self.plan.expect_workers
+        deadline = time.monotonic() + self.plan.connect_timeout_s
+        while len(self.runner.clients.ready) < want:
+            self.check_workers()
+            if time.monotonic() > deadline:
+                raise SweepError(f"{len(self.runner.clients.ready)} of {want} Locust workers connected to "
+                                 f"{self.plan.bind_host}:{self.port} within {self.plan.connect_timeout_s:g} s")
+            gevent.sleep(POLL_S)
+        return sorted(w.id for w in self.runner.clients.ready)
+
+    def announce(self, step: int, phase: str, callers: int) -> float:
+        self.runner.send_message(voice_caller.PHASE_MESSAGE, {"step": step, "phase": phase, "callers": callers})
+        return time.time()
+
+    def drain(self, step: int, since: float) -> float:
+        """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
+        t0 = time.monotonic()
+        workers = [w.id for w in self.runner.clients.all]  # "ready" lists only idle workers
+        while time.monotonic() - t0 < self.plan.drain_timeout_s:
+            self.check_workers()
+            reports = [self.collected.last_report.get(w) for w in workers]
+            if all(r and r["at"] > since and r["phase"] == [step, "drain"] and not r["inflight"].get(str(step))
+                   for r in reports):
+                break
+            gevent.sleep(POLL_S)
+        return time.monotonic() - t0
+
+    def step_cpu(self, step: int) -> dict[str, dict[str, float]]:
+        rows = [r for r in self.collected.cpu if r["step"] == step]
+        return {r["worker"]: {"cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
+                              "share": r["cpu_s"] / r["wall_s"] if r["wall_s"] else 0.0} for r in rows}
+
+    def run_step(self, index: int, callers: int) -> dict[str, Any]:
+        plan = self.plan
+        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured")
+        self.announce(index, "warmup", callers)
+        self.runner.start(callers, spawn_rate=max(callers, 1))
+        gevent.sleep(plan.warmup_s)
+        self.check_workers()
+        cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
+        start = self.announce(index, "measure", callers)
+        gevent.sleep(plan.step_s)
+        end = self.announce(index, "drain", callers)
+        host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
+                "master_cpu_s": time.process_time() - master_cpu}
+        drain_s = self.drain(index, end)
+        measured = [s for s in self.collected.samples if s["step"] == index and s["phase"] == "measure"]
+        summary = stats.summarize_step(measured, plan.slo_first_sentence_ms, end - start)
+        cpu = self.step_cpu(index)
+        step = {"step": index, "callers": callers, "window": {"start": start, "end": end, "drain_s": drain_s},
+                "cpu": cpu, "generator_bound": stats.generator_bound(cpu), "host": host, **summary}
+        first = step["first_sentence_ms"]
+        log(f"step {index + 1}: {summary['turns']} turns, first sentence p50 {_ms(first['p50'])} "
+            f"p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors {summary['errors']}, "
+            f"cancelled {summary['cancelled']}, load {host['loadavg_1m']:.2f}")
+        return step
+
+    def run(self) -> dict[str, Any]:
+        plan = self.plan
+        started = time.time()
+        steps: list[dict[str, Any]] = []
+        stopped: str | None = None
+        try:
+            if plan.local_workers:
+                self.procs = start_local_workers(plan.local_workers, "127.0.0.1", self.port)
+            else:
+                log(f"master waiting for {plan.expect_workers} workers on {plan.bind_host}:{self.port}")
+            workers = self.wait_for_workers()
+            log(f"{len(workers)} Locust workers connected")
+            for index, callers in enumerate(plan.callers):
+                step = self.run_step(index, callers)
+                steps.append(step)
+                stopped = stats.stop_reason(step, plan.slo_first_sentence_ms)
+                if stopped and plan.stop_on_budget:
+                    log(f"stopped: {stopped}")
+                    break
+                stopped = None
+        finally:
+            self.runner.stop()
+            self.runner.quit()
+            stop_workers(self.procs)
+        return {"started": started, "ended": time.time(), "master_port": self.port, "workers": workers,
+                "steps": steps, "stopped": stopped, "samples": self.collected.samples}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f} %"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m voice_llm.load.sweep PLAN.json RESULT.json", file=sys.stderr)
+        return 2
+    setup_logging("WARNING")
+    plan = SweepPlan.from_json(Path(args[0]).read_text(encoding="utf-8"))
+    global QUIET
+    QUIET = plan.quiet
+    try:
+        result = Sweep(plan).run()
+    except SweepError as exc:
+        print(f"load: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    tmp = Path(args[1] + ".tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(tmp, args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
