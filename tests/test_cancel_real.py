@@ -38,7 +38,7 @@ def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningS
     assert doc["chunks"][-1]["t_ms"] <= doc["closed_at_ms"] and doc["slot_idle_after_ms"] >= 0
     assert doc["received_tokens"] == len(doc["chunks"]) and doc["cancel_logged"] is True
     assert (tmp_path / "raw" / "cancel.sse").is_file() and not list(tmp_path.glob("raw/*.partial"))
-    check._cancel_raw(tmp_path, doc["received_tokens"])  # the raw stream: the same tokens and no [DONE]
+    check._cancel_raw(tmp_path, doc)  # the cut's raw stream: the same tokens and no [DONE]
     # The idle bound itself (two of this answer's token times + 50 ms) is a time: check's tests cover it, and a
     # busy machine may break it honestly.
 

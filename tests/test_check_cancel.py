@@ -97,6 +97,19 @@ def test_the_raw_cancel_stream_is_read_when_kept(out: Path) -> None:
         check.check_cancel(out)
 
 
+def test_the_raw_stream_read_is_the_one_of_the_repeat_the_document_is(out: Path) -> None:
+    """With repeats, cancel.json is the median repeat, whose stream may be raw/cancel-2.sse, not raw/cancel.sse."""
+    texts = [c["text"] for c in json.loads((out / "cancel.json").read_text())["chunks"]]
+    (out / "raw").mkdir()
+    (out / "raw" / "cancel.sse").write_bytes(raw_stream(texts[:5], done=False))  # the first repeat: another cut
+    (out / "raw" / "cancel-2.sse").write_bytes(raw_stream(texts, done=False))
+    edit_cancel(out, lambda d: d.update(raw="raw/cancel-2.sse"))
+    check.check_cancel(out)
+    edit_cancel(out, lambda d: d.update(raw="../health.json"))
+    with pytest.raises(check._Failed, match="not a raw/cancel"):
+        check.check_cancel(out)
+
+
 def test_leftover_partial_files_are_a_warning(out: Path) -> None:
     assert not [r for r in check.run_checks(out) if r.name == check.PARTIALS_CHECK]  # nothing to say: no line
     (out / "raw").mkdir()
