@@ -4,12 +4,15 @@ only when it is the answering server's. Relations only, never a time."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from voice_llm import check
 from voice_llm.api import JSONPoller, ServerClient
+from voice_llm.errors import MeasurementError
 from voice_llm.kb import default_kb_dir
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext
@@ -32,15 +35,28 @@ def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningS
     monkeypatch.setattr(ServerClient, "poller", recorded)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=default_kb_dir(),
                      server_log=module_server.log)
-    cancel.run(ctx)
-    doc = json.loads((tmp_path / "cancel.json").read_text())
+    doc = busy_machine_retry(lambda: cancel.measure(ctx), pollers)
     assert [p.connections for p in pollers] == [1]  # the idle wait before the cut and after it: one connection
     assert doc["chunks"][-1]["t_ms"] <= doc["closed_at_ms"] and doc["slot_idle_after_ms"] >= 0
     assert doc["received_tokens"] == len(doc["chunks"]) and doc["cancel_logged"] is True
-    assert (tmp_path / "raw" / "cancel.sse").is_file() and not list(tmp_path.glob("raw/*.partial"))
+    assert (tmp_path / doc["raw"]).is_file() and not list(tmp_path.glob("raw/*.partial"))
     check._cancel_raw(tmp_path, doc)  # the cut's raw stream: the same tokens and no [DONE]
     # The idle bound itself (two of this answer's token times + 50 ms) is a time: check's tests cover it, and a
     # busy machine may break it honestly.
+
+
+def busy_machine_retry(cut: Callable[[], dict[str, Any]], pollers: list[JSONPoller], tries: int = 3) -> dict[str, Any]:
+    """On a machine shared with other servers the answer may be too slow to cut (the step then refuses to
+    measure, by design): that is retried; anything else fails at once."""
+    for _ in range(tries - 1):
+        pollers.clear()
+        try:
+            return cut()
+        except MeasurementError as exc:
+            if "token(s) arrived in the first" not in str(exc):
+                raise
+    pollers.clear()
+    return cut()
 
 
 def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: RunningServer, tmp_path: Path,
@@ -59,10 +75,9 @@ def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: Ru
 
 
 def cancel_step(port: str, out: Path, env: dict[str, str], tries: int = 3) -> None:
-    """`voice-llm cancel --port P`. On a machine shared with other servers the answer may be too slow to cut
-    (the step then refuses to measure, by design): that is retried, anything else fails at once."""
+    """`voice-llm cancel --port P --repeat 1`, retried like busy_machine_retry."""
     for _ in range(tries):
-        done = cli("cancel", "--port", port, "--out", str(out), "-q", env=env)
+        done = cli("cancel", "--port", port, "--out", str(out), "--repeat", "1", "-q", env=env)
         if done.returncode == 0 or "token(s) arrived in the first" not in done.stderr:
             break
     assert done.returncode == 0, done.stderr
