@@ -16,6 +16,7 @@ from voice_llm.config import ServerSettings
 from voice_llm.errors import ContextLimitError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.lab import preflight
+from voice_llm.lab.context import StepOptions
 
 from clihelpers import assert_clean_failure, cli
 from conftest import RunningServer, free_port
