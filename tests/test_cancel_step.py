@@ -22,11 +22,12 @@ def numbers(count: int) -> list[str]:
     return [f"{n}," for n in range(1, count + 1)]
 
 
-def run_against(tmp_path: Path, answer: list[tuple[float, bytes]]) -> Path:
-    replies = [Reply.stream(at(0.0, llama_events(["1"]))), IDLE, Reply.stream(answer), IDLE]
+def run_against(tmp_path: Path, *answers: list[tuple[float, bytes]]) -> Path:
+    """One repeat; each answer is one attempt at the cut (warm-up, idle, the answer, idle)."""
+    replies = [r for answer in answers for r in (Reply.stream(at(0.0, llama_events(["1"]))), IDLE, Reply.stream(answer), IDLE)]
     with FakeServer(replies) as fake:
         cancel.run(LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=default_kb_dir(),
-                               options=StepOptions(repeat=1)))  # one cut: the script has one answer
+                               options=StepOptions(repeat=1)))  # one repeat: the script has its attempts
     return tmp_path / "cancel.json"
 
 
@@ -44,5 +45,11 @@ def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(tmp_path: Path)
 def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path) -> None:
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     with pytest.raises(MeasurementError, match="only 1 token"):
-        run_against(tmp_path, one_then_silence)
+        run_against(tmp_path, *[one_then_silence] * cancel.CUT_ATTEMPTS)
     assert not (tmp_path / "cancel.json").exists()
+
+
+def test_a_cut_the_busy_machine_made_too_early_is_made_again(tmp_path: Path) -> None:
+    one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
+    doc = json.loads(run_against(tmp_path, one_then_silence, at(0.04, llama_events(numbers(256)))).read_text())
+    assert doc["discarded_cuts"] == 1 == doc["repeats"][0]["discarded_cuts"] and doc["received_tokens"] >= 2

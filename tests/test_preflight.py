@@ -16,6 +16,7 @@ from voice_llm.config import ServerSettings
 from voice_llm.errors import ContextLimitError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.lab import preflight
+from voice_llm.lab.context import StepOptions
 
 from clihelpers import assert_clean_failure, cli
 from conftest import RunningServer, free_port
@@ -100,7 +101,6 @@ def test_cache_attaches_the_same_twelve_documents_as_prefill(tmp_path: Path) -> 
     """A KB of 24 documents: the cache step used to attach all of them (on a real server: HTTP 400, context
     overflow after the earlier steps' minutes). What it sends is read off a scripted server."""
     from voice_llm.lab import LabSettings, run_steps
-    from voice_llm.lab.context import StepOptions
 
     kb = big_kb(tmp_path / "kb", copies=2)
     docs = load_kb(kb)

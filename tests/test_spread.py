@@ -138,3 +138,30 @@ def test_compare_refuses_runs_of_other_prompts_or_documents_unless_forced(tmp_pa
         compare.compare_runs(a, b)
     forced = compare.compare_runs(a, b, force=True)
     assert forced.forced and all(m.ratio == 1.0 for m in forced.metrics)
+
+
+def _sse(tokens: int, done: bool = False) -> bytes:
+    events = [{"choices": [{"delta": {"content": f"{i},"}}]} for i in range(tokens)]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Path) -> None:
+    from voice_llm.check import check_cancel
+
+    out = tmp_path / "out"
+    (out / "raw").mkdir(parents=True)
+    chunks = [{"t_ms": t, "text": f"{i},"} for i, t in enumerate((400.0, 420.0, 440.0))]
+    doc = {"max_tokens": 256, "received_tokens": 3, "closed_at_ms": 500.0, "slot_idle_after_ms": 30.0,
+           "cancel_logged": True, "raw": "raw/cancel-r2.sse", "chunks": chunks, "median_repeat": 2}
+    (out / "cancel.json").write_text(json.dumps(doc))
+    (out / "raw" / "cancel.sse").write_bytes(_sse(5))  # repeat 1: another cut
+    (out / "raw" / "cancel-r2.sse").write_bytes(_sse(3))
+    assert "3/256 tokens" in check_cancel(out)
+    (out / "raw" / "cancel-r2.sse").write_bytes(_sse(3, done=True))
+    with pytest.raises(Exception, match=r"raw/cancel-r2.sse ends with \[DONE\]"):
+        check_cancel(out)
+    doc["raw"] = "../../cancel-r2.sse"  # only a name inside raw/ is read
+    (out / "cancel.json").write_text(json.dumps(doc))
+    with pytest.raises(Exception, match=r"raw/cancel-r2.sse"):
+        check_cancel(out)

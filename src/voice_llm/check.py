@@ -8,10 +8,9 @@ names within one run (first token < total, long prompt > short, cache hit < no c
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from voice_llm import artifacts as names
@@ -246,23 +245,22 @@ def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float]:
     return times, (times[-1] - times[0]) / (len(times) - 1)
 
 
-def _cancel_raw(out: Path, doc: dict[str, Any]) -> None:
-    """When the cut's raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish.
-    ``raw`` names it (the median repeat's stream is not always raw/cancel.sse); only a file under raw/ is read."""
-    name = doc.get("raw", f"{names.RAW_DIR}/cancel.sse")
-    _require(isinstance(name, str) and re.fullmatch(rf"{names.RAW_DIR}/cancel[\w-]*\.sse", name) is not None,
-             f"cancel.json names {name!r} as its raw stream, not a raw/cancel*.sse file")
+def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
+    """When the raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish.
+    ``raw_name`` is the document's ``raw`` (with --repeat, the stream of the repeat it shows); only its file name
+    is used, inside raw/, so an artifact cannot point the check elsewhere."""
+    name = PurePosixPath(raw_name).name if isinstance(raw_name, str) and raw_name else "cancel.sse"
+    where = f"{names.RAW_DIR}/{name}"
     try:
-        raw = (out / name).read_bytes()
+        raw = (out / names.RAW_DIR / name).read_bytes()
     except FileNotFoundError:
         return
     decoder = SSEDecoder()
     events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
-    _require(all(event.data != "[DONE]" for event in events), f"{name} ends with [DONE]: the answer finished")
-    payloads = [loads_json(e.data, name) for e in events if e.data != "[DONE]"]
+    _require(all(event.data != "[DONE]" for event in events), f"{where} ends with [DONE]: the answer finished")
+    payloads = [loads_json(e.data, where) for e in events if e.data != "[DONE]"]
     tokens = sum(1 for payload in payloads if _delta(payload).get("content"))
-    received = doc["received_tokens"]
-    _require(tokens == received, f"{name} holds {tokens} content chunks, cancel.json lists {received}")
+    _require(tokens == received, f"{where} holds {tokens} content chunks, cancel.json lists {received}")
 
 
 def check_cancel(out: Path) -> str:
@@ -281,7 +279,7 @@ def check_cancel(out: Path) -> str:
     _require(times[-1] <= closed, f"a token at {times[-1]:.0f} ms is listed after the close at {closed:.0f} ms")
     end = times[0] + (max_tokens - 1) * token_ms
     _require(closed < end, f"closed at {closed:.0f} ms, after the whole answer would have ended ({end:.0f} ms)")
-    _cancel_raw(out, doc)
+    _cancel_raw(out, received, doc.get("raw"))
     _require(0 <= idle <= bound,
              f"slot idle {idle:.1f} ms after the close; the limit is two token times ({token_ms:.1f} ms each, from "
              f"this answer) + {CANCEL_IDLE_SLACK_MS:.0f} ms = {bound:.1f} ms")
