@@ -8,6 +8,7 @@ names within one run (first token < total, long prompt > short, cache hit < no c
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -247,10 +248,12 @@ def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float]:
 
 def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
     """When the raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish.
-    ``raw_name`` is the document's ``raw`` (with --repeat, the stream of the repeat it shows); only its file name
-    is used, inside raw/, so an artifact cannot point the check elsewhere."""
-    name = PurePosixPath(raw_name).name if isinstance(raw_name, str) and raw_name else "cancel.sse"
-    where = f"{names.RAW_DIR}/{name}"
+    ``raw_name`` is the document's ``raw`` (with --repeat, the stream of the repeat it shows); it must name a
+    raw/cancel*.sse file, so an artifact cannot point the check elsewhere."""
+    where = raw_name if isinstance(raw_name, str) and raw_name else f"{names.RAW_DIR}/cancel.sse"
+    _require(re.fullmatch(rf"{names.RAW_DIR}/cancel[\w-]*\.sse", where) is not None,
+             f"cancel.json names {where!r} as its raw stream, not a raw/cancel*.sse file")
+    name = PurePosixPath(where).name
     try:
         raw = (out / names.RAW_DIR / name).read_bytes()
     except FileNotFoundError:
