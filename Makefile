@@ -27,8 +27,11 @@ install: venv
 lab: install
 	$(BIN)/voice-llm lab --port $(PORT) --out $(OUT) --repeat $(REPEAT)
 
+# llama-cpp-python (the second backend the tests run the lab against) is sdist-only: its wheel is built once
+# (~3 min on 2 cores) into ~/.cache/voice-llm and installed from there.
 test: install
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
+	$(BIN)/python -m voice_llm.backends.llama_cpp_python
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -110,3 +110,28 @@ def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model
     finally:
         subprocess.run([sys.executable, "-m", "voice_llm", "down", "--port", str(port)], env=env,
                        capture_output=True, timeout=60)
+
+
+# --- llama-cpp-python's OpenAI-compatible server: the second real backend -------------------------------------
+
+LLAMA_CPP_PYTHON_ALIAS = "smollm2-135m-instruct"
+
+
+class LlamaCppPythonServer:
+    def __init__(self, url: str, log: Path, proc: subprocess.Popen[bytes]) -> None:
+        self.url, self.log, self.proc = url, log, proc
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LlamaCppPythonServer]:
+    """`python -m llama_cpp.server` on the default GGUF and a free port; stopped (and waited for) afterwards.
+    Provisions llama-cpp-python from the cached wheel, building the wheel once if `make test` has not."""
+    from voice_llm.backends import llama_cpp_python as lcp
+
+    lcp.ensure_installed()
+    # As many threads as llama-server uses by default (one per core); llama-cpp-python's own default is half.
+    spec = lcp.ServerSpec(model=model_path, port=free_port(), alias=LLAMA_CPP_PYTHON_ALIAS, threads=os.cpu_count())
+    log = tmp_path_factory.mktemp("llama-cpp-python") / "server.log"
+    with lcp.running(spec, log) as proc:
+        yield LlamaCppPythonServer(spec.url, log, proc)
+    assert proc.returncode is not None, "the llama-cpp-python server outlived its fixture"

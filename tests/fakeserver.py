@@ -178,7 +178,12 @@ class _Handler(BaseHTTPRequestHandler):
         record = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
                           client_port=self.client_address[1])
         with fake.lock:
-            if self.command == "GET" and self.path == "/props" and not fake.script_props:
+            if not fake.script_probe and _is_capability_probe(record):
+                # The lab probes the server's capabilities before its steps: not part of a test's script. Answered
+                # 404, so the probe learns nothing and the steps behave as they did before it existed.
+                fake.probes.append(record)
+                reply = PROPS_NOT_FOUND
+            elif self.command == "GET" and self.path == "/props" and not fake.script_props:
                 # The lab asks /props once for the run's metadata before its steps: not part of a test's script.
                 fake.probes.append(record)
                 reply = PROPS_NOT_FOUND
@@ -255,6 +260,22 @@ class _Handler(BaseHTTPRequestHandler):
 PROPS_NOT_FOUND = Reply.json(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
 
 
+def _is_capability_probe(record: Recorded) -> bool:
+    """A request of voice_llm.capabilities.probe: its GETs carry a header, its one stream a fixed tiny prompt."""
+    from voice_llm.capabilities import PROBE_HEADER, PROBE_MAX_TOKENS, PROBE_MESSAGES
+
+    if record.headers.get(PROBE_HEADER[0].lower()) == PROBE_HEADER[1]:
+        return True
+    if record.method != "POST":
+        return False
+    try:
+        body = json.loads(record.body)
+    except ValueError:
+        return False
+    return (isinstance(body, dict) and body.get("messages") == list(PROBE_MESSAGES)
+            and body.get("max_tokens") == PROBE_MAX_TOKENS)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeServer
@@ -264,11 +285,13 @@ class FakeServer:
     """``with FakeServer(reply) as fake:`` — ``fake.url`` answers every request with ``reply`` (or with the
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
-    def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0) -> None:
+    def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0,
+                 script_probe: bool = False) -> None:
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         self.keep_alive = keep_alive  # requests per kept-alive connection (Content-Length replies); 0: close each
         assert self.replies, "at least one reply"
         self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
+        self.script_probe = script_probe  # False: the capability probe's requests answer 404 outside the script
         self.requests: list[Recorded] = []
         self.probes: list[Recorded] = []
         self.lock = threading.Lock()

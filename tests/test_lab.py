@@ -22,7 +22,7 @@ def load(out: Path, name: str):
 def test_lab_exits_zero_and_passes_its_own_check(lab_run) -> None:
     out, done = lab_run
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "16 passed, 0 failed" in done.stdout
+    assert "21 passed, 0 failed" in done.stdout
     for name in (*REQUIRED, "sse.py", "server.log", "run.json", "report.html"):
         assert (out / name).is_file(), name
     assert not list(out.glob("**/*.tmp")) and not list(out.glob("**/*.partial"))

@@ -327,8 +327,11 @@ def test_the_cli_takes_the_key_from_the_flag_or_the_environment(
     health = cli("health", *args[1:], env=env, timeout=60)
     assert health.returncode == 0, health.stderr
     seen = recorder.seen  # type: ignore[attr-defined]
-    # sse and health each ask /props once for the run's metadata first.
-    assert len(seen) == 5 and {auth for _, _, auth in seen} == {expected}
+    # sse and health each ask /props once for the run's metadata first, and probe the server's capabilities
+    # (five GETs and one tiny stream) before their step: the key goes with every one of those requests too.
+    from voice_llm.capabilities import PROBED_PATHS
+
+    assert len(seen) == 5 + 2 * (len(PROBED_PATHS) + 1) and {auth for _, _, auth in seen} == {expected}
     for path in (tmp_path / "out").rglob("*"):
         if path.is_file() and flag:
             assert KEY.encode() not in path.read_bytes()

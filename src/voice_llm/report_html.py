@@ -99,7 +99,7 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
         sections = [_render_section(out, section) for section in _SECTIONS
                     if not section.optional or (out / section.source).exists()]
         sections.append(_spread_section_html(out))
-    page = _page(_header_html(out, _noise_html(noise.assess(out))), _checks_html(checks), sections)
+    page = _page(_header_html(out, _noise_html(noise.assess(out))) + _capabilities_html(out), _checks_html(checks), sections)
     return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
 
 
@@ -334,9 +334,27 @@ def _rate_text(fit: tuple[float, float] | None) -> str:
     return f"prefill: {slope:.2f} ms/token ≈ {_count(1000 / slope)} tokens/s"
 
 
+def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> _Chart:
+    """Without the server's token counts (not llama-server): first-token time against the number of documents."""
+    points = sorted((_number(row, "docs", f"{PREFILL}[{i}]"), _number(row, "ttft_ms", f"{PREFILL}[{i}]"))
+                    for i, row in enumerate(rows))
+    docs, ttft = (list(column) for column in zip(*points))
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(docs, ttft, "s--", color=_ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
+    _prefill_axes(ax, "documents in the system prompt")
+    reason = next((r.get("unknown", {}).get("prompt_n") for r in rows if isinstance(r.get("unknown"), Mapping)), None)
+    caption = (f"{_count(docs[-1])} documents cost {_ms(ttft[-1])} ms before the first word, against {_ms(ttft[0])} ms "
+               f"with {_count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
+    return _Chart(fig, caption)
+
+
 def _prefill_chart(data: Any) -> _Chart:
     where = PREFILL
     rows = [_mapping(row, f"{where}[{i}]") for i, row in enumerate(_rows(data, where))]
+    # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed.
+    if any(key in row and row[key] is None for row in rows for key in ("prompt_n", "prompt_ms")):
+        return _prefill_chart_client_only(rows)
     points = sorted(
         (
             _number(row, "prompt_n", f"{where}[{i}]"),
@@ -360,13 +378,17 @@ def _prefill_chart(data: Any) -> _Chart:
         ax.annotate(f"{_count(d)} docs", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
     ax.text(0.99, 0.04, _rate_text(fit), transform=ax.transAxes, ha="right", va="bottom", fontsize=10,
             bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
+    _prefill_axes(ax, "prompt size (prompt_n, tokens)")
+    return _Chart(fig, _prefill_caption(points[-1], fit))
+
+
+def _prefill_axes(ax: Axes, xlabel: str) -> None:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.margins(x=0.08, y=0.12)
-    ax.set_xlabel("prompt size (prompt_n, tokens)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("time (ms)")
     ax.legend(loc="upper left")
-    return _Chart(fig, _prefill_caption(points[-1], fit))
 
 
 def _prefill_caption(largest: tuple[float, float, float, float], fit: tuple[float, float] | None) -> str:
@@ -387,10 +409,30 @@ _CACHE_CASES = (
 )
 
 
+def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> _Chart:
+    """Without the server's token counts: the first-token times alone show what the cache did."""
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    _bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), _BLUE, "ms")
+    ax.set_title("time to first token")
+    ax.set_ylabel("time (ms)")
+    ax.set_xlabel("request")
+    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    caption = (
+        f"Re-sending the same prompt got the first token after {_ms(ttft['second'])} ms instead of "
+        f"{_ms(ttft['first'])} ms; changing its end cost {_ms(ttft['changed_suffix'])} ms and changing its start "
+        f"{_ms(ttft['changed_prefix'])} ms. Token counts are not shown "
+        f"({unknown.get('prompt_n') or 'the server sent none'})."
+    )
+    return _Chart(fig, caption)
+
+
 def _cache_chart(data: Any) -> _Chart:
     doc = _mapping(data, CACHE)
     cases = {key: _mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
     ttft = {key: _number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
+    if any("prompt_n" in case and case["prompt_n"] is None for case in cases.values()):
+        return _cache_chart_client_only(doc, ttft)
     prompt_n = {key: _number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
     cache_n = {key: _optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
     labels = [label for _, label in _CACHE_CASES]
@@ -462,7 +504,10 @@ def _cancel_chart(data: Any) -> _Chart:
 def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, closed: float,
                     idle_after: float | None) -> str:
     start = f"The client hung up at {_ms(closed)} ms after {_count(received)} of {_count(max_tokens)} tokens"
-    if idle_after is None:
+    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    if idle_after is None and unknown.get("slot_idle_after_ms"):
+        middle = f"and {unknown['slot_idle_after_ms']}"
+    elif idle_after is None:
         middle = "and the server slot was not seen idle afterwards"
     else:
         middle = f"and the server slot was idle again {_ms(idle_after)} ms later"
@@ -646,6 +691,26 @@ def _header_html(out: Path, banner: str = "") -> str:
         f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
         f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"
         f"</div>\n{_metadata_html(out)}</header>\n"
+    )
+
+
+def _capabilities_html(out: Path) -> str:
+    """What this server exposed and what the lab inferred (capabilities.json); nothing for an older run."""
+    from voice_llm.capability_table import read_capability_rows
+
+    try:
+        rows = read_capability_rows(out)
+    except ArtifactError as exc:
+        return f'<section id="section-capabilities">\n<h2>Server capabilities</h2>\n<p class="missing">{_e(exc)}</p>\n</section>\n'
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td><td>{_e(c)}</td></tr>\n" for a, b, c in rows)
+    return (
+        '<section id="section-capabilities">\n<h2>Server capabilities</h2>\n'
+        "<p>What this server exposed when probed before the steps, and what each number therefore rests on. "
+        "A number the server did not expose is null in its artifact, with the reason.</p>\n"
+        '<table class="capabilities"><thead><tr><th>probed</th><th>found</th><th>the lab\'s numbers rest on</th>'
+        f"</tr></thead><tbody>\n{body}</tbody></table>\n</section>\n"
     )
 
 

@@ -32,6 +32,14 @@ def _repeats(doc: Mapping[str, Any], where: str) -> list[Any]:
     return repeats
 
 
+def _unknown(doc: Mapping[str, Any], key: str, checked: str) -> None:
+    """After what could be checked: NotCheckable naming it and why ``key`` is null (a server without timings)."""
+    from voice_llm.check import NotCheckable
+
+    reason = (doc.get("unknown") or {}).get(key) if isinstance(doc.get("unknown"), Mapping) else None
+    raise NotCheckable(f"{checked}; {key} is null in the repeats: {reason or 'no reason recorded'}")
+
+
 def _medians_right(doc: Mapping[str, Any], repeats: Sequence[Mapping[str, Any]], fields: Sequence[str],
                    where: str) -> None:
     for key in fields:
@@ -53,6 +61,8 @@ def check_prefill_repeats(out: Path) -> str:
         _medians_right(row, repeats, ("prompt_n", "prompt_ms", "ttft_ms", "total_ms"), f"prefill {row['docs']} docs")
         _require(all(r.get("cache_n") in (0, None) for r in repeats), f"prefill {row['docs']} docs reused the cache")
     n = counts.pop()
+    if any(r.get("prompt_n") is None for repeats in per_row for r in repeats):
+        _unknown(rows[0], "prompt_n", f"{n} repeats; medians and ranges of the times right")
     for i in range(n):
         tokens = [repeats[i]["prompt_n"] for repeats in per_row]
         _require(tokens == sorted(set(tokens)), f"repeat {i + 1}: prompt_n does not grow with documents: {tokens}")
@@ -64,6 +74,8 @@ def check_cache_repeats(out: Path) -> str:
     repeats = _repeats(doc, "cache.json")
     for case in ("first", "second", "changed_suffix", "changed_prefix"):
         _medians_right(doc[case], [r[case] for r in repeats], ("prompt_n", "cache_n", "ttft_ms", "total_ms"), case)
+    if any(r[case].get("prompt_n") is None for r in repeats for case in ("first", "second")):
+        _unknown(doc, "prompt_n", f"{len(repeats)} repeats; medians of the times right")
     for i, r in enumerate(repeats, 1):
         first = r["first"]["prompt_n"]
         _require(r["second"]["prompt_n"] <= first / 10, f"repeat {i}: second prompt_n {r['second']['prompt_n']} "
@@ -93,7 +105,10 @@ def check_cancel_repeats(out: Path) -> str:
     doc = read_json(out / names.CANCEL)
     repeats = _repeats(doc, "cancel.json")
     idle = [r["slot_idle_after_ms"] for r in repeats]
-    _require(doc["slot_idle_after_ms"] == spread.median(idle), f"slot_idle_after_ms is not the median of {idle}")
+    observed = all(value is not None for value in idle)  # None: the server's stop was not observable
+    by = "slot_idle_after_ms" if observed else "closed_at_ms"  # the step picks the median cut by this
+    values = [r[by] for r in repeats]
+    _require(doc[by] == spread.median(values), f"{by} is not the median of {values}")
     middle = doc.get("median_repeat")
     _require(isinstance(middle, int) and 1 <= middle <= len(repeats), f"median_repeat {middle!r} is not a repeat")
     for key in ("received_tokens", "closed_at_ms"):
@@ -103,4 +118,6 @@ def check_cancel_repeats(out: Path) -> str:
                  f"{r['max_tokens']} tokens: not a cut")
         _require(r["closed_at_ms"] >= brief.CANCEL_CLOSE_AFTER_MS, f"repeat {i}: closed at {r['closed_at_ms']:.0f} ms")
         _require(r.get("cancel_logged") is not False, f"repeat {i}: the server log shows no 'cancel task'")
+    if not observed:
+        _unknown(doc, "slot_idle_after_ms", f"{len(repeats)} repeats: each cut the answer")
     return f"{len(repeats)} repeats: each cut the answer; idle {min(idle):.1f}..{max(idle):.1f} ms, median {doc['slot_idle_after_ms']:.1f}"

@@ -15,13 +15,15 @@ from voice_llm.artifacts import CACHE
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import load_kb
 from voice_llm.lab.context import LabContext
+from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, timing
 
 CASES = ("first", "second", "changed_suffix", "changed_prefix")
 MEDIAN_FIELDS = ("prompt_n", "cache_n", "ttft_ms", "total_ms")
 RANGE_FIELDS = ("ttft_ms", "total_ms")
 
 
-def measure(ctx: LabContext, system: str, number: int = 1) -> dict[str, dict[str, Any]]:
+def measure(ctx: LabContext, system: str, number: int = 1,
+            evidence: Evidence | None = None) -> dict[str, dict[str, Any]]:
     """One sequence in the brief's order; ``number`` is the repeat (it names the raw streams)."""
     suffix = spread.repeat_suffix(number)
     question = prompts.SATURDAY_QUESTION
@@ -33,15 +35,17 @@ def measure(ctx: LabContext, system: str, number: int = 1) -> dict[str, dict[str
                 max_tokens=8)
     plan = prompts.cache_variants(system)
     measured: dict[str, dict[str, Any]] = {}
+    # Without the server's timings the token counts are null (with the reason) and only the client's times
+    # show the reuse; a server's usage.prompt_tokens counts the whole prompt, cached or not, so it is not used.
+    evidence = evidence or Evidence(ctx.capabilities)
     for name, variant in plan:
         result = ctx.request(f"cache-{name}{suffix}", prompts.chat(variant, question), max_tokens=64,
                              cache_prompt=True)
-        timings = result.timings or {}
-        if result.ttft_ms is None or "prompt_n" not in timings:
-            raise MeasurementError(f"cache {name}: no content chunk or no timings in the answer")
+        if result.ttft_ms is None:
+            raise MeasurementError(f"cache {name}: the answer had no content chunk")
         measured[name] = {
-            "prompt_n": timings["prompt_n"],
-            "cache_n": timings.get("cache_n"),
+            "prompt_n": evidence.take("prompt_n", timing(result, "prompt_n"), SOURCE_TIMINGS, evidence.cache_reason()),
+            "cache_n": evidence.take("cache_n", timing(result, "cache_n"), SOURCE_TIMINGS, evidence.cache_reason()),
             "ttft_ms": result.ttft_ms,
             "total_ms": result.total_ms,
         }
@@ -53,11 +57,14 @@ def run(ctx: LabContext) -> list[Path]:
     # with a large KB, overflow the context after minutes of work (the pipeline checks the fit before the run).
     docs = load_kb(ctx.kb_dir, need=brief.CACHE_DOCS)[: brief.CACHE_DOCS]
     system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs)
-    repeats = [measure(ctx, system, number) for number in range(1, ctx.options.repeat + 1)]
+    evidence = Evidence(ctx.capabilities)
+    evidence.client("ttft_ms", "total_ms")
+    repeats = [measure(ctx, system, number, evidence) for number in range(1, ctx.options.repeat + 1)]
     document: dict[str, Any] = {
         case: spread.summarize([sequence[case] for sequence in repeats], MEDIAN_FIELDS, RANGE_FIELDS)
         for case in CASES
     }
     document["order"] = ["hi", *CASES]
     document["repeats"] = repeats
+    document.update(evidence.as_dict())
     return [ctx.write_json(CACHE, document)]

@@ -10,8 +10,10 @@ from typing import Any
 from voice_llm import brief, prompts, spread, sse
 from voice_llm.api import JSONPoller
 from voice_llm.artifacts import CANCEL
+from voice_llm.capabilities import SOURCE_METRICS, SOURCE_SLOTS, fetch, requests_in_flight
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.lab.evidence import Evidence
 
 MAX_TOKENS = brief.CANCEL_MAX_TOKENS
 CLOSE_AFTER_MS = brief.CANCEL_CLOSE_AFTER_MS
@@ -41,6 +43,32 @@ def wait_until_idle(poller: JSONPoller, since: float, timeout_s: float = IDLE_TI
         if answered - since > timeout_s:
             raise MeasurementError(f"cancel: the slot was still processing {timeout_s:g} s after the connection was closed")
         time.sleep(interval_s)
+
+
+def wait_until_no_request(ctx: LabContext, gauge: str, since: float, timeout_s: float = IDLE_TIMEOUT_S,
+                          interval_s: float = POLL_INTERVAL_S) -> float:
+    """For a server with no /slots but a Prometheus requests-in-flight gauge (llama-server --metrics, vLLM):
+    the ms from ``since`` until a /metrics page showed no request in flight."""
+    while True:
+        found, body = fetch(ctx.client, "/metrics")
+        answered = time.perf_counter()
+        if not found.ok:
+            raise MeasurementError(f"cancel: /metrics stopped answering ({found.status or found.note})")
+        if not requests_in_flight(body.decode("utf-8", "replace"), gauge):
+            return (answered - since) * 1000.0
+        if answered - since > timeout_s:
+            raise MeasurementError(f"cancel: /metrics still showed a request {timeout_s:g} s after the close")
+        time.sleep(interval_s)
+
+
+def stop_source(ctx: LabContext) -> tuple[str | None, str]:
+    """How the server's stop can be seen: /slots, /metrics, or not at all (with the reason)."""
+    return ctx.capabilities.stop_source() if ctx.capabilities is not None else (SOURCE_SLOTS, "")
+
+
+def _closed_at(result: sse.StreamResult) -> float:
+    """The close itself on the request's clock (a perf_counter reading), not when the reader returned."""
+    return (result.started_at or 0.0) + (result.closed_at_ms or 0.0) / 1000.0
 
 
 def ms_per_token(chunks: Sequence[sse.Chunk]) -> float | None:
@@ -103,33 +131,45 @@ def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
     # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
     # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
     ctx.request(f"cancel-warmup{suffix}", messages, max_tokens=1, cache_prompt=True)
-    with ctx.client.poller("/slots") as poller:
-        # Start from an idle slot, or the idle time below measures someone else's request.
-        wait_until_idle(poller, time.perf_counter())
+    source, reason = stop_source(ctx)
+    if source == SOURCE_SLOTS:
+        with ctx.client.poller("/slots") as poller:
+            # Start from an idle slot, or the idle time below measures someone else's request.
+            wait_until_idle(poller, time.perf_counter())
+            offset = _log_size(ctx.server_log)
+            result = _cut(ctx, messages, suffix)
+            idle_ms: float | None = wait_until_idle(poller, _closed_at(result))
+    else:  # no /slots (not llama-server): the stop is seen on /metrics, or not at all
         offset = _log_size(ctx.server_log)
         result = _cut(ctx, messages, suffix)
-        # The idle clock starts at the close itself (on the request's clock), not when the reader returned.
-        closed_at = (result.started_at or 0.0) + (result.closed_at_ms or 0.0) / 1000.0
-        idle_ms = wait_until_idle(poller, closed_at)
+        gauge = ctx.capabilities.busy_gauge if ctx.capabilities is not None else None
+        idle_ms = wait_until_no_request(ctx, gauge, _closed_at(result)) if source == SOURCE_METRICS and gauge else None
     if len(result.chunks) < 2:  # two at least: the gap between them is the token time the idle time is held to
         raise TooEarlyCutError(
             f"cancel: only {len(result.chunks)} token(s) arrived in the first {CLOSE_AFTER_MS:.0f} ms (the server "
             "is busy or slow), too few to show an answer running at its own speed when it was cut; rerun "
             "`voice-llm cancel` when the machine is idle"
         )
+    evidence = Evidence(ctx.capabilities)
+    evidence.client("received_tokens", "closed_at_ms", "token_ms")
+    logged = _cancel_logged(ctx.server_log, offset)
     document = {
         "max_tokens": MAX_TOKENS,
         "received_tokens": len(result.chunks),
         "closed_at_ms": result.closed_at_ms,
-        "slot_idle_after_ms": idle_ms,
-        "cancel_logged": _cancel_logged(ctx.server_log, offset),
+        "slot_idle_after_ms": evidence.take("slot_idle_after_ms", idle_ms, source, reason),
+        "cancel_logged": evidence.take("cancel_logged", logged, "server log",
+                                       "the server's log is not ours to read (a server given by --url)"),
         "token_ms": ms_per_token(result.chunks),
         "poll_interval_ms": POLL_INTERVAL_S * 1000.0,
         "raw": f"{RAW_DIR}/cancel{suffix}.sse",  # which stream this cut is, when the document is another repeat
         "chunks": [chunk.as_dict() for chunk in result.chunks],
+        **evidence.as_dict(),
     }
-    # A cancelled request never sends timings; the server was busy with it until its slot went idle.
-    ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
+    # A cancelled request never sends timings; the server was busy with it until its slot went idle. When that
+    # cannot be seen, its compute is unknown and not counted (a server without timings shows no compute at all).
+    if idle_ms is not None:
+        ctx.ledger.add_busy((result.closed_at_ms or 0.0) + idle_ms)
     return document
 
 
@@ -137,7 +177,9 @@ RANGE_FIELDS = ("received_tokens", "closed_at_ms", "slot_idle_after_ms")
 
 
 def summary_document(repeats: list[dict[str, Any]]) -> dict[str, Any]:
-    middle = spread.median_index([r["slot_idle_after_ms"] for r in repeats])
+    # The median cut by the slot's idle time; by the close time when the server's stop was not observable.
+    by = "slot_idle_after_ms" if all(r["slot_idle_after_ms"] is not None for r in repeats) else "closed_at_ms"
+    middle = spread.median_index([r[by] for r in repeats])
     document = {**repeats[middle], **spread.summarize(repeats, RANGE_FIELDS, RANGE_FIELDS)}
     # The median repeat's own values, not each field's median: together they are one cut (and its chunks).
     document.update({key: repeats[middle][key] for key in RANGE_FIELDS})

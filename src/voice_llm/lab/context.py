@@ -12,6 +12,7 @@ from typing import Any
 from voice_llm import runmeta, sse
 from voice_llm.api import ServerClient
 from voice_llm.artifacts import RAW_DIR, write_bytes_atomic, write_json
+from voice_llm.capabilities import Capabilities
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.progress import NullProgress, Progress
 
@@ -102,6 +103,8 @@ class LabContext:
     ledger: ComputeLedger = field(default_factory=ComputeLedger)
     options: StepOptions = field(default_factory=StepOptions)
     run: runmeta.RunRecord | None = None  # the run the files join; None only in unit tests of a step
+    # What the server exposes (probed once before the steps); None: assume llama-server, send nothing extra.
+    capabilities: Capabilities | None = None
 
     @property
     def run_id(self) -> str | None:
@@ -154,6 +157,8 @@ class LabContext:
             self.progress.update(f"{name}: {tokens} tokens, {chunk.t_ms / 1000:.1f} s")
 
         self.progress.update(f"{name}: waiting for the first token")
+        if self.capabilities is not None:  # the model name, and the usage request where timings are missing
+            options["extra"] = {**self.capabilities.request_extra(), **(options.get("extra") or {})}
         try:
             result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=count_chunk, **options)
         except sse.StreamError as exc:

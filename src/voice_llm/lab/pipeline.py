@@ -20,7 +20,8 @@ from typing import Any
 
 from voice_llm import brief, provision, runmeta, server, sse
 from voice_llm.api import ServerClient
-from voice_llm.artifacts import SERVER_LOG, ensure_out_dir, write_bytes_atomic
+from voice_llm.artifacts import CAPABILITIES, RAW_DIR, SERVER_LOG, ensure_out_dir, write_bytes_atomic
+from voice_llm.capabilities import probe
 from voice_llm.check import CheckResult, run_checks
 from voice_llm.config import ServerSettings
 from voice_llm.errors import VoiceLLMError
@@ -45,6 +46,7 @@ class LabSettings:
     server: ServerSettings = field(default_factory=ServerSettings)
     server_bin: str | None = None
     model: str | None = None
+    request_model: str | None = None  # the model name sent in requests; None: the first id of /v1/models
     api_key: str | None = field(default=None, repr=False)
     steps: tuple[str, ...] = LAB_STEPS
     options: StepOptions = field(default_factory=StepOptions)
@@ -220,10 +222,26 @@ def _keeping(error: BaseException | None, what: str, write: Callable[[], object]
 
 def _context(settings: LabSettings, target: _Server, client: ServerClient, progress: Progress,
              record: runmeta.RunRecord) -> LabContext:
-    return LabContext(
+    ctx = LabContext(
         out=settings.out, client=client, kb_dir=settings.kb, progress=progress, server_log=target.log,
         options=settings.options, run=record,
     )
+    return _probed(ctx, settings.request_model)
+
+
+def _probed(ctx: LabContext, model: str | None) -> LabContext:
+    """Ask the server what it exposes, once, before any step, and keep the answer as capabilities.json; the
+    steps read it from the context (which numbers the server gives, the model name every request carries)."""
+    from dataclasses import replace
+
+    ctx.progress.start("capabilities: /health, /props, /slots, /v1/models, /metrics, one tiny stream")
+    raw = ctx.path(RAW_DIR) / "capabilities-probe.sse"
+    caps = probe(ctx.client, model, raw_out=raw)
+    if raw.is_file():
+        ctx.record(raw)
+    ctx.write_json(CAPABILITIES, caps.as_dict())
+    ctx.progress.finish(f"{CAPABILITIES} (model {caps.model or 'none'})")
+    return replace(ctx, capabilities=caps if caps.informative else None)
 
 
 def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Notify | None = None) -> LabResult:

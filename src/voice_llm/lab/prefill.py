@@ -15,6 +15,7 @@ from voice_llm.artifacts import PREFILL
 from voice_llm.errors import MeasurementError
 from voice_llm.kb import KBDoc, load_kb
 from voice_llm.lab.context import LabContext
+from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, prompt_tokens, timing
 
 DOC_COUNTS = brief.PREFILL_DOC_COUNTS
 MEDIAN_FIELDS = ("prompt_n", "prompt_ms", "ttft_ms", "cache_n", "total_ms")
@@ -28,15 +29,21 @@ def measure(ctx: LabContext, docs: list[KBDoc], count: int, number: int = 1) -> 
     result = ctx.request(f"prefill-{count}docs{spread.repeat_suffix(number)}",
                          prompts.chat(system, prompts.SATURDAY_QUESTION),
                          max_tokens=brief.PREFILL_MAX_TOKENS, cache_prompt=False)
-    timings = result.timings or {}
-    if result.ttft_ms is None or "prompt_n" not in timings:
-        raise MeasurementError(f"prefill with {count} documents: no content chunk or no timings in the answer")
+    if result.ttft_ms is None:
+        raise MeasurementError(f"prefill with {count} documents: the answer had no content chunk")
+    # Without the server's timings (not llama-server) the counts and prefill time are null, with the reason.
+    evidence = Evidence(ctx.capabilities)
+    evidence.client("ttft_ms", "total_ms")
+    evidence.note_cache_off()
+    n, source = prompt_tokens(result)
     return {
-        "prompt_n": timings["prompt_n"],
-        "prompt_ms": timings["prompt_ms"],
+        "prompt_n": evidence.take("prompt_n", n, source, evidence.prompt_reason()),
+        "prompt_ms": evidence.take("prompt_ms", timing(result, "prompt_ms"), SOURCE_TIMINGS,
+                                   "the stream carries no timings.prompt_ms: the first-token time stands for prefill"),
         "ttft_ms": result.ttft_ms,
-        "cache_n": timings.get("cache_n"),
+        "cache_n": evidence.take("cache_n", timing(result, "cache_n"), SOURCE_TIMINGS, evidence.cache_reason()),
         "total_ms": result.total_ms,
+        **evidence.as_dict(),
     }
 
 
@@ -46,6 +53,7 @@ def run(ctx: LabContext) -> list[Path]:
     for number in range(1, ctx.options.repeat + 1):
         for count in DOC_COUNTS:
             measured[count].append(measure(ctx, docs, count, number))
-    rows = [{"docs": count, **spread.summarize(repeats, MEDIAN_FIELDS, RANGE_FIELDS), "repeats": repeats}
+    rows = [{"docs": count, **spread.summarize(repeats, MEDIAN_FIELDS, RANGE_FIELDS),
+             "sources": repeats[0]["sources"], "unknown": repeats[0]["unknown"], "repeats": repeats}
             for count, repeats in measured.items()]
     return [ctx.write_json(PREFILL, rows)]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import noise
-from voice_llm.artifacts import CACHE, PREFILL, REPORT, read_json
+from voice_llm.artifacts import CACHE, CANCEL, PREFILL, REPORT, read_json
 from voice_llm.keynumbers import build_report
 from voice_llm.lab.context import LabContext
 
@@ -38,28 +38,36 @@ def _first_audio(report: dict[str, Any]) -> list[Finding]:
     )]
 
 
+def _ms(value: Any) -> str:
+    return f"{value:.0f} ms" if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
+
+
 def findings(out: Path) -> list[Finding]:
-    """The key numbers with one plain sentence each on what they mean for composing a voice prompt."""
+    """The key numbers with one plain sentence each on what they mean for composing a voice prompt.
+    A number the server did not expose shows as n/a, and its sentence says why."""
     report = read_json(out / REPORT)
     prefill = read_json(out / PREFILL)
     cache = read_json(out / CACHE)
+    cancel = read_json(out / CANCEL)
     bare = prefill[0]
     suffix = cache.get("changed_suffix", {})
     prefix = cache.get("changed_prefix", {})
+    tokens = report["prompt_n_12docs"]
+    idle_unknown = (cancel.get("unknown") or {}).get("slot_idle_after_ms") if isinstance(cancel, dict) else None
     return [
-        Finding("first token (p50, cache off)", f"{report['ttft_p50_ms']:.0f} ms",
-                f"the floor for a short prompt; a whole answer took {report['total_p50_ms']:.0f} ms"),
-        Finding("first sentence", f"{report['first_sentence_ms']:.0f} ms",
+        Finding("first token (p50, cache off)", _ms(report["ttft_p50_ms"]),
+                f"the floor for a short prompt; a whole answer took {_ms(report['total_p50_ms'])}"),
+        Finding("first sentence", _ms(report["first_sentence_ms"]),
                 "when speech can start if the assistant speaks sentence by sentence instead of waiting for the end"),
         *_first_audio(report),
-        Finding(f"12 documents ({report['prompt_n_12docs']} prompt tokens)", f"{report['ttft_12docs_ms']:.0f} ms",
-                f"before the first word, against {bare['ttft_ms']:.0f} ms with none: every attached document is paid "
+        Finding(f"12 documents ({tokens if tokens is not None else 'n/a'} prompt tokens)", _ms(report["ttft_12docs_ms"]),
+                f"before the first word, against {_ms(bare['ttft_ms'])} with none: every attached document is paid "
                 "for in prefill"),
-        Finding("same long prompt, cached", f"{report['cache_ttft_ms']:.0f} ms",
+        Finding("same long prompt, cached", _ms(report["cache_ttft_ms"]),
                 "keep the long fixed part identical and first, and the cache skips its prefill"),
         Finding("time line at the end / at the front",
-                f"{suffix.get('ttft_ms', float('nan')):.0f} / {prefix.get('ttft_ms', float('nan')):.0f} ms",
+                f"{_ms(suffix.get('ttft_ms'))} / {_ms(prefix.get('ttft_ms'))}",
                 "put what changes per call (time, caller, turn) last; a change at the front recomputes everything"),
-        Finding("barge-in: slot idle after close", f"{report['cancel_idle_ms']:.0f} ms",
-                "closing the connection stops generation almost at once; only stopping reading does not"),
+        Finding("barge-in: slot idle after close", _ms(report["cancel_idle_ms"]),
+                idle_unknown or "closing the connection stops generation almost at once; only stopping reading does not"),
     ]
