@@ -221,12 +221,13 @@ def _keeping(error: BaseException | None, what: str, write: Callable[[], object]
 
 
 def _context(settings: LabSettings, target: _Server, client: ServerClient, progress: Progress,
-             record: runmeta.RunRecord) -> LabContext:
+             record: runmeta.RunRecord, steps: Sequence[str]) -> LabContext:
     ctx = LabContext(
         out=settings.out, client=client, kb_dir=settings.kb, progress=progress, server_log=target.log,
         options=settings.options, run=record,
     )
-    return _probed(ctx, settings.request_model)
+    # Steps that work from the files alone (report) ask the server nothing, so nothing is probed for them.
+    return _probed(ctx, settings.request_model) if any(STEPS[name].needs_server for name in steps) else ctx
 
 
 def _probed(ctx: LabContext, model: str | None) -> LabContext:
@@ -257,7 +258,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
         target, client = _connect(settings, progress, notify, start_server=True)
         _check_context(settings, settings.steps, client)
         record = runmeta.RunRecord.start(out, runmeta.collect_metadata(target.facts, settings.kb), _plan(settings.steps))
-        ctx = _context(settings, target, client, progress, record)
+        ctx = _context(settings, target, client, progress, record, settings.steps)
         written = _run_in_record(ctx, record, settings.steps, whole_run=True)
         checks = tuple(run_checks(out))
         html = _render(out, checks) if settings.render_html else None
@@ -282,7 +283,7 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
         record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]))
         if note:
             notify(note)
-        ctx = _context(settings, target, client, progress, record)
+        ctx = _context(settings, target, client, progress, record, steps)
         written = _run_in_record(ctx, record, steps, whole_run=False)
         html = None
         if "report" in steps and settings.render_html:  # report.json and the page that shows it
