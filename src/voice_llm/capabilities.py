@@ -119,14 +119,13 @@ class Capabilities:
     def usage(self) -> bool:
         return self.stream is not None and "prompt_tokens" in self.stream.usage_fields
 
+    def request_options(self) -> dict[str, Any]:
+        """The reader's keywords every lab request takes for this server: the model name, and the usage request."""
+        return {"model": self.model, "include_usage": self.ask_usage}
+
     def request_extra(self) -> dict[str, Any]:
-        """Fields every lab request carries for this server: the model name, and the usage request."""
-        extra: dict[str, Any] = {}
-        if self.model:
-            extra["model"] = self.model
-        if self.ask_usage:
-            extra.update(INCLUDE_USAGE)
-        return extra
+        """The fields those keywords add to a request body (recorded in capabilities.json)."""
+        return {**({"model": self.model} if self.model else {}), **(INCLUDE_USAGE if self.ask_usage else {})}
 
     def prompt_tokens_source(self) -> tuple[str | None, str]:
         """(source, reason when None) of a request's prompt token count."""
@@ -291,17 +290,16 @@ def comment_lines(raw: bytes) -> int:
 
 def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None) -> tuple[StreamProbe | None, str | None]:
     """One tiny stream, asking for usage; a server that refuses stream_options gets the plain request."""
-    base = {"model": model} if model else {}
     accepted = True
     raw = io.BytesIO()
     result: sse.StreamResult | None = None
-    for extra in ({**base, **INCLUDE_USAGE}, base):
+    for include_usage in (True, False):
         raw = io.BytesIO()
         try:
-            result = _probe_request(client, extra, raw)
+            result = _probe_request(client, model, include_usage, raw)
             break
         except sse.HTTPStatusError as exc:
-            if extra is base or exc.status not in (400, 422):
+            if not include_usage or exc.status not in (400, 422):
                 return None, str(exc)
             accepted = False  # it rejected stream_options: retry without
         except sse.StreamError as exc:
@@ -326,9 +324,9 @@ def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None)
     ), None
 
 
-def _probe_request(client: ServerClient, extra: dict[str, Any], raw: io.BytesIO) -> sse.StreamResult:
-    return sse.run_stream(list(PROBE_MESSAGES), PROBE_MAX_TOKENS, True, raw,
-                          base_url=client.base_url, api_key=client.api_key, timeout=client.timeout, extra=extra)
+def _probe_request(client: ServerClient, model: str | None, include_usage: bool, raw: io.BytesIO) -> sse.StreamResult:
+    return client.chat(list(PROBE_MESSAGES), PROBE_MAX_TOKENS, True, raw_out=raw, model=model,
+                       include_usage=include_usage)
 
 
 def probe(client: ServerClient, model: str | None = None, raw_out: Path | None = None) -> Capabilities:

@@ -158,7 +158,8 @@ class LabContext:
 
         self.progress.update(f"{name}: waiting for the first token")
         if self.capabilities is not None:  # the model name, and the usage request where timings are missing
-            options["extra"] = {**self.capabilities.request_extra(), **(options.get("extra") or {})}
+            for key, value in self.capabilities.request_options().items():
+                options.setdefault(key, value)
         try:
             result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=count_chunk, **options)
         except sse.StreamError as exc:
