@@ -107,10 +107,10 @@ def test_the_raw_stream_read_is_the_one_of_the_repeat_the_document_is(out: Path)
     (out / "raw" / "cancel.sse").write_bytes(raw_stream(texts[:5], done=False))  # the first repeat: another cut
     (out / "raw" / "cancel-2.sse").write_bytes(raw_stream(texts, done=False))
     edit_cancel(out, lambda d: d.update(raw="raw/cancel-2.sse"))
-    check.check_cancel(out)
+    check.check_cancel_cut(out)
     edit_cancel(out, lambda d: d.update(raw="../health.json"))
     with pytest.raises(check._Failed, match="not a raw/cancel"):
-        check.check_cancel(out)
+        check.check_cancel_cut(out)
 
 
 def test_leftover_partial_files_are_a_warning(out: Path) -> None:
