@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fakeserver import FakeServer, Reply, chunk_payload, event, llama_events
+from fakeserver import FakeServer, Reply, event, llama_events
 
 from voice_llm import capabilities
 from voice_llm.api import ServerClient

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from clihelpers import assert_clean_failure, cli, cli_env
@@ -31,35 +33,37 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 30.0) ->
         time.sleep(0.02)
 
 
-def test_a_second_run_into_the_same_out_is_refused(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "state")
-    out = tmp_path / "out"
+@contextlib.contextmanager
+def _first_run_holding(out: Path, env: dict[str, str]) -> Iterator[tuple[FakeServer, subprocess.Popen[str]]]:
+    """`voice-llm sse` into OUT against a slow scripted server, yielded once it holds OUT's lock."""
     with FakeServer(_slow_answer()) as fake:
         first = _start(["sse", "-q", "--url", fake.url, "--out", str(out)], env)
         try:
             _wait_for(out / LOCK_NAME, first)
-            second = cli("ttft", "-q", "--url", fake.url, "--out", str(out), env=env)
-            err = assert_clean_failure(second, str(out), "voice-llm sse", f"pid {first.pid}", "--wait")
-            assert "ttft.json" not in os.listdir(out), err
+            yield fake, first
         finally:
-            stdout, stderr = first.communicate(timeout=60)
-    assert first.returncode == 0, stderr
+            first.communicate(timeout=60)
+
+
+def test_a_second_run_into_the_same_out_is_refused(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "state")
+    out = tmp_path / "out"
+    with _first_run_holding(out, env) as (fake, first):
+        second = cli("ttft", "-q", "--url", fake.url, "--out", str(out), env=env)
+        err = assert_clean_failure(second, str(out), "voice-llm sse", f"pid {first.pid}", "--wait")
+        assert "ttft.json" not in os.listdir(out), err
+    assert first.returncode == 0
     assert (out / "sse_raw.txt").is_file() and not (out / LOCK_NAME).exists()
 
 
 def test_wait_runs_after_the_first_one(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "state")
     out = tmp_path / "out"
-    with FakeServer(_slow_answer()) as fake:
-        first = _start(["sse", "-q", "--url", fake.url, "--out", str(out)], env)
-        try:
-            _wait_for(out / LOCK_NAME, first)
-            second = cli("sse", "-q", "--wait", "--url", fake.url, "--out", str(out / "sub"), env=env)
-            assert second.returncode == 0, second.stderr  # another OUT: never blocked
-            waited = cli("health", "-q", "--wait", "--url", fake.url, "--out", str(out), env=env)
-            assert first.poll() is not None, "the waiting run ran while the first still held OUT"
-        finally:
-            first.communicate(timeout=60)
+    with _first_run_holding(out, env) as (fake, first):
+        second = cli("sse", "-q", "--wait", "--url", fake.url, "--out", str(out / "sub"), env=env)
+        assert second.returncode == 0, second.stderr  # another OUT: never blocked
+        waited = cli("health", "-q", "--wait", "--url", fake.url, "--out", str(out), env=env)
+        assert first.poll() is not None, "the waiting run ran while the first still held OUT"
     assert first.returncode == 0
     # health against the fake gets a stream instead of JSON: it fails, but only after the first run let go.
     assert "Traceback" not in waited.stderr

@@ -53,11 +53,9 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from voice_llm.provision import sha256_of  # the one file hasher (the model's check uses it too)
+
+    return sha256_of(path)
 
 
 def stamp(value: Any, run_id: str) -> Any:
