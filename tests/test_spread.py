@@ -147,7 +147,7 @@ def _sse(tokens: int, done: bool = False) -> bytes:
 
 
 def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Path) -> None:
-    from voice_llm.check import check_cancel
+    from voice_llm.check import check_cancel_cut
 
     out = tmp_path / "out"
     (out / "raw").mkdir(parents=True)
@@ -157,11 +157,11 @@ def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Pat
     (out / "cancel.json").write_text(json.dumps(doc))
     (out / "raw" / "cancel.sse").write_bytes(_sse(5))  # repeat 1: another cut
     (out / "raw" / "cancel-r2.sse").write_bytes(_sse(3))
-    assert "3/256 tokens" in check_cancel(out)
+    assert "3/256 tokens" in check_cancel_cut(out)  # the stream of repeat 2 agrees
     (out / "raw" / "cancel-r2.sse").write_bytes(_sse(3, done=True))
     with pytest.raises(Exception, match=r"raw/cancel-r2.sse ends with \[DONE\]"):
-        check_cancel(out)
+        check_cancel_cut(out)
     doc["raw"] = "../../cancel-r2.sse"  # only a raw/cancel*.sse file is read
     (out / "cancel.json").write_text(json.dumps(doc))
     with pytest.raises(Exception, match=r"not a raw/cancel\*\.sse file"):
-        check_cancel(out)
+        check_cancel_cut(out)
