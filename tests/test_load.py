@@ -15,6 +15,7 @@ from clihelpers import cli
 from conftest import free_port
 from voice_llm.load import checks
 from voice_llm.load.samples import read_samples
+from voice_llm.sse import SSEDecoder
 
 pytestmark = pytest.mark.server
 
@@ -73,33 +74,52 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
         check(tmp_path)
 
 
-def _lab_ttft_runs(env: dict[str, str], port: int, out: Path) -> list[float]:
+def _server_prompt_ms(raw: Path) -> float:
+    """The server's own prompt evaluation time, from the timings of a saved raw stream."""
+    decoder = SSEDecoder()
+    payloads = [json.loads(e.data) for e in decoder.feed(raw.read_bytes()) + decoder.end() if e.data != "[DONE]"]
+    return float([p["timings"] for p in payloads if "timings" in p][-1]["prompt_ms"])
+
+
+def _lab_ttft_runs(env: dict[str, str], port: int, out: Path) -> list[tuple[float, float]]:
+    """(client TTFT, server prompt evaluation) for each of `voice-llm ttft`'s five runs."""
     lab = cli("ttft", "--port", str(port), "--out", str(out), "-q", env=env)
     assert lab.returncode == 0, lab.stderr
-    return [run["ttft_ms"] for run in json.loads((out / "ttft.json").read_text())["runs"]]
+    runs = json.loads((out / "ttft.json").read_text())["runs"]
+    return [(run["ttft_ms"], _server_prompt_ms(out / "raw" / f"ttft-{number}.sse")) for number, run in enumerate(runs, 1)]
 
 
-def _locust_ttfts(env: dict[str, str], port: int, out: Path) -> list[float]:
+def _locust_ttfts(env: dict[str, str], port: int, out: Path) -> list[tuple[float, float]]:
     """The lab's ttft request (same prompt, max_tokens 64, cache off), one Locust caller, back to back."""
     load = cli("load", "--port", str(port), "--slots", "4", "--threads", "1", "--workers", "1", "--callers", "1",
                "--dialogue", "lab-ttft", "--step-s", "12", "--warmup-s", "1", "--think-scale", "0", "--barge-in", "0",
                "--out", str(out), "-q", env=env, timeout=300)
     assert load.returncode == 0, load.stderr
-    return [s["ttft_ms"] for s in read_samples(out / "load_samples.csv") if s["phase"] == "measure"]
+    return [(s["ttft_ms"], s["prompt_ms"]) for s in read_samples(out / "load_samples.csv") if s["phase"] == "measure"]
 
 
 def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
     # Blocks in turn, lab / Locust / lab / ... / lab, so that a machine whose load drifts (shared cores) weighs on
-    # both sides alike; each side's median is over all of its blocks (25 lab runs, about 25 Locust turns).
-    lab_runs, measured = _lab_ttft_runs(env, port, tmp_path / "lab0"), []
+    # both sides alike; each side's median is over all of its blocks (25 lab runs, about 60 Locust turns).
+    lab, locust = _lab_ttft_runs(env, port, tmp_path / "lab0"), []
     for block in range(1, 5):
-        measured += _locust_ttfts(env, port, tmp_path / f"locust{block}")
-        lab_runs += _lab_ttft_runs(env, port, tmp_path / f"lab{block}")
-    assert len(measured) >= 12
-    lab_p50, locust_p50 = statistics.median(lab_runs), statistics.median(measured)
-    print(f"TTFT median: Locust {locust_p50:.1f} ms over {len(measured)} turns, lab {lab_p50:.1f} ms over {len(lab_runs)} runs")
-    assert abs(locust_p50 - lab_p50) <= max(0.10 * lab_p50, 5.0), (locust_p50, measured, lab_p50, lab_runs)
+        locust += _locust_ttfts(env, port, tmp_path / f"locust{block}")
+        lab += _lab_ttft_runs(env, port, tmp_path / f"lab{block}")
+    assert len(locust) >= 12
+    lab_p50 = statistics.median(ttft for ttft, _ in lab)
+    # The same 34-token prompt takes the one-thread server 230 to 400 ms to evaluate from one request to the next
+    # (its own prompt_ms, on a 2-core VM), in runs of fast and slow requests: medians of 25 and 60 such requests
+    # were seen 15 % apart both ways (Locust faster in CI, the lab faster here) with each side's client adding the
+    # same few ms. What the measuring path decides is TTFT less the server's own evaluation of the prompt:
+    # that is compared, against the issue's tolerance (10 % of the lab's TTFT, or 5 ms).
+    lab_added = statistics.median(ttft - prompt_ms for ttft, prompt_ms in lab)
+    locust_added = statistics.median(ttft - prompt_ms for ttft, prompt_ms in locust)
+    print(f"TTFT median: Locust {statistics.median(t for t, _ in locust):.1f} ms over {len(locust)} turns, "
+          f"lab {lab_p50:.1f} ms over {len(lab)} runs; beyond the server's prompt evaluation: "
+          f"Locust {locust_added:.1f} ms, lab {lab_added:.1f} ms")
+    assert all(prompt_ms is not None for _, prompt_ms in locust), "each Locust sample keeps the server's prompt_ms"
+    assert abs(locust_added - lab_added) <= max(0.10 * lab_p50, 5.0), (locust_added, lab_added, lab, locust)
 
 
 def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:

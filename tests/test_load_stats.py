@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.errors import ArtifactError
 from voice_llm.load import checks, stats
 from voice_llm.load.command import load_document, sweep_document
 from voice_llm.load.plan import CallerConfig, SweepPlan
@@ -22,7 +23,7 @@ def sample(step: int, first: float | None, *, phase: str = "measure", error: str
             "turn": 1, "start": start + step * 100, "ttft_ms": None if error else ttft, "first_sentence_ms": first,
             "e2e_ms": None if error else 1500.0, "tokens": 0 if error else 30, "itl_p50_ms": None if error else 20.0,
             "itl_p99_ms": None if error else 40.0, "prompt_n": 10, "cache_n": 0, "error": error,
-            "cancelled": cancelled}
+            "cancelled": cancelled, "prompt_ms": None if error else 31.25}
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -62,6 +63,20 @@ def test_samples_csv_round_trip_is_exact(tmp_path: Path) -> None:
     rows = [{**sample(0, 1 / 3), "slots": 4}, {**sample(1, None, error="a, \"quoted\"\nerror"), "slots": None}]
     back = read_samples(write_samples(tmp_path / "s.csv", rows))
     assert back == [{k: r.get(k) for k in stats.SAMPLE_FIELDS} for r in rows]
+    assert back[0]["prompt_ms"] == 31.25
+
+
+def test_samples_csv_from_before_the_prompt_ms_column_still_reads(tmp_path: Path) -> None:
+    rows = [{**sample(0, 250.0), "slots": 1}]
+    written = write_samples(tmp_path / "s.csv", rows).read_text().splitlines()
+    column = written[0].split(",").index("prompt_ms")
+    older = tmp_path / "older.csv"
+    older.write_text("".join(",".join(c for i, c in enumerate(line.split(",")) if i != column) + "\n" for line in written))
+    (back,) = read_samples(older)
+    assert back["prompt_ms"] is None and back["first_sentence_ms"] == 250.0
+    (tmp_path / "broken.csv").write_text(written[0].replace("ttft_ms,", "") + "\n")
+    with pytest.raises(ArtifactError, match="ttft_ms"):
+        read_samples(tmp_path / "broken.csv")
 
 
 def _fake_run(tmp_path: Path) -> Path:

@@ -76,6 +76,7 @@ class TurnTiming:
     itl_p99_ms: float | None
     prompt_n: int | None
     cache_n: int | None
+    prompt_ms: float | None  # the server's own prompt evaluation time: TTFT less it is what queue and client add
     cancelled: bool
     text: str
 
@@ -83,7 +84,8 @@ class TurnTiming:
         return {
             "ttft_ms": self.ttft_ms, "first_sentence_ms": self.first_sentence_ms, "total_ms": self.total_ms,
             "tokens": self.tokens, "itl_p50_ms": self.itl_p50_ms, "itl_p99_ms": self.itl_p99_ms,
-            "prompt_n": self.prompt_n, "cache_n": self.cache_n, "cancelled": self.cancelled,
+            "prompt_n": self.prompt_n, "cache_n": self.cache_n, "prompt_ms": self.prompt_ms,
+            "cancelled": self.cancelled,
         }
 
 
@@ -101,6 +103,6 @@ def time_turn(result: StreamResult) -> TurnTiming:
     return TurnTiming(
         ttft_ms=result.ttft_ms, first_sentence_ms=first_ms, total_ms=result.total_ms, tokens=len(chunks),
         itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99),
-        prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"),
+        prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"), prompt_ms=timings.get("prompt_ms"),
         cancelled=result.closed_early, text=result.text,
     )

@@ -17,7 +17,9 @@ from voice_llm.errors import ArtifactError
 from voice_llm.load.stats import SAMPLE_FIELDS
 
 _INTS = ("slots", "step", "callers", "call", "turn", "tokens", "prompt_n", "cache_n")
-_FLOATS = ("start", "ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms")
+_FLOATS = ("start", "ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms", "prompt_ms")
+# Columns added after the first load runs: a file without them reads as None there rather than being refused.
+_ADDED_LATER = ("prompt_ms",)
 
 
 def _cell(value: Any) -> str:
@@ -55,10 +57,10 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
-            missing = set(SAMPLE_FIELDS) - set(reader.fieldnames or ())
+            missing = set(SAMPLE_FIELDS) - set(reader.fieldnames or ()) - set(_ADDED_LATER)
             if missing:
                 raise ArtifactError(f"{path.name} lacks the columns {', '.join(sorted(missing))}")
-            return [{name: _parse(name, row[name]) for name in SAMPLE_FIELDS} for row in reader]
+            return [{name: _parse(name, row.get(name) or "") for name in SAMPLE_FIELDS} for row in reader]
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
     except ValueError as exc:

@@ -31,7 +31,7 @@ PERCENTILES = (50, 90, 99)
 SAMPLE_FIELDS = (
     "slots", "step", "callers", "phase", "worker", "caller", "call", "turn", "start",
     "ttft_ms", "first_sentence_ms", "e2e_ms", "tokens", "itl_p50_ms", "itl_p99_ms",
-    "prompt_n", "cache_n", "error", "cancelled",
+    "prompt_n", "cache_n", "error", "cancelled", "prompt_ms",
 )
 
 

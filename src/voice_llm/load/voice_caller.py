@@ -120,7 +120,7 @@ class VoiceCaller(User):
         }
         if timing is None:
             sample.update({"ttft_ms": None, "first_sentence_ms": None, "e2e_ms": None, "tokens": 0,
-                           "itl_p50_ms": None, "itl_p99_ms": None, "prompt_n": None, "cache_n": None,
+                           "itl_p50_ms": None, "itl_p99_ms": None, "prompt_n": None, "cache_n": None, "prompt_ms": None,
                            "cancelled": False})
         else:
             data = timing.as_dict()
