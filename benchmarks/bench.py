@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import socket
@@ -44,6 +43,8 @@ if str(HERE) not in sys.path:
 import clients as clients_mod  # noqa: E402
 from voice_llm import sse  # noqa: E402
 from voice_llm.api import ServerClient  # noqa: E402
+from voice_llm.children import stop_child  # noqa: E402
+from voice_llm.load.stats import percentile  # noqa: E402
 
 MESSAGES = list(sse.STEP2_MESSAGES)
 MAX_TOKENS = 64
@@ -58,19 +59,10 @@ BUFFERING_MS = 1.0  # a median per-chunk lateness above the floor's by more than
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pct(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
 def summary(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0, "median": None, "p90": None, "min": None, "max": None}
-    return {"n": len(values), "median": statistics.median(values), "p90": pct(values, 90),
+    return {"n": len(values), "median": statistics.median(values), "p90": percentile(values, 90),
             "min": min(values), "max": max(values)}
 
 
@@ -238,16 +230,6 @@ def start_replay(recording: Path, interval_ms: float, first_ms: float, framing: 
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def replay_phase(recording: Path, rounds: int, interval_ms: float, first_ms: float, framing: str,
                  body: dict[str, Any], only: set[str] | None, log: Any) -> dict[str, Any]:
     proc, url = start_replay(recording, interval_ms, first_ms, framing)
@@ -281,7 +263,7 @@ def replay_phase(recording: Path, rounds: int, interval_ms: float, first_ms: flo
             "labels": {row: label for c in made for row, label in c.rows.items()},
         }
     finally:
-        stop_process(proc)
+        stop_child(proc)
 
 
 class WireCapture:
@@ -296,7 +278,7 @@ class WireCapture:
         line = self.proc.stdout.readline()
         if line.strip() != "READY":
             err = self.proc.stderr.read() if self.proc.stderr else ""
-            stop_process(self.proc)
+            stop_child(self.proc)
             raise RuntimeError(f"wire capture did not start: {line!r} {err.strip()[-300:]}")
 
     def flush(self) -> list[dict[str, Any]]:
@@ -318,7 +300,7 @@ class WireCapture:
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
-        stop_process(self.proc)
+        stop_child(self.proc)
 
 
 def wire_unavailable(url: str) -> str | None:

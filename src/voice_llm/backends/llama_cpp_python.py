@@ -15,7 +15,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voice_llm import provision
+from voice_llm.children import stop_child
 from voice_llm.config import cache_dir
 from voice_llm.errors import ProvisionError, ServerError
 from voice_llm.progress import NullProgress, Progress, make_progress
@@ -38,7 +38,6 @@ CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=O
 # Imported by `python -m llama_cpp.server`; all must be present for the server to start.
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings", "starlette_context")
 READY_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 5.0
 
 
 def root_dir() -> Path:
@@ -180,17 +179,6 @@ def _ready(url: str) -> bool:
         return False
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, wait, then SIGKILL: the process is gone when this returns."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.contextmanager
 def running(spec: ServerSpec, log: Path, timeout_s: float = READY_TIMEOUT_S) -> Iterator[subprocess.Popen[bytes]]:
     """Start the server, wait until /v1/models answers, yield the process, and always stop it."""
@@ -208,7 +196,7 @@ def running(spec: ServerSpec, log: Path, timeout_s: float = READY_TIMEOUT_S) -> 
             time.sleep(0.1)
         yield proc
     finally:
-        stop(proc)
+        stop_child(proc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

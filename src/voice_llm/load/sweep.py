@@ -34,6 +34,7 @@ from typing import Any
 import gevent
 
 from voice_llm.load import stats, voice_caller
+from voice_llm.children import stop_child
 from voice_llm.load import voice_caller_path
 from voice_llm.load.plan import SweepPlan
 
@@ -108,12 +109,7 @@ def stop_workers(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         try:
             proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:  # seen once: a worker that did not act on "quit"
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_child(proc)
 
 
 class Sweep:
