@@ -127,3 +127,20 @@ def test_cli_nothing_speakable_keeps_the_stream(tmp_path: Path, env: dict[str, s
     err = assert_clean_failure(result, "voice-llm speak: the answer has no speakable text", "speak-whole-1.sse")
     assert "data: [DONE]" in (out / "raw" / "speak-whole-1.sse").read_text(), err
     assert {name: (out / name).read_bytes() for name in earlier} == earlier
+
+
+def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    from clihelpers import assert_clean_failure, cli
+    from fakeserver import unused_port
+
+    from voice_llm.lab.context import StepOptions
+
+    ctx = LabContext(out=tmp_path, client=ServerClient("http://127.0.0.1:1"), kb_dir=tmp_path,
+                     options=StepOptions(clause_words=7))
+    assert speak.options_of(ctx).clause_words == 7
+    out = tmp_path / "out"
+    earlier = _earlier_audio(out)
+    result = cli("speak", "--url", f"http://127.0.0.1:{unused_port()}", "--out", str(out), "-q",
+                 "--clause-words", "0", env=env)
+    assert_clean_failure(result, "--clause-words must be at least 1, not 0")
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier

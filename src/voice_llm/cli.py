@@ -59,6 +59,9 @@ def _tts_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tts", choices=("piper", "espeak"), default=StepOptions.tts_engine,
                         help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
     parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
+    parser.add_argument("--clause-words", type=int, default=StepOptions.clause_words, metavar="N",
+                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words "
+                             "(default %(default)s)")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -283,7 +286,8 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
         request_model=args.model if args.url or not hasattr(args, "ctx") else None,
         api_key=api_key_from_env(args.api_key), wait_for_out=args.wait, restart_server=getattr(args, "restart", False),
         options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline,
-                            tts_engine=getattr(args, "tts", "piper"), tts_voice=getattr(args, "voice", None)), **extra,
+                            tts_engine=getattr(args, "tts", "piper"), tts_voice=getattr(args, "voice", None),
+                            clause_words=getattr(args, "clause_words", StepOptions.clause_words)), **extra,
     )
 
 

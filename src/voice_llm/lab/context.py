@@ -15,6 +15,7 @@ from voice_llm.artifacts import RAW_DIR, write_bytes_atomic, write_json
 from voice_llm.capabilities import Capabilities
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.progress import NullProgress, Progress
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -83,6 +84,7 @@ class StepOptions:
     deadline_s: float | None = sse.DEFAULT_DEADLINE_S  # seconds one whole request may take
     tts_engine: str = "piper"  # speak: voice_llm.tts engine ("piper", "espeak")
     tts_voice: str | None = None  # speak: a Piper .onnx file or an espeak-ng voice name; None: the default voice
+    clause_words: int = DEFAULT_CLAUSE_WORDS  # speak, strategy clauses: words before the first clause may end
 
     def __post_init__(self) -> None:
         if self.repeat < 1:
@@ -91,6 +93,8 @@ class StepOptions:
             raise ConfigError(f"--timeout must be more than 0 seconds, not {self.timeout:g}")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
+        if self.clause_words < 1:
+            raise ConfigError(f"--clause-words must be at least 1, not {self.clause_words}")
 
 
 @dataclass(frozen=True)

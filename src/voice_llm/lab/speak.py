@@ -37,8 +37,9 @@ class SpeakOptions:
 
 
 def options_of(ctx: LabContext) -> SpeakOptions:
-    """The step's options from the context (the CLI's --tts, --voice, --repeat)."""
-    return SpeakOptions(engine=ctx.options.tts_engine, voice=ctx.options.tts_voice, repeat=ctx.options.repeat)
+    """The step's options from the context (the CLI's --tts, --voice, --repeat, --clause-words)."""
+    return SpeakOptions(engine=ctx.options.tts_engine, voice=ctx.options.tts_voice, repeat=ctx.options.repeat,
+                        clause_words=ctx.options.clause_words)
 
 
 def raw_name(strategy: str, run: int) -> str:
