@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 import threading
 from pathlib import Path
 
@@ -119,3 +120,27 @@ def test_wait_takes_the_lock_only_when_the_holder_is_done(tmp_path: Path) -> Non
     finally:
         release.set()
         holder.join(30)
+
+
+def test_a_step_that_asks_no_server_joins_the_run_whatever_server_answers(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = _write_run(out, _meta(tmp_path))
+    gone = runmeta.collect_metadata(runmeta.ServerFacts(url="http://127.0.0.1:1"), tmp_path / "kb")  # no server up
+    joined, note = runmeta.RunRecord.join_or_start(out, gone, {"report": ("report.json",)}, ask_server=False)
+    assert note is None and joined.run_id == first.run_id and joined.doc["metadata"] == first.doc["metadata"]
+
+
+def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> None:
+    """`voice-llm report` re-renders a finished lab after `voice-llm down`: it must not start a new run over it
+    (that replaced run.json and then refused the folder as mixing runs)."""
+    from fakeserver import unused_port
+
+    from voice_llm.lab import LabSettings, run_steps
+
+    out = tmp_path / "out"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "sample_run", out)
+    first = json.loads((out / "run.json").read_text())
+    result = run_steps(LabSettings(out=out, url=f"http://127.0.0.1:{unused_port()}", render_html=False), ["report"])
+    doc = json.loads((out / "run.json").read_text())
+    assert result.note is None and doc["run_id"] == first["run_id"] and doc["metadata"] == first["metadata"]
+    assert json.loads((out / "report.json").read_text())["run_id"] == first["run_id"]

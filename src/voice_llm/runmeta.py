@@ -286,14 +286,18 @@ class RunRecord:
         return cls(out, doc)
 
     @classmethod
-    def join_or_start(cls, out: Path, metadata: Mapping[str, Any],
-                      steps: Mapping[str, Iterable[str]]) -> tuple[RunRecord, str | None]:
+    def join_or_start(cls, out: Path, metadata: Mapping[str, Any], steps: Mapping[str, Iterable[str]],
+                      ask_server: bool = True) -> tuple[RunRecord, str | None]:
         """For steps run on their own: join the run in OUT when its identity matches, else start a new one.
+        Steps that ask the server nothing (``ask_server`` False: they work from OUT's files) always join: the
+        server they would be compared with may be gone, and they measure nothing that could belong to another run.
         Returns the record and, when a new run was started over an existing one, why (for the user)."""
         existing = cls.load(out)
         if existing is None:
             return cls.start(out, metadata, steps), None
         diff = differences(existing.doc.get("metadata", {}).get("identity", {}), metadata.get("identity", {}))
+        if not ask_server:
+            diff = []
         if diff:
             record = cls.start(out, metadata, steps)
             return record, (f"started a new run {record.run_id} in {out}: it differs from run "

@@ -280,7 +280,8 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
         _check_context(settings, steps, client)
         metadata = runmeta.collect_metadata(target.facts, settings.kb)
         # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
-        record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]))
+        record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]),
+                                                       ask_server=any(STEPS[name].needs_server for name in steps))
         if note:
             notify(note)
         ctx = _context(settings, target, client, progress, record, steps)
