@@ -165,3 +165,19 @@ def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Pat
     (out / "cancel.json").write_text(json.dumps(doc))
     with pytest.raises(Exception, match=r"not a raw/cancel\*\.sse file"):
         check_cancel_cut(out)
+
+
+def test_first_audio_is_a_metric_with_its_runs_as_samples(tmp_path: Path) -> None:
+    """Time to first audio joins the noise warning, compare and the report's ranges like every other number."""
+    doc = json.loads((Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json").read_text())
+    runs = doc["strategies"]["clauses"]["runs"]
+    doc["strategies"]["clauses"]["runs"] = [{**runs[0], "ttfa_ms": ms} for ms in (900.0, 1000.0, 1400.0)]
+    doc["strategies"]["clauses"]["summary"]["ttfa_ms"]["median"] = 1000.0
+    (tmp_path / "audio.json").write_text(json.dumps(doc))
+    found = metrics.measure_all(tmp_path)
+    clauses = found["ttfa_clauses_ms"]
+    assert (clauses.median, clauses.samples, clauses.metric.audible) == (1000.0, (900.0, 1000.0, 1400.0), True)
+    assert clauses.spread == pytest.approx(0.5)
+    assert found["ttfa_whole_ms"].samples == (doc["strategies"]["whole"]["summary"]["ttfa_ms"]["median"],)
+    assessed = noise.assess(tmp_path, {"metadata": {"machine": {"cores": 2}}, "load_average_start": [0.2, 0.2, 0.2]})
+    assert assessed["affected"] == ["ttfa_clauses_ms"]

@@ -17,6 +17,7 @@ from voice_llm import artifacts as names
 from voice_llm import brief, spread
 from voice_llm.artifacts import read_json
 from voice_llm.errors import ArtifactError
+from voice_llm.tts.segmenting import STRATEGY_LABELS
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,14 @@ def _top(key: str) -> Callable[[Any], tuple[float, list[float]]]:
     return lambda doc: _field(doc, key)
 
 
+def _ttfa(strategy: str) -> Callable[[Any], tuple[float, list[float]]]:
+    """audio.json: a strategy's median time to first audio and its runs' (voice_llm.tts.artifact)."""
+    def read(doc: Any) -> tuple[float, list[float]]:
+        found = doc["strategies"][strategy]
+        return _num(found["summary"]["ttfa_ms"]["median"]), [_num(run["ttfa_ms"]) for run in found["runs"]]
+    return read
+
+
 _DOCS = brief.PREFILL_DOC_COUNTS
 METRICS: tuple[Metric, ...] = (
     Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50")),
@@ -99,6 +108,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("first_sentence_ms", "first sentence", "ms", names.SENTENCE, True, _top("first_sentence_ms")),
     Metric("sentence_total_ms", "three-sentence answer", "ms", names.SENTENCE, False, _top("total_ms")),
     Metric("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, True, _top("slot_idle_after_ms")),
+    # What the caller hears first (the speak step); report.json's ttfa_<strategy>_ms are these medians.
+    *(Metric(f"ttfa_{s}_ms", f"first audio, {label}", "ms", names.AUDIO, True, _ttfa(s))
+      for s, label in STRATEGY_LABELS.items()),
 )
 BY_KEY = {metric.key: metric for metric in METRICS}
 
