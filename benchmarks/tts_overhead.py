@@ -51,7 +51,9 @@ def replay_request(chunks: Sequence[tuple[float, str]], total_ms: float) -> Call
             seen.append(chunk)
             on_chunk(chunk)
         time.sleep(max(0.0, t0 + total_ms / 1000.0 - time.perf_counter()))
-        return StreamResult(tuple(seen), (time.perf_counter() - t0) * 1000.0, None, None, "stop", None, {}, 0, True, False)
+        return StreamResult(chunks=tuple(seen), total_ms=(time.perf_counter() - t0) * 1000.0, timings=None,
+                            first_event_ms=None, finish_reason="stop", usage=None, request_body={}, received_bytes=0,
+                            done=True, closed_early=False, started_at=t0)
 
     return request
 

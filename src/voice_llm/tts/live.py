@@ -67,17 +67,6 @@ def pieces(segments: Sequence[SpokenSegment]) -> list[AudioPiece]:
     return [AudioPiece(s.index, ready, ms) for s in segments for ready, ms in s.audio]
 
 
-class _ClockAnchor:
-    """``t0`` of the request in ``perf_counter`` seconds, learnt from the reader's chunk stamps."""
-
-    def __init__(self) -> None:
-        self.t0: float | None = None
-
-    def see(self, chunk: Chunk) -> None:
-        estimate = time.perf_counter() - chunk.t_ms / 1000.0
-        self.t0 = estimate if self.t0 is None else min(self.t0, estimate)
-
-
 @dataclass(frozen=True)
 class _Synthesized:
     segment: Segment
@@ -127,10 +116,8 @@ def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
     """Stream one answer through ``request(on_chunk)`` and synthesize ``strategy``'s segments while it streams."""
     segmenter = make_segmenter(strategy, clause_words)
     synthesis = _SynthesisThread(engine)
-    anchor = _ClockAnchor()
 
     def on_chunk(chunk: Chunk) -> None:
-        anchor.see(chunk)
         for segment in segmenter.feed(chunk.text, chunk.t_ms):
             synthesis.segments.put(segment)
 
@@ -146,9 +133,12 @@ def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
         if isinstance(synthesis.error, TTSError):
             raise synthesis.error
         raise SynthesisError(f"{engine.name} failed: {synthesis.error}") from synthesis.error
-    if anchor.t0 is None or not synthesis.done:
+    if not result.chunks or not synthesis.done:
         raise NothingToSpeakError(f"the answer has no speakable text: {result.text[:80]!r}")
-    segments = tuple(_spoken(i, item, anchor.t0, engine.sample_rate) for i, item in enumerate(synthesis.done))
+    if result.started_at is None:
+        raise ValueError("the stream result has no started_at: synthesis times cannot be put on its clock")
+    # The reader's own 0 (the request sent, in perf_counter seconds) puts the synthesis times on the stream's clock.
+    segments = tuple(_spoken(i, item, result.started_at, engine.sample_rate) for i, item in enumerate(synthesis.done))
     if not any(s.audio for s in segments):
         raise NothingToSpeakError(f"{engine.name} made no sound of the answer {result.text[:80]!r}")
     return SpokenAnswer(strategy, result, segments, playback(pieces(segments)))
