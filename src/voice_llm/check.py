@@ -80,6 +80,10 @@ def _num(value: Any, what: str) -> float:
     return float(value)
 
 
+# The public names of the two rules above, for the checks that feature modules keep (voice_llm.tts.checks).
+require, finite_number = _require, _num
+
+
 def _raw_events(out: Path) -> list[dict[str, Any] | str]:
     """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
     decoder = SSEDecoder()

@@ -7,8 +7,9 @@ read them back.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
+
+from voice_llm.config import api_key_from_env
 
 SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
 DEFAULT_CALLERS = (1, 2, 4, 8)
@@ -17,7 +18,6 @@ DEFAULT_WARMUP_S = 15.0
 DEFAULT_SLO_FIRST_SENTENCE_MS = 1000.0
 DEFAULT_BARGE_IN_SHARE = 0.1
 DEFAULT_MASTER_PORT = 5557
-ENV_API_KEY = "VOICE_LLM_API_KEY"  # the workers read the key from their own environment, never from the master
 
 
 @dataclass(frozen=True)
@@ -80,4 +80,5 @@ class SweepPlan:
 
 
 def api_key() -> str | None:
-    return os.environ.get(ENV_API_KEY) or None
+    """The workers read the key from their own environment (ENV_API_KEY), never from the master."""
+    return api_key_from_env(None)

@@ -17,8 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from voice_llm.config import ENV_API_KEY
 from voice_llm.errors import VoiceLLMError
-from voice_llm.load.plan import ENV_API_KEY, SweepPlan
+from voice_llm.load.plan import SweepPlan
 
 MASTER_STOP_S = 15.0
 

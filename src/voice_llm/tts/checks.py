@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.artifacts import AUDIO, read_json
-from voice_llm.check import Check, CheckFailed, NotCheckable
+from voice_llm.check import Check, NotCheckable
+from voice_llm.check import finite_number as _num
+from voice_llm.check import require as _require
 from voice_llm.errors import ArtifactError
 from voice_llm.sse import DONE_DATA, SSEDecoder
 from voice_llm.tts.artifact import summary
-from voice_llm.tts.segmenting import segment_stream
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, segment_stream
 from voice_llm.tts.timeline import AudioPiece, playback
 from voice_llm.tts.wav import read_wav
 
@@ -27,17 +29,6 @@ TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
 
 STEP = "speak"
 ARTIFACT = AUDIO
-
-
-def _require(condition: bool, detail: str) -> None:
-    if not condition:
-        raise CheckFailed(detail)
-
-
-def _num(value: Any, what: str) -> float:
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
-             f"{what} is not a finite number: {value!r}")
-    return float(value)
 
 
 def _close(a: float, b: float, tolerance: float = TOLERANCE_MS) -> bool:
@@ -73,7 +64,7 @@ def check_first_audio_order(out: Path) -> str:
 def check_segments_follow_stream(out: Path) -> str:
     """Each run's chunks are its raw stream's content, and its segments are what the strategy makes of them."""
     doc = read_json(out / AUDIO)
-    clause_words = int(doc.get("clause_words", 4))
+    clause_words = int(doc.get("clause_words", DEFAULT_CLAUSE_WORDS))
     count = 0
     for strategy, run in _runs(doc):
         where = _where(strategy, run)
