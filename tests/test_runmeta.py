@@ -144,3 +144,13 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
     doc = json.loads((out / "run.json").read_text())
     assert result.note is None and doc["run_id"] == first["run_id"] and doc["metadata"] == first["metadata"]
     assert json.loads((out / "report.json").read_text())["run_id"] == first["run_id"]
+
+
+def test_one_reading_of_n_ctx_from_props() -> None:
+    from voice_llm.api import props_n_ctx
+
+    assert props_n_ctx({"default_generation_settings": {"n_ctx": 4096}, "n_ctx": 8}) == 4096
+    assert props_n_ctx({"n_ctx": 2048}) == 2048  # an older server puts it at the top
+    assert [props_n_ctx(p) for p in ({"default_generation_settings": {"n_ctx": True}},
+                                     {"default_generation_settings": {"n_ctx": 0}}, [], None)] == [None] * 4
+    assert runmeta.ServerFacts.from_props("u", {"default_generation_settings": {"n_ctx": -1}}).n_ctx is None

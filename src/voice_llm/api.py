@@ -10,6 +10,16 @@ from typing import Any
 from voice_llm import sse
 
 
+
+def props_n_ctx(props: Any) -> int | None:
+    """The context of one slot from a /props answer (``default_generation_settings.n_ctx``; older servers put it at
+    the top), or None when the answer does not say it as a positive whole number."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
+    return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
 @dataclass(frozen=True)
 class ServerClient:
     """Talks to one llama-server. Every call sends the API key, if any, as ``Authorization: Bearer``.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
-from voice_llm.api import ServerClient
+from voice_llm.api import ServerClient, props_n_ctx
 
 # Where a measured number comes from; every artifact names one of these for each number it holds.
 SOURCE_TIMINGS = "server timings"
@@ -342,10 +342,10 @@ def probe(client: ServerClient, model: str | None = None, raw_out: Path | None =
     ids = model_ids(_json(bodies["/v1/models"])) if by_path["/v1/models"].ok else ()
     chosen, source = (model, "--model") if model else ((ids[0], "/v1/models") if ids else (None, "none"))
     props = _json(bodies["/props"]) if by_path["/props"].ok else None
-    n_ctx = ((props or {}).get("default_generation_settings") or {}).get("n_ctx") if isinstance(props, dict) else None
+    n_ctx = props_n_ctx(props)
     gauge = busy_gauge(bodies["/metrics"].decode("utf-8", "replace")) if by_path["/metrics"].ok else None
     stream, error = _stream_probe(client, chosen, raw_out)
     return Capabilities(
         base_url=client.base_url, endpoints=tuple(endpoints), model_ids=ids, model=chosen, model_source=source,
-        stream=stream, stream_error=error, busy_gauge=gauge, n_ctx=n_ctx if isinstance(n_ctx, int) else None,
+        stream=stream, stream_error=error, busy_gauge=gauge, n_ctx=n_ctx,
     )

@@ -25,6 +25,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from voice_llm import __version__
+from voice_llm.api import props_n_ctx
 from voice_llm.artifacts import RUN, read_json, write_json
 from voice_llm.errors import ArtifactError
 
@@ -191,14 +192,13 @@ class ServerFacts:
 
     @classmethod
     def from_props(cls, url: str, props: Any, **extra: Any) -> ServerFacts:
+        n_ctx = props_n_ctx(props)
         props = props if isinstance(props, Mapping) else {}
-        settings = props.get("default_generation_settings")
-        n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else props.get("n_ctx")
         return cls(
             url=url,
             build_info=props.get("build_info") if isinstance(props.get("build_info"), str) else None,
             model_path=props.get("model_path") if isinstance(props.get("model_path"), str) else None,
-            n_ctx=n_ctx if isinstance(n_ctx, int) else None,
+            n_ctx=n_ctx,
             total_slots=props.get("total_slots") if isinstance(props.get("total_slots"), int) else None,
             **extra,
         )

@@ -142,11 +142,11 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
     return _Server(target.url, target.log, facts), client
 
 
-def _check_context(settings: LabSettings, steps: Sequence[str], client: ServerClient) -> None:
+def _check_context(settings: LabSettings, steps: Sequence[str], client: ServerClient, n_ctx: int | None) -> None:
     """Before the first request: the longest prompt of the steps that attach documents fits the server's context
-    (else they would fail with HTTP 400 after minutes of work)."""
+    (else they would fail with HTTP 400 after minutes of work). ``n_ctx``: from the /props already read."""
     if KB_STEPS & set(steps):
-        check_context_fits(client, load_kb(settings.kb, need=brief.CACHE_DOCS))
+        check_context_fits(client, load_kb(settings.kb, need=brief.CACHE_DOCS), n_ctx)
 
 
 def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
@@ -256,7 +256,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     load_kb(settings.kb, need=12)
     with locked_out(out, "lab", wait=settings.wait_for_out):
         target, client = _connect(settings, progress, notify, start_server=True)
-        _check_context(settings, settings.steps, client)
+        _check_context(settings, settings.steps, client, target.facts.n_ctx)
         record = runmeta.RunRecord.start(out, runmeta.collect_metadata(target.facts, settings.kb), _plan(settings.steps))
         ctx = _context(settings, target, client, progress, record, settings.steps)
         written = _run_in_record(ctx, record, settings.steps, whole_run=True)
@@ -277,7 +277,7 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
         load_kb(settings.kb, need=12)
     with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
         target, client = _connect(settings, progress, notify, start_server=False)
-        _check_context(settings, steps, client)
+        _check_context(settings, steps, client, target.facts.n_ctx)
         metadata = runmeta.collect_metadata(target.facts, settings.kb)
         # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
         record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]),

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from voice_llm import brief, prompts, sse
-from voice_llm.api import ServerClient
+from voice_llm.api import ServerClient, props_n_ctx
 from voice_llm.errors import ContextLimitError
 from voice_llm.kb import KBDoc
 
@@ -39,10 +39,7 @@ def longest_requests(docs: Sequence[KBDoc]) -> list[tuple[str, list[prompts.Mess
 
 def server_n_ctx(client: ServerClient) -> int | None:
     """The context of one slot (/props ``default_generation_settings.n_ctx``), or None if the server does not say."""
-    props = client.props()
-    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-    return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+    return props_n_ctx(client.props())
 
 
 def count_prompt_tokens(client: ServerClient, messages: list[prompts.Message]) -> tuple[int, bool]:
