@@ -461,12 +461,22 @@ class RecordingProxy(_TCPListener):
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.upstream: list[bytearray] = []
         self.downstream: list[bytearray] = []
+        self._pumps: list[threading.Thread] = []
+
+    def __exit__(self, *exc: object) -> None:
+        # The client may close as soon as it has read `data: [DONE]`, before the server's last chunk (the
+        # `0\r\n\r\n` that ends a chunked body) has passed through. Let each connection end by itself (the
+        # server closes once the client has) so the record is the whole response, then stop.
+        for pump in list(self._pumps):
+            pump.join(timeout=MAX_WAIT_S)
+        super().__exit__(*exc)
 
     def _on_connection(self, client: socket.socket) -> None:
         up, down = bytearray(), bytearray()
         self.upstream.append(up)
         self.downstream.append(down)
         self._spawn(self._pump, client, up, down)
+        self._pumps.append(self._threads[-1])
 
     def _pump(self, client: socket.socket, up: bytearray, down: bytearray) -> None:
         server = socket.create_connection(self.target, timeout=MAX_WAIT_S)
@@ -484,7 +494,10 @@ class RecordingProxy(_TCPListener):
                         data = b""
                     if data:
                         record += data
-                        other.sendall(data)
+                        try:
+                            other.sendall(data)
+                        except OSError:  # that side has gone; keep recording what the other still sends
+                            pass
                     else:
                         open_ends.discard(sock)
                         try:
