@@ -104,7 +104,7 @@ def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model
     try:
         done = subprocess.run(
             [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out)],
-            env=env, capture_output=True, text=True, timeout=900,
+            env=env, capture_output=True, text=True, timeout=1500,
         )
         yield out, done
     finally:

@@ -4,15 +4,12 @@ only when it is the answering server's. Relations only, never a time."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from voice_llm import check
 from voice_llm.api import JSONPoller, ServerClient
-from voice_llm.errors import MeasurementError
 from voice_llm.kb import default_kb_dir
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext, StepOptions
@@ -51,20 +48,6 @@ def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningS
     # busy machine may break it honestly.
 
 
-def busy_machine_retry(cut: Callable[[], dict[str, Any]], pollers: list[JSONPoller], tries: int = 3) -> dict[str, Any]:
-    """On a machine shared with other servers the answer may be too slow to cut (the step then refuses to
-    measure, by design): that is retried; anything else fails at once."""
-    for _ in range(tries - 1):
-        pollers.clear()
-        try:
-            return cut()
-        except MeasurementError as exc:
-            if "token(s) arrived in the first" not in str(exc):
-                raise
-    pollers.clear()
-    return cut()
-
-
 def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: RunningServer, tmp_path: Path,
                                                                 env: dict[str, str], state_dir: Path) -> None:
     """``env`` has a state folder of its own: no record for this port. Before the fix the step crashed after
@@ -81,7 +64,8 @@ def test_cancel_against_a_server_voice_llm_did_not_start_there(module_server: Ru
 
 
 def cancel_step(port: str, out: Path, env: dict[str, str], tries: int = 3) -> None:
-    """`voice-llm cancel --port P --repeat 1`, retried like busy_machine_retry."""
+    """`voice-llm cancel --port P --repeat 1`, run again when the step (after its own attempts) found the machine
+    too busy to cut an answer that runs at its own speed; anything else fails at once."""
     for _ in range(tries):
         done = cli("cancel", "--port", port, "--out", str(out), "--repeat", "1", "-q", env=env)
         if done.returncode == 0 or "token(s) arrived in the first" not in done.stderr:

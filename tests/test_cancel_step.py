@@ -42,7 +42,8 @@ def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(tmp_path: Path)
     assert doc["cancel_logged"] is None  # no server log of ours
 
 
-def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path) -> None:
+def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cancel, "CUT_RETRY_PAUSE_S", 0.0)  # the pause between attempts is not what is tested
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     with pytest.raises(MeasurementError, match="only 1 token"):
         run_against(tmp_path, *[one_then_silence] * cancel.CUT_ATTEMPTS)

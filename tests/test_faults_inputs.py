@@ -225,7 +225,9 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
     )
     try:
         deadline = time.monotonic() + WAIT_S
-        while not (out / "chunks.jsonl").exists() and proc.poll() is None:  # health and sse are done
+        # Health and sse are done and recorded once the ttft step has opened its first raw stream (chunks.jsonl
+        # alone is written a moment before the sse step is recorded in run.json).
+        while not list(out.glob("raw/ttft-*")) and proc.poll() is None:
             assert time.monotonic() < deadline, "the lab did not get through its first steps in time"
             time.sleep(0.01)
         assert proc.poll() is None, f"the lab ended before it was interrupted: {proc.communicate()}"

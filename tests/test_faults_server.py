@@ -389,7 +389,8 @@ def test_down_keeps_the_record_when_the_signal_fails(running_server: RunningServ
 def _held_by_http_server(port: int) -> subprocess.Popen[bytes]:
     holder = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    _wait_for(lambda: not server.port_is_free("127.0.0.1", port) or holder.poll() is not None, what="http.server")
+    # Listening, and seen by /proc as its listener: what `status` and `down` look for.
+    _wait_for(lambda: procfs.listener_pid(port) == holder.pid or holder.poll() is not None, what="http.server")
     return holder
 
 

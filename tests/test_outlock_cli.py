@@ -17,7 +17,8 @@ from voice_llm.outlock import LOCK_NAME
 
 
 def _slow_answer() -> Reply:
-    return Reply.stream(at(0.4, llama_events(["One.", " Two.", " Three."])))  # ~2 s per answer
+    # ~3 s per answer: time for a second CLI to start (slow on a loaded machine) while the first holds OUT
+    return Reply.stream(at(0.8, llama_events(["One.", " Two.", " Three."])))
 
 
 def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

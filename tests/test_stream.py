@@ -489,20 +489,24 @@ def test_pings_do_not_reset_the_no_content_timeout(tmp_path: Path, ping: str, co
 
 
 def test_tokens_reset_the_no_content_timeout(tmp_path: Path) -> None:
-    # Tokens 0.4 s apart for 2 s with a 0.6 s timeout: slow but alive, never a timeout.
-    events = llama_events([f" t{i}" for i in range(5)])
-    tokens = events[1:5] + [b"".join(events[5:])]  # the last token comes with the final chunk and [DONE]
-    with FakeServer(Reply.stream([(0.0, events[0])] + at(0.4, tokens))) as fake:
-        result = run_stream(MESSAGES, base_url=fake.url, timeout=0.6)
-    assert result.done and len(result.chunks) == 5
+    # Tokens 0.5 s apart for 3 s with a 1.5 s timeout: slow but alive, never a timeout. The answer outlasts the
+    # timeout twice over, and each gap leaves a second for a loaded machine's stalls.
+    events = llama_events([f" t{i}" for i in range(6)])
+    tokens = events[1:6] + [b"".join(events[6:])]  # the last token comes with the final chunk and [DONE]
+    with FakeServer(Reply.stream([(0.0, events[0])] + at(0.5, tokens))) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=1.5)
+    assert result.done and len(result.chunks) == 6
+    assert result.total_ms > 1500  # longer than the timeout, yet no timeout
 
 
 def test_reasoning_tokens_reset_the_no_content_timeout(tmp_path: Path) -> None:
+    # As above: thoughts 0.5 s apart for 3 s with a 1.5 s timeout.
     thoughts = [event(chunk_payload({"reasoning_content": f" step{i}"})) for i in range(5)]
     answer = llama_events(["Done."])[1:]
-    with FakeServer(Reply.stream(at(0.4, thoughts) + [(0.4, b"".join(answer))])) as fake:
-        result = run_stream(MESSAGES, base_url=fake.url, timeout=0.6)
+    with FakeServer(Reply.stream(at(0.5, thoughts) + [(0.5, b"".join(answer))])) as fake:
+        result = run_stream(MESSAGES, base_url=fake.url, timeout=1.5)
     assert result.done and len(result.reasoning_chunks) == 5 and texts(result.chunks) == ["Done."]
+    assert result.total_ms > 1500  # longer than the timeout, yet no timeout
 
 
 def test_the_deadline_bounds_a_stream_that_never_stops(tmp_path: Path) -> None:

@@ -300,10 +300,20 @@ def _terminate(pid: int, timeout_s: float = 10.0, group: bool = True) -> None:
     raise ServerError(f"llama-server (pid {pid}) is still running after SIGKILL")
 
 
+def _wait_port_released(host: str, port: int, timeout_s: float = 2.0) -> None:
+    # The process is gone (a zombie counts as gone), but its last threads may still be exiting and hold the
+    # listening socket for a moment: `down` returns once an `up` on the same port can bind it. Best effort; an
+    # `up` that still finds the port taken says so itself.
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(host, port) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _stop_recorded(record: ServerRecord, timeout_s: float) -> None:
     # Signal first; the record goes only once the process is gone, so a failed stop leaves it findable.
     _terminate(record.pid, timeout_s)
     remove_record(record.port, record.pid)
+    _wait_port_released(record.host, record.port)
 
 
 def _leads_its_group(pid: int) -> bool:
@@ -329,6 +339,7 @@ def down(port: int, timeout_s: float = 10.0) -> str:
         if orphan is not None and orphan.pid is not None and orphan.is_llama_server:
             described = procfs.describe(orphan.pid)
             _terminate(orphan.pid, timeout_s, group=_leads_its_group(orphan.pid))
+            _wait_port_released("127.0.0.1", port)
             return f"stopped llama-server on port {port} ({described}) that voice-llm had no record of"
         return said or f"no managed server on port {port}"
 

@@ -108,8 +108,11 @@ class TooEarlyCutError(MeasurementError):
     """The busy machine let fewer than two tokens through before the cut: not a measurement of stopping."""
 
 
-# A cut the busy machine made too early is made again, at most this often per repeat, before the step gives up.
-CUT_ATTEMPTS = 3
+# A cut the busy machine made too early is made again, at most this often per repeat, before the step gives up,
+# after a pause: a neighbour's burst of CPU (another process taking one of the server's cores stalls a server that
+# runs a thread per core to a few tokens a second) is usually over by then.
+CUT_ATTEMPTS = 5
+CUT_RETRY_PAUSE_S = 1.0
 
 
 def _cut(ctx: LabContext, messages: list[dict[str, str]], suffix: str) -> sse.StreamResult:
@@ -200,6 +203,7 @@ def measure_retrying(ctx: LabContext, number: int) -> dict[str, Any]:
         except TooEarlyCutError:
             if attempt == CUT_ATTEMPTS:
                 raise
+            time.sleep(CUT_RETRY_PAUSE_S)
             continue
         document["discarded_cuts"] = attempt - 1
         return document
