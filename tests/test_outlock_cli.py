@@ -17,7 +17,7 @@ from voice_llm.outlock import LOCK_NAME
 
 
 def _slow_answer() -> Reply:
-    # ~3 s per answer: time for a second CLI to start (slow on a loaded machine) while the first holds OUT
+    # ~5 s per answer: time for a second CLI to start (slow on a loaded machine) while the first holds OUT
     return Reply.stream(at(0.8, llama_events(["One.", " Two.", " Three."])))
 
 
