@@ -381,10 +381,11 @@ class _TCPListener:
         assert self._listener is not None
         self._listener.close()
 
-    def _spawn(self, target: Any, *args: Any) -> None:
+    def _spawn(self, target: Any, *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=type(self).__name__)
         self._threads.append(thread)
         thread.start()
+        return thread
 
     def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -475,8 +476,7 @@ class RecordingProxy(_TCPListener):
         up, down = bytearray(), bytearray()
         self.upstream.append(up)
         self.downstream.append(down)
-        self._spawn(self._pump, client, up, down)
-        self._pumps.append(self._threads[-1])
+        self._pumps.append(self._spawn(self._pump, client, up, down))
 
     def _pump(self, client: socket.socket, up: bytearray, down: bytearray) -> None:
         server = socket.create_connection(self.target, timeout=MAX_WAIT_S)

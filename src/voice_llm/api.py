@@ -10,7 +10,6 @@ from typing import Any
 from voice_llm import sse
 
 
-
 def props_n_ctx(props: Any) -> int | None:
     """The context of one slot from a /props answer (``default_generation_settings.n_ctx``; older servers put it at
     the top), or None when the answer does not say it as a positive whole number."""
@@ -19,6 +18,7 @@ def props_n_ctx(props: Any) -> int | None:
     settings = props.get("default_generation_settings")
     n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
     return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
 
 @dataclass(frozen=True)
 class ServerClient:

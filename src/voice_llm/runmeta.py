@@ -295,9 +295,8 @@ class RunRecord:
         existing = cls.load(out)
         if existing is None:
             return cls.start(out, metadata, steps), None
-        diff = differences(existing.doc.get("metadata", {}).get("identity", {}), metadata.get("identity", {}))
-        if not ask_server:
-            diff = []
+        identity = existing.doc.get("metadata", {}).get("identity", {})
+        diff = differences(identity, metadata.get("identity", {})) if ask_server else []
         if diff:
             record = cls.start(out, metadata, steps)
             return record, (f"started a new run {record.run_id} in {out}: it differs from run "

@@ -20,7 +20,7 @@ from typing import Any
 
 from voice_llm import procfs, sse
 from voice_llm.api import ServerClient
-from voice_llm.config import ServerSettings, state_dir
+from voice_llm.config import DEFAULT_HOST, ServerSettings, state_dir
 from voice_llm.errors import PortInUseError, ServerError
 from voice_llm.progress import NullProgress, Progress
 from voice_llm.server_state import (
@@ -124,7 +124,7 @@ def unmanaged_listener(port: int) -> Listener | None:
     """What listens on ``port`` (when voice-llm has no living record there); None if nothing does."""
     pid = procfs.listener_pid(port)
     if pid is None:
-        if port_is_free("127.0.0.1", port):
+        if port_is_free(DEFAULT_HOST, port):
             return None
         return Listener(None, False, "a program whose process voice-llm cannot see")
     if procfs.is_llama_server(pid):
@@ -339,7 +339,7 @@ def down(port: int, timeout_s: float = 10.0) -> str:
         if orphan is not None and orphan.pid is not None and orphan.is_llama_server:
             described = procfs.describe(orphan.pid)
             _terminate(orphan.pid, timeout_s, group=_leads_its_group(orphan.pid))
-            _wait_port_released("127.0.0.1", port)
+            _wait_port_released(DEFAULT_HOST, port)
             return f"stopped llama-server on port {port} ({described}) that voice-llm had no record of"
         return said or f"no managed server on port {port}"
 
