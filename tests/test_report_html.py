@@ -105,7 +105,7 @@ def test_header_shows_server_facts_and_key_numbers(out: Path) -> None:
 
 def test_checks_table_marks_pass_and_fail(out: Path) -> None:
     page = render(out)
-    assert "1 of 2 checks passed." in page
+    assert "2 checks: 1 passed, 0 findings, 0 not checkable, 1 failed." in page
     assert re.search(r'<tr class="pass">.*PASS.*ttft_p50 is the median', page)
     assert re.search(r'<tr class="fail">.*FAIL.*slot idle soon after cancel', page)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from voice_llm import __version__, provision, server
-from voice_llm.check import FAIL, NOT_CHECKABLE, CheckResult, run_checks
+from voice_llm.check import FAIL, CheckResult, run_checks
+from voice_llm.check import counts as check_counts
 from voice_llm.artifacts import REPORT, dumps_json, read_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import VoiceLLMError
@@ -260,13 +261,11 @@ def _print_noise(out: Path, file: TextIO) -> None:
 
 
 def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) -> bool:
+    """Each result with its numbers, then the counts; True unless one FAILed (findings do not fail a run)."""
     for result in results:
         print(f"{result.label:4}  {result.name}: {result.detail}", file=file)
-    failed = sum(r.status == FAIL for r in results)
-    unknown = sum(r.status == NOT_CHECKABLE for r in results)
-    tail = f", {unknown} not checkable" if unknown else ""
-    print(f"{len(results) - failed - unknown} passed, {failed} failed{tail}", file=file)
-    return failed == 0
+    print(check_counts(results), file=file)
+    return not any(r.status == FAIL for r in results)
 
 
 def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:

@@ -38,7 +38,8 @@ from voice_llm.artifacts import (
     read_json,
     write_bytes_atomic,
 )
-from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.check import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.check import counts as check_counts
 from voice_llm.keynumbers import LABELS
 from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.load import report as load_report  # the call and load sections
@@ -714,13 +715,14 @@ def _capabilities_html(out: Path) -> str:
     )
 
 
-_STATUS_CLASS = {PASS: "pass", FAIL: "fail", NOT_CHECKABLE: "unknown"}
+_STATUS_CLASS = {PASS: "pass", FAIL: "fail", NOT_CHECKABLE: "unknown", FINDING: "finding"}
+_FINDINGS_NOTE = (" A finding (FIND) is an expectation that depends on this machine or model and did not hold here, with"
+                  " its numbers; it never fails the run.")
 
 
 def _checks_html(checks: Sequence[CheckResult] | None) -> str:
     if checks is None:
         return '<section id="section-checks">\n<h2>Checks</h2>\n<p class="missing">checks not run</p>\n</section>\n'
-    passed = sum(1 for c in checks if c.status == PASS)
     unknown = sum(1 for c in checks if c.status == NOT_CHECKABLE)
     rows = "".join(
         f'<tr class="{_STATUS_CLASS[c.status]}"><td><span class="badge">{_e(c.label)}</span></td>'
@@ -728,7 +730,7 @@ def _checks_html(checks: Sequence[CheckResult] | None) -> str:
         for c in checks
     )
     return (
-        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{passed} of {len(checks)} checks passed{f"; {unknown} not checkable from these files" if unknown else ""}.</p>\n'
+        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{len(checks)} checks: {_e(check_counts(checks))}{f" ({unknown} not checkable from these files)" if unknown else ""}.{_FINDINGS_NOTE if any(c.status == FINDING for c in checks) else ""}</p>\n'
         '<table class="checks"><thead><tr><th>result</th><th>check</th><th>detail</th></tr></thead><tbody>\n'
         f"{rows}</tbody></table>\n</section>\n"
     )
@@ -753,6 +755,7 @@ tr.pass .badge { background: #e3f5e6; color: #136c2e; }
 tr.fail .badge { background: #fde8e8; color: #a11111; }
 tr.fail td { background: #fff7f7; }
 tr.unknown .badge { background: #eeeeee; color: #444; }
+tr.finding .badge { background: #fff3d6; color: #7a4b00; }
 figure.chart { margin: 0; }
 figure.chart svg { display: block; width: 100%; height: auto; }
 figcaption { margin-top: .3rem; font-size: .98rem; }

@@ -267,6 +267,9 @@ class RunRecord:
             "metadata": dict(metadata),
             "steps_planned": list(steps_planned),
             "expected_artifacts": [name for files in steps_planned.values() for name in files],
+            # Which step leaves which file: check requires the files of the steps that ran (a step run alone
+            # plans the lab's steps too, and they may never run in this folder).
+            "artifacts_by_step": {step: list(files) for step, files in steps_planned.items()},
             "steps": [], "failed_step": None, "failure": None,
             "artifacts": {},
         }
@@ -303,10 +306,13 @@ class RunRecord:
                             f"{existing.run_id} there ({'; '.join(diff)})")
         planned = existing.doc.setdefault("steps_planned", [])
         expected = existing.doc.setdefault("expected_artifacts", [])
+        by_step = existing.doc.setdefault("artifacts_by_step", {})
         for step, files in steps.items():
             if step not in planned:
                 planned.append(step)
             expected += [name for name in files if name not in expected]
+            if isinstance(by_step, dict):
+                by_step.setdefault(step, list(files))
         return existing, None
 
     def record_file(self, path: Path, data: bytes | None = None) -> None:

@@ -1,8 +1,11 @@
 """Checks of call.json and of load.json against its raw samples, from the files alone.
 
-Each check returns the detail it verified or raises :class:`CheckFailed` with the numbers that broke the
-relation. load.json is recomputed from load_samples.csv with the same rules (voice_llm.load.stats): nearest-rank
-percentiles are always one of the samples, and the CSV keeps every float exactly, so they must agree exactly.
+Each check returns the detail it verified or raises voice_llm.checkbase's :class:`CheckFailed` with the numbers
+that broke the relation (or :class:`NotCheckable`). load.json is recomputed from load_samples.csv with the same
+rules (voice_llm.load.stats): nearest-rank percentiles are always one of the samples, and the CSV keeps every
+float exactly, so they must agree exactly. Every relation here is an invariant: times of one turn on one clock,
+files equal to what they were derived from, token counts, the brief's cache hit < no cache; a file that measured
+nothing (no sweep, no step, no turn) or holds impossible numbers (negative, inf, NaN) fails, it is no evidence.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, read_json
 from voice_llm import spread
+from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, read_json
+from voice_llm.checkbase import Check, CheckFailed, NotCheckable, finite_number, require
 from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
 
@@ -21,13 +25,13 @@ _COMPARED = ("turns", "errors", "cancelled", "judged", "good", "goodput", "good_
              "first_sentence_ms", "itl_ms", "itl_p99_max_ms", "workers")
 
 
-class CheckFailed(Exception):
-    """The relation does not hold; the message has the numbers."""
-
-
-def _require(condition: bool, detail: str) -> None:
-    if not condition:
-        raise CheckFailed(detail)
+__all__ = ["CALL_CHECKS", "CHECKS", "CheckFailed", "LOAD_CHECKS", "NotCheckable"]
+_require = require
+# The sample columns that are times or counts: each a finite number >= 0 where present ("start" is a clock
+# reading, finite only).
+_NON_NEGATIVE = ("ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms", "prompt_ms", "tokens",
+                 "prompt_n", "cache_n", "callers", "turn")
+_CALL_TIMES = ("ttft_ms", "first_sentence_ms", "total_ms")
 
 
 # --- call.json ------------------------------------------------------------------------------------------------
@@ -36,12 +40,21 @@ def _require(condition: bool, detail: str) -> None:
 def _runs(out: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], int]:
     doc = read_json(out / CALL)
     on, off, turns = doc["cache_on"], doc["cache_off"], len(doc["turns"])
+    _require(turns > 0, f"{CALL} scripts no turn: nothing was measured")
     _require(len(on) == turns and len(off) == turns,
              f"{turns} turns scripted, {len(on)} with the cache on and {len(off)} with it off")
+    for label, rows in (("cache on", on), ("cache off", off)):
+        for row in rows:
+            for key in _CALL_TIMES:
+                if key == "first_sentence_ms" and row[key] is None:
+                    continue
+                _require(finite_number(row[key], f"{label} turn {row['turn']} {key}") >= 0,
+                         f"{label} turn {row['turn']}: {key} {row[key]} is negative")
     return on, off, turns
 
 
 def check_call_order(out: Path) -> str:
+    """Invariant: ttft <= first sentence <= total, the times of one answer on one clock."""
     on, off, turns = _runs(out)
     for label, rows in (("cache on", on), ("cache off", off)):
         for row in rows:
@@ -54,7 +67,8 @@ def check_call_order(out: Path) -> str:
 
 def check_call_same_prompts(out: Path) -> str:
     """The cache-off run replays the cache-on conversation, so each turn's prompt has the same tokens:
-    what the cache-on turn prefilled plus what it reused equals what the cache-off turn prefilled."""
+    what the cache-on turn prefilled plus what it reused equals what the cache-off turn prefilled. Invariant:
+    token counts, the same for any machine."""
     on, off, turns = _runs(out)
     for a, b in zip(on, off):
         _require(b["cache_n"] in (0, None), f"cache off turn {b['turn']} reused {b['cache_n']} tokens")
@@ -66,6 +80,8 @@ def check_call_same_prompts(out: Path) -> str:
 
 
 def check_call_cache_keeps_turns_fast(out: Path) -> str:
+    """Invariant (the brief's cache hit < no cache): every later cache-on turn reused tokens, and its median
+    first-token time is below the cache-off turns'."""
     on, off, turns = _runs(out)
     _require(turns >= 2, "fewer than two turns: nothing to reuse")
     for row in on[1:]:
@@ -79,9 +95,34 @@ def check_call_cache_keeps_turns_fast(out: Path) -> str:
 # --- load.json ------------------------------------------------------------------------------------------------
 
 
+def _sweeps(doc: Any) -> list[Mapping[str, Any]]:
+    """load.json's sweeps, each with its steps: a file with none measured nothing, and is no evidence."""
+    _require(isinstance(doc, dict), f"{LOAD} is not an object")
+    sweeps = doc.get("sweeps")
+    _require(isinstance(sweeps, list) and bool(sweeps), f"{LOAD} has no sweeps: nothing was measured")
+    for sweep in sweeps:
+        _require(isinstance(sweep, dict) and isinstance(sweep.get("steps"), list) and bool(sweep["steps"]),
+                 f"slots {sweep.get('slots') if isinstance(sweep, dict) else sweep!r}: a sweep with no steps")
+    return sweeps
+
+
+def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
+    """Every sample's times and counts are numbers a turn can have: finite, and >= 0 (a clock reading finite)."""
+    for row, s in enumerate(samples, 1):
+        for key in ("start", *_NON_NEGATIVE):
+            value = s.get(key)
+            if value is None:
+                continue
+            where = f"{LOAD_SAMPLES} row {row} ({s.get('caller')} turn {s.get('turn')}) {key}"
+            _require(finite_number(value, where) >= 0 or key == "start", f"{where} is negative: {value!r}")
+
+
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     doc = read_json(out / LOAD)
-    return doc, read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
+    _sweeps(doc)
+    samples = read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
+    _possible(samples)
+    return doc, samples
 
 
 def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> list[Mapping[str, Any]]:
@@ -89,6 +130,7 @@ def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> li
 
 
 def check_load_matches_samples(out: Path) -> str:
+    """Invariant: every step of load.json is what its measured samples give (derived equals source)."""
     doc, samples = _load(out)
     slo = doc["slo_first_sentence_ms"]
     count = 0
@@ -105,9 +147,17 @@ def check_load_matches_samples(out: Path) -> str:
 
 
 def check_load_verdict(out: Path) -> str:
+    """Invariant: the verdict and the stop rule follow from load.json's steps (derived equals source). A verdict
+    that rests on no measured turn at all is not checkable: there is nothing it could be wrong about."""
     doc = read_json(out / LOAD)  # the verdict follows from load.json's steps: the raw samples are not needed
     verdicts = []
-    for sweep in doc["sweeps"]:
+    empty = []
+    for sweep in _sweeps(doc):
+        turns = [s.get("turns") for s in sweep["steps"]]
+        _require(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in turns),
+                 f"slots {sweep['slots']}: turns {turns} are not counts")
+        if not any(turns):
+            empty.append(f"slots {sweep['slots']}")
         again = stats.verdict(sweep["steps"], sweep["slots"])
         _require(again == sweep["verdict"], f"slots {sweep['slots']}: verdict {sweep['verdict']} but the steps say {again}")
         if doc.get("stop_on_budget", True):
@@ -116,11 +166,16 @@ def check_load_verdict(out: Path) -> str:
         callers = [s["callers"] for s in sweep["steps"]]
         _require(callers == sorted(set(callers)), f"slots {sweep['slots']}: steps not strictly upward: {callers}")
         verdicts.append(f"{sweep['slots']} slots: {again['max_callers']}")
+    if empty:
+        raise NotCheckable(f"no turn was measured in any step of {', '.join(empty)}: the verdict "
+                           f"({', '.join(verdicts)}) rests on nothing")
     return "max callers " + ", ".join(verdicts)
 
 
 def check_load_windows(out: Path) -> str:
-    """Warm-up dropped: every counted turn started inside its step's measured window, every warm-up turn before it."""
+    """Invariant: warm-up dropped: every counted turn started inside its step's measured window, every warm-up
+    turn before it. The slack is for the phase message's way to a worker; a counted turn beyond it means the
+    step's numbers counted turns of another phase, whatever the cause: the evidence does not show the claim."""
     doc, samples = _load(out)
     for sweep in doc["sweeps"]:
         workers = {s["worker"] for s in samples if s["slots"] == sweep["slots"]}
@@ -137,6 +192,7 @@ def check_load_windows(out: Path) -> str:
 
 
 def check_load_turn_order(out: Path) -> str:
+    """Invariant: ttft <= first sentence <= end, the times of one turn on one clock."""
     _, samples = _load(out)
     timed = [s for s in samples if s["ttft_ms"] is not None]
     for s in timed:
@@ -158,8 +214,8 @@ LOAD_CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
     ("load: warm-up dropped, turns in their windows", check_load_windows),
     ("load: ttft <= first sentence <= end per turn", check_load_turn_order),
 )
-# (name, the step whose artifacts it reads, check) for voice_llm.check: run only when the run includes the step.
-CHECKS: tuple[tuple[str, str, Callable[[Path], str]], ...] = (
-    *((name, "call", run) for name, run in CALL_CHECKS),
-    *((name, "load", run) for name, run in LOAD_CHECKS),
+# For voice_llm.check, each with the step whose artifacts it reads: run only when the run ran the step.
+CHECKS: tuple[Check, ...] = (
+    *(Check(name, "call", run) for name, run in CALL_CHECKS),
+    *(Check(name, "load", run) for name, run in LOAD_CHECKS),
 )

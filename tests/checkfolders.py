@@ -1,0 +1,78 @@
+"""Folders for check's tests, made from the saved fixtures of real runs (no server): a clean copy of a lab run,
+and an audio.json whose synthesis came later, everything derived from those times recomputed as the speak step
+writes it (consistent evidence of an honest run on a slower machine)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from voice_llm.tts.artifact import summary
+from voice_llm.tts.timeline import AudioPiece, playback
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SAMPLE_RUN = FIXTURES / "sample_run"  # a real lab run's files (its raw/ folder not kept)
+SAMPLE_AUDIO = FIXTURES / "sample_audio" / "audio.json"  # a real speak step's audio.json (no raw/, no WAVs)
+SSE_MODULE = Path(__file__).parents[1] / "src" / "voice_llm" / "sse.py"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read(out: Path, name: str) -> Any:
+    return json.loads((out / name).read_text())
+
+
+def write(out: Path, name: str, doc: Any) -> None:
+    (out / name).write_text(json.dumps(doc))
+
+
+def clean_run(out: Path) -> Path:
+    """sample_run with what its copy in the repository left out put back (sse.py) and its manifest naming only
+    the files kept: a folder every check passes on, as the lab left it."""
+    shutil.copytree(SAMPLE_RUN, out)
+    shutil.copy(SSE_MODULE, out / "sse.py")
+    run = read(out, "run.json")
+    run["artifacts"] = {name: sha256(out / name) for name in run["artifacts"] if (out / name).is_file()}
+    run["artifacts"]["sse.py"] = sha256(out / "sse.py")
+    write(out, "run.json", run)
+    return out
+
+
+def reseal(out: Path, *names: str) -> None:
+    """Record the files' new bytes in run.json's manifest, as if the run had written them so."""
+    run = read(out, "run.json")
+    for name in names:
+        run["artifacts"][name] = sha256(out / name)
+    write(out, "run.json", run)
+
+
+def delay_synthesis(doc: dict[str, Any], strategy: str, delay_ms: float) -> None:
+    """Every segment of ``strategy`` synthesized ``delay_ms`` later (the TTS slowed by the LLM still generating on
+    the same cores), and the playback, overhead, handoff, summary and ttfa_ms recomputed from those times."""
+    entry = doc["strategies"][strategy]
+    for run in entry["runs"]:
+        for segment in run["segments"]:
+            for key in ("synth_start_ms", "first_audio_ms", "synth_end_ms"):
+                segment[key] += delay_ms
+            for piece in segment["audio"]:
+                piece["ready_ms"] += delay_ms
+        heard = playback([AudioPiece(s["index"], a["ready_ms"], a["audio_ms"]) for s in run["segments"]
+                          for a in s["audio"]])
+        run.update(heard.as_dict())
+        first = run["segments"][0]
+        run["overhead_ms"] = run["ttfa_ms"] - (first["text_ready_ms"] + run["first_segment_alone_ms"])
+        run["handoff_ms"] = first["synth_start_ms"] - first["text_ready_ms"]
+    entry["summary"] = summary(entry["runs"])
+    doc["ttfa_ms"][strategy] = entry["summary"]["ttfa_ms"]["median"]
+
+
+def whole_heard_first(doc: dict[str, Any]) -> float:
+    """Delay `sentences` until it is heard 100 ms after `whole`; returns the delay."""
+    delay = doc["ttfa_ms"]["whole"] - doc["ttfa_ms"]["sentences"] + 100.0
+    delay_synthesis(doc, "sentences", delay)
+    return delay
