@@ -83,7 +83,9 @@ def lab_copy(lab_run, tmp_path: Path) -> Path:
 def test_all_checks_pass_on_the_real_run(lab_copy: Path) -> None:
     results = run_checks(lab_copy)
     assert [r for r in results if not r.ok] == []
-    assert all(r.status == "pass" for r in results), [r for r in results if r.status != "pass"]
+    # Passed, or a finding about this machine (an expectation such as which strategy is heard first): never a
+    # failure, never "not checkable" on llama-server.
+    assert all(r.status in ("pass", "finding") for r in results), [r for r in results if r.status not in ("pass", "finding")]
     names = " | ".join(r.name for r in results)
     for relation in ("one run", "ttft < total", "first token grows", "cache hit", "first sentence", "cancel cut",
                      "report equals", "audio"):

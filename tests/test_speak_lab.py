@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from voice_llm.artifacts import AUDIO, REPORT, REPORT_HTML
-from voice_llm.check import FAIL, PASS, run_checks
+from voice_llm.check import FAIL, FINDING, PASS, run_checks
 from voice_llm.tts.checks import CHECKS as AUDIO_CHECKS
 from voice_llm.tts.segmenting import STRATEGIES
 from voice_llm.tts.wav import read_wav
@@ -55,7 +55,7 @@ def test_speak_with_the_registry_voice(spoken: Path) -> None:
     sentences = doc["strategies"]["sentences"]["runs"][0]["segments"]
     assert len(sentences) >= 2, "a three-sentence answer speaks in more than one segment"
     results = audio_results(out)
-    assert len(results) == len(AUDIO_CHECKS) and {status for status, _ in results.values()} <= {PASS, "not checkable"}
+    assert len(results) == len(AUDIO_CHECKS) and {status for status, _ in results.values()} <= {PASS, FINDING, "not checkable"}
     assert results[AUDIO_CHECK_NAMES[0]][0] == PASS
 
 
@@ -64,7 +64,7 @@ def test_lab_writes_audio_and_reports_first_audio(lab_run) -> None:  # type: ign
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads((out / AUDIO).read_text())
     assert doc["repeat"] == 3 and all((out / w["path"]).is_file() for e in doc["strategies"].values() for w in e["wavs"].values())
-    assert {status for status, _ in audio_results(out).values()} <= {PASS, "not checkable"}
+    assert {status for status, _ in audio_results(out).values()} <= {PASS, FINDING, "not checkable"}
     report = json.loads((out / REPORT).read_text())
     assert report["ttfa_sentences_ms"] == doc["ttfa_ms"]["sentences"] and report["first_sentence_ms"] > 0
     page = (out / REPORT_HTML).read_text()
@@ -90,14 +90,26 @@ def test_check_fails_when_first_audio_comes_before_its_text(spoken: Path, tmp_pa
     assert status == FAIL and "clauses run 2" in detail
 
 
-def test_check_fails_when_whole_is_heard_before_sentences(spoken: Path, tmp_path: Path) -> None:
+def test_whole_heard_before_sentences_is_a_finding_and_a_stated_median_not_of_its_runs_fails(
+        spoken: Path, tmp_path: Path) -> None:
+    # Which strategy is heard first depends on the machine (a finding); a median that is not its runs' is bad
+    # evidence (a FAIL). A consistent slower synthesis is tests/test_checks_findings.py's.
     def change(out: Path, doc: dict[str, Any]) -> None:
         summary = doc["strategies"]["whole"]["summary"]
         summary["ttfa_ms"]["median"] = doc["strategies"]["sentences"]["summary"]["ttfa_ms"]["median"] - 50
 
     results = tampered(spoken, tmp_path, change)
-    assert results["audio: TTFA whole >= TTFA sentences"][0] == FAIL
+    assert results["audio: TTFA whole >= TTFA sentences"][0] == FINDING
     assert results["audio: timeline and medians follow from the segments"][0] == FAIL
+
+
+def test_whole_heard_first_on_consistent_evidence_is_only_a_finding(spoken: Path, tmp_path: Path) -> None:
+    from checkfolders import whole_heard_first
+
+    results = tampered(spoken, tmp_path, lambda out, doc: whole_heard_first(doc))
+    status, detail = results.pop("audio: TTFA whole >= TTFA sentences")
+    assert status == FINDING and "whole heard first" in detail
+    assert {status for status, _ in results.values()} <= {PASS, "not checkable"}, results
 
 
 def test_check_fails_on_a_segment_the_stream_does_not_give(spoken: Path, tmp_path: Path) -> None:
@@ -145,4 +157,4 @@ def test_speak_with_espeak_through_the_cli(module_server, tmp_path: Path, env: d
     assert doc["engine"] == "espeak" and doc["voice"] == "en-us" and doc["versions"]["espeak-ng"]
     assert all(len(entry["runs"]) == 1 for entry in doc["strategies"].values())
     results = audio_results(out)
-    assert {status for status, _ in results.values()} <= {PASS, "not checkable"}, results
+    assert {status for status, _ in results.values()} <= {PASS, FINDING, "not checkable"}, results
