@@ -394,3 +394,61 @@ def test_load_checks_raise_checks_own_exceptions() -> None:
 
     assert load_checks.CheckFailed is check.CheckFailed and load_checks.NotCheckable is check.NotCheckable
     assert all(isinstance(c, check.Check) for c in load_checks.CHECKS)
+
+
+# --- the stream's shape: the protocol is the invariant, a role-only first chunk llama-server's habit ---------
+
+
+def first_content_in_the_role_chunk(out: Path) -> None:
+    """The stream as a server that sends the role with the first content leaves it (same text, one event less)."""
+    events = (out / "sse_raw.txt").read_bytes().split(b"\n\n")
+    role, first = json.loads(events[0][len(b"data: "):]), json.loads(events[1][len(b"data: "):])
+    role["choices"][0]["delta"]["content"] = first["choices"][0]["delta"]["content"]
+    (out / "sse_raw.txt").write_bytes(b"\n\n".join([b"data: " + json.dumps(role).encode(), *events[2:]]))
+    reseal(out, "sse_raw.txt")
+
+
+SSE_CHECK = "sse_raw: role chunk first, [DONE] last"
+
+
+def test_content_in_the_first_chunk_is_a_finding(lab: Path) -> None:
+    first_content_in_the_role_chunk(lab)
+    results = by_name(lab)
+    assert results[SSE_CHECK].status == FINDING and "carries content with the role" in results[SSE_CHECK].detail
+    assert results["chunks.jsonl matches sse_raw, times non-decreasing"].status == PASS  # the evidence agrees
+
+
+def test_a_stream_without_the_assistant_or_done_fails(lab: Path) -> None:
+    raw = (lab / "sse_raw.txt").read_bytes()
+    (lab / "sse_raw.txt").write_bytes(raw.replace(b'"role":"assistant",', b"", 1))
+    assert by_name(lab)[SSE_CHECK].status == FAIL
+    (lab / "sse_raw.txt").write_bytes(raw[: raw.rindex(b"data: [DONE]")])
+    assert by_name(lab)[SSE_CHECK].status == FAIL
+
+
+# --- call.json on a server without token counts ---------------------------------------------------------------
+
+
+def call_json(out: Path, prompt_n: list[int | None], cache_n: list[int | None]) -> None:
+    def row(turn: int, ttft: float, prompt: int | None, cached: int | None) -> dict:
+        return {"turn": turn, "ttft_ms": ttft, "first_sentence_ms": ttft + 100, "total_ms": ttft + 500,
+                "prompt_n": prompt, "cache_n": cached}
+
+    on = [row(i + 1, 100.0, p if p is None or c is None else p - c, c) for i, (p, c) in enumerate(zip(prompt_n, cache_n))]
+    off = [row(i + 1, 300.0, p, None if c is None else 0) for i, (p, c) in enumerate(zip(prompt_n, cache_n))]
+    write(out, "call.json", {"turns": ["a", "b", "c"], "cache_on": on, "cache_off": off})
+
+
+def test_call_checks_without_the_servers_counts(tmp_path: Path) -> None:
+    from voice_llm.load import checks as load_checks
+
+    call_json(tmp_path, [100, 200, 300], [0, 90, 190])
+    assert "reused" not in load_checks.check_call_cache_keeps_turns_fast(tmp_path)
+    load_checks.check_call_same_prompts(tmp_path)
+    call_json(tmp_path, [None, None, None], [None, None, None])  # a server without timings
+    assert "cache_n not reported" in load_checks.check_call_cache_keeps_turns_fast(tmp_path)
+    with pytest.raises(check.NotCheckable, match="prompt_n is null"):
+        load_checks.check_call_same_prompts(tmp_path)
+    call_json(tmp_path, [100, 200, 300], [0, 0, 190])  # the server says it reused nothing on turn 2
+    with pytest.raises(CheckFailed, match="turn 2 reused nothing"):
+        load_checks.check_call_cache_keeps_turns_fast(tmp_path)
