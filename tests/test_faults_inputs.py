@@ -256,13 +256,19 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
     assert run["failed_step"] not in (None, "health", "sse")
     assert [step["step"] for step in run["steps"]][:2] == ["health", "sse"]
 
-    # `check` works from the files alone: it fails, and names what is missing and what disagrees.
+    # `check` works from the files alone: it fails, and names where the run stopped, the files an earlier run
+    # left, and the steps never reached (their relations are not checked: they have no evidence of this run).
     check = cli("check", str(out), env=env)
     assert check.returncode == 3, check.stdout + check.stderr
     assert "Traceback" not in check.stderr
     lines = check.stdout.splitlines()
-    assert any(line.startswith("FAIL  files present and well-formed: missing: prefill.json") for line in lines), lines
-    assert any(line.startswith("FAIL  report equals its sources") for line in lines), lines
+    assert any(line.startswith(f"FAIL  the run finished every step: the run failed at step {run['failed_step']}")
+               for line in lines), lines
+    assert any(line.startswith("FAIL  one run: every file as the run wrote it") and "report.json" in line
+               for line in lines), lines
+    assert any(line.startswith("N/C   planned steps not run in this folder: ") and "report" in line
+               for line in lines), lines
+    assert not any(line.startswith("FAIL  report equals its sources") for line in lines), lines
     assert any(line.startswith("PASS  sse_raw") for line in lines), lines
     assert any(line.startswith("PASS  ttft < total") for line in lines), lines
     # check only reads: the run's files are still as they were.
