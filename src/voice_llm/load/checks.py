@@ -123,8 +123,13 @@ def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
 
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     doc = read_json(out / LOAD)
+    return doc, read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
+
+
+def _evidence(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """load.json and its samples, refused when they measured nothing or hold impossible numbers."""
+    doc, samples = _load(out)
     _sweeps(doc)
-    samples = read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
     _possible(samples)
     return doc, samples
 
@@ -135,7 +140,7 @@ def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> li
 
 def check_load_matches_samples(out: Path) -> str:
     """Invariant: every step of load.json is what its measured samples give (derived equals source)."""
-    doc, samples = _load(out)
+    doc, samples = _evidence(out)
     slo = doc["slo_first_sentence_ms"]
     count = 0
     for sweep in doc["sweeps"]:
@@ -180,7 +185,7 @@ def check_load_windows(out: Path) -> str:
     """Invariant: warm-up dropped: every counted turn started inside its step's measured window, every warm-up
     turn before it. The slack is for the phase message's way to a worker; a counted turn beyond it means the
     step's numbers counted turns of another phase, whatever the cause: the evidence does not show the claim."""
-    doc, samples = _load(out)
+    doc, samples = _evidence(out)
     for sweep in doc["sweeps"]:
         workers = {s["worker"] for s in samples if s["slots"] == sweep["slots"]}
         _require(workers <= set(sweep["workers"]), f"samples from workers not in the sweep: {workers - set(sweep['workers'])}")
@@ -197,7 +202,7 @@ def check_load_windows(out: Path) -> str:
 
 def check_load_turn_order(out: Path) -> str:
     """Invariant: ttft <= first sentence <= end, the times of one turn on one clock."""
-    _, samples = _load(out)
+    _, samples = _evidence(out)
     timed = [s for s in samples if s["ttft_ms"] is not None]
     for s in timed:
         first = s["first_sentence_ms"] if s["first_sentence_ms"] is not None else s["ttft_ms"]
