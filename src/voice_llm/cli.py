@@ -16,7 +16,7 @@ from voice_llm import __version__, provision, server
 from voice_llm.check import FAIL, NOT_CHECKABLE, CheckResult, run_checks
 from voice_llm.artifacts import REPORT, dumps_json, read_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
-from voice_llm.errors import ConfigError, ReportIncompleteError, VoiceLLMError
+from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import KB_STEPS, STEPS
 from voice_llm.progress import Progress, make_progress
@@ -336,7 +336,11 @@ def _print_findings(out: Path) -> None:
     for finding in findings(out):
         table.add_row(finding.label, finding.value, finding.meaning)
     Console().print(table)
-    rows = read_capability_rows(out)
+    try:
+        rows = read_capability_rows(out)
+    except ArtifactError as exc:  # the measurements above stand; the table of what the server exposed cannot be shown
+        print(f"server capabilities not shown: {exc}", file=sys.stderr)
+        rows = None
     if rows:
         caps = Table(title="what this server exposed", show_lines=False)
         for column in ("probed", "found", "the lab's numbers rest on"):

@@ -148,7 +148,7 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, significant: bool | None,
-          noticeable: bool, n: tuple[int, int]) -> str:
+          noticeable: bool, n: tuple[int, int], setup_differs: Sequence[str] = ()) -> str:
     head = f"{m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
     if a == b or (a and abs(b - a) / abs(a) < 0.005):
         change = "the same"
@@ -169,7 +169,9 @@ def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, sig
     else:
         verdict = "differs" if significant else "same"
     tail = ""
-    if m.audible and significant:
+    if setup_differs:  # not a verdict on the same set-up: what a listener would notice is not said
+        tail = f"; set-ups differ in {', '.join(setup_differs)}: the change is theirs, not a like-for-like verdict"
+    elif m.audible and significant:
         tail = "; a listener would notice" if noticeable else f"; under {NOTICE_MS:.0f} ms, a listener would not notice"
     return f"{head}, {change}, {verdict}{tail}"
 
@@ -181,9 +183,8 @@ def compare_metric(a: metrics.Measured, b: metrics.Measured, setup_differs: Sequ
     test, p, significant = _verdict(a.samples, b.samples, m.unit)
     audible_change = bool(significant and m.audible and m.unit == "ms" and abs(b.median - a.median) >= NOTICE_MS)
     ratio = b.median / a.median if a.median else None
-    line = _line(m, a.median, b.median, test, p, significant, audible_change, (len(a.samples), len(b.samples)))
-    if setup_differs:
-        line += f"; set-ups differ in {', '.join(setup_differs)}: the change is theirs, not a like-for-like verdict"
+    line = _line(m, a.median, b.median, test, p, significant, audible_change, (len(a.samples), len(b.samples)),
+                 setup_differs)
     return MetricComparison(m.key, m.label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
                             significant, m.audible, audible_change and not setup_differs, line, tuple(setup_differs))
 
