@@ -146,3 +146,31 @@ def test_a_raising_header_part_is_one_section_not_a_crash(out: Path, monkeypatch
     with pytest.raises(ReportIncompleteError, match="capabilities: ZeroDivisionError"):
         render_report(out, None)
     assert 'id="chart-ttft"' in (out / REPORT_HTML).read_text()
+
+
+def _lab_that_saved_everything_but_one_chart(out: Path):
+    def run_lab(settings, progress=None, notify=None):
+        # What run_lab leaves when the page's ttft chart raises: every artifact saved, then the page, then this.
+        assert settings.out == out
+        raise ReportIncompleteError(out / REPORT_HTML, (("ttft", "RuntimeError: a bug in the ttft chart"),))
+    return run_lab
+
+
+@pytest.mark.parametrize("checks_pass", [True, False])
+def test_the_lab_prints_its_summary_then_the_one_line(out: Path, checks_pass: bool, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import voice_llm.lab
+
+    monkeypatch.setattr(voice_llm.lab, "run_lab", _lab_that_saved_everything_but_one_chart(out))
+    if checks_pass:
+        monkeypatch.setattr(cli, "run_checks", lambda folder: [])
+    status = cli.main(["lab", "--url", "http://127.0.0.1:9", "--out", str(out), "-q"])
+    captured = capsys.readouterr()
+    assert "first token" in captured.out and f"report: {out / REPORT_HTML}" in captured.out  # the summary
+    counts = re.search(r"^(\d+) passed, (\d+) failed", captured.out, re.M)
+    assert counts and (counts.groups() == ("0", "0") if checks_pass else int(counts.group(2)) > 0), captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("voice-llm lab:")]
+    assert errors == [captured.err.strip().splitlines()[-1]] and "ttft: RuntimeError" in errors[0]
+    assert "Traceback" not in captured.err
+    # A failed check is the more important news; otherwise the status says the page is incomplete.
+    assert status == (cli.EXIT_REPORT_INCOMPLETE if checks_pass else cli.EXIT_CHECKS_FAILED)

@@ -23,7 +23,7 @@ from voice_llm.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
 if TYPE_CHECKING:
-    from voice_llm.lab import LabSettings
+    from voice_llm.lab import LabResult, LabSettings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -400,7 +400,14 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    result = run_lab(_lab_settings(args), progress, notify=lambda line: print(line, file=text))
+    settings = _lab_settings(args)
+    incomplete: ReportIncompleteError | None = None
+    try:
+        result = run_lab(settings, progress, notify=lambda line: print(line, file=text))
+    except ReportIncompleteError as exc:  # every step measured and saved; only a section of the page is missing
+        getattr(progress, "finish_if_open", lambda: None)()
+        incomplete = exc
+        result = _saved_lab_result(settings.out, exc)
     if args.json:
         print(dumps_json(read_json(result.out / REPORT)), end="")
     else:
@@ -409,10 +416,23 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     ratio = result.run.get("wall_over_compute")
     if ratio:
         print(f"lab wall {result.run['wall_ms'] / 1000:.1f} s vs server compute "
-              f"{result.run['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x); run {result.run_id}", file=text)
+              f"{result.run['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x); run {result.run.get('run_id')}", file=text)
     if result.report_html:
         print(f"report: {result.report_html}", file=text)
-    return 0 if _print_checks(result.checks, text) else EXIT_CHECKS_FAILED
+    passed = _print_checks(result.checks, text)
+    if incomplete is not None:  # after the summary, in one line; a failed check still says more than the page
+        print(f"voice-llm lab: {_describe(incomplete)}", file=sys.stderr)
+        return EXIT_REPORT_INCOMPLETE if passed else EXIT_CHECKS_FAILED
+    return 0 if passed else EXIT_CHECKS_FAILED
+
+
+def _saved_lab_result(out: Path, exc: ReportIncompleteError) -> LabResult:
+    """What run_lab would have returned, read back from the files it saved before drawing the page."""
+    from voice_llm import runmeta
+    from voice_llm.lab import LabResult
+
+    record = runmeta.RunRecord.load(out)
+    return LabResult(out, record.doc if record else {}, (), tuple(run_checks(out)), Path(str(exc.path)))
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
