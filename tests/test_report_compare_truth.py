@@ -178,10 +178,57 @@ def test_two_runs_with_no_metric_in_common_are_refused(tmp_path: Path, env: dict
     assert_clean_failure(done, "they share no measured metric")
 
 
-def test_compare_html_says_no_data_for_a_run_without_times(tmp_path: Path) -> None:
+def _tokens_only(out: Path) -> None:
+    """Only prefill.json, its times all null (a step whose timed requests failed): one token count is left."""
+    for path in out.iterdir():
+        if path.suffix in (".json", ".jsonl", ".txt") and path.name not in ("run.json", "prefill.json"):
+            path.unlink()
+    rows = json.loads((out / "prefill.json").read_text())
+    for row in rows:
+        for target in (row, *row["repeats"]):
+            target.update(ttft_ms=None, prompt_ms=None)
+    (out / "prefill.json").write_text(json.dumps(rows))
+
+
+def test_compare_html_says_no_data_when_neither_run_measured_a_time(tmp_path: Path) -> None:
     a, b = a_run(tmp_path / "a"), a_run(tmp_path / "b")
+    for out in (a, b):
+        _tokens_only(out)
+    comparison = compare.compare_runs(a, b)
+    assert [m.key for m in comparison.metrics] == ["prompt_n_12docs"]
+    page = render_compare(comparison).read_text()
+    spread = page[page.index('<section id="section-spread">'):]
+    assert '<p class="missing">no data: neither run measured a time</p>' in spread and "<figure" not in page
+    assert 'class="verdicts"' in page and "prompt size, 12 documents" in page
+
+
+def test_compare_html_shows_the_tts_setup(tmp_path: Path) -> None:
+    a = a_run(tmp_path / "a", engine="piper", voice="joe.onnx", factor=1.0)
+    b = a_run(tmp_path / "b", engine="espeak", voice="en-us", factor=0.5)
     page = render_compare(compare.compare_runs(a, b)).read_text()
-    assert 'id="chart-spread"' in page and 'class="verdicts"' in page and "TTS engine" in page
+    assert '<tr class="differs"><th>TTS engine</th><td>piper</td><td>espeak</td></tr>' in page
+    assert "set-ups differ: TTS engine, TTS voice" in page and 'id="chart-spread"' in page
+
+
+def test_a_raising_compare_section_is_one_line_and_exit_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from voice_llm import cli, compare_html
+
+    a, b = a_run(tmp_path / "a"), a_run(tmp_path / "b")
+    before = {p.name: p.read_bytes() for p in a.iterdir() if p.is_file()}
+
+    def broken(series):
+        raise ValueError("a bug in the spread chart")
+
+    monkeypatch.setattr(compare_html, "_spread_html", broken)
+    status = cli.main(["report", "--out", str(a), "--compare", str(b)])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_REPORT_INCOMPLETE
+    assert err.strip() == (f"voice-llm report: {a / 'compare.html'} was written, but 1 section(s) could not be drawn "
+                           "(spread: ValueError: a bug in the spread chart); every measurement is saved and "
+                           "`voice-llm check` reads them")
+    assert "could not be drawn: ValueError" in (a / "compare.html").read_text()
+    assert {p.name: p.read_bytes() for p in a.iterdir() if p.is_file() and p.name != "compare.html"} == before
 
 
 def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path, env: dict[str, str]) -> None:
