@@ -135,8 +135,7 @@ def test_a_full_disk_names_the_file_and_the_step(out: Path, monkeypatch: pytest.
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     before = (out / "report.json").read_bytes()
     disk_full(monkeypatch)
-    dead = f"http://127.0.0.1:{free_port()}"
-    assert cli.main(["report", "--out", str(out), "--url", dead, "-q"]) == cli.EXIT_FAILURE
+    assert cli.main(["report", "--out", str(out), "-q"]) == cli.EXIT_FAILURE
     err = capsys.readouterr().err
     assert err == f"voice-llm report: No space left on device: {out / 'report.json'} (step report)\n"
     assert (out / "report.json").read_bytes() == before  # the complete file that was there is kept
@@ -178,8 +177,7 @@ def test_write_bytes_atomic_names_the_target_not_its_temp_file(tmp_path: Path, m
 
 def test_report_html_that_is_a_folder_is_named(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (out / "report.html").mkdir()
-    dead = f"http://127.0.0.1:{free_port()}"
-    assert cli.main(["report", "--out", str(out), "--url", dead, "-q"]) == cli.EXIT_FAILURE
+    assert cli.main(["report", "--out", str(out), "-q"]) == cli.EXIT_FAILURE
     err = capsys.readouterr().err
     assert err.startswith("voice-llm report: cannot replace a folder with a file") and ".tmp" not in err
     assert err.rstrip().endswith(f": {out / 'report.html'}"), err

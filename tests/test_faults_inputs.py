@@ -128,7 +128,8 @@ def test_output_folder_not_writable(command: str, kind: str, tmp_path: Path, env
                                     dead_url: str) -> None:
     out, reason = _bad_out(kind, tmp_path)
     kb = make_kb(tmp_path / "kb")
-    args = [command, "--url", dead_url, "--out", str(out), "-q"]
+    # report reads the files alone: it takes no --url
+    args = [command, *(["--url", dead_url] if command != "report" else []), "--out", str(out), "-q"]
     if command in ("prefill", "lab"):
         args += ["--kb", str(kb)]
     result = cli(*args, env=env)
@@ -293,7 +294,7 @@ def test_check_names_a_half_written_file_left_by_an_older_tool(tmp_path: Path, e
     assert check.returncode == 3 and "Traceback" not in check.stderr + check.stdout
     assert "prefill.json is not valid JSON" in check.stdout
     # A later step that needs it says which file and what to do, in one line.
-    report = cli("report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q", env=env)
+    report = cli("report", "--out", str(out), "-q", env=env)
     assert_clean_failure(report, "prefill.json is not valid JSON")
 
 
@@ -301,7 +302,7 @@ def test_report_step_on_a_folder_missing_earlier_steps(tmp_path: Path, env: dict
     out = tmp_path / "out"
     out.mkdir()
     (out / "ttft.json").write_text(json.dumps({"runs": [], "ttft_p50": 1.0, "total_p50": 2.0}))
-    result = cli("report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q", env=env)
+    result = cli("report", "--out", str(out), "-q", env=env)
     assert_clean_failure(result, "prefill.json is missing in", str(out))
     assert not (out / "report.json").exists()
 
@@ -309,7 +310,7 @@ def test_report_step_on_a_folder_missing_earlier_steps(tmp_path: Path, env: dict
 def test_an_artifact_that_is_a_folder(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     (out / "ttft.json").mkdir(parents=True)
-    report = cli("report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q", env=env)
+    report = cli("report", "--out", str(out), "-q", env=env)
     assert_clean_failure(report, f"cannot read {out / 'ttft.json'}", "Is a directory")
     check = cli("check", str(out), env=env)
     assert check.returncode == 3 and "Traceback" not in check.stderr + check.stdout
@@ -363,5 +364,5 @@ def test_check_and_report_on_deeply_nested_artifacts(tmp_path: Path, env: dict[s
     assert "RecursionError" not in check.stdout + check.stderr
     assert "prefill.json is not valid JSON: nested too deeply" in check.stdout
     assert "an event in sse_raw.txt is not valid JSON: nested too deeply" in check.stdout
-    report = cli("report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q", env=env)
+    report = cli("report", "--out", str(out), "-q", env=env)
     assert_clean_failure(report, "prefill.json is not valid JSON: nested too deeply")

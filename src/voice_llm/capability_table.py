@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.artifacts import CAPABILITIES, read_json
+from voice_llm.errors import ArtifactError
 
 
 def _status(endpoints: Mapping[str, Any], path: str) -> str:
@@ -66,8 +67,17 @@ def capability_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def read_capability_rows(out: Path) -> list[tuple[str, str, str]] | None:
-    """The rows for OUT, or None when the run has no capabilities.json (an older run)."""
+    """The rows for OUT, or None when the run has no capabilities.json (an older run). A file that is not JSON,
+    or not of capabilities.json's shape, is an ArtifactError naming it (one line, never a traceback)."""
     path = out / CAPABILITIES
     if not path.is_file():
         return None
-    return capability_rows(read_json(path))
+    doc = read_json(path)
+    try:
+        if not isinstance(doc, Mapping):
+            raise TypeError(f"should be a JSON object, got {type(doc).__name__}")
+        # Every cell as text: a number where a string belongs would otherwise fail later, in the table printer.
+        return [(str(a), str(b), str(c)) for a, b, c in capability_rows(doc)]
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        # A field of another type than probe() writes (a list for "found", a number for an endpoint...).
+        raise ArtifactError(f"{CAPABILITIES} in {out} is malformed ({type(exc).__name__}: {exc})") from exc

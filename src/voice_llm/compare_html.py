@@ -11,8 +11,8 @@ import matplotlib
 
 from voice_llm import __version__, metrics
 from voice_llm.artifacts import RUN, read_json, write_bytes_atomic
-from voice_llm.compare import NOTICE_MS, Comparison, RunSide, noise_brief
-from voice_llm.errors import ArtifactError
+from voice_llm.compare import _AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
+from voice_llm.errors import ArtifactError, ReportIncompleteError
 from voice_llm.report_html import (
     _BLUE,
     _CSS,
@@ -21,6 +21,7 @@ from voice_llm.report_html import (
     _RENDER_PROBE,
     _Chart,
     _e,
+    _guarded,
     chart_section_html,
     metadata_rows,
 )
@@ -45,6 +46,11 @@ def _run_doc(side: RunSide) -> Mapping[str, Any]:
 
 def _metadata_html(comparison: Comparison) -> str:
     left, right = metadata_rows(_run_doc(comparison.a)), metadata_rows(_run_doc(comparison.b))
+    # The speak step's TTS and options, and each step's repeats: run.json does not hold them (compare.setup_of).
+    extra = [label for label, _ in _AUDIO_FIELDS] + [label for label in comparison.a.setup if label.startswith("repeat")]
+    shown = lambda side, label: "—" if side.setup.get(label) is None else str(side.setup.get(label))  # noqa: E731
+    left += [(label, shown(comparison.a, label)) for label in extra]
+    right += [(label, shown(comparison.b, label)) for label in extra]
     rows = []
     for (label, a), (_, b) in zip(left, right):
         # Ids, times and loads always differ; flag only what changes what was measured.
@@ -69,6 +75,9 @@ def _noise_html(comparison: Comparison) -> str:
 
 
 def _verdicts_html(comparison: Comparison) -> str:
+    if not comparison.metrics:
+        return ('<section id="section-verdicts">\n<h2>Every metric, B against A</h2>\n<p class="missing">no data: '
+                "the two runs share no measured metric</p>\n</section>\n")
     rows = []
     for m in comparison.metrics:
         ratio = "—" if m.ratio is None else f"{m.ratio:.2f}"
@@ -76,7 +85,8 @@ def _verdicts_html(comparison: Comparison) -> str:
         rows.append(
             f'<tr class="{"heard" if m.noticeable else ""}"><td>{_e(m.label)}</td>'
             f'<td class="num">{m.a:,.1f} {_e(m.unit)}</td><td class="num">{m.b:,.1f} {_e(m.unit)}</td>'
-            f'<td class="num">{ratio}</td><td class="{"sig" if m.significant else ""}">{_e(sig)}</td>'
+            f'<td class="num">{ratio}</td><td class="{"sig" if m.significant else ""}">{_e(sig)}'
+            f'{"<br>set-ups differ: " + _e(", ".join(m.setup_differs)) if m.setup_differs else ""}</td>'
             f"<td>{'yes' if m.noticeable else ''}</td><td>{_e(m.line)}</td></tr>\n")
     heard = [m.label for m in comparison.metrics if m.noticeable]
     return (
@@ -90,13 +100,13 @@ def _verdicts_html(comparison: Comparison) -> str:
 
 def render_compare(comparison: Comparison, dest: Path | None = None) -> Path:
     """Write the comparison page (default OUT_A/compare.html) and return its path."""
-    series = [SpreadSeries("A", metrics.measure_all(comparison.a.out), _BLUE),
-              SpreadSeries("B", metrics.measure_all(comparison.b.out), _ORANGE)]
-    sections = [_metadata_html(comparison), _noise_html(comparison), _verdicts_html(comparison)]
-    if time_metrics(series):
-        with matplotlib.rc_context(_RC):
-            chart = _Chart(spread_figure(series), spread_caption(series))
-            sections.append(chart_section_html("spread", "Spread over repeats, both runs", chart))
+    series = [SpreadSeries("A", comparison.a.found, _BLUE), SpreadSeries("B", comparison.b.found, _ORANGE)]
+    failures: list[tuple[str, str]] = []
+    sections = [_guarded("metadata", "Set-up of the two runs", lambda: _metadata_html(comparison), failures),
+                _guarded("noise", "Noise", lambda: _noise_html(comparison), failures),
+                _guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison), failures)]
+    with matplotlib.rc_context(_RC):
+        sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
     charts = sum(section.count('<figure class="chart"') for section in sections)
     header = (f"<header>\n<h1>voice-llm: two runs compared</h1>\n<p class=\"lede\">A: {_e(comparison.a.out)} "
               f"(run {_e(comparison.a.run_id)})<br>B: {_e(comparison.b.out)} (run {_e(comparison.b.run_id)})</p>\n"
@@ -108,4 +118,17 @@ def render_compare(comparison: Comparison, dest: Path | None = None) -> Path:
         f'</head>\n<body data-charts="{charts}" data-rendered="0">\n{header}{"".join(sections)}'
         f"<footer>voice-llm {_e(__version__)}: rendered from the two runs' files alone.</footer>\n</body>\n</html>\n"
     )
-    return write_bytes_atomic(dest or comparison.a.out / COMPARE_HTML, page.encode("utf-8"))
+    path = write_bytes_atomic(dest or comparison.a.out / COMPARE_HTML, page.encode("utf-8"))
+    if failures:
+        raise ReportIncompleteError(path, tuple(failures))
+    return path
+
+
+_SPREAD_TITLE = "Spread over repeats, both runs"
+
+
+def _spread_html(series: list[SpreadSeries]) -> str:
+    if not time_metrics(series):
+        return (f'<section id="section-spread">\n<h2>{_SPREAD_TITLE}</h2>\n<p class="missing">no data: neither run '
+                "measured a time</p>\n</section>\n")
+    return chart_section_html("spread", _SPREAD_TITLE, _Chart(spread_figure(series), spread_caption(series)))

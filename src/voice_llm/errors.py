@@ -69,3 +69,16 @@ class SynthesisError(TTSError):
 
 class NothingToSpeakError(TTSError):
     """The answer held no text the engine could turn into sound."""
+
+
+class ReportIncompleteError(ArtifactError):
+    """report.html (or compare.html) was written, but drawing some of its sections raised. ``path`` is the page,
+    ``failures`` the (section, error) pairs. The measurements are untouched: a page is drawn after they are saved,
+    so the CLI says so in one line and exits with its own status (cli.EXIT_REPORT_INCOMPLETE)."""
+
+    def __init__(self, path: object, failures: tuple[tuple[str, str], ...]) -> None:
+        self.path = path
+        self.failures = tuple(failures)
+        named = "; ".join(f"{name}: {error}" for name, error in self.failures)
+        super().__init__(f"{path} was written, but {len(self.failures)} section(s) could not be drawn ({named}); "
+                         "every measurement is saved and `voice-llm check` reads them")

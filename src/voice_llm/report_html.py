@@ -3,6 +3,14 @@
 Charts are drawn with matplotlib's object API (``matplotlib.figure.Figure``, never pyplot, so there is no global
 figure state and no GUI backend is ever chosen) and inlined as SVG markup: the page needs no network, no CDN and
 no image files, and prints as vectors. A missing or malformed artifact only blanks its own section.
+
+Three ways a section can be without its chart, each said in the section itself:
+- "not available": the artifact is missing or malformed (the reason names the file and the field);
+- "no data": the step ran but saved nothing to draw (an empty list, a null or NaN where the number goes);
+  a result, not a failure;
+- "could not be drawn": the drawing code itself raised (a bug). The page is still written with every other
+  section, and then :class:`ReportIncompleteError` is raised so the command says so in one line and exits with
+  its own status (voice_llm.cli.EXIT_REPORT_INCOMPLETE); every measurement was saved before the page was drawn.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from voice_llm.keynumbers import LABELS
 from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.load import report as load_report  # the call and load sections
 from voice_llm.runmeta import require_one_run
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, ReportIncompleteError
 
 # Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
 # marker ids, and text kept as <text> (smaller, selectable, searchable) instead of glyph outlines.
@@ -69,6 +77,10 @@ _BLUE, _ORANGE, _GREEN, _GREY, _RED, _PURPLE = "#1f77b4", "#e67e22", "#2ca02c", 
 
 # Every id and id reference matplotlib writes; prefixed per chart so five inlined SVGs never share an id.
 _SVG_ID_RE = re.compile(r'\b(id="|href="#|url\(#)([^")]+)')
+
+
+class NoDataError(ArtifactError):
+    """The step ran but saved nothing to draw: the section says "no data" with this reason."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +108,34 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
     if not out.is_dir():
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
     require_one_run(out)  # never draw one page from the files of different runs
+    failures: list[tuple[str, str]] = []
     with matplotlib.rc_context(_RC):
-        sections = [_render_section(out, section) for section in _SECTIONS
+        sections = [_render_section(out, section, failures) for section in _SECTIONS
                     if not section.optional or (out / section.source).exists()]
-        sections.append(_spread_section_html(out))
-    page = _page(_header_html(out, _noise_html(noise.assess(out))) + _capabilities_html(out), _checks_html(checks), sections)
-    return write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
+        sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_section_html(out), failures))
+    header = _guarded("header", "Server and key numbers",
+                      lambda: _header_html(out, _noise_html(noise.assess(out))), failures)
+    capabilities = _guarded("capabilities", "Server capabilities", lambda: _capabilities_html(out), failures)
+    page = _page(header + capabilities, _checks_html(checks), sections)
+    path = write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
+    if failures:
+        raise ReportIncompleteError(path, tuple(failures))
+    return path
+
+
+def _guarded(name: str, title: str, draw: Callable[[], str], failures: list[tuple[str, str]]) -> str:
+    """``draw()``, or, when it raises, a section that says it could not be drawn (and the failure recorded)."""
+    try:
+        return draw()
+    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the page or the run's exit
+        return _failed_section(name, title, exc, failures)
+
+
+def _failed_section(name: str, title: str, exc: Exception, failures: list[tuple[str, str]]) -> str:
+    error = f"{type(exc).__name__}: {exc}"
+    failures.append((name, error))
+    return (f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
+            f'<p class="missing">could not be drawn: {_e(error)}</p>\n</section>\n')
 
 
 # --- reading and validating artifact values ------------------------------------------------------------------
@@ -114,8 +148,10 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _rows(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list):
         raise ArtifactError(f"{where} should be a non-empty JSON list")
+    if not value:
+        raise NoDataError(f"{where} is an empty list: the step saved no measurement")
     return value
 
 
@@ -124,14 +160,18 @@ def _optional_number(obj: Mapping[str, Any], key: str, where: str) -> float | No
     if value is None:
         return None
     # bool is an int in Python, but `true` is never a valid time or count.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ArtifactError(f"{where}: {key!r} should be a number, got {value!r}")
+    if not math.isfinite(value):  # NaN or infinity: the step saved no measurement here
+        raise NoDataError(f"{where}: {key!r} is {value!r}, not a measurement")
     return float(value)
 
 
 def _number(obj: Mapping[str, Any], key: str, where: str) -> float:
     value = _optional_number(obj, key, where)
     if value is None:
+        if key in obj:  # null: the step measured nothing here (an all-error or empty step)
+            raise NoDataError(f"{where}: {key!r} is null")
         raise ArtifactError(f"{where}: {key!r} is missing")
     return value
 
@@ -180,15 +220,26 @@ def _figure_svg(fig: Figure, prefix: str) -> str:
     return _SVG_ID_RE.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
 
 
-def _render_section(out: Path, section: _Section) -> str:
+def _render_section(out: Path, section: _Section, failures: list[tuple[str, str]]) -> str:
     try:
-        chart = section.build(read_json(out / section.source))
+        data = read_json(out / section.source)
+    except ArtifactError as exc:
+        return _missing_section_html(section, str(exc))
+    try:
+        chart = section.build(data)
+    except NoDataError as exc:
+        return _missing_section_html(section, str(exc), "no data")
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         # Validation above covers the documented shapes; this catches shapes nobody foresaw.
         return _missing_section_html(section, f"{section.source} is malformed ({type(exc).__name__}: {exc})")
-    return chart_section_html(section.name, section.title, chart)
+    except Exception as exc:  # noqa: BLE001 - the drawing code raised: said in the section and after the page
+        return _failed_section(section.name, section.title, exc, failures)
+    try:
+        return chart_section_html(section.name, section.title, chart)
+    except Exception as exc:  # noqa: BLE001 - matplotlib failed to lay out or save the figure
+        return _failed_section(section.name, section.title, exc, failures)
 
 
 def chart_section_html(name: str, title: str, chart: _Chart) -> str:
@@ -200,10 +251,10 @@ def chart_section_html(name: str, title: str, chart: _Chart) -> str:
     )
 
 
-def _missing_section_html(section: _Section, reason: str) -> str:
+def _missing_section_html(section: _Section, reason: str, what: str = "not available") -> str:
     return (
         f'<section id="section-{section.name}">\n<h2>{_e(section.title)}</h2>\n'
-        f'<p class="missing">not available: {_e(reason)}</p>\n</section>\n'
+        f'<p class="missing">{what}: {_e(reason)}</p>\n</section>\n'
     )
 
 
@@ -245,7 +296,7 @@ def _sentence_chart(data: Any) -> _Chart:
     if smart is not None:
         _vline(ax, smart, f"first sentence, smart splitter: {_ms(smart)} ms", _GREEN, ":")
     _vline(ax, total, f"end of answer: {_ms(total)} ms", _RED, "-.")
-    ax.set_xlim(0, max([total, *(t for t, _ in chunks)]) * 1.02)
+    ax.set_xlim(0, max([total, *(t for t, _ in chunks), 1.0]) * 1.02)  # 1 ms at least: never a zero-width axis
     ax.set_ylim(bottom=0)
     ax.set_xlabel(_TIME_AXIS)
     ax.set_ylabel("characters received")
@@ -494,7 +545,7 @@ def _cancel_chart(data: Any) -> _Chart:
         _vline(ax, idle_at, f"slot idle: {_ms(idle_at)} ms", _GREEN, "-")
     ax.set_yticks([0, 1], ["server slot", "client stream\n(request sent at 0)"])
     ax.set_ylim(-0.6, 1.6)
-    ax.set_xlim(0, busy_until * 1.25)
+    ax.set_xlim(0, max(busy_until, 1.0) * 1.25)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(_TIME_AXIS)
     ax.set_title(f"{_count(received)} of {_count(max_tokens)} tokens received", loc="left")

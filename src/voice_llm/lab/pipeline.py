@@ -123,7 +123,8 @@ def _server_facts(client: ServerClient, base: runmeta.ServerFacts) -> runmeta.Se
     return facts
 
 
-def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool) -> tuple[_Server, ServerClient]:
+def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool,
+             ask_server: bool = True) -> tuple[_Server, ServerClient]:
     if settings.url:  # the log too when --url names the managed server itself
         target = _Server(settings.url, managed_log_for(settings.url), runmeta.ServerFacts(url=settings.url))
     elif start_server:
@@ -133,7 +134,8 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
         target = _Server(url, managed_log_for(url), runmeta.ServerFacts(url=url, managed=True))
     client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
                           deadline_s=settings.options.deadline_s)
-    facts = _server_facts(client, target.facts)
+    # Steps that work from the files alone (report) ask no server anything, not even /props.
+    facts = _server_facts(client, target.facts) if ask_server else target.facts
     # The log says what the server really runs with (a server already up may have been started with other
     # --threads than this command's); the flag is the fallback.
     threads = runmeta.threads_from_log(target.log) if target.log is not None else None
@@ -276,7 +278,8 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
     if KB_STEPS & set(steps):  # a bad KB folder is named before anything is asked or written
         load_kb(settings.kb, need=12)
     with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
-        target, client = _connect(settings, progress, notify, start_server=False)
+        target, client = _connect(settings, progress, notify, start_server=False,
+                                  ask_server=any(STEPS[name].needs_server for name in steps))
         _check_context(settings, steps, client, target.facts.n_ctx)
         metadata = runmeta.collect_metadata(target.facts, settings.kb)
         # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.

@@ -76,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expect-workers", type=int, default=1, help="with --master: workers to wait for")
     p.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
     p.add_argument("--master-bind-host", default="0.0.0.0", help="with --master: the interface workers connect to")
-    p.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT)
+    p.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT, help="with --master or --worker: the master's port")
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -11,8 +11,26 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from voice_llm import report_html as style  # imported by report_html when it draws these, so no cycle
-from voice_llm.tts.artifact import median_run
+from voice_llm.tts.artifact import AUDIO, median_run
 from voice_llm.tts.segmenting import STRATEGY_LABELS
+
+def _strategies(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """audio.json's strategies, each with at least one run; an empty step is "no data", not a malformed file."""
+    strategies = doc["strategies"]
+    if not isinstance(strategies, Mapping):
+        raise TypeError(f"'strategies' should be a JSON object, got {type(strategies).__name__}")
+    if not strategies:
+        raise style.NoDataError(f"{AUDIO} has no strategy: the speak step saved no run")
+    empty = [name for name, entry in strategies.items() if not entry["runs"]]
+    if empty:
+        raise style.NoDataError(f"{AUDIO}: strategy {', '.join(empty)} has no run")
+    return strategies
+
+
+def _summary_value(summary: Mapping[str, Any], key: str, stat: str, strategy: str) -> float:
+    found = summary[key]
+    return style._number(found, stat, f"{AUDIO} {strategy} summary {key}")
+
 
 # --- charts --------------------------------------------------------------------------------------------------
 
@@ -46,7 +64,13 @@ def _timeline_axes(ax: Axes, strategy: str, run: Mapping[str, Any]) -> None:
 def timeline_chart(doc: Mapping[str, Any]) -> style._Chart:
     """One timeline per strategy (its median-TTFA run): chunks arriving and segments complete (text), each
     segment's synthesis, and what the caller hears (playback, stalls in red)."""
-    strategies = doc["strategies"]
+    strategies = _strategies(doc)
+    for name, entry in strategies.items():  # the times drawn: a null or NaN is "no data", not a crash
+        for index, run in enumerate(entry["runs"]):
+            style._number(run, "ttfa_ms", f"{AUDIO} {name} runs[{index}]")
+        run = entry["runs"][median_run(entry["runs"])]
+        for key in ("ttft_ms", "end_ms"):
+            style._number(run, key, f"{AUDIO} {name} run {run.get('run')}")
     fig = Figure(figsize=(10.0, 1.55 * len(strategies) + 0.6), layout="constrained")
     axes = fig.subplots(len(strategies), 1, sharex=True, squeeze=False)[:, 0]
     end = 0.0
@@ -54,7 +78,7 @@ def timeline_chart(doc: Mapping[str, Any]) -> style._Chart:
         run = entry["runs"][median_run(entry["runs"])]
         _timeline_axes(ax, strategy, run)
         end = max(end, run["end_ms"])
-    axes[-1].set_xlim(0, end * 1.02)
+    axes[-1].set_xlim(0, max(end, 1.0) * 1.02)
     axes[-1].set_xlabel(style._TIME_AXIS)
     caption = (
         "Per strategy, its median run: grey ticks are chunks arriving, orange triangles the moments a segment's "
@@ -67,13 +91,15 @@ def timeline_chart(doc: Mapping[str, Any]) -> style._Chart:
 
 def ttfa_chart(doc: Mapping[str, Any]) -> style._Chart:
     """TTFA per strategy (median, min-max whiskers) beside the time its first segment's text was complete."""
-    strategies = list(doc["strategies"])
-    summaries = [doc["strategies"][s]["summary"] for s in strategies]
-    ttfa = [s["ttfa_ms"]["median"] for s in summaries]
-    text = [s["first_text_ms"]["median"] for s in summaries]
-    low = [s["ttfa_ms"]["median"] - s["ttfa_ms"]["min"] for s in summaries]
-    high = [s["ttfa_ms"]["max"] - s["ttfa_ms"]["median"] for s in summaries]
-    ttft = min(s["ttft_ms"]["median"] for s in summaries)
+    found = _strategies(doc)
+    strategies = list(found)
+    summaries = {s: found[s]["summary"] for s in strategies}
+    value = lambda s, key, stat: _summary_value(summaries[s], key, stat, s)  # noqa: E731
+    ttfa = [value(s, "ttfa_ms", "median") for s in strategies]
+    text = [value(s, "first_text_ms", "median") for s in strategies]
+    low = [value(s, "ttfa_ms", "median") - value(s, "ttfa_ms", "min") for s in strategies]
+    high = [value(s, "ttfa_ms", "max") - value(s, "ttfa_ms", "median") for s in strategies]
+    ttft = min(value(s, "ttft_ms", "median") for s in strategies)
     fig = Figure(figsize=style._WIDE, layout="constrained")
     ax = fig.add_subplot()
     x = list(range(len(strategies)))
@@ -85,7 +111,7 @@ def ttfa_chart(doc: Mapping[str, Any]) -> style._Chart:
     ax.axhline(ttft, color=style._BLUE, linestyle=":", label=f"first token: {style._ms(ttft)} ms")
     ax.set_xticks(x, [STRATEGY_LABELS.get(s, s) for s in strategies])
     ax.set_ylabel("time (ms)")
-    ax.set_ylim(0, max(a + b for a, b in zip(ttfa, high)) * 1.25)
+    ax.set_ylim(0, max(1.0, *(a + b for a, b in zip(ttfa, high))) * 1.25)  # never a zero-height axis
     ax.legend(loc="upper right")
     best = strategies[ttfa.index(min(ttfa))]
     caption = (
