@@ -156,6 +156,7 @@ def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
     before = ctx.ledger.total_ms
     t0 = time.perf_counter()
     written = run(ctx)
+    ctx.commit_streams()  # a step that wrote no JSON (sse): its streams take their final names now it succeeded
     wall = (time.perf_counter() - t0) * 1000.0
     ctx.progress.finish(", ".join(path.name for path in written))
     return written, StepTiming(name, wall, ctx.ledger.total_ms - before)
