@@ -26,7 +26,7 @@ from typing import Any
 
 from voice_llm import __version__
 from voice_llm.api import props_n_ctx
-from voice_llm.artifacts import RUN, read_json, write_json
+from voice_llm.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 
 SCHEMA_VERSION = 2
@@ -363,21 +363,25 @@ def membership(out: Path) -> Membership:
     changed: list[str] = []
     missing: list[str] = []
     for name in [*sorted(manifest), *expected]:
-        path = out / name
-        if not path.is_file():
+        try:  # a name in run.json is read only inside OUT, never through a link, bounded (artifacts.inside)
+            path = inside(out, name)
+        except ArtifactError as exc:
+            raise ArtifactError(f"run.json names {name!r}, not a file of this folder: {exc}") from exc
+        if not os.path.lexists(path):
             if name in manifest:
                 missing.append(name)
             continue
+        data = read_artifact_bytes(path)  # a FIFO, device or huge file there: an ArtifactError naming it
         if name.endswith(".json"):
             try:
-                ids = run_id_of(json.loads(path.read_bytes()))
-            except (ValueError, RecursionError, OSError):
+                ids = run_id_of(json.loads(data))
+            except (ValueError, RecursionError):
                 ids = set()
             foreign = sorted(ids - {record.run_id})
             if foreign:
                 other[name] = foreign[0]
                 continue
-        if name not in manifest or sha256_file(path) != manifest[name]:
+        if name not in manifest or sha256_bytes(data) != manifest[name]:
             changed.append(name)
     return Membership(record.run_id, other, changed, missing)
 

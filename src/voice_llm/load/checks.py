@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, read_json
+from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, inside, read_json
 from voice_llm import spread
 from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
@@ -81,7 +81,7 @@ def check_call_cache_keeps_turns_fast(out: Path) -> str:
 
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     doc = read_json(out / LOAD)
-    return doc, read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
+    return doc, read_samples(inside(out, doc.get("samples_csv", LOAD_SAMPLES)))  # never a file outside OUT
 
 
 def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> list[Mapping[str, Any]]:
