@@ -143,12 +143,14 @@ def _pseudo_fs_devices() -> frozenset[int]:
 _PSEUDO_FS = _pseudo_fs_devices()
 
 
-def read_artifact_bytes(path: Path, limit: int = MAX_ARTIFACT_BYTES) -> bytes:
+def read_artifact_bytes(path: Path, limit: int = MAX_ARTIFACT_BYTES, follow_links: bool = False) -> bytes:
     """The bytes of one artifact file: not through a link at its name, a regular file (never a FIFO, device,
     folder or /proc file: none can hang or flood the reader), at most ``limit`` bytes. Any refusal is an
-    ArtifactError naming the file."""
+    ArtifactError naming the file. ``follow_links``: for the user's own input files (a KB document, a dialogue)
+    outside any run folder, where a link the user made is theirs to make."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
     except OSError as exc:
