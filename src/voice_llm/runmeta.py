@@ -91,9 +91,9 @@ def kb_fingerprint(kb_dir: Path | None) -> dict[str, Any]:
     paths = sorted(kb_dir.glob("*.md")) if kb_dir.is_dir() else []
     for path in paths:
         digest.update(path.name.encode() + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
+        try:  # a regular file only, bounded: a FIFO named *.md must not hang the run before load_kb refuses it
+            digest.update(read_artifact_bytes(path, follow_links=True))
+        except ArtifactError:
             digest.update(b"<unreadable>")
         digest.update(b"\0")
     return {"dir": str(kb_dir), "files": len(paths), "sha256": digest.hexdigest() if paths else None}
