@@ -7,7 +7,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from voice_llm import runmeta, sse
 from voice_llm.api import ServerClient
@@ -218,7 +218,7 @@ class LabContext:
         return result
 
 
-def _create_partial(partial: Path, final: Path) -> Any:
+def _create_partial(partial: Path, final: Path) -> BinaryIO:
     """``partial`` as a new binary file for the stream: never through a link (raw/ or the file itself), a stale
     .partial of an earlier attempt removed first; a link at the final name is refused before any request."""
     try:
