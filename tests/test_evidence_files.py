@@ -79,9 +79,8 @@ class ScriptedClient:
     def __init__(self, data: bytes, error: BaseException) -> None:
         self.data, self.error = data, error
 
-    def chat(self, messages: Any, max_tokens: int, cache_prompt: bool, *, raw_out: Path, **options: Any) -> Any:
-        with open(raw_out, "wb") as fh:
-            fh.write(self.data)
+    def chat(self, messages: Any, max_tokens: int, cache_prompt: bool, *, raw_out: Any, **options: Any) -> Any:
+        raw_out.write(self.data)  # the context hands over the .partial file it created (never through a link)
         raise self.error
 
 

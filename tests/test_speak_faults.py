@@ -124,8 +124,10 @@ def test_cli_nothing_speakable_keeps_the_stream(tmp_path: Path, env: dict[str, s
     earlier = _earlier_audio(out)
     with FakeServer(Reply.stream(at(0.0, llama_events(["...", " ", "!!"])))) as fake:  # /props gets it too: ignored
         result = cli("speak", "--url", fake.url, "--out", str(out), "-q", env=env)
-    err = assert_clean_failure(result, "voice-llm speak: the answer has no speakable text", "speak-whole-1.sse")
-    assert "data: [DONE]" in (out / "raw" / "speak-whole-1.sse").read_text(), err
+    # The failed step's stream keeps its .partial name: raw/speak-whole-1.sse of an earlier audio.json stays.
+    err = assert_clean_failure(result, "voice-llm speak: the answer has no speakable text", "speak-whole-1.sse.partial")
+    assert "data: [DONE]" in (out / "raw" / "speak-whole-1.sse.partial").read_text(), err
+    assert not (out / "raw" / "speak-whole-1.sse").exists()
     assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from voice_llm import sse
 from voice_llm.api import ServerClient, props_n_ctx
+from voice_llm.artifacts import write_bytes_atomic
 
 # Where a measured number comes from; every artifact names one of these for each number it holds.
 SOURCE_TIMINGS = "server timings"
@@ -308,7 +309,7 @@ def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None)
     data = raw.getvalue()
     if raw_out is not None:
         raw_out.parent.mkdir(parents=True, exist_ok=True)
-        raw_out.write_bytes(data)
+        write_bytes_atomic(raw_out, data)  # never through a link planted at raw_out
     events = sse.SSEDecoder().feed(data)
     first = _json(events[0].data.encode()) if events else None
     delta = ((first or {}).get("choices") or [{}])[0].get("delta") or {} if isinstance(first, dict) else {}

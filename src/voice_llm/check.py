@@ -15,7 +15,7 @@ from typing import Any
 
 from voice_llm import artifacts as names
 from voice_llm import brief, runmeta, spread, spread_checks
-from voice_llm.artifacts import loads_json, read_json, read_jsonl
+from voice_llm.artifacts import inside, loads_json, read_artifact_bytes, read_json, read_jsonl
 from voice_llm.checkbase import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
                                  NotCheckable, expect, finite_number, require, unless_missed)
 from voice_llm.errors import ArtifactError
@@ -44,10 +44,7 @@ def _known(doc: Any, key: str, what: str) -> Any:
 def _raw_events(out: Path) -> list[dict[str, Any] | str]:
     """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
     decoder = SSEDecoder()
-    try:
-        raw = (out / names.SSE_RAW).read_bytes()
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{names.SSE_RAW} is missing in {out}") from exc
+    raw = read_artifact_bytes(out / names.SSE_RAW)  # missing, a link, FIFO or device: an ArtifactError, never a hang
     events = decoder.feed(raw) + decoder.end()
     parsed: list[dict[str, Any] | str] = []
     for event in events:
@@ -134,13 +131,13 @@ def _required(out: Path) -> list[str]:
 def check_files(out: Path) -> str:
     """Invariant: every file the run's steps leave is there and parses (only the steps that ran in this folder)."""
     required = _required(out)
-    missing = [name for name in required if not (out / name).is_file()]
+    missing = [name for name in required if not inside(out, name).is_file()]  # run.json names only OUT's files
     _require(not missing, f"missing: {', '.join(missing)}")
     for name in required:
         if name.endswith(".json"):
-            read_json(out / name)
+            read_json(inside(out, name))
         elif name.endswith(".jsonl"):
-            read_jsonl(out / name)
+            read_jsonl(inside(out, name))
     return f"{len(required)} files present and parse"
 
 
@@ -364,10 +361,10 @@ def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
     _require(re.fullmatch(rf"{names.RAW_DIR}/cancel[\w-]*\.sse", where) is not None,
              f"cancel.json names {where!r} as its raw stream, not a raw/cancel*.sse file")
     name = PurePosixPath(where).name
-    try:
-        raw = (out / names.RAW_DIR / name).read_bytes()
-    except FileNotFoundError:
+    path = out / names.RAW_DIR / name
+    if not (path.exists() or path.is_symlink()):
         return
+    raw = read_artifact_bytes(path)  # a link, FIFO or device there: an ArtifactError, never a hang
     decoder = SSEDecoder()
     events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
     _require(all(event.data != "[DONE]" for event in events), f"{where} ends with [DONE]: the answer finished")

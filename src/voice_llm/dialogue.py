@@ -7,14 +7,15 @@ inside gevent-patched Locust workers too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from voice_llm import brief, prompts
-from voice_llm.errors import ConfigError
+from voice_llm.artifacts import loads_json, read_artifact_bytes
+from voice_llm.errors import ArtifactError, ConfigError
 from voice_llm.kb import KBDoc
 from voice_llm.lab.sentence import first_sentence_by_rule
 from voice_llm.load.stats import gaps_ms, percentile
@@ -45,15 +46,56 @@ def bundled_names() -> list[str]:
 
 
 def load_dialogue(name: str = DEFAULT_DIALOGUE) -> Dialogue:
-    """A bundled dialogue by name (``clinic``), or ``lab-ttft``, the lab's ttft request as a call."""
+    """A bundled dialogue by name (``clinic``), ``lab-ttft`` (the lab's ttft request as a call), or a dialogue
+    file the user names by its path (it has a ``/`` or ends in ``.json``). A bare name is only ever a bundled
+    one, so ``--dialogue ../../x`` can never reach outside the package by accident."""
     if name == LAB_TTFT:
         return Dialogue(LAB_TTFT, prompts.ONE_SENTENCE_SYSTEM, (prompts.NEW_PATIENT_QUESTION,) * LAB_TTFT_TURNS,
                         max_tokens=brief.DEFAULT_MAX_TOKENS, history=False, cache_prompt=False, use_docs=False)
+    if "/" in name or name.endswith(".json"):
+        return _dialogue_file(Path(name).expanduser())
+    bundled = [n for n in bundled_names() if n != LAB_TTFT]
+    if name not in bundled:
+        raise ConfigError(f"no dialogue named {name!r}; bundled: {', '.join(bundled_names())} "
+                          "(or give a dialogue file's path)")
     resource = resources.files("voice_llm") / "dialogues" / f"{name}.json"
-    if not resource.is_file():
-        raise ConfigError(f"no dialogue named {name!r}; bundled: {', '.join(bundled_names())}")
-    data = json.loads(resource.read_text(encoding="utf-8"))
-    return Dialogue(data["name"], data["system"], tuple(data["turns"]), int(data.get("max_tokens", 64)))
+    return parse_dialogue(resource.read_text(encoding="utf-8"), f"the bundled dialogue {name}")
+
+
+def _dialogue_file(path: Path) -> Dialogue:
+    """The user's own dialogue file: a regular file (never a FIFO or device that would hang), bounded in size."""
+    try:
+        data = read_artifact_bytes(path, follow_links=True)  # the user's own link to a file is theirs
+    except ArtifactError as exc:
+        raise ConfigError(f"cannot read the dialogue file {path}: {exc}") from exc
+    return parse_dialogue(data, f"the dialogue file {path}")
+
+
+_SHAPE = '{"name": "...", "system": "...", "turns": ["...", ...], "max_tokens": 64}'
+
+
+def parse_dialogue(text: str | bytes, what: str) -> Dialogue:
+    """A dialogue from its JSON; any other shape is one ConfigError naming ``what`` and the expected shape."""
+    try:
+        data = loads_json(text, what)
+    except ArtifactError as exc:
+        raise ConfigError(str(exc)) from exc
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"{what} is not a dialogue: {reason}; expected {_SHAPE}")
+
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {type(data).__name__}, not an object")
+    for key in ("name", "system"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise bad(f"{key!r} is missing or not a text")
+    turns = data.get("turns")
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise bad("'turns' is missing or not a list of texts")
+    max_tokens = data.get("max_tokens", 64)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise bad(f"'max_tokens' is {max_tokens!r}, not a whole number of at least 1")
+    return Dialogue(data["name"], data["system"], tuple(turns), max_tokens)
 
 
 def system_prompt(dialogue: Dialogue, docs: Sequence[KBDoc]) -> str:

@@ -3,7 +3,8 @@
 ``flock`` on ``OUT/.voice-llm.lock``: released by the kernel when the process ends, however it ends, so a crashed
 run never leaves the folder locked. The file says who holds it (pid, command, since when) for the message the
 second run prints, and is removed when the run ends; a waiter that locked a file already removed (its inode no
-longer at the path) tries again, so two runs never hold two different lock files at once.
+longer at the path) tries again, so two runs never hold two different lock files at once. The file is opened
+with ``O_NOFOLLOW`` and must be a regular file: a link planted at its name is refused, its target never written.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import contextlib
 import datetime as _dt
 import fcntl
 import json
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,9 +35,15 @@ def _holder(fd: int) -> str:
 def _acquire(path: Path, out: Path, wait: bool) -> int:
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputDirError(f"{path} is a symbolic link: voice-llm does not write through links in an "
+                                     "output folder; remove it") from exc
             raise OutputDirError(f"cannot lock the output folder {out}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there: never written
+            os.close(fd)
+            raise OutputDirError(f"{path} is not a regular file: remove it to use {out}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError as exc:
@@ -63,7 +72,8 @@ def locked_out(out: Path, command: str, wait: bool = False) -> Iterator[None]:
         yield
     finally:
         try:
-            os.unlink(path)  # still locked by us: nobody else can hold this inode
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(path)  # still locked by us: nobody else can hold this inode
         except OSError:
             pass
         os.close(fd)  # closing the descriptor releases the flock

@@ -26,7 +26,7 @@ from typing import Any
 
 from voice_llm import __version__
 from voice_llm.api import props_n_ctx
-from voice_llm.artifacts import RUN, read_json, write_json
+from voice_llm.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 
 SCHEMA_VERSION = 2
@@ -91,9 +91,9 @@ def kb_fingerprint(kb_dir: Path | None) -> dict[str, Any]:
     paths = sorted(kb_dir.glob("*.md")) if kb_dir.is_dir() else []
     for path in paths:
         digest.update(path.name.encode() + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
+        try:  # a regular file only, bounded: a FIFO named *.md must not hang the run before load_kb refuses it
+            digest.update(read_artifact_bytes(path, follow_links=True))
+        except ArtifactError:
             digest.update(b"<unreadable>")
         digest.update(b"\0")
     return {"dir": str(kb_dir), "files": len(paths), "sha256": digest.hexdigest() if paths else None}
@@ -369,21 +369,25 @@ def membership(out: Path) -> Membership:
     changed: list[str] = []
     missing: list[str] = []
     for name in [*sorted(manifest), *expected]:
-        path = out / name
-        if not path.is_file():
+        try:  # a name in run.json is read only inside OUT, never through a link, bounded (artifacts.inside)
+            path = inside(out, name)
+        except ArtifactError as exc:
+            raise ArtifactError(f"run.json names {name!r}, not a file of this folder: {exc}") from exc
+        if not os.path.lexists(path):
             if name in manifest:
                 missing.append(name)
             continue
+        data = read_artifact_bytes(path)  # a FIFO, device or huge file there: an ArtifactError naming it
         if name.endswith(".json"):
             try:
-                ids = run_id_of(json.loads(path.read_bytes()))
-            except (ValueError, RecursionError, OSError):
+                ids = run_id_of(json.loads(data))
+            except (ValueError, RecursionError):
                 ids = set()
             foreign = sorted(ids - {record.run_id})
             if foreign:
                 other[name] = foreign[0]
                 continue
-        if name not in manifest or sha256_file(path) != manifest[name]:
+        if name not in manifest or sha256_bytes(data) != manifest[name]:
             changed.append(name)
     return Membership(record.run_id, other, changed, missing)
 

@@ -15,16 +15,15 @@ import contextlib
 import fcntl
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from voice_llm import procfs
-from voice_llm.artifacts import write_json
+from voice_llm.artifacts import read_json, write_json
 from voice_llm.config import ENV_STATE, state_dir
-from voice_llm.errors import ServerError
+from voice_llm.errors import ArtifactError, ServerError
 from voice_llm.progress import NullProgress, Progress
 
 KEY_HASH_ITERATIONS = 100_000
@@ -66,13 +65,41 @@ def record_path(port: int) -> Path:
     return port_dir(port) / "server.json"
 
 
+# The JSON type of each field of server.json; a record with another type anywhere is not one ``up`` wrote.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "pid": (int,), "start_ticks": (int,), "host": (str,), "port": (int,), "url": (str,), "binary": (str,),
+    "model": (str,), "ctx": (int,), "slots": (int,), "started_at": (int, float), "api_key_set": (bool,),
+    "threads": (int, type(None)), "api_key_hash": (str, type(None)),
+}
+
+
+def _well_formed(data: object) -> bool:
+    if not isinstance(data, dict):
+        return False
+    for f in fields(ServerRecord):
+        if f.name not in data:
+            if f.default is MISSING:
+                return False
+            continue
+        value = data[f.name]
+        if isinstance(value, bool) and bool not in _FIELD_TYPES[f.name]:
+            return False  # JSON true is no pid
+        if not isinstance(value, _FIELD_TYPES[f.name]):
+            return False
+    return data["pid"] > 0  # never 0 or negative: a signal to those would reach a whole process group
+
+
 def read_record(port: int) -> ServerRecord | None:
+    """The port's record, or None when there is none or it is not one ``up`` wrote (unreadable, not JSON, nested
+    too deeply, a field of the wrong type): a corrupt record is never trusted, and never a traceback."""
     try:
-        data = json.loads(record_path(port).read_text())
-        known = {f.name for f in fields(ServerRecord)}
-        return ServerRecord(**{k: v for k, v in data.items() if k in known})
-    except (OSError, ValueError, TypeError, AttributeError):  # missing, unreadable, or not our JSON
+        data = read_json(record_path(port))  # bounded, never a FIFO or device, nesting an ArtifactError
+    except ArtifactError:
         return None
+    if not _well_formed(data):
+        return None
+    known = {f.name for f in fields(ServerRecord)}
+    return ServerRecord(**{k: v for k, v in data.items() if k in known})
 
 
 def write_record(record: ServerRecord) -> None:

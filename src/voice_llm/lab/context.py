@@ -7,11 +7,11 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from voice_llm import runmeta, sse
 from voice_llm.api import ServerClient
-from voice_llm.artifacts import RAW_DIR, write_bytes_atomic, write_json
+from voice_llm.artifacts import RAW_DIR, create_exclusive, open_folder, refuse_link, write_bytes_atomic, write_json
 from voice_llm.capabilities import Capabilities
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.progress import NullProgress, Progress
@@ -109,6 +109,10 @@ class LabContext:
     run: runmeta.RunRecord | None = None  # the run the files join; None only in unit tests of a step
     # What the server exposes (probed once before the steps); None: assume llama-server, send nothing extra.
     capabilities: Capabilities | None = None
+    # Complete streams of the step being run, still under their .partial name: (partial, final). They take their
+    # final names only once the step's artifact is written (commit_streams), so a step that fails later leaves
+    # the earlier artifact and every raw file it rests on as they were.
+    staged: list[tuple[Path, Path]] = field(default_factory=list)
 
     @property
     def run_id(self) -> str | None:
@@ -118,16 +122,38 @@ class LabContext:
         return self.out / name
 
     def write_json(self, name: str, value: Any) -> Path:
-        """Write an artifact with the run's id beside its fields, atomically, and put it in the run's manifest."""
+        """Write an artifact with the run's id beside its fields, atomically, and put it in the run's manifest;
+        then the step's complete streams take their final names (:meth:`commit_streams`)."""
         doc = runmeta.stamp(value, self.run_id) if self.run_id else value
-        path = write_json(self.path(name), doc)
+        path = write_json(self.path(name), doc, self.out)
         self.record(path)
+        self.commit_streams()
         return path
 
     def write_bytes(self, name: str, data: bytes) -> Path:
-        path = write_bytes_atomic(self.path(name), data)
+        path = write_bytes_atomic(self.path(name), data, self.out)
         self.record(path, data)
         return path
+
+    def stream_path(self, name: str) -> Path:
+        """Where the complete stream of request ``name`` is now: its .partial name until the step commits it."""
+        final = self.out / RAW_DIR / f"{name}.sse"
+        for partial, staged_final in self.staged:
+            if staged_final == final:
+                return partial
+        return final
+
+    def commit_streams(self) -> list[Path]:
+        """Rename the step's complete streams to their final names and put them in the manifest. Called when the
+        step's artifact is written and again when the step returns (the lab's run_step); a no-op when nothing
+        is staged. Until then an earlier run's raw/<name>.sse, which its artifact's evidence is, stays."""
+        done = []
+        while self.staged:
+            partial, final = self.staged.pop(0)
+            _rename_in_place(partial, final)
+            self.record(final)
+            done.append(final)
+        return done
 
     def record(self, path: Path, data: bytes | None = None) -> None:
         """A file this step wrote some other way (a renamed raw stream, a WAV): into the manifest."""
@@ -139,9 +165,11 @@ class LabContext:
                 **options: Any) -> sse.StreamResult:
         """One timed streaming request, its raw bytes saved as evidence.
 
-        The bytes go to ``raw/<name>.sse.partial`` as they arrive and are renamed to ``raw/<name>.sse`` (or
-        ``raw_path``) only when the stream completed, so a failure keeps what arrived without replacing an
-        earlier complete file. ``on_chunk`` also sees every content chunk as it arrives (the speak step's TTS).
+        The bytes go to ``raw/<name>.sse.partial`` as they arrive, a new file created without following any link
+        (a link planted there, or a raw/ that is a link, is refused). A complete stream is renamed to
+        ``raw/<name>.sse`` (or ``raw_path``): at once without a run, else when the step's artifact is written
+        (:meth:`commit_streams`), so a failure keeps what arrived without replacing an earlier complete file.
+        ``on_chunk`` also sees every content chunk as it arrives (the speak step's TTS).
         """
         final = raw_path or self.out / RAW_DIR / f"{name}.sse"
         try:
@@ -151,6 +179,8 @@ class LabContext:
                 f"cannot create the folder for raw streams {final.parent}: {exc.strerror or exc}"
             ) from exc
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
+        self.staged[:] = [entry for entry in self.staged if entry[1] != final]  # a repeat of the name: this one
+        raw_file = _create_partial(partial, final)
         tokens = 0
 
         def count_chunk(chunk: sse.Chunk) -> None:
@@ -165,7 +195,9 @@ class LabContext:
             for key, value in self.capabilities.request_options().items():
                 options.setdefault(key, value)
         try:
-            result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=partial, on_chunk=count_chunk, **options)
+            with raw_file:
+                result = self.client.chat(messages, max_tokens, cache_prompt, raw_out=raw_file, on_chunk=count_chunk,
+                                          **options)
         except sse.StreamError as exc:
             size = _drop_if_empty(partial)
             if size:
@@ -179,16 +211,45 @@ class LabContext:
         except BaseException:  # Ctrl-C, SIGTERM: keep what arrived, never an empty evidence file
             _drop_if_empty(partial)
             raise
-        os.replace(partial, final)
-        self.record(final)
+        self.staged.append((partial, final))
+        if self.run is None:  # a step called on its own (unit tests): no artifact to wait for
+            self.commit_streams()
         self.ledger.add(result.timings)
         return result
+
+
+def _create_partial(partial: Path, final: Path) -> BinaryIO:
+    """``partial`` as a new binary file for the stream: never through a link (raw/ or the file itself), a stale
+    .partial of an earlier attempt removed first; a link at the final name is refused before any request."""
+    try:
+        dir_fd = open_folder(partial.parent)
+    except OSError as exc:
+        raise OutputDirError(f"cannot open the folder for raw streams {partial.parent}: {exc.strerror or exc}") from exc
+    try:
+        refuse_link(dir_fd, final.name, final)
+        try:
+            fd = create_exclusive(dir_fd, partial.name, partial)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(partial)) from exc
+    finally:
+        os.close(dir_fd)
+    return os.fdopen(fd, "wb")
+
+
+def _rename_in_place(partial: Path, final: Path) -> None:
+    """partial -> final in their folder, by its descriptor; a link put at the final name meanwhile is refused."""
+    dir_fd = open_folder(final.parent)
+    try:
+        refuse_link(dir_fd, final.name, final)
+        os.replace(partial.name, final.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _drop_if_empty(partial: Path) -> int:
     """Remove ``partial`` if nothing was written to it; return its size (0 when removed or absent)."""
     try:
-        size = partial.stat().st_size
+        size = os.lstat(partial).st_size
     except OSError:
         return 0
     if not size:

@@ -158,6 +158,7 @@ def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
     before = ctx.ledger.total_ms
     t0 = time.perf_counter()
     written = run(ctx)
+    ctx.commit_streams()  # a step that wrote no JSON (sse): its streams take their final names now it succeeded
     wall = (time.perf_counter() - t0) * 1000.0
     ctx.progress.finish(", ".join(path.name for path in written))
     return written, StepTiming(name, wall, ctx.ledger.total_ms - before)
@@ -174,11 +175,14 @@ def _describe(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}"
 
 
-def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool) -> list[Path]:
+def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
+                   manifest_before: dict[str, str] | None = None) -> list[Path]:
     """Run ``steps`` in order, recording each step's timing. ``whole_run`` (the lab): these steps are the run, its
     wall time against the server's compute is theirs, and run.json is saved however this ends. Steps run on their
     own save it only if they wrote something, so a step that failed before writing leaves run.json as it was."""
-    manifest_before = dict(record.doc["artifacts"])
+    # The manifest as run.json on disk has it (taken before the capability probe rewrote capabilities.json), so a
+    # step that fails after the probe still saves the probe's new hashes and every file stays verifiable.
+    manifest_before = dict(record.doc["artifacts"]) if manifest_before is None else manifest_before
     written: list[Path] = []
     failed: str | None = None
     failure: str | None = None
@@ -287,8 +291,9 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
                                                        ask_server=any(STEPS[name].needs_server for name in steps))
         if note:
             notify(note)
+        manifest_before = dict(record.doc["artifacts"])
         ctx = _context(settings, target, client, progress, record, steps)
-        written = _run_in_record(ctx, record, steps, whole_run=False)
+        written = _run_in_record(ctx, record, steps, whole_run=False, manifest_before=manifest_before)
         html = None
         if "report" in steps and settings.render_html:  # report.json and the page that shows it
             html = _render(out, tuple(run_checks(out)))

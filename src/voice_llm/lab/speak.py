@@ -66,7 +66,7 @@ def speak_all(ctx: LabContext, engine: TTSEngine, options: SpeakOptions) -> dict
             try:
                 answer = speak_live(engine, strategy, _request(ctx, name), options.clause_words)
             except TTSError as exc:
-                exc.add_note(f"speak {strategy}, run {run}: the answer's stream is kept in {ctx.path(RAW_DIR) / name}.sse")
+                exc.add_note(f"speak {strategy}, run {run}: the answer's stream is kept in {ctx.stream_path(name)}")
                 raise
             # The engine's own time for the same text with the LLM idle, measured at once so that a change in
             # machine load between runs falls on both numbers of the pair.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import spread
-from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, read_json
+from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, inside, read_json
 from voice_llm.checkbase import Check, CheckFailed, NotCheckable, finite_number, require
 from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
@@ -123,7 +123,7 @@ def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
 
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     doc = read_json(out / LOAD)
-    return doc, read_samples(out / doc.get("samples_csv", LOAD_SAMPLES))
+    return doc, read_samples(inside(out, doc.get("samples_csv", LOAD_SAMPLES)))  # never a file outside OUT
 
 
 def _evidence(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

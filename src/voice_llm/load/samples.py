@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import write_bytes_atomic
+from voice_llm.artifacts import read_artifact_text, write_bytes_atomic
 from voice_llm.errors import ArtifactError
 from voice_llm.load.stats import SAMPLE_FIELDS
 
@@ -54,14 +54,16 @@ def _parse(name: str, text: str) -> Any:
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``path``, read through artifacts.read_artifact_text (a regular file inside OUT, bounded);
+    anything the csv module refuses (a field over its 131,072-character limit, a stray NUL) is one ArtifactError."""
+    text = read_artifact_text(path)
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = set(SAMPLE_FIELDS) - set(reader.fieldnames or ()) - set(_ADDED_LATER)
-            if missing:
-                raise ArtifactError(f"{path.name} lacks the columns {', '.join(sorted(missing))}")
-            return [{name: _parse(name, row.get(name) or "") for name in SAMPLE_FIELDS} for row in reader]
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{path.name} is missing in {path.parent}") from exc
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = set(SAMPLE_FIELDS) - set(reader.fieldnames or ()) - set(_ADDED_LATER)
+        if missing:
+            raise ArtifactError(f"{path.name} lacks the columns {', '.join(sorted(missing))}")
+        return [{name: _parse(name, row.get(name) or "") for name in SAMPLE_FIELDS} for row in reader]
+    except csv.Error as exc:
+        raise ArtifactError(f"{path.name} is not a readable CSV file: {exc}") from exc
     except ValueError as exc:
         raise ArtifactError(f"{path.name} has a cell that is not a number where one is expected: {exc}") from exc

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from voice_llm.artifacts import read_json
+from voice_llm.errors import ArtifactError
 from voice_llm.load.plan import SPEECH_WORDS_PER_S
 
 AUDIO_JSON = "audio.json"
@@ -35,14 +36,14 @@ def _segments(node: Any) -> Iterator[tuple[str, float]]:
 
 def answer_speech_rate(out: Path) -> tuple[float, str]:
     """(words per second, where that number comes from)."""
-    try:
-        doc = json.loads((out / AUDIO_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return SPEECH_WORDS_PER_S, f"default {SPEECH_WORDS_PER_S:g} words/s (no readable {AUDIO_JSON})"
     spoken_words = spoken_s = 0.0
-    for text, seconds in _segments(doc):
-        spoken_words += len(text.split())
-        spoken_s += seconds
+    try:  # read_json: bounded, never a FIFO or link, deep nesting an ArtifactError; the walk below recurses too
+        doc = read_json(out / AUDIO_JSON)
+        for text, seconds in _segments(doc):
+            spoken_words += len(text.split())
+            spoken_s += seconds
+    except (ArtifactError, RecursionError):
+        return SPEECH_WORDS_PER_S, f"default {SPEECH_WORDS_PER_S:g} words/s (no readable {AUDIO_JSON})"
     if spoken_words <= 0 or spoken_s <= 0:
         return SPEECH_WORDS_PER_S, f"default {SPEECH_WORDS_PER_S:g} words/s ({AUDIO_JSON} has no timed segments)"
     return spoken_words / spoken_s, f"{AUDIO_JSON}: {spoken_words:.0f} words in {spoken_s:.1f} s of audio"

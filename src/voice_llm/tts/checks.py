@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import AUDIO, read_json
+from voice_llm.artifacts import AUDIO, inside, read_artifact_bytes, read_json
 from voice_llm.checkbase import Check, NotCheckable, expect, unless_missed
 from voice_llm.checkbase import finite_number as _num
 from voice_llm.checkbase import require as _require
@@ -74,7 +74,7 @@ def check_segments_follow_stream(out: Path) -> str:
         where = _where(strategy, run)
         chunks = [(_num(c["t_ms"], f"{where} chunk t_ms"), c["text"]) for c in run["chunks"]]
         _require(bool(chunks) and _close(chunks[0][0], _num(run["ttft_ms"], "ttft_ms")), f"{where}: ttft_ms is not the first chunk's time")
-        raw_text = _raw_content(out / run["raw"])
+        raw_text = _raw_content(inside(out, run["raw"]))  # never a file outside OUT
         _require("".join(t for _, t in chunks) == raw_text == run["text"], f"{where}: chunks differ from {run['raw']}")
         derived = segment_stream(strategy, chunks, _num(run["total_ms"], "total_ms"), clause_words)
         recorded = [(s["text"], s["text_ready_ms"]) for s in run["segments"]]
@@ -85,10 +85,9 @@ def check_segments_follow_stream(out: Path) -> str:
 
 
 def _raw_content(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"the raw stream {path} is missing") from exc
+    if not path.exists():
+        raise ArtifactError(f"the raw stream {path} is missing")
+    raw = read_artifact_bytes(path)
     text = ""
     for event in SSEDecoder().feed(raw):
         if event.data == DONE_DATA:
@@ -171,7 +170,7 @@ def check_wavs(out: Path) -> str:
     count = 0
     for strategy, entry in doc["strategies"].items():
         for kind, wav in entry["wavs"].items():
-            info = read_wav(out / wav["path"])
+            info = read_wav(inside(out, wav["path"]))
             where = f"{wav['path']}"
             _require((info.channels, info.sample_width, info.sample_rate) == (1, 2, rate),
                      f"{where}: {info.channels} ch, {8 * info.sample_width} bit, {info.sample_rate} Hz; expected mono 16-bit {rate} Hz")

@@ -7,6 +7,7 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_llm.artifacts import read_artifact_bytes
 from voice_llm.errors import ArtifactError
 from voice_llm.tts.engine import SAMPLE_WIDTH
 
@@ -39,13 +40,15 @@ def silence(ms: float, sample_rate: int) -> bytes:
 
 
 def read_wav(path: Path) -> WavInfo:
-    """Open ``path`` with the wave module and read every frame, so a truncated file is caught too."""
+    """Open ``path`` with the wave module and read every frame, so a truncated file is caught too. The bytes are
+    read through artifacts.read_artifact_bytes: never through a link, a FIFO or a device, and bounded."""
+    if not (path.exists() or path.is_symlink()):
+        raise ArtifactError(f"{path} is missing")
+    data = read_artifact_bytes(path)
     try:
-        with wave.open(str(path), "rb") as wav:
+        with wave.open(io.BytesIO(data), "rb") as wav:
             info = WavInfo(wav.getnchannels(), wav.getsampwidth(), wav.getframerate(), wav.getnframes())
             data = wav.readframes(info.frames)
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{path} is missing") from exc
     except (wave.Error, EOFError, OSError) as exc:
         raise ArtifactError(f"{path} is not a readable WAV file: {exc}") from exc
     if info.sample_rate <= 0:
