@@ -126,7 +126,7 @@ def test_report_and_compare_refuse_a_manifest_naming_a_file_elsewhere(command: s
     out = tmp_path / "out"
     shutil.copytree(Path(__file__).parent / "fixtures" / "sample_run", out)
     edit_json(out / "run.json", lambda d: d["artifacts"].update({"../outside.txt": digest}))
-    args = ["report", "--out", str(out), "--url", "http://127.0.0.1:9", "-q"] if command == "report" else \
+    args = ["report", "--out", str(out), "-q"] if command == "report" else \
         ["compare", str(out), str(out)]
     result = cli(*args, env=env, timeout=CHECK_S)
     assert_clean_failure(result, "run.json names '../outside.txt'", "not inside the output folder")
