@@ -396,3 +396,16 @@ def test_the_sampler_reads_the_load_during_the_run_and_counts_the_server_as_its_
                       "load_samples": [{"at": 5.0, "load": 3.0, "own": 2.0}, {"at": 10.0, "load": 2.5, "own": 2.0}]}]}
     samples = noise.load_samples(run)
     assert [s["load"] - s["own"] for s in samples] == [0.5, 1.0, 0.5]
+
+
+def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_path: Path, env: dict[str, str]) -> None:
+    """3000 tokens per slot hold the lab's longest prompt (the cache step's, ~2600 by this fake's count) but not the
+    call's last turn with room for its six answers (~3050): `call` is refused by the same preflight, in seconds."""
+    from voice_llm.capabilities import PROBE_MESSAGES
+
+    out = tmp_path / "out"
+    with RoutingFake(n_ctx=3000, slots=1) as fake:
+        result = cli("call", "--url", fake.url, "--out", str(out), "-q", env=env)
+    assert_clean_failure(result, "clinic call's longest request (turn 6 of 6", "3000 tokens per slot", "--ctx")
+    assert [c for c in fake.chats if c["messages"] != list(PROBE_MESSAGES)] == [], "no turn of the call was sent"
+    assert not (out / "call.json").exists()

@@ -194,15 +194,18 @@ def managed_settings(args: argparse.Namespace, slots: int) -> ServerSettings:
 
 def _refuse_other_managed(args: argparse.Namespace, settings: ServerSettings) -> None:
     """A managed server already on --port with other slots or context cannot be swept (server.start would say only
-    that its settings differ): name what each of its slots holds and the two ways on, before anything starts."""
+    that its settings differ): name what each of its slots holds and the ways on, before anything starts."""
     record = server.read_record(settings.port)
     if record is None or not server.is_alive(record) or (record.slots, record.ctx) == (settings.slots, settings.ctx):
         return
+    same = managed_settings(args, record.slots)
+    sweep_it = f"sweep it with --slots {record.slots}, " if (same.slots, same.ctx) == (record.slots, record.ctx) else ""
     raise ConfigError(
         f"a managed llama-server already runs on port {record.port} with {slots_label(record.slots)} and -c "
         f"{record.ctx} ({record.ctx // record.slots} tokens per slot), and this sweep needs {slots_label(settings.slots)} "
-        f"with {settings.ctx // settings.slots} tokens each (-c {settings.ctx}): measure that server as it is with "
-        f"--url {record.url} (its context is checked first), or stop it first (`voice-llm down --port {record.port}`)")
+        f"and -c {settings.ctx} ({settings.ctx // settings.slots} tokens per slot): {sweep_it}measure that server as "
+        f"it is with --url {record.url} (its context is checked first), or stop it first "
+        f"(`voice-llm down --port {record.port}`)")
 
 
 def start_managed(args: argparse.Namespace, slots: int, progress: Progress) -> tuple[str, bool, int]:
