@@ -353,6 +353,11 @@ def test_the_verdict_names_its_turns_the_port_and_the_model(tmp_path: Path, env:
     assert f"{verdict['judged_turns']} judged turns at 1 callers" in result.stdout
     assert sweep["master_port"] == master_port, "local workers connected to --master-port"
     assert fake.chats and all(chat.get("model") == MODEL_ID for chat in fake.chats)
+    # The noise evidence: load samples of the run itself, the measured server's CPU (this process: the fake
+    # listens here, on loopback) counted as the run's own.
+    (step,) = [s for s in json.loads((out / "run.json").read_text())["steps"] if s["step"] == "load"]
+    assert step["load_samples"] and all(set(s) == {"at", "load", "own"} for s in step["load_samples"])
+    assert max(s["own"] for s in step["load_samples"]) > 0
 
 
 def test_a_taken_master_port_is_one_clear_line(tmp_path: Path, env: dict[str, str]) -> None:

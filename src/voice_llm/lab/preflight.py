@@ -86,8 +86,9 @@ def call_requests(name: str, system: str, turns: Sequence[str], max_tokens: int,
 
 def server_n_ctx(client: ServerClient) -> int | None:
     """The context of one slot (/props ``default_generation_settings.n_ctx``), or None if the server does not say.
-    llama-server splits ``-c`` over its ``-np`` slots: -c 4096 -np 4 answers 1024 here (seen on b6xxx, see
-    docs), which is the limit each request meets."""
+    llama-server splits ``-c`` over its ``-np`` slots: `voice-llm up --slots 4` (-c 4096 -np 4) answers 1024 here,
+    and /slots shows n_ctx 1024 for each of its 4 slots (seen on this project's pinned build): the limit each
+    request meets."""
     return props_n_ctx(client.props())
 
 

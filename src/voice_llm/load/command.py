@@ -284,11 +284,10 @@ def _too_long_for_load(fit: preflight.ContextFit, described: dict[str, Any], whe
 
 def _fix(args: argparse.Namespace, fit: preflight.ContextFit, slots: int | None) -> str:
     fewer = f"or fewer documents (--docs, now {args.docs})"
+    want = preflight.suggested_ctx(fit.tokens, slots or 1)
     if args.url:
-        want = preflight.suggested_ctx(fit.tokens, slots or 1)
         return (f"Start the server with a context of at least {fit.tokens + 1} tokens per slot, e.g. "
                 f"`voice-llm up --slots {slots or 1} --ctx {want}` (each slot gets --ctx / --slots), {fewer}")
-    want = preflight.suggested_ctx(fit.tokens, slots or 1)
     return (f"Run load with --ctx {want} (the managed server gets --ctx or {CTX_PER_SLOT} tokens per slot, "
             f"whichever is more), {fewer}")
 
