@@ -414,3 +414,15 @@ def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_pat
     assert_clean_failure(result, "clinic call's longest request (turn 6 of 6", "3000 tokens per slot", "--ctx")
     assert [c for c in fake.chats if c["messages"] != list(PROBE_MESSAGES)] == [], "no turn of the call was sent"
     assert not (out / "call.json").exists()
+
+
+def test_a_loaded_machine_during_load_flags_the_load_numbers_not_the_lab_s(tmp_path: Path) -> None:
+    from voice_llm import noise
+
+    run = {"metadata": {"machine": {"cores": 2}}, "load_average_start": [0.2, 0.2, 0.2],
+           "steps": [{"step": "ttft", "wall_ms": 1000.0, "server_compute_ms": 900.0, "load_average": [0.4, 0.4, 0.4]},
+                     {"step": "load", "wall_ms": 1000.0, "server_compute_ms": None,
+                      "load_samples": [{"at": 5.0, "load": 4.0, "own": 1.5}]}]}
+    assessed = noise.assess(tmp_path, run)
+    assert assessed["noisy"] and assessed["affected"] == ["load.json (measured while the machine was loaded)"]
+    assert "after load +5 s" in assessed["reasons"][0] and "2.50 of it from other processes" in assessed["reasons"][0]
