@@ -426,3 +426,35 @@ def test_a_loaded_machine_during_load_flags_the_load_numbers_not_the_lab_s(tmp_p
     assessed = noise.assess(tmp_path, run)
     assert assessed["noisy"] and assessed["affected"] == ["load.json (measured while the machine was loaded)"]
     assert "after load +5 s" in assessed["reasons"][0] and "2.50 of it from other processes" in assessed["reasons"][0]
+
+
+def test_no_locust_process_outlives_a_killed_load(tmp_path: Path, env: dict[str, str]) -> None:
+    """SIGKILL leaves `voice-llm load` no chance to stop its master (in a session of its own): the master notices
+    its parent is gone and stops itself and its workers, instead of running the sweep on for minutes."""
+    with RoutingFake(delay_s=0.02) as fake:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voice_llm", "load", "--url", fake.url, "--callers", "1,2,4,8", "--step-s", "20",
+             "--warmup-s", "0", "--docs", "0", "--no-stop", "--out", str(tmp_path / "out"), "--think-scale", "0",
+             "--workers", "1"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        children: dict[int, int | None] = {}
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith("load: step 1:"):
+                    break
+            children = {pid: procfs.start_ticks(pid) for pid in procfs.descendants(proc.pid)}
+            assert len(children) >= 2, "a master and a worker"
+            proc.kill()
+            proc.wait()
+            deadline = time.monotonic() + 40  # the master's notice (0.5 s) and its workers' stop (at most 10 s)
+            while not _descendants_gone(children) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _descendants_gone(children)
+        finally:
+            for pid, ticks in children.items():  # never leave one behind, even when the test fails
+                if procfs.start_ticks(pid) == ticks:
+                    procfs_kill(pid)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

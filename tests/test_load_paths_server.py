@@ -34,3 +34,25 @@ def test_up_four_slots_then_load_is_refused_before_any_turn(tmp_path: Path, serv
     assert_clean_failure(by_port, "4 slots and -c 4096 (1024 tokens per slot)", f"--url http://127.0.0.1:{port}")
     for out in (tmp_path / "a", tmp_path / "b"):
         assert not (out / "load.json").exists() and not (out / "load_samples.csv").exists()
+
+
+def test_a_managed_server_with_the_same_slots_is_checked_not_swept(tmp_path: Path, server_binary: Path,
+                                                                   model_path: Path) -> None:
+    """The managed server load would start itself (1 slot, 4096 tokens) already runs: load reuses it, and its
+    preflight refuses 24 documents (about 6000 tokens) before any turn, naming the managed server's numbers."""
+    from test_preflight import big_kb
+
+    env = cli_env(tmp_path / "state")
+    port = free_port()
+    started = cli("up", "--slots", "1", "--port", str(port), "--threads", "1", "-q", env=env, timeout=300)
+    assert started.returncode == 0, started.stderr
+    try:
+        result = cli("load", "--port", str(port), "--slots", "1", "--threads", "1", "--kb", str(big_kb(tmp_path / "kb")),
+                     "--docs", "24", "--out", str(tmp_path / "out"), "-q", env=env)
+        still_up = cli("status", "--port", str(port), env=env)
+    finally:
+        cli("down", "--port", str(port), env=env)
+    assert_clean_failure(result, f"the managed server on port {port} gives each slot 4096 tokens (1 slot)",
+                         "24 KB documents", "--ctx", "--docs, now 24")
+    assert not (tmp_path / "out" / "load.json").exists()
+    assert str(port) in still_up.stdout, "the server load found running is left running"

@@ -136,6 +136,7 @@ class Sweep:
         self.plan = plan
         self.collected = Collected()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.parent = os.getppid()
         parser = get_empty_argument_parser()
         setup_parser_arguments(parser)
         options = parser.parse_args(args=["--headless"])
@@ -152,6 +153,10 @@ class Sweep:
         events.worker_report.add_listener(self.collected.on_report)
 
     def check_workers(self) -> None:
+        if os.getppid() != self.parent:
+            # `voice-llm load` was killed outright (SIGKILL: no chance to stop us): a master left alone would run
+            # its workers on for minutes with nobody to read the result.
+            raise SweepError("the voice-llm load process that started this master is gone")
         for proc in self.procs:
             if proc.poll() is not None:
                 raise SweepError(f"a Locust worker exited with status {proc.returncode} (its output is above)")
@@ -170,6 +175,13 @@ class Sweep:
     def announce(self, step: int, phase: str, callers: int) -> float:
         self.runner.send_message(voice_caller.PHASE_MESSAGE, {"step": step, "phase": phase, "callers": callers})
         return time.time()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            gevent.sleep(min(remaining, 5 * POLL_S))
+            self.check_workers()
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -194,11 +206,11 @@ class Sweep:
         log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
-        gevent.sleep(plan.warmup_s)
+        self.wait(plan.warmup_s)
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         start = self.announce(index, "measure", callers)
-        gevent.sleep(plan.step_s)
+        self.wait(plan.step_s)
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
