@@ -45,7 +45,7 @@ EXIT_FAILED = 1
 EXIT_NO_VERDICT = 4
 EXIT_INTERRUPTED = 130
 
-CTX_PER_SLOT = 4096  # each slot gets the lab's whole context: the 12-document call grows to ~3000 tokens
+CTX_PER_SLOT = 4096  # the lab's whole context per slot: the 12-document call's last turn needs ~3500 tokens with its answers
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -398,8 +398,8 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     where = slots_label(sweep["slots"]) if sweep["slots"] is not None else sweep["url"]
     minimum = verdict.get("min_judged_turns", stats.MIN_JUDGED_TURNS)
     if verdict["max_callers"] is None:
-        judged = ", ".join(f"{s['judged']} at {s['callers']}" for s in sweep["steps"]) or "no step"
-        return (f"{where}: no verdict: each step was judged on fewer than {minimum} turns ({judged} callers), the "
+        judged = ", ".join(f"{s['judged']} at {s['callers']} callers" for s in sweep["steps"]) or "no step"
+        return (f"{where}: no verdict: each step was judged on fewer than {minimum} turns ({judged}), the "
                 f"fewest on which one late turn still passes {100 * verdict['goodput_target']:.0f} % goodput; "
                 f"{_more_turns(doc, sweep, minimum)}")
     limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
