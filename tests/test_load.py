@@ -13,7 +13,8 @@ import pytest
 
 from clihelpers import cli
 from conftest import free_port
-from voice_llm.load import checks
+from voice_llm.load import checks, stats
+from voice_llm.load.command import EXIT_NO_VERDICT
 from voice_llm.load.samples import read_samples
 from voice_llm.sse import SSEDecoder
 
@@ -51,7 +52,7 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
                  # every step runs whatever the machine's load (no timed assertion); no think time, so that even
                  # a slow shared machine starts turns in each short window
                  "--no-stop", "--out", str(tmp_path), "-q", env=env, timeout=400)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode in (0, EXIT_NO_VERDICT), result.stderr
     assert not _locust_processes()
     doc = json.loads((tmp_path / "load.json").read_text())
     (sweep,) = doc["sweeps"]
@@ -68,8 +69,14 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
     assert max(s["turn"] for s in samples) > 1, "callers go on with their conversation"
     assert any(s["cache_n"] for s in samples if s["turn"] > 1), "later turns reuse the cached conversation"
     verdict = sweep["verdict"]
-    assert verdict["max_callers"] == max([s["callers"] for s in sweep["steps"] if s["goodput"] >= 0.95], default=0)
-    assert f"max callers = {verdict['max_callers']}" in result.stdout
+    # a step passes on enough judged turns only (stats.MIN_JUDGED_TURNS); with none, no verdict and exit status 4
+    enough = [s for s in sweep["steps"] if s["judged"] >= stats.MIN_JUDGED_TURNS]
+    if enough:
+        assert result.returncode == 0
+        assert verdict["max_callers"] == max([s["callers"] for s in enough if s["goodput"] >= 0.95], default=0)
+        assert f"max callers = {verdict['max_callers']}" in result.stdout
+    else:
+        assert verdict["max_callers"] is None and "no verdict" in result.stdout
     for name, check in checks.LOAD_CHECKS:
         check(tmp_path)
 
@@ -94,7 +101,7 @@ def _locust_ttfts(env: dict[str, str], port: int, out: Path) -> list[tuple[float
     load = cli("load", "--port", str(port), "--slots", "4", "--threads", "1", "--workers", "1", "--callers", "1",
                "--dialogue", "lab-ttft", "--step-s", "12", "--warmup-s", "1", "--think-scale", "0", "--barge-in", "0",
                "--out", str(out), "-q", env=env, timeout=300)
-    assert load.returncode == 0, load.stderr
+    assert load.returncode in (0, EXIT_NO_VERDICT), load.stderr  # ~10 turns: too few for a verdict, enough here
     return [(s["ttft_ms"], s["prompt_ms"]) for s in read_samples(out / "load_samples.csv") if s["phase"] == "measure"]
 
 

@@ -22,7 +22,7 @@ def test_master_and_two_remote_style_workers(tmp_path: Path) -> None:
         master = subprocess.Popen(
             [sys.executable, "-m", "voice_llm", "load", "--master", "--expect-workers", "2", "--master-bind-host",
              "127.0.0.1", "--master-port", port, "--url", fake.url, "--callers", "1,2", "--step-s", "3",
-             "--warmup-s", "1", "--think-scale", "0.05", "--docs", "0", "--out", str(out), "-q"],
+             "--warmup-s", "1", "--think-scale", "0.01", "--docs", "0", "--out", str(out), "-q"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         workers = [subprocess.Popen([sys.executable, "-m", "voice_llm", "load", "--worker", "--master-host", "127.0.0.1",
                                      "--master-port", port], env=env, stdin=subprocess.DEVNULL)
@@ -42,7 +42,7 @@ def test_master_and_two_remote_style_workers(tmp_path: Path) -> None:
     assert doc["workers"] == "remote" and len(sweep["workers"]) == 2
     assert sweep["steps"][1]["workers"] == sweep["workers"], "both workers ran callers at the 2-caller step"
     # The callers' settings came from the master: the fake saw the dialogue's first line and its system prompt.
-    first = fake.requests[0].json
+    first = next(r for r in fake.requests if r.path.endswith("/chat/completions")).json  # after GET /v1/models
     assert first["messages"][0]["content"].startswith("You are a clinic phone assistant")
     assert first["messages"][1]["content"].startswith("Hi, I'd like to come in")
     assert 'id="section-load"' in (out / "report.html").read_text(), "the load section is drawn"

@@ -28,6 +28,35 @@ def start_ticks(pid: int, zombie: bool = False) -> int | None:
     return int(fields[19])
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time ``pid`` has used so far (its threads included), or None if there is no such process."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14 and 15 of /proc/pid/stat)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (children, their children...), from each process's parent in /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return fields is not None and fields[0] == "Z"

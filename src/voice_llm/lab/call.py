@@ -17,7 +17,8 @@ from voice_llm import prompts
 from voice_llm.artifacts import CALL
 from voice_llm.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import load_kb
+from voice_llm.kb import KBDoc, load_kb
+from voice_llm.lab import preflight
 from voice_llm.lab.context import LabContext
 
 
@@ -45,10 +46,28 @@ def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: boo
     return rows
 
 
+def check_call_fits(ctx: LabContext, dialogue: Dialogue, system: str, docs: list[KBDoc]) -> None:
+    """Before the first turn: the call's last turn (the whole conversation and room for every answer) fits one
+    slot (the lab's preflight, voice_llm.lab.preflight). A server that does not say its context is not checked."""
+    requests = preflight.call_requests(dialogue.name, system, dialogue.turns, dialogue.max_tokens, dialogue.history)
+
+    def too_long(fit: preflight.ContextFit) -> str:
+        return (f"the {dialogue.name} call's longest request ({fit.request}, the system prompt with {len(docs)} KB "
+                f"documents and {fit.reserved_tokens} tokens kept for {len(dialogue.turns)} answers of up to "
+                f"{dialogue.max_tokens} tokens) needs {fit.tokens} tokens ({fit.prompt_tokens} {fit.how_counted()}), "
+                f"and the server's context is {fit.n_ctx} tokens per slot; start the server with a larger --ctx "
+                f"(each slot gets --ctx / --slots: e.g. `voice-llm up --ctx {preflight.suggested_ctx(fit.tokens, 1)}` "
+                f"for one slot), or use a KB folder with shorter documents (--kb)")
+
+    n_ctx = ctx.capabilities.n_ctx if ctx.capabilities is not None else None
+    preflight.check_requests_fit(ctx.client, requests, too_long, n_ctx)
+
+
 def run(ctx: LabContext) -> list[Path]:
     dialogue = load_dialogue(DEFAULT_DIALOGUE)
     docs = load_kb(ctx.kb_dir, need=DEFAULT_DOCS)[:DEFAULT_DOCS]
     system = system_prompt(dialogue, docs)
+    check_call_fits(ctx, dialogue, system, docs)
     cache_on = run_call(ctx, dialogue, system, True, None)
     cache_off = run_call(ctx, dialogue, system, False, [row["answer"] for row in cache_on])
     document = {

@@ -37,6 +37,7 @@ class CallerConfig:
     barge_in_max_tokens: int = 40  # a barge-in cuts the answer after a random 1..N content chunks
     timeout_s: float = 120.0
     seed: int = 7
+    model: str | None = None  # the model name each request carries (the first id of the server's /v1/models)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -73,13 +73,47 @@ def _sweep_label(sweep: Mapping[str, Any]) -> str:
     return slots_label(sweep.get("slots"))
 
 
+def no_data_reason(sweep: Mapping[str, Any]) -> str | None:
+    """Why a sweep has nothing to draw (no step, no turn, or every turn failed), or None when it has data. An
+    empty step is a result (the window was too short for a turn, or the server refused every turn): it is shown
+    as such, never drawn as a line of nothing."""
+    steps = sweep.get("steps") or []
+    ended = f" ({sweep['interrupted']})" if sweep.get("interrupted") else ""
+    if not steps:
+        return f"no step was measured{ended}"
+    if not any(s.get("turns") for s in steps):
+        return (f"no turn started in any measured window (steps of {len(steps)}; the first turn's prefill and the "
+                f"callers' think time can be longer than a short --step-s){ended}")
+    if all(s.get("errors") == s.get("turns") for s in steps):
+        return (f"all {sum(s['turns'] for s in steps)} measured turns failed (the error of each is in "
+                f"load_samples.csv){ended}")
+    return None
+
+
+def _verdict_words(sweep: Mapping[str, Any]) -> str:
+    verdict = sweep["verdict"]
+    if verdict.get("max_callers") is None:
+        return (f"{_sweep_label(sweep)}: no verdict (fewer than {verdict.get('min_judged_turns', '?')} judged turns "
+                "in every step)")
+    limit = f" (limited by {verdict['limited_by']})" if verdict.get("limited_by") else ""
+    rests = f", on {verdict['judged_turns']} judged turns" if verdict.get("judged_turns") is not None else ""
+    return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
+
+
+def _no_data(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, color=_GREY)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     slo = float(doc["slo_first_sentence_ms"])
     target = float(doc["goodput_target"])
     fig = Figure(figsize=(10.0, 4.0), layout="constrained")
     left, right = fig.subplots(1, 2)
+    drawn = [sweep for sweep in doc["sweeps"] if no_data_reason(sweep) is None]
     all_callers: set[int] = set()
-    for color, sweep in zip(_COLORS, doc["sweeps"]):
+    for color, sweep in zip(_COLORS, drawn):
         steps = sweep["steps"]
         callers = [s["callers"] for s in steps]
         all_callers.update(callers)
@@ -88,29 +122,36 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
         left.plot(callers, [s["first_sentence_ms"]["p50"] for s in steps], "o--", color=color, alpha=0.6, label=f"{label}: p50")
         right.plot(callers, [100 * s["goodput"] if s["goodput"] is not None else None for s in steps], "o-",
                    color=color, label=f"{label}: max callers {sweep['verdict']['max_callers']}")
-    left.axhline(slo, color=_RED, linestyle=":", label=f"budget {slo:.0f} ms")
-    right.axhline(100 * target, color=_RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(all_callers), [str(c) for c in sorted(all_callers)])
-        ax.set_xlabel("concurrent callers")
-        ax.legend(loc="best", fontsize=8)
-    left.set_ylabel("first sentence (ms)")
-    shown = [v for sw in doc["sweeps"] for s in sw["steps"] for v in s["first_sentence_ms"].values() if v]
-    if shown and max(shown + [slo]) > 20 * min(shown + [slo]):
-        left.set_yscale("log")  # a budget of 1 s and an overloaded step of minutes on one readable axis
+    shown = [v for sw in drawn for s in sw["steps"] for v in s["first_sentence_ms"].values() if v]
+    if not drawn or not shown:
+        reasons = "; ".join(f"{_sweep_label(sw)}: {no_data_reason(sw) or 'no first sentence in any turn'}"
+                            for sw in doc["sweeps"]) or "load.json holds no sweep"
+        for ax in (left, right):
+            _no_data(ax, f"no data\n{reasons}")
     else:
-        left.set_ylim(bottom=0)
-    right.set_ylabel("goodput (% of turns within budget)")
-    right.set_ylim(0, 105)
-    verdicts = "; ".join(
-        f"{_sweep_label(s)}: max callers = {s['verdict']['max_callers']}"
-        + (f" (limited by {s['verdict']['limited_by']})" if s["verdict"].get("limited_by") else "")
-        for s in doc["sweeps"])
+        left.axhline(slo, color=_RED, linestyle=":", label=f"budget {slo:.0f} ms")
+        right.axhline(100 * target, color=_RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
+        ticks = sorted(all_callers)
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            # Explicit limits: a log axis whose lines have gaps (a step without a first sentence) has no data limits.
+            ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
+            ax.set_xticks(ticks, [str(c) for c in ticks])
+            ax.set_xlabel("concurrent callers")
+            ax.legend(loc="best", fontsize=8)
+        left.set_ylabel("first sentence (ms)")
+        if max(shown + [slo]) > 20 * min(shown + [slo]):
+            left.set_yscale("log")  # a budget of 1 s and an overloaded step of minutes on one readable axis
+        else:
+            left.set_ylim(bottom=0)
+        right.set_ylabel("goodput (% of turns within budget)")
+        right.set_ylim(0, 105)
+    verdicts = "; ".join(_verdict_words(s) for s in doc["sweeps"]) or "no sweep"
     caller = doc.get("caller", {})
+    ended = f" The run ended early: {doc['interrupted']}." if doc.get("interrupted") else ""
     caption = (f"{verdicts}. Each caller runs the {caller.get('dialogue', '?')} call with {caller.get('docs', '?')} "
                f"documents, thinking between turns as long as speaking takes; {_pct(caller.get('barge_in_share'))} of "
-               f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.")
+               f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.{ended}")
     return fig, caption, _load_tables(doc)
 
 
@@ -124,12 +165,22 @@ def _load_tables(doc: Mapping[str, Any]) -> str:
             first, ttft = s["first_sentence_ms"], s["ttft_ms"]
             share = max((w["share"] for w in s["cpu"].values()), default=None)
             cpu = "–" if share is None else f"{100 * share:.0f} %" + (" generator-bound" if s["generator_bound"] else "")
+            load = (s.get("host") or {}).get("loadavg_1m")
             rows.append([str(s["callers"]), str(s["turns"]), f"{_ms(ttft['p50'])}/{_ms(ttft['p90'])}",
                          f"{_ms(first['p50'])}/{_ms(first['p90'])}/{_ms(first['p99'])}", _ms(s["itl_ms"]["p50"]),
                          _pct(s["goodput"]),
                          "–" if s["good_turns_per_s"] is None else f"{s['good_turns_per_s']:.2f}",
-                         str(s["errors"]), str(s["cancelled"]), cpu, f"{s['host']['loadavg_1m']:.2f}"])
+                         str(s["errors"]), str(s["cancelled"]), cpu, "–" if load is None else f"{load:.2f}"])
         stopped = f" Stopped: {sweep['stopped']}." if sweep.get("stopped") else ""
-        parts.append(f"<h3>{html.escape(_sweep_label(sweep))} — max callers = {sweep['verdict']['max_callers']}</h3>"
-                     f"<p>{html.escape(stopped)}</p>\n" + _table(header, rows, "load-steps"))
+        reason = no_data_reason(sweep)
+        title = _verdict_words(sweep).replace(": ", " — ", 1)
+        body = (f'<p class="missing">no data: {html.escape(reason)}</p>\n' if reason else "") + \
+            (_table(header, rows, "load-steps") if rows else "")
+        parts.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(stopped)}</p>\n" + body)
+    if not parts:
+        parts.append(f'<p class="missing">no data: load.json holds no sweep{_ended(doc)}</p>\n')
     return "".join(parts)
+
+
+def _ended(doc: Mapping[str, Any]) -> str:
+    return f" ({doc['interrupted']})" if doc.get("interrupted") else ""

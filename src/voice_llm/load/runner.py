@@ -3,7 +3,9 @@
 Why a subprocess: importing locust monkey-patches a process with gevent (sockets, threads, time.sleep); the CLI
 process also starts and stops llama-server and writes the artifacts, and must stay an ordinary process. The
 master (``python -m voice_llm.load.sweep``) and the workers it starts share one process group, so stopping a
-run (Ctrl-C, SIGTERM, a failure) stops them all: no Locust process outlives the command.
+run (Ctrl-C, SIGTERM, a failure) stops them all: no Locust process outlives the command. On Ctrl-C or SIGTERM
+the master is asked first (SIGTERM to it alone) to stop its workers and write what it measured; what it wrote
+travels with the exception (:class:`SweepInterrupted`, :class:`LoadError`), so the command can keep it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,20 @@ MASTER_STOP_S = 15.0
 
 
 class LoadError(VoiceLLMError):
-    """The sweep could not be run; the message says why (the master's own last line)."""
+    """The sweep could not be run to its end; the message says why (the master's own last line). ``partial``:
+    what the master had measured before (its result, ``interrupted`` set), or None."""
+
+    def __init__(self, message: str, partial: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a sweep. ``partial``: what the master had measured (None if it wrote nothing)."""
+
+    def __init__(self, partial: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.partial = partial
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -47,8 +62,31 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _stop_master(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the master alone: it stops its runner, lets its workers send their last samples and quit, and
+    writes its result. Then whatever is left of the group goes, whatever happens meanwhile (a second Ctrl-C)."""
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(MASTER_STOP_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    finally:
+        _stop_group(proc)
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
 def run_sweep(plan: SweepPlan, api_key: str | None = None) -> dict[str, Any]:
-    """Run the master subprocess to the end and return its result (raw samples, steps, windows)."""
+    """Run the master subprocess to the end and return its result (raw samples, steps, windows). Raises
+    :class:`SweepInterrupted` on Ctrl-C/SIGTERM and :class:`LoadError` when the sweep failed, each carrying what
+    the master measured before."""
     env = dict(os.environ)
     env.pop(ENV_API_KEY, None)
     if api_key:
@@ -62,10 +100,17 @@ def run_sweep(plan: SweepPlan, api_key: str | None = None) -> dict[str, Any]:
         )
         try:
             code = proc.wait()
+        except KeyboardInterrupt:
+            _stop_master(proc)
+            raise SweepInterrupted(_read_result(result_path)) from None
         except BaseException:
             _stop_group(proc)
             raise
         _signal_group(proc.pid, signal.SIGKILL)  # a worker that outlived its master (none expected) goes too
-        if code != 0 or not result_path.is_file():
-            raise LoadError(f"the Locust master exited with status {code} (see its message above)")
-        return json.loads(result_path.read_text(encoding="utf-8"))
+        result = _read_result(result_path)
+        if code == 0 and result is not None and not result.get("interrupted"):
+            return result
+        if code == 130 and result is not None:  # the master itself was stopped by a signal
+            raise SweepInterrupted(result)
+        why = (result or {}).get("interrupted") or "see its message above"
+        raise LoadError(f"the Locust master exited with status {code} ({why})", partial=result)

@@ -10,7 +10,8 @@ Rules (README "Calls under load"):
   has no first-sentence time and is left out of goodput and of the first-sentence percentiles;
 * goodput = turns with no error and the first sentence within the budget / turns that could be judged;
 * the sweep stops after a step whose first-sentence p90 exceeds the budget or whose errors exceed 1 %;
-* verdict: max callers = the largest step with goodput >= 95 %.
+* verdict: max callers = the largest step with goodput >= 95 % over at least MIN_JUDGED_TURNS judged turns; with
+  no step that has that many, there is no verdict (and the line says how to get one).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ MAX_ERROR_RATE = 0.01
 # late (a greenlet resumes only when the loop gets to it), so the step measured the generator, not the server.
 GENERATOR_BOUND_SHARE = 0.8
 HOST_BUSY_SHARE = 0.9
+# A step passes only on at least this many judged turns. 20 = 1 / (1 - GOODPUT_TARGET): the fewest turns on which
+# goodput can tell 95 % from 100 %, i.e. one late turn is allowed and a second is not. Below it one turn decides
+# the step (3 judged turns: one late one is 67 %), so the verdict would rest on chance.
+MIN_JUDGED_TURNS = 20
 PERCENTILES = (50, 90, 99)
 
 # The raw sample, one row per turn; the CSV's columns in this order.
@@ -123,16 +128,24 @@ def limited_by(step: Mapping[str, Any], slots: int | None) -> str:
 
 
 def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, Any]:
-    """Max callers = the largest step with goodput >= 95 %; and what limited the first step past it."""
-    passing = [s["callers"] for s in steps if s["goodput"] is not None and s["goodput"] >= GOODPUT_TARGET]
-    max_callers = max(passing, default=0)
-    beyond = [s for s in steps if s["callers"] > max_callers and (s["goodput"] is None or s["goodput"] < GOODPUT_TARGET)]
+    """Max callers = the largest step with goodput >= 95 % over at least MIN_JUDGED_TURNS judged turns; and what
+    limited the first step past it. ``max_callers`` is None (no verdict) when no step was judged on enough turns:
+    a step with fewer can neither pass nor show a limit."""
+    enough = [s for s in steps if s.get("judged", 0) >= MIN_JUDGED_TURNS]
+    passing = [s for s in enough if s["goodput"] is not None and s["goodput"] >= GOODPUT_TARGET]
+    best = max(passing, key=lambda s: s["callers"], default=None)
+    max_callers = best["callers"] if best else (0 if enough else None)
+    beyond = [s for s in enough if s["callers"] > (max_callers or 0) and s["goodput"] < GOODPUT_TARGET]
     limit = limited_by(beyond[0], slots) if beyond else None
     return {
         "max_callers": max_callers,
         "goodput_target": GOODPUT_TARGET,
         "limited_by": limit,
         "tested_up_to": max((s["callers"] for s in steps), default=0),
+        "min_judged_turns": MIN_JUDGED_TURNS,
+        # the turns the verdict rests on: the passing step's (or, with none passing, the judged steps' fewest)
+        "judged_turns": best["judged"] if best else min((s["judged"] for s in enough), default=None),
+        "judged_per_step": [s.get("judged", 0) for s in steps],
     }
 
 

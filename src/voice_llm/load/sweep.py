@@ -9,7 +9,8 @@ users on ramp-down, cutting their streams), a warm-up window whose turns are dro
 drain until every turn started in the measured window has been reported. After each step it judges the step
 from the raw samples (voice_llm.load.stats) and stops when the budget or the error limit is broken.
 RESULT.json holds every raw sample and each step's windows, worker CPU and host load; the `load` command
-turns it into load.json.
+turns it into load.json. It is written again after every step, and when the sweep is interrupted (SIGINT,
+SIGTERM) or fails (a worker died), with ``interrupted`` saying why: what was measured is never lost.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from locust.log import setup_logging
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,23 @@ WORKER_EXIT_S = 10.0
 
 class SweepError(Exception):
     """The sweep could not run (workers did not connect, a worker died); the message says which."""
+
+
+class SweepInterrupt(SystemExit):
+    """SIGTERM or SIGINT reached the master. A SystemExit because gevent's hub, in which a signal handler usually
+    runs, passes it on to the main greenlet without printing a traceback (it prints one for KeyboardInterrupt)."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # SIGTERM (from `voice-llm load` when it is stopped) ends the sweep as Ctrl-C would: the steps done are kept.
+    raise SweepInterrupt(130)
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """RESULT.json, atomically: a reader sees the previous version or this one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 @dataclass
@@ -117,6 +136,7 @@ class Sweep:
         self.plan = plan
         self.collected = Collected()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.parent = os.getppid()
         parser = get_empty_argument_parser()
         setup_parser_arguments(parser)
         options = parser.parse_args(args=["--headless"])
@@ -126,10 +146,17 @@ class Sweep:
                                stop_timeout=0, parsed_options=options)
         port = plan.master_port or free_port(plan.bind_host)
         self.port = port
-        self.runner = self.env.create_master_runner(plan.bind_host, port)
+        try:
+            self.runner = self.env.create_master_runner(plan.bind_host, port)
+        except Exception as exc:  # locust's RPCError (zmq): the port is taken or the address is not this machine's
+            raise SweepError(f"the master cannot listen for workers on {plan.bind_host}:{port}: {exc}") from exc
         events.worker_report.add_listener(self.collected.on_report)
 
     def check_workers(self) -> None:
+        if os.getppid() != self.parent:
+            # `voice-llm load` was killed outright (SIGKILL: no chance to stop us): a master left alone would run
+            # its workers on for minutes with nobody to read the result.
+            raise SweepError("the voice-llm load process that started this master is gone")
         for proc in self.procs:
             if proc.poll() is not None:
                 raise SweepError(f"a Locust worker exited with status {proc.returncode} (its output is above)")
@@ -148,6 +175,13 @@ class Sweep:
     def announce(self, step: int, phase: str, callers: int) -> float:
         self.runner.send_message(voice_caller.PHASE_MESSAGE, {"step": step, "phase": phase, "callers": callers})
         return time.time()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            gevent.sleep(min(remaining, 5 * POLL_S))
+            self.check_workers()
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -172,11 +206,11 @@ class Sweep:
         log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
-        gevent.sleep(plan.warmup_s)
+        self.wait(plan.warmup_s)
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         start = self.announce(index, "measure", callers)
-        gevent.sleep(plan.step_s)
+        self.wait(plan.step_s)
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
@@ -192,11 +226,22 @@ class Sweep:
             f"cancelled {summary['cancelled']}, load {host['loadavg_1m']:.2f}")
         return step
 
-    def run(self) -> dict[str, Any]:
+    def result(self, started: float, workers: list[str], steps: list[dict[str, Any]], stopped: str | None,
+               interrupted: str | None) -> dict[str, Any]:
+        return {"started": started, "ended": time.time(), "master_port": self.port, "workers": workers,
+                "steps": list(steps), "stopped": stopped, "samples": list(self.collected.samples),
+                "interrupted": interrupted}
+
+    def run(self, save: Callable[[dict[str, Any]], None] = lambda result: None) -> dict[str, Any]:
+        """The whole sweep. ``save`` gets the result after every step and once more at the end, also when the
+        sweep is interrupted (``interrupted``: "interrupted") or fails (``interrupted``: the reason)."""
         plan = self.plan
         started = time.time()
         steps: list[dict[str, Any]] = []
         stopped: str | None = None
+        interrupted: str | None = None
+        workers: list[str] = []
+        current = "before the first step"
         try:
             if plan.local_workers:
                 self.procs = start_local_workers(plan.local_workers, "127.0.0.1", self.port)
@@ -205,6 +250,7 @@ class Sweep:
             workers = self.wait_for_workers()
             log(f"{len(workers)} Locust workers connected")
             for index, callers in enumerate(plan.callers):
+                current = f"during the {callers}-caller step"
                 step = self.run_step(index, callers)
                 steps.append(step)
                 stopped = stats.stop_reason(step, plan.slo_first_sentence_ms)
@@ -212,12 +258,22 @@ class Sweep:
                     log(f"stopped: {stopped}")
                     break
                 stopped = None
+                # What a SIGKILL of the master would leave: the steps so far, marked as a sweep that did not end.
+                save(self.result(started, workers, steps, None, f"the master stopped after the {callers}-caller step"))
+        except (KeyboardInterrupt, SweepInterrupt):
+            interrupted = f"interrupted (SIGINT or SIGTERM) {current}"
+        except SweepError as exc:
+            interrupted = f"failed {current}: {exc}"
         finally:
-            self.runner.stop()
-            self.runner.quit()
-            stop_workers(self.procs)
-        return {"started": started, "ended": time.time(), "master_port": self.port, "workers": workers,
-                "steps": steps, "stopped": stopped, "samples": self.collected.samples}
+            try:
+                self.runner.stop()
+                self.runner.quit()  # the workers send their last samples as they quit
+                stop_workers(self.procs)
+            except (KeyboardInterrupt, SweepInterrupt):  # a second signal: stop at once, the result is still saved
+                interrupted = interrupted or f"interrupted (SIGINT or SIGTERM) {current}"
+        result = self.result(started, workers, steps, stopped, interrupted)
+        save(result)
+        return result
 
 
 def _ms(value: float | None) -> str:
@@ -229,24 +285,28 @@ def _pct(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: 0 the sweep ran to its end; 1 it failed; 130 it was interrupted. RESULT.json is written in
+    every case where the master got as far as its runner (the ``interrupted`` field says which)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         print("usage: python -m voice_llm.load.sweep PLAN.json RESULT.json", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     setup_logging("WARNING")
     plan = SweepPlan.from_json(Path(args[0]).read_text(encoding="utf-8"))
     global QUIET
     QUIET = plan.quiet
     try:
-        result = Sweep(plan).run()
+        result = Sweep(plan).run(lambda result: write_result(Path(args[1]), result))
     except SweepError as exc:
         print(f"load: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SweepInterrupt):
         return 130
-    tmp = Path(args[1] + ".tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    os.replace(tmp, args[1])
+    if result["interrupted"]:
+        print(f"load: {result['interrupted']}", file=sys.stderr)
+        return 130 if result["interrupted"].startswith("interrupted") else 1
     return 0
 
 

@@ -141,7 +141,7 @@ class VoiceCaller(User):
         try:
             result = sse.run_stream(
                 messages, cfg.max_tokens, cfg.cache_prompt, base_url=cfg.url, api_key=api_key(),
-                timeout=cfg.timeout_s,
+                timeout=cfg.timeout_s, model=cfg.model,
                 should_stop=None if cut is None else _stop_after(cut),
             )
             timing = time_turn(result)
