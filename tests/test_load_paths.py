@@ -26,6 +26,7 @@ from clihelpers import assert_clean_failure, cli, cli_env
 from conftest import free_port
 from fakeserver import llama_events
 from voice_llm import procfs
+from voice_llm.checkbase import NotCheckable
 from voice_llm.load import checks
 from voice_llm.load.samples import read_samples
 
@@ -194,7 +195,10 @@ def test_a_step_with_zero_turns_writes_load_json_and_the_report(tmp_path: Path, 
     run = json.loads((out / "run.json").read_text())
     assert run["started_at"] < run["ended_at"], "the start is recorded when load starts, not when it saves"
     for name, check in checks.LOAD_CHECKS:
-        check(out)
+        try:
+            check(out)
+        except NotCheckable:
+            pass  # a verdict on no measured turn rests on nothing: not checkable, never a failure
 
 
 def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: dict[str, str]) -> None:
