@@ -29,7 +29,9 @@ from voice_llm.api import props_n_ctx
 from voice_llm.artifacts import RUN, read_json, write_json
 from voice_llm.errors import ArtifactError
 
-SCHEMA_VERSION = 2
+# 3: one median rule in every artifact (audio.json's and load.json's p50 were other middles), health.json records
+# the route and HTTP status it saw, the run identity names the server (URL, model sent, Server header, capabilities).
+SCHEMA_VERSION = 3
 RUN_ID = "run_id"
 SCHEMA = "schema_version"
 # Files that are evidence of the run but are written by other tools or after the check (never in the manifest).

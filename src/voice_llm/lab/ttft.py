@@ -5,18 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm import brief, prompts
+from voice_llm.spread import median  # the brief's "third of the five sorted", the project's one rule
 from voice_llm.artifacts import TTFT
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 from voice_llm.lab.evidence import Evidence, generated_tokens
 
 RUNS = brief.TTFT_RUNS
-
-
-def median(values: list[float]) -> float:
-    """The brief's median of five: the third of the sorted values (the middle one for any odd count)."""
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 def run(ctx: LabContext) -> list[Path]:
