@@ -116,8 +116,8 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, significant: bool | None,
-          noticeable: bool, n: tuple[int, int]) -> str:
-    head = f"{m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
+          noticeable: bool, n: tuple[int, int], label: str | None = None) -> str:
+    head = f"{label or m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
     if a == b or (a and abs(b - a) / abs(a) < 0.005):
         change = "the same"
     elif a == 0:
@@ -147,8 +147,9 @@ def compare_metric(a: metrics.Measured, b: metrics.Measured) -> MetricComparison
     test, p, significant = _verdict(a.samples, b.samples, m.unit)
     noticeable = bool(significant and m.audible and m.unit == "ms" and abs(b.median - a.median) >= NOTICE_MS)
     ratio = b.median / a.median if a.median else None
-    line = _line(m, a.median, b.median, test, p, significant, noticeable, (len(a.samples), len(b.samples)))
-    return MetricComparison(m.key, m.label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
+    label = metrics.pair_label(a, b)  # names a condition that did not hold ("cache not disabled")
+    line = _line(m, a.median, b.median, test, p, significant, noticeable, (len(a.samples), len(b.samples)), label)
+    return MetricComparison(m.key, label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
                             significant, m.audible, noticeable, line)
 
 
