@@ -89,7 +89,14 @@ class ShapedServer:
     ``fake.requests`` records (method, path, JSON body or None) of every request."""
 
     def __init__(self, shape: Shape, model: str = "fake-model", *, prefill_s_per_char: float = 0.00006,
-                 base_s: float = 0.01, token_s: float = 0.025) -> None:
+                 base_s: float = 0.01, token_s: float = 0.025, fail_chats_after: int | None = None,
+                 cold_start_s: float = 0.0) -> None:
+        """``fail_chats_after``: chat requests after that many answer HTTP 500 (a server that breaks down);
+        ``cold_start_s``: added to the first answer asked with ``cache_prompt: false`` (the ttft step's first
+        request: slow as llama-server's first ttft run right after ``up``, 0.8-2.3 s against 0.11 s later)."""
+        self.fail_chats_after = fail_chats_after
+        self.cold_start_s = cold_start_s
+        self.chats = 0
         self.shape = shape
         self.model = model
         self.prefill_s_per_char = prefill_s_per_char
@@ -201,6 +208,12 @@ class _Handler(BaseHTTPRequestHandler):
             fake.requests.append(("POST", path, body))
         if path != "/v1/chat/completions" or not isinstance(body, dict):
             return self._not_found()
+        with fake.lock:
+            fake.chats += 1
+            broken = fake.fail_chats_after is not None and fake.chats > fake.fail_chats_after
+        if broken:
+            return self._json(500, {"object": "error", "message": "engine died", "type": "InternalServerError",
+                                    "code": 500})
         if body.get("model") not in (None, fake.model):
             return self._json(404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
                                     "type": "NotFoundError", "code": 404})
@@ -220,6 +233,10 @@ class _Handler(BaseHTTPRequestHandler):
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
         prefill = fake.prefill_s(prompt)
+        with fake.lock:
+            if fake.cold_start_s and body.get("cache_prompt") is False:
+                prefill += fake.cold_start_s
+                fake.cold_start_s = 0.0
         if shape.role_chunk:
             yield 0.0, chunk({"role": "assistant", "content": ""})
         for i, token in enumerate(tokens):
