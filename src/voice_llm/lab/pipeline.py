@@ -26,7 +26,7 @@ from voice_llm.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERV
 from voice_llm.capabilities import Capabilities, probe
 from voice_llm.check import CheckResult, run_checks
 from voice_llm.config import ServerSettings
-from voice_llm.errors import VoiceLLMError
+from voice_llm.errors import OutputDirError, VoiceLLMError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.lab.context import LabContext, StepOptions, managed_log_for
 from voice_llm.lab.preflight import check_context_fits
@@ -277,7 +277,11 @@ def _unreachable(settings: LabSettings, client: ServerClient, caps: Capabilities
 
 def _write_probe(ctx: LabContext, probed: _Probe) -> None:
     if probed.raw is not None:
-        ctx.path(RAW_DIR).mkdir(exist_ok=True)
+        folder = ctx.path(RAW_DIR)
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise OutputDirError(f"cannot create the folder for raw streams {folder}: {exc.strerror or exc}") from exc
         ctx.write_bytes(PROBE_RAW, probed.raw)
     ctx.write_json(CAPABILITIES, probed.capabilities.as_dict())
 
