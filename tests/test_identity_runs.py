@@ -188,3 +188,11 @@ def test_nothing_at_the_url_keeps_an_existing_folder_as_it_was(out_a: Path, modu
     assert_clean_failure(done, "nothing answers at the --url given")
     assert snapshot(out_a) == before
 
+
+
+def test_one_server_written_two_ways_is_one_identity() -> None:
+    facts = runmeta.ServerFacts(url="http://localhost:8080/v1")
+    same = runmeta.identity(facts, {}, {})
+    assert same == runmeta.identity(runmeta.ServerFacts(url="http://127.0.0.1:8080"), {}, {})
+    other = runmeta.identity(runmeta.ServerFacts(url="http://127.0.0.1:8081"), {}, {})
+    assert runmeta.differences(same, other) == ["base_url: 'http://127.0.0.1:8080' -> 'http://127.0.0.1:8081'"]

@@ -236,7 +236,11 @@ def _base_url(url: str | None) -> str | None:
         return None
     try:
         parts = urlsplit(server_root(url.strip()))
-        return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{parts.port or ''}{parts.path.rstrip('/')}"
+        host = (parts.hostname or "").lower()
+        host = "127.0.0.1" if host == "localhost" else host  # how the managed server's URL names the same host
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
     except ValueError:
         return url
 

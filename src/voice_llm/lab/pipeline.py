@@ -324,8 +324,8 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     try:
         with locked_out(out, "lab", wait=settings.wait_for_out):
             target, client = _connect(settings, progress, notify, start_server=True)
+            _check_context(settings, settings.steps, client, target.facts.n_ctx)  # before the first request
             probed = _probe(settings, client, progress) if _needs_server(settings.steps) else None
-            _check_context(settings, settings.steps, client, target.facts.n_ctx)
             metadata = runmeta.collect_metadata(target.facts, settings.kb,
                                                 probed.capabilities.as_dict() if probed else None)
             record = runmeta.RunRecord.start(out, metadata, _plan(settings.steps))
@@ -357,8 +357,8 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
     try:
         with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
             target, client = _connect(settings, progress, notify, start_server=False)
+            _check_context(settings, steps, client, target.facts.n_ctx)  # before the first request
             probed = _probe(settings, client, progress) if _needs_server(steps) else None
-            _check_context(settings, steps, client, target.facts.n_ctx)
             metadata = runmeta.collect_metadata(target.facts, settings.kb,
                                                 probed.capabilities.as_dict() if probed else None)
             # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
