@@ -260,19 +260,19 @@ def _probe(settings: LabSettings, client: ServerClient, progress: Progress) -> _
         caps = probe(client, settings.request_model, raw_out=raw_path)
         raw = raw_path.read_bytes() if raw_path.is_file() else None
     if caps.stream is None and all(endpoint.status is None for endpoint in caps.endpoints):
-        raise _unreachable(settings, client, caps)
+        raise _unreachable(settings, caps)
     progress.finish(f"{CAPABILITIES} (model {caps.model or 'none'})")
     return _Probe(caps, raw)
 
 
-def _unreachable(settings: LabSettings, client: ServerClient, caps: Capabilities) -> sse.ServerUnreachableError:
+def _unreachable(settings: LabSettings, caps: Capabilities) -> sse.ServerUnreachableError:
     reason = next((e.note for e in caps.endpoints if e.note), caps.stream_error or "no answer")
     if settings.url:  # the address was given: say so, not "pass --url"
         reason = reason.split("; start one with")[0]
         return sse.ServerUnreachableError(
             f"nothing answers at the --url given, {settings.url}: {reason}; check the address and that the server "
             "is running")
-    return sse.ServerUnreachableError(f"{client.base_url}: {reason}")
+    return sse.ServerUnreachableError(reason)  # the managed server's port: "start one with `voice-llm up`" is right
 
 
 def _write_probe(ctx: LabContext, probed: _Probe) -> None:
