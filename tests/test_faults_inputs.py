@@ -317,11 +317,15 @@ def test_an_artifact_that_is_a_folder(tmp_path: Path, env: dict[str, str]) -> No
     assert "FAIL  files present and well-formed: missing: health.json" in check.stdout
 
 
-def test_raw_evidence_folder_blocked_by_a_file(tmp_path: Path, env: dict[str, str], dead_url: str) -> None:
+def test_raw_evidence_folder_blocked_by_a_file(tmp_path: Path, env: dict[str, str]) -> None:
+    from fakeshapes import VLLM, ShapedServer
+
     out = tmp_path / "out"
     out.mkdir()
     (out / "raw").write_text("a file where the raw/ folder goes\n")
-    result = cli("ttft", "--url", dead_url, "--out", str(out), "-q", env=env)
+    # A server that answers: with nothing at --url, that is the error, before anything is written to OUT.
+    with ShapedServer(VLLM) as server:
+        result = cli("ttft", "--url", server.url, "--out", str(out), "-q", env=env)
     assert_clean_failure(result, f"cannot create the folder for raw streams {out / 'raw'}: File exists")
 
 

@@ -169,10 +169,28 @@ def check_run_finished(out: Path) -> str:
 
 
 def check_health(out: Path) -> str:
+    """The server was up: its health route answered HTTP 200 (any body: vLLM, SGLang and TGI send none), or,
+    for a server with no health route (llama-cpp-python, Ollama), its model list answered and named a model.
+    A body that itself says something other than "ok" contradicts the 200 and fails."""
     health = read_json(out / names.HEALTH)
-    source = health.get("source", "/health")
-    _require(health.get("status") == "ok", f"{source or 'the server'} said {health!r}")
-    return f"status ok (from {source})"
+    _require(isinstance(health, dict), f"health.json is not an object: {health!r:.120}")
+    route = health.get("route")
+    if route is None:  # a folder from before health.json recorded what was seen: the body of /health alone
+        source = health.get("source", "/health")
+        _require(health.get("status") == "ok", f"{source or 'the server'} said {health!r:.200}")
+        return f"status ok (from {source})"
+    code = health.get("http_status")
+    _require(code == 200, f"{route} answered HTTP {code!r}, not 200")
+    if route == "/health":
+        said = health.get("status")
+        _require(said in (None, "ok"), f"/health answered HTTP 200 but says status {said!r}")
+        body = f'status "{said}"' if said else ("an empty body" if health.get("body_text") == "" else "a body")
+        return f"/health answered HTTP 200 with {body}"
+    ids = health.get("model_ids")
+    _require(isinstance(ids, list) and bool(ids), f"{route} answered HTTP 200 but lists no model: {ids!r}")
+    tried = ", ".join(f"{t.get('route')} HTTP {t.get('http_status')}" for t in health.get("tried") or []
+                      if isinstance(t, dict))
+    return f"no health route ({tried or 'none answered'}); {route} answered HTTP 200 listing {', '.join(map(str, ids))}"
 
 
 def check_props(out: Path) -> str:

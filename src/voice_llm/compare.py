@@ -148,8 +148,8 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, significant: bool | None,
-          noticeable: bool, n: tuple[int, int], setup_differs: Sequence[str] = ()) -> str:
-    head = f"{m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
+          noticeable: bool, n: tuple[int, int], setup_differs: Sequence[str] = (), label: str | None = None) -> str:
+    head = f"{label or m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
     if a == b or (a and abs(b - a) / abs(a) < 0.005):
         change = "the same"
     elif a == 0:
@@ -183,9 +183,10 @@ def compare_metric(a: metrics.Measured, b: metrics.Measured, setup_differs: Sequ
     test, p, significant = _verdict(a.samples, b.samples, m.unit)
     audible_change = bool(significant and m.audible and m.unit == "ms" and abs(b.median - a.median) >= NOTICE_MS)
     ratio = b.median / a.median if a.median else None
+    label = metrics.pair_label(a, b)  # names a condition that did not hold ("cache not disabled")
     line = _line(m, a.median, b.median, test, p, significant, audible_change, (len(a.samples), len(b.samples)),
-                 setup_differs)
-    return MetricComparison(m.key, m.label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
+                 setup_differs, label)
+    return MetricComparison(m.key, label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
                             significant, m.audible, audible_change and not setup_differs, line, tuple(setup_differs))
 
 

@@ -30,6 +30,21 @@ class Metric:
     audible: bool
     # From the source document: (the median the file states, every sample).
     read: Callable[[Any], tuple[float, list[float]]]
+    # Measured with ``cache_prompt: false``: where the artifact says the server may have ignored it, the number
+    # is labelled "cache not disabled" rather than under a condition that did not hold.
+    cache_off: bool = False
+
+
+# Said beside a number measured with cache_prompt false on a server that may ignore it (llama-cpp-python, vLLM,
+# Ollama: no timings.cache_n shows that the prompt was recomputed), so it is never labelled "cache off".
+CACHE_NOT_DISABLED = "cache not disabled"
+
+
+def cache_not_disabled(doc: Any) -> bool:
+    """Does the artifact say that 'cache off' could not be shown (``unknown.cache_off``, in it or in any row)?"""
+    rows = doc if isinstance(doc, list) else [doc]
+    return any(isinstance(row, Mapping) and isinstance(row.get("unknown"), Mapping) and "cache_off" in row["unknown"]
+               for row in rows)
 
 
 @dataclass(frozen=True)
@@ -37,11 +52,24 @@ class Measured:
     metric: Metric
     median: float
     samples: tuple[float, ...]
+    condition_not_held: str | None = None  # e.g. CACHE_NOT_DISABLED
 
     @property
     def spread(self) -> float | None:
         """(max - min) / median over the samples; None with one sample."""
         return spread.relative_spread(self.samples)
+
+    @property
+    def label(self) -> str:
+        """The metric's label, with what did not hold when the run could not keep its condition."""
+        return f"{self.metric.label} ({self.condition_not_held})" if self.condition_not_held else self.metric.label
+
+
+def pair_label(a: Measured, b: Measured) -> str:
+    """One label for the same metric of two runs: the condition that did not hold in either is named."""
+    if a.condition_not_held == b.condition_not_held:
+        return a.label
+    return f"{a.metric.label} ({a.condition_not_held or 'as asked'} in A, {b.condition_not_held or 'as asked'} in B)"
 
 
 def _num(value: Any) -> float:
@@ -93,14 +121,14 @@ def _ttfa(strategy: str) -> Callable[[Any], tuple[float, list[float]]]:
 
 _DOCS = brief.PREFILL_DOC_COUNTS
 METRICS: tuple[Metric, ...] = (
-    Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50")),
-    Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft("total_ms", "total_p50")),
+    Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50"), cache_off=True),
+    Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft("total_ms", "total_p50"), cache_off=True),
     *(Metric(f"prefill_{n}docs_ttft_ms", f"first token, {n} documents", "ms", names.PREFILL, True,
-             _prefill(n, "ttft_ms")) for n in _DOCS),
+             _prefill(n, "ttft_ms"), cache_off=True) for n in _DOCS),
     *(Metric(f"prefill_{n}docs_prompt_ms", f"prefill, {n} documents", "ms", names.PREFILL, False,
-             _prefill(n, "prompt_ms")) for n in _DOCS),
+             _prefill(n, "prompt_ms"), cache_off=True) for n in _DOCS),
     Metric("prompt_n_12docs", "prompt size, 12 documents", "tokens", names.PREFILL, False,
-           _prefill(_DOCS[-1], "prompt_n")),
+           _prefill(_DOCS[-1], "prompt_n"), cache_off=True),
     Metric("cache_first_ttft_ms", "first token, cache miss", "ms", names.CACHE, True, _cache("first")),
     Metric("cache_ttft_ms", "first token, cached prompt", "ms", names.CACHE, True, _cache("second")),
     Metric("cache_suffix_ttft_ms", "first token, changed suffix", "ms", names.CACHE, True, _cache("changed_suffix")),
@@ -132,5 +160,6 @@ def measure_all(out: Path) -> dict[str, Measured]:
             value, samples = metric.read(docs[metric.source])
         except (ArtifactError, KeyError, TypeError, IndexError, AttributeError):
             continue
-        found[metric.key] = Measured(metric, value, tuple(samples))
+        held = CACHE_NOT_DISABLED if metric.cache_off and cache_not_disabled(docs[metric.source]) else None
+        found[metric.key] = Measured(metric, value, tuple(samples), held)
     return found

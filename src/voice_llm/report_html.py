@@ -49,6 +49,7 @@ from voice_llm.artifacts import (
 from voice_llm.check import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.check import counts as check_counts
 from voice_llm.keynumbers import LABELS
+from voice_llm.keynumbers import labels as keynumbers_labels
 from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.load import report as load_report  # the call and load sections
 from voice_llm.runmeta import require_one_run
@@ -107,11 +108,12 @@ def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Pat
     """
     if not out.is_dir():
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
-    require_one_run(out)  # never draw one page from the files of different runs
+    run = require_one_run(out)  # never draw one page from the files of different runs
     failures: list[tuple[str, str]] = []
     with matplotlib.rc_context(_RC):
+        # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
         sections = [_render_section(out, section, failures) for section in _SECTIONS
-                    if not section.optional or (out / section.source).exists()]
+                    if not section.optional or ((out / section.source).exists() and run.belongs(section.source))]
         sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_section_html(out), failures))
     header = _guarded("header", "Server and key numbers",
                       lambda: _header_html(out, _noise_html(noise.assess(out))), failures)
@@ -713,10 +715,11 @@ def _key_numbers_html(out: Path) -> str:
         return f'<p class="missing">key numbers not available: {_e(exc)}</p>\n'
     rows = []
     found = metrics.measure_all(out)
+    labels = keynumbers_labels(out)  # "cache not disabled" where the run's server ignored cache_prompt
     for key, value in numbers.items():
         if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
             continue
-        label, unit = _KEY_NUMBERS.get(key, (key, ""))
+        label, unit = labels.get(key, (key, ""))
         rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
     return _table(rows, "numbers")
 

@@ -23,13 +23,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
+from urllib.parse import urlsplit
 
 from voice_llm import __version__
 from voice_llm.api import props_n_ctx
 from voice_llm.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
+from voice_llm.sse import server_root
 
-SCHEMA_VERSION = 2
+# 3: one median rule in every artifact (audio.json's and load.json's p50 were other middles), health.json records
+# the route and HTTP status it saw, the run identity names the server (URL, model sent, Server header, capabilities).
+SCHEMA_VERSION = 3
 RUN_ID = "run_id"
 SCHEMA = "schema_version"
 # Files that are evidence of the run but are written by other tools or after the check (never in the manifest).
@@ -204,19 +208,68 @@ class ServerFacts:
         )
 
 
-def identity(server: ServerFacts, kb: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
-    """What must match for a step run on its own to join an existing run: the same server (its build and what
-    it loaded), the same model and the same KB documents. Machine load and time may differ."""
+def capability_fingerprint(capabilities: Mapping[str, Any] | None) -> str | None:
+    """One hash over what a server showed of itself at the probe (capabilities.json's ``found``): which endpoints
+    answered with which status, its Server header, the models it lists, its n_ctx, and the stream's shape (which
+    timings and usage fields, framing). What varies from request to request (chunk counts, pings, errors'
+    wording) is left out, so the same server gives the same fingerprint."""
+    found = (capabilities or {}).get("found") if isinstance(capabilities, Mapping) else None
+    if not isinstance(found, Mapping):
+        return None
+    endpoints = found.get("endpoints") if isinstance(found.get("endpoints"), Mapping) else {}
+    stream = found.get("stream") if isinstance(found.get("stream"), Mapping) else {}
+    shape = {
+        "endpoints": {path: (e or {}).get("status") for path, e in sorted(endpoints.items()) if isinstance(e, Mapping)},
+        "server_header": found.get("server_header"),
+        "model_ids": found.get("model_ids"),
+        "n_ctx": found.get("n_ctx"),
+        "busy_gauge": found.get("busy_gauge"),
+        "stream": {key: stream.get(key) for key in ("timings_fields", "usage_fields", "include_usage_accepted",
+                                                   "line_ending", "role_chunk_first", "done")} if stream else None,
+    }
+    return sha256_bytes(json.dumps(shape, sort_keys=True).encode())[:16]
+
+
+def _base_url(url: str | None) -> str | None:
+    """The server's root as one string for any way of writing it (``/v1`` at the end, upper-case host)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(server_root(url.strip()))
+        host = (parts.hostname or "").lower()
+        host = "127.0.0.1" if host == "localhost" else host  # how the managed server's URL names the same host
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+    except ValueError:
+        return url
+
+
+def identity(server: ServerFacts, kb: Mapping[str, Any], model: Mapping[str, Any],
+             capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What must match for a step run on its own to join an existing run: the same server (where it answers,
+    its build and what it loaded, what it showed of itself at the probe), the same model sent in the requests
+    and the same KB documents. Machine load and time may differ. A server without /props shows no build or
+    model file, so its URL, the model id sent, its Server header and its capability fingerprint tell it apart."""
+    found = (capabilities or {}).get("found") if isinstance(capabilities, Mapping) else None
+    inferred = (capabilities or {}).get("inferred") if isinstance(capabilities, Mapping) else None
+    sent = (inferred or {}).get("model") if isinstance(inferred, Mapping) else None
     return {
+        "base_url": _base_url(server.url),
         "server_build": server.build_info,
         "model": model.get("sha256") or model.get("file") or (PurePath(server.model_path).name if server.model_path else None),
+        "model_sent": sent.get("name") if isinstance(sent, Mapping) else None,
+        "server_header": found.get("server_header") if isinstance(found, Mapping) else None,
+        "capabilities": capability_fingerprint(capabilities),
         "n_ctx": server.n_ctx,
         "total_slots": server.total_slots,
         "kb_sha256": kb.get("sha256"),
     }
 
 
-def collect_metadata(server: ServerFacts, kb_dir: Path | None) -> dict[str, Any]:
+def collect_metadata(server: ServerFacts, kb_dir: Path | None,
+                     capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``capabilities``: the probe's findings (capabilities.json's document), None when the steps ask no server."""
     kb = kb_fingerprint(kb_dir)
     model = model_fingerprint(server.model_path)
     return {
@@ -231,7 +284,7 @@ def collect_metadata(server: ServerFacts, kb_dir: Path | None) -> dict[str, Any]
         "prompts": prompts_fingerprint(),
         "machine": machine(),
         "python": sys.version.split()[0],
-        "identity": identity(server, kb, model),
+        "identity": identity(server, kb, model, capabilities),
     }
 
 
@@ -351,10 +404,17 @@ class Membership:
     other_runs: dict[str, str]  # file -> the run id it says it belongs to
     changed: list[str]  # the bytes differ from what the run wrote (or the run did not write the file at all)
     missing: list[str]  # in the manifest, not on disk
+    # Of ``other_runs``, the files this run neither wrote nor expects (an earlier run's load.json, call.json, ...):
+    # the folder still mixes runs (``check`` fails naming them), but a page of this run can be drawn without them.
+    leftovers: frozenset[str] = frozenset()
 
     @property
     def mixed(self) -> bool:
         return bool(self.other_runs)
+
+    def belongs(self, name: str) -> bool:
+        """May a report of this run draw from ``name``? Not when the file says it is another run's."""
+        return name not in self.other_runs
 
 
 def membership(out: Path) -> Membership:
@@ -389,14 +449,32 @@ def membership(out: Path) -> Membership:
                 continue
         if name not in manifest or sha256_bytes(data) != manifest[name]:
             changed.append(name)
-    return Membership(record.run_id, other, changed, missing)
+    # Any other JSON artifact at the top of OUT that names a run: one this run did not plan (a `load` or `call`
+    # of an earlier run) is still in the folder, and a report would otherwise draw it as this run's.
+    leftovers: set[str] = set()
+    seen = set(manifest) | set(expected)
+    for path in sorted(out.glob("*.json")):
+        if path.name in seen or path.name in UNMANIFESTED or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            ids = run_id_of(json.loads(path.read_bytes()))
+        except (ValueError, RecursionError, OSError):
+            continue
+        foreign = sorted(ids - {record.run_id})
+        if foreign:
+            other[path.name] = foreign[0]
+            leftovers.add(path.name)
+    return Membership(record.run_id, other, changed, missing, frozenset(leftovers))
 
 
 def require_one_run(out: Path) -> Membership:
-    """Raise :class:`MixedRunsError` naming the files of other runs; report and compare call this first."""
+    """Raise :class:`MixedRunsError` naming the files of other runs among those this run wrote or expects; report
+    and compare call this first. Leftovers of another run that this run never planned do not stop them (they
+    skip those files: :meth:`Membership.belongs`); ``check`` names them."""
     found = membership(out)
-    if found.mixed:
-        names = ", ".join(f"{name} (run {run})" for name, run in found.other_runs.items())
+    inside = {name: run for name, run in found.other_runs.items() if name not in found.leftovers}
+    if inside:
+        names = ", ".join(f"{name} (run {run})" for name, run in inside.items())
         raise MixedRunsError(
             f"{out} mixes runs: run.json is run {found.run_id}, but {names}; rerun those steps or the lab"
         )

@@ -12,6 +12,8 @@ write run.json even when a step fails or the run is interrupted, with the step t
 from __future__ import annotations
 
 import importlib
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,16 +22,16 @@ from typing import Any
 
 from voice_llm import brief, provision, runmeta, server, sse
 from voice_llm.api import ServerClient
-from voice_llm.artifacts import CAPABILITIES, RAW_DIR, SERVER_LOG, ensure_out_dir, write_bytes_atomic
-from voice_llm.capabilities import probe
+from voice_llm.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERVER_LOG, ensure_out_dir, write_bytes_atomic
+from voice_llm.capabilities import Capabilities, probe
 from voice_llm.check import CheckResult, run_checks
 from voice_llm.config import ServerSettings
-from voice_llm.errors import VoiceLLMError
+from voice_llm.errors import OutputDirError, VoiceLLMError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.lab.context import LabContext, StepOptions, managed_log_for
 from voice_llm.lab.preflight import check_context_fits
 from voice_llm.lab.steps import KB_STEPS, LAB_STEPS, STEPS
-from voice_llm.outlock import locked_out
+from voice_llm.outlock import LOCK_NAME, locked_out
 from voice_llm.progress import NullProgress, Progress
 
 Notify = Callable[[str], None]
@@ -176,13 +178,13 @@ def _describe(exc: BaseException) -> str:
 
 
 def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
-                   manifest_before: dict[str, str] | None = None) -> list[Path]:
+                   after_first: Callable[[], object] | None = None) -> list[Path]:
     """Run ``steps`` in order, recording each step's timing. ``whole_run`` (the lab): these steps are the run, its
     wall time against the server's compute is theirs, and run.json is saved however this ends. Steps run on their
-    own save it only if they wrote something, so a step that failed before writing leaves run.json as it was."""
-    # The manifest as run.json on disk has it (taken before the capability probe rewrote capabilities.json), so a
-    # step that fails after the probe still saves the probe's new hashes and every file stays verifiable.
-    manifest_before = dict(record.doc["artifacts"]) if manifest_before is None else manifest_before
+    own save it only if they wrote something, so a step that failed before writing leaves run.json as it was.
+    ``after_first`` runs once the first step has finished (steps alone write the probe's findings then, so a
+    step that fails replaces nothing of the run in OUT)."""
+    manifest_before = dict(record.doc["artifacts"])
     written: list[Path] = []
     failed: str | None = None
     failure: str | None = None
@@ -195,6 +197,9 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
             failed = name
             paths, timing = run_step(name, ctx)
             written += paths
+            if after_first is not None:
+                after_first()
+                after_first = None
             # The load right after each step: the noise warning's evidence of what else ran during the run.
             record.add_step({**timing.as_dict(), "load_average": runmeta.load_average()})
         failed = None
@@ -227,28 +232,85 @@ def _keeping(error: BaseException | None, what: str, write: Callable[[], object]
 
 
 def _context(settings: LabSettings, target: _Server, client: ServerClient, progress: Progress,
-             record: runmeta.RunRecord, steps: Sequence[str]) -> LabContext:
+             record: runmeta.RunRecord, probed: _Probe | None) -> LabContext:
     ctx = LabContext(
         out=settings.out, client=client, kb_dir=settings.kb, progress=progress, server_log=target.log,
         options=settings.options, run=record,
     )
-    # Steps that work from the files alone (report) ask the server nothing, so nothing is probed for them.
-    return _probed(ctx, settings.request_model) if any(STEPS[name].needs_server for name in steps) else ctx
+    # The steps read what the server exposes from the context (which numbers it gives, the model name every
+    # request carries); a probe that learned nothing leaves them behaving as for llama-server.
+    if probed is not None and probed.capabilities.informative:
+        ctx = replace(ctx, capabilities=probed.capabilities)
+    return ctx
 
 
-def _probed(ctx: LabContext, model: str | None) -> LabContext:
-    """Ask the server what it exposes, once, before any step, and keep the answer as capabilities.json; the
-    steps read it from the context (which numbers the server gives, the model name every request carries)."""
-    from dataclasses import replace
+PROBE_RAW = f"{RAW_DIR}/capabilities-probe.sse"
 
-    ctx.progress.start("capabilities: /health, /props, /slots, /v1/models, /metrics, one tiny stream")
-    raw = ctx.path(RAW_DIR) / "capabilities-probe.sse"
-    caps = probe(ctx.client, model, raw_out=raw)
-    if raw.is_file():
-        ctx.record(raw)
-    ctx.write_json(CAPABILITIES, caps.as_dict())
-    ctx.progress.finish(f"{CAPABILITIES} (model {caps.model or 'none'})")
-    return replace(ctx, capabilities=caps if caps.informative else None)
+
+@dataclass(frozen=True)
+class _Probe:
+    capabilities: Capabilities
+    raw: bytes | None  # the probe's stream as received, written to OUT with capabilities.json
+
+
+def _probe(settings: LabSettings, client: ServerClient, progress: Progress) -> _Probe:
+    """Ask the server what it exposes, once, before any step and before anything is written: its answer is
+    part of the run's identity (a step against another server must not join this run) and is written to OUT
+    only once the run is known. Nothing answering at all is the run's error here, before any file exists."""
+    progress.start("capabilities: /health, /props, /slots, /v1/models, /metrics, one tiny stream")
+    with tempfile.TemporaryDirectory(prefix="voice-llm-probe-") as tmp:
+        raw_path = Path(tmp) / "probe.sse"
+        caps = probe(client, settings.request_model, raw_out=raw_path)
+        raw = raw_path.read_bytes() if raw_path.is_file() else None
+    if caps.stream is None and all(endpoint.status is None for endpoint in caps.endpoints):
+        raise _unreachable(settings, caps)
+    progress.finish(f"{CAPABILITIES} (model {caps.model or 'none'})")
+    return _Probe(caps, raw)
+
+
+def _unreachable(settings: LabSettings, caps: Capabilities) -> sse.ServerUnreachableError:
+    reason = next((e.note for e in caps.endpoints if e.note), caps.stream_error or "no answer")
+    if settings.url:  # the address was given: say so, not "pass --url"
+        reason = reason.split("; start one with")[0]
+        return sse.ServerUnreachableError(
+            f"nothing answers at the --url given, {settings.url}: {reason}; check the address and that the server "
+            "is running")
+    return sse.ServerUnreachableError(reason)  # the managed server's port: "start one with `voice-llm up`" is right
+
+
+def _write_probe(ctx: LabContext, probed: _Probe) -> None:
+    if probed.raw is not None:
+        folder = ctx.path(RAW_DIR)
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise OutputDirError(f"cannot create the folder for raw streams {folder}: {exc.strerror or exc}") from exc
+        ctx.write_bytes(PROBE_RAW, probed.raw)
+    ctx.write_json(CAPABILITIES, probed.capabilities.as_dict())
+
+
+def _validate_options(settings: LabSettings, steps: Sequence[str]) -> None:
+    """What the options name must exist before anything is asked or written: the TTS engine and --voice."""
+    if "speak" in steps:
+        from voice_llm.lab import speak  # imports the TTS layer only when speak is asked for
+
+        speak.engine_for(speak.options_from(settings.options))
+
+
+def _needs_server(steps: Sequence[str]) -> bool:
+    return any(STEPS[name].needs_server for name in steps)
+
+
+def _remove_if_unused(out: Path, created: bool) -> None:
+    """A folder this command created and left with nothing but its lock (it failed before the first file):
+    gone again, so a failed start leaves no half run behind."""
+    if not created:
+        return
+    try:
+        if {path.name for path in out.iterdir()} <= {LOCK_NAME}:
+            shutil.rmtree(out)
+    except OSError:
+        pass
 
 
 def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Notify | None = None) -> LabResult:
@@ -256,47 +318,71 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     run.json, check the files against each other and render report.html."""
     progress = progress or NullProgress()
     notify = notify or (lambda message: None)
+    # Options and the KB first: a bad --voice or KB folder is named before the server start, a request or a file.
+    _validate_options(settings, settings.steps)
+    load_kb(settings.kb, need=12)
+    created = not settings.out.expanduser().exists()
     out = ensure_out_dir(settings.out.expanduser())
     settings = _with_out(settings, out)
-    # A bad KB folder would otherwise only show at the prefill step, after the server start and the first steps.
-    load_kb(settings.kb, need=12)
-    with locked_out(out, "lab", wait=settings.wait_for_out):
-        target, client = _connect(settings, progress, notify, start_server=True)
-        _check_context(settings, settings.steps, client, target.facts.n_ctx)
-        record = runmeta.RunRecord.start(out, runmeta.collect_metadata(target.facts, settings.kb), _plan(settings.steps))
-        ctx = _context(settings, target, client, progress, record, settings.steps)
-        written = _run_in_record(ctx, record, settings.steps, whole_run=True)
-        checks = tuple(run_checks(out))
-        html = _render(out, checks) if settings.render_html else None
+    try:
+        with locked_out(out, "lab", wait=settings.wait_for_out):
+            target, client = _connect(settings, progress, notify, start_server=True)
+            _check_context(settings, settings.steps, client, target.facts.n_ctx)  # before the first request
+            probed = _probe(settings, client, progress) if _needs_server(settings.steps) else None
+            metadata = runmeta.collect_metadata(target.facts, settings.kb,
+                                                probed.capabilities.as_dict() if probed else None)
+            record = runmeta.RunRecord.start(out, metadata, _plan(settings.steps))
+            ctx = _context(settings, target, client, progress, record, probed)
+            if probed is not None:
+                _write_probe(ctx, probed)
+            written = _run_in_record(ctx, record, settings.steps, whole_run=True)
+            checks = tuple(run_checks(out))
+            html = _render(out, checks) if settings.render_html else None
+    except BaseException:
+        _remove_if_unused(out, created)
+        raise
     return LabResult(out, record.doc, tuple(written), checks, html, target.url)
 
 
 def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | None = None,
               notify: Notify | None = None) -> LabResult:
     """Some steps on their own against a running server; they join the run in OUT when the server, model and
-    KB match, else start a new run (``LabResult.note`` says so)."""
+    KB match, else start a new run (``LabResult.note`` says so). A step that joins a run whose report.json exists
+    brings report.json (and report.html, when there is one) up to date with what it measured."""
     progress = progress or NullProgress()
     notify = notify or (lambda message: None)
-    out = ensure_out_dir(settings.out.expanduser())
-    settings = _with_out(settings, out)
+    _validate_options(settings, steps)
     if KB_STEPS & set(steps):  # a bad KB folder is named before anything is asked or written
         load_kb(settings.kb, need=12)
-    with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
-        target, client = _connect(settings, progress, notify, start_server=False,
-                                  ask_server=any(STEPS[name].needs_server for name in steps))
-        _check_context(settings, steps, client, target.facts.n_ctx)
-        metadata = runmeta.collect_metadata(target.facts, settings.kb)
-        # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
-        record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]),
-                                                       ask_server=any(STEPS[name].needs_server for name in steps))
-        if note:
-            notify(note)
-        manifest_before = dict(record.doc["artifacts"])
-        ctx = _context(settings, target, client, progress, record, steps)
-        written = _run_in_record(ctx, record, steps, whole_run=False, manifest_before=manifest_before)
-        html = None
-        if "report" in steps and settings.render_html:  # report.json and the page that shows it
-            html = _render(out, tuple(run_checks(out)))
+    created = not settings.out.expanduser().exists()
+    out = ensure_out_dir(settings.out.expanduser())
+    settings = _with_out(settings, out)
+    try:
+        with locked_out(out, " ".join(steps), wait=settings.wait_for_out):
+            target, client = _connect(settings, progress, notify, start_server=False,
+                                      ask_server=_needs_server(steps))
+            _check_context(settings, steps, client, target.facts.n_ctx)  # before the first request
+            probed = _probe(settings, client, progress) if _needs_server(steps) else None
+            metadata = runmeta.collect_metadata(target.facts, settings.kb,
+                                                probed.capabilities.as_dict() if probed else None)
+            # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
+            record, note = runmeta.RunRecord.join_or_start(out, metadata, _plan([*LAB_STEPS, *steps]),
+                                                           ask_server=_needs_server(steps))
+            if note:
+                notify(note)
+            joined = note is None and REPORT in (record.doc.get("artifacts") or {})
+            # The report follows the step in a run that has one: report.json must equal its sources again.
+            refresh = joined and "report" not in steps
+            to_run = [*steps, "report"] if refresh else list(steps)
+            ctx = _context(settings, target, client, progress, record, probed)
+            after_first = (lambda: _write_probe(ctx, probed)) if probed is not None else None
+            written = _run_in_record(ctx, record, to_run, whole_run=False, after_first=after_first)
+            html = None
+            if settings.render_html and ("report" in steps or (refresh and (out / REPORT_HTML).is_file())):
+                html = _render(out, tuple(run_checks(out)))  # report.json and the page that shows it
+    except BaseException:
+        _remove_if_unused(out, created)
+        raise
     return LabResult(out, record.doc, tuple(written), (), html, target.url, note)
 
 

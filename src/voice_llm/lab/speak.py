@@ -7,6 +7,7 @@ all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 from voice_llm import brief, prompts
 from voice_llm.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.errors import OutputDirError, TTSError
-from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
 from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
@@ -36,10 +37,25 @@ class SpeakOptions:
     clause_words: int = DEFAULT_CLAUSE_WORDS
 
 
+def options_from(options: StepOptions) -> SpeakOptions:
+    """The step's options from the lab's (the CLI's --tts, --voice, --repeat, --clause-words)."""
+    return SpeakOptions(engine=options.tts_engine, voice=options.tts_voice, repeat=options.repeat,
+                        clause_words=options.clause_words)
+
+
 def options_of(ctx: LabContext) -> SpeakOptions:
-    """The step's options from the context (the CLI's --tts, --voice, --repeat, --clause-words)."""
-    return SpeakOptions(engine=ctx.options.tts_engine, voice=ctx.options.tts_voice, repeat=ctx.options.repeat,
-                        clause_words=ctx.options.clause_words)
+    return options_from(ctx.options)
+
+
+@functools.lru_cache(maxsize=2)
+def _loaded(engine: str, voice: str | None) -> TTSEngine:
+    return load_engine(engine, voice)
+
+
+def engine_for(options: SpeakOptions) -> TTSEngine:
+    """The engine and voice the options name, loaded and warmed up once per process: the pipeline loads it before
+    it asks the server anything (a bad --voice fails there, leaving no file), and the step uses the same one."""
+    return _loaded(options.engine, options.voice)
 
 
 def raw_name(strategy: str, run: int) -> str:
@@ -117,7 +133,7 @@ def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
 def run(ctx: LabContext) -> list[Path]:
     options = options_of(ctx)
     ctx.progress.update(f"speak: loading {options.engine}")
-    engine = load_engine(options.engine, options.voice)  # a bad voice fails here, before any request
+    engine = engine_for(options)  # a bad voice fails here at the latest, before any request
     answers = speak_all(ctx, engine, options)
     doc, files = audio_document(ctx, engine, options, answers)
     # Everything is measured before anything is written: a failure above leaves the earlier audio untouched.

@@ -20,6 +20,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from voice_llm import spread  # standard library only, like this module
+
 GOODPUT_TARGET = 0.95
 MAX_ERROR_RATE = 0.01
 # Locust runs a worker's users on one gevent loop: past this share of one core a worker's timestamps are read
@@ -41,9 +43,13 @@ SAMPLE_FIELDS = (
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100): always one of the values, so it can be checked against them."""
+    """Nearest-rank percentile (q in 0..100): always one of the values, so it can be checked against them.
+    The 50th is the project's one median rule (voice_llm.spread.median: the upper middle for an even count), so
+    a p50 here is the same number as every other artifact's median of the same samples."""
     if not values:
         return None
+    if q == 50:
+        return spread.median(values)
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100.0 * len(ordered)))
     return ordered[rank - 1]
