@@ -56,7 +56,7 @@ def _assert_checks_pass(done: subprocess.CompletedProcess[str]) -> list[str]:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert not [line for line in lines if line.startswith("FAIL")], done.stdout[-4000:]
-    assert re.search(r"\d+ passed, 0 failed, \d+ not checkable", done.stdout)
+    assert re.search(r"\d+ passed, \d+ findings?, \d+ not checkable, 0 failed", done.stdout)
     for name in NOT_CHECKABLE:
         line = next(line for line in lines if f"  {name}: " in line)
         assert line.startswith("N/C "), line
