@@ -209,11 +209,15 @@ def _exchange(conn: http.client.HTTPConnection, method: str, target: str, url: s
         conn.sock.settimeout(sse.socket_wait(limit.at))  # for the send
         conn.request(method, target, body=payload, headers=all_headers)
         resp = conn.getresponse()
-        content_type, server = resp.getheader("Content-Type", "") or "", resp.getheader("Server")
-        if accept_status is None or resp.status in accept_status:
-            data = _read_answer(resp, url, limit) if accept_status is not None or resp.status == 200 else b""
-            return Answer(resp.status, content_type, server, data)
-        raise sse.error_from_response(resp, url)
+        try:
+            content_type, server = resp.getheader("Content-Type", "") or "", resp.getheader("Server")
+            if accept_status is None or resp.status in accept_status:
+                data = _read_answer(resp, url, limit) if accept_status is not None or resp.status == 200 else b""
+                return Answer(resp.status, content_type, server, data)
+            raise sse.error_from_response(resp, url)
+        except BaseException:
+            resp.close()  # now: the error (and its traceback) would otherwise keep the socket open
+            raise
     except TimeoutError as exc:
         raise limit.error(url, 0) from exc
     except (OSError, http.client.HTTPException) as exc:

@@ -744,16 +744,20 @@ def _send_request(conn: http.client.HTTPConnection, base_url: str, path: str, pa
     except (OSError, http.client.HTTPException) as exc:
         raise reading.fail(StreamTruncatedError, f"{reading.url} closed the connection before answering: {exc}") from exc
     reading.answered = True
-    if resp.status != 200:
-        raise error_from_response(resp, reading.url)
-    content_type = resp.getheader("Content-Type", "")
-    if "text/event-stream" not in content_type:
-        sample = one_line(read_some(resp, 200)[0].decode("utf-8", "replace"))
-        raise reading.fail(
-            NotEventStreamError,
-            f"{reading.url} answered {one_line(content_type) or 'no content type'}, not text/event-stream: "
-            f"{sample[:120]!r}",
-        )
+    try:
+        if resp.status != 200:
+            raise error_from_response(resp, reading.url)
+        content_type = resp.getheader("Content-Type", "")
+        if "text/event-stream" not in content_type:
+            sample = one_line(read_some(resp, 200)[0].decode("utf-8", "replace"))
+            raise reading.fail(
+                NotEventStreamError,
+                f"{reading.url} answered {one_line(content_type) or 'no content type'}, not text/event-stream: "
+                f"{sample[:120]!r}",
+            )
+    except BaseException:
+        _hard_close(conn, resp, sock)  # now: the error (and its traceback) would otherwise keep the socket open
+        raise
     return sock, resp
 
 

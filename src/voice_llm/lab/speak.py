@@ -117,7 +117,8 @@ def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
 def run(ctx: LabContext) -> list[Path]:
     options = options_of(ctx)
     ctx.progress.update(f"speak: loading {options.engine}")
-    engine = load_engine(options.engine, options.voice)  # a bad voice fails here, before any request
+    # A bad voice fails here, before any request; the engine's program is bounded by the request deadline.
+    engine = load_engine(options.engine, options.voice, ctx.client.deadline_s)
     answers = speak_all(ctx, engine, options)
     doc, files = audio_document(ctx, engine, options, answers)
     # Everything is measured before anything is written: a failure above leaves the earlier audio untouched.

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from voice_llm.load.plan import SPEECH_WORDS_PER_S
+from voice_llm.sse import parse_json
 
 AUDIO_JSON = "audio.json"
 # audio.json (the `speak` step) records each synthesized segment with its text and the audio's duration.
@@ -36,7 +36,7 @@ def _segments(node: Any) -> Iterator[tuple[str, float]]:
 def answer_speech_rate(out: Path) -> tuple[float, str]:
     """(words per second, where that number comes from)."""
     try:
-        doc = json.loads((out / AUDIO_JSON).read_text(encoding="utf-8"))
+        doc = parse_json((out / AUDIO_JSON).read_text(encoding="utf-8"))  # the one guarded parser
     except (OSError, ValueError):
         return SPEECH_WORDS_PER_S, f"default {SPEECH_WORDS_PER_S:g} words/s (no readable {AUDIO_JSON})"
     spoken_words = spoken_s = 0.0

@@ -7,13 +7,12 @@ and each WAV is decoded to compare its length with what audio.json states.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import AUDIO, read_json
+from voice_llm.artifacts import AUDIO, loads_json, read_json
 from voice_llm.check import Check, NotCheckable
 from voice_llm.check import finite_number as _num
 from voice_llm.check import require as _require
@@ -89,7 +88,7 @@ def _raw_content(path: Path) -> str:
     for event in SSEDecoder().feed(raw):
         if event.data == DONE_DATA:
             continue
-        choices = json.loads(event.data).get("choices") or [{}]
+        choices = loads_json(event.data, path.name).get("choices") or [{}]
         text += (choices[0].get("delta") or {}).get("content") or ""
     return text
 
