@@ -107,7 +107,7 @@ def test_artifacts_parse_through_the_one_guarded_parser(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(artifacts, "parse_json", spy)
     (tmp_path / "ttft.json").write_bytes(DEEP)
-    with pytest.raises(ArtifactError, match="ttft.json is not valid JSON: JSON nested too deeply"):
+    with pytest.raises(ArtifactError, match="ttft.json is not valid JSON: nested too deeply"):
         artifacts.read_json(tmp_path / "ttft.json")
     assert seen == [len(DEEP)]
 
@@ -117,7 +117,7 @@ def test_a_deep_event_in_a_saved_raw_stream_is_an_artifact_error(tmp_path: Path)
 
     raw = tmp_path / "speak-whole-1.sse"
     raw.write_bytes(b"data: " + DEEP + b"\n\n" + DONE)
-    with pytest.raises(ArtifactError, match="speak-whole-1.sse is not valid JSON: JSON nested too deeply"):
+    with pytest.raises(ArtifactError, match="speak-whole-1.sse is not valid JSON: nested too deeply"):
         checks._raw_content(raw)
 
 

@@ -261,7 +261,7 @@ def parse_json(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except RecursionError as exc:
-        raise ValueError(f"JSON nested too deeply to parse ({len(text)} characters)") from exc
+        raise ValueError(f"nested too deeply to parse ({len(text)} characters of JSON)") from exc
 
 
 # ---------------------------------------------------------------------------------------------------------------
