@@ -53,9 +53,10 @@ TIMEOUT_SLACK_S = 0.05  # how late a timeout may fire, to keep the socket's time
 # One socket wait is at most this long (the OS refuses a timeout like 1e300); a longer limit is waited in turns.
 MAX_SOCKET_WAIT_S = 3600.0
 TLS_HANDSHAKE_TIMEOUT_S = 5.0  # a plain-HTTP server never answers a TLS handshake: give up after this
-# An https URL found not to speak TLS fails at once for this long, so that a command's later requests (the probe's
-# GETs, the steps) do not each wait for a handshake again: the first one ends the command.
-NOT_TLS_REMEMBER_S = 300.0
+# An https URL found not to speak TLS fails at once for this long, so that a command's next requests (the probe's
+# GETs, the steps, which come seconds later) do not each wait for a handshake again: the first one ends the
+# command. Short, so that a long-lived process sees a server that has since been given TLS.
+NOT_TLS_REMEMBER_S = 60.0
 # An error answer (status other than 200) is read for its message only: its first 64 KiB hold any server's JSON
 # error object (llama-server's is ~300 bytes); the rest is not read, so a huge or endless error body costs nothing.
 ERROR_BODY_LIMIT = 65536
