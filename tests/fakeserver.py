@@ -45,6 +45,8 @@ class Reply:
     the body ends when the server closes the socket) or ``"length"`` (Content-Length of all pieces). ``end`` is
     ``"normal"``, ``"cut"`` (shut the socket down right after the last piece, no terminating chunk: a FIN) or
     ``"reset"`` (close with SO_LINGER 0: an RST). ``stall_s`` waits before the status line is sent.
+    ``head_pieces`` are ``(delay_s, bytes)`` sent right after the status line, before the headers: a server that
+    trickles its headers (``at(1.0, [b"X"] * 30)``: one byte of a header line a second).
     """
 
     status: int = 200
@@ -53,6 +55,7 @@ class Reply:
     framing: str = "chunked"
     end: str = "normal"
     stall_s: float = 0.0
+    head_pieces: tuple[tuple[float, bytes], ...] = ()
 
     @classmethod
     def stream(cls, pieces: Iterable[tuple[float, bytes]] | bytes, *, framing: str = "chunked", end: str = "normal",
@@ -228,6 +231,12 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.stall_s:
             self._wait(reply.stall_s, record)
         self.send_response_only(reply.status)
+        if reply.head_pieces:
+            self.flush_headers()  # the status line now, then the trickle
+            for delay, piece in reply.head_pieces:
+                if delay:
+                    self._wait(delay, record)
+                self._write(piece, record)
         for name, value in reply.headers:
             self.send_header(name, value)
         if reply.framing == "chunked":
@@ -412,8 +421,10 @@ class RawServer(_TCPListener):
         super().__init__()
         self.answer = answer
         self.client_closed = 0
+        self.connections = 0  # connections accepted
 
     def _on_connection(self, client: socket.socket) -> None:
+        self.connections += 1
         self._spawn(self._serve, client)
 
     def _serve(self, client: socket.socket) -> None:

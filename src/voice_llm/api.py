@@ -1,13 +1,29 @@
-"""The client side of the server: JSON endpoints (/health, /props, /slots) and chat streams, one base URL."""
+"""The client side of the server: JSON endpoints (/health, /props, /slots) and chat streams, one base URL.
+
+Every request here is bounded on the wall clock (connect, TLS handshake, headers, body, all together) by
+``min(timeout, deadline_s)``: a JSON answer is what a stream's first token is, so it gets the no-content
+``timeout``, and never more than the whole-request ``deadline_s``. Each socket read is given only the time left
+(:func:`voice_llm.sse.limit_reads`), so a server that trickles its answer cannot stretch it. Bodies are capped at
+``MAX_ANSWER_BYTES``.
+"""
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from voice_llm import sse
+
+# The largest JSON answer read. llama-server's largest real answers are far smaller (/props with its chat
+# template: ~10-30 KB; /slots with 4 slots: tens of KB; /tokenize of a full 128k-token context: ~1 MB); a bigger
+# body is refused with one line instead of being held in memory and copied into artifacts (capabilities.json,
+# props.json), where a hostile 59 MB /v1/models answer once became ~120 MB of files.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
 
 
 def props_n_ctx(props: Any) -> int | None:
@@ -18,6 +34,16 @@ def props_n_ctx(props: Any) -> int | None:
     settings = props.get("default_generation_settings")
     n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
     return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One JSON endpoint's answer: the status, two headers, and the body (read only for an accepted status)."""
+
+    status: int
+    content_type: str
+    server: str | None
+    body: bytes
 
 
 @dataclass(frozen=True)
@@ -36,27 +62,34 @@ class ServerClient:
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", sse.server_root(self.base_url))
 
-    def get_json(self, path: str, *, accept_status: tuple[int, ...] = (200,)) -> tuple[int, Any]:
-        """GET ``path`` and parse its JSON body; a status outside ``accept_status`` raises HTTPStatusError."""
+    def time_limit(self, cap_s: float | None = None) -> _Limit:
+        """The wall-clock limit of one JSON request starting now: ``min(timeout, deadline_s, cap_s)``."""
+        return _Limit.starting(self.timeout, self.deadline_s, cap_s)
+
+    def answer(self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None,
+               accept_status: tuple[int, ...] | None = (200,), cap_s: float | None = None) -> Answer:
+        """One request (a POST of ``body`` as JSON, if given) on a connection of its own, bounded by
+        :meth:`time_limit`. A status in ``accept_status`` has its body read (at most ``MAX_ANSWER_BYTES``); any
+        other raises HTTPStatusError, or with ``accept_status=None`` is returned without its body. Raises a
+        :class:`voice_llm.sse.StreamError` for everything else (no answer in time, a broken connection, ...)."""
         url = self.base_url + path
+        limit = self.time_limit(cap_s)
         conn, prefix = sse.open_connection(self.base_url, self.timeout)
         try:
-            sse.connect(conn, self.base_url)
-            status, body = _request(conn, prefix + path, self.api_key, url, self.timeout, accept_status)
+            sse.connect(conn, self.base_url, limit.at)
+            sse.limit_reads(conn, lambda: limit.at)
+            return _exchange(conn, method, prefix + path, url, self.api_key, limit, accept_status, body, headers)
         finally:
             conn.close()
-        return status, _parse(body, url)
+
+    def get_json(self, path: str, *, accept_status: tuple[int, ...] = (200,)) -> tuple[int, Any]:
+        """GET ``path`` and parse its JSON body; a status outside ``accept_status`` raises HTTPStatusError."""
+        answer = self.answer("GET", path, accept_status=accept_status)
+        return answer.status, parse_answer(answer.body, self.base_url + path)
 
     def post_json(self, path: str, body: Any) -> Any:
         """POST ``body`` as JSON to ``path`` and parse the JSON answer (/apply-template, /tokenize)."""
-        url = self.base_url + path
-        conn, prefix = sse.open_connection(self.base_url, self.timeout)
-        try:
-            sse.connect(conn, self.base_url)
-            _, answer = _request(conn, prefix + path, self.api_key, url, self.timeout, (200,), body=body)
-        finally:
-            conn.close()
-        return _parse(answer, url)
+        return parse_answer(self.answer("POST", path, body=body).body, self.base_url + path)
 
     def health(self) -> Any:
         return self.get_json("/health")[1]
@@ -87,7 +120,8 @@ class JSONPoller:
     Polling /slots while a cancelled request winds down must not cost a new TCP connection (and a new server
     thread) per poll on the cores the server is using. When the server closed the connection between two polls
     (its keep-alive limit or idle timeout), the poll is sent once more on a new connection. ``connections``
-    counts the connections opened. Use it as a context manager, or call :meth:`close`.
+    counts the connections opened. Each poll is one request with its own limit (:meth:`ServerClient.time_limit`).
+    Use it as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, client: ServerClient, path: str) -> None:
@@ -97,6 +131,7 @@ class JSONPoller:
         self.connections = 0
         self._conn: http.client.HTTPConnection | None = None
         self._prefix = ""
+        self._limit = client.time_limit()
 
     def __enter__(self) -> JSONPoller:
         return self
@@ -111,18 +146,20 @@ class JSONPoller:
 
     def get(self) -> Any:
         """One poll: the endpoint's parsed JSON. Raises a :class:`voice_llm.sse.StreamError` like get_json."""
+        self._limit = self.client.time_limit()
         while True:
             # http.client drops the socket itself after an answer that says "Connection: close".
             fresh = self._conn is None or self._conn.sock is None
             if fresh:
                 self.close()
                 self._conn, self._prefix = sse.open_connection(self.client.base_url, self.client.timeout)
-                sse.connect(self._conn, self.client.base_url)
+                sse.connect(self._conn, self.client.base_url, self._limit.at)
+                sse.limit_reads(self._conn, lambda: self._limit.at)  # the limit of the poll under way
                 self.connections += 1
             assert self._conn is not None
             try:
-                _, body = _request(self._conn, self._prefix + self.path, self.client.api_key, self.url,
-                               self.client.timeout, (200,))
+                answer = _exchange(self._conn, "GET", self._prefix + self.path, self.url, self.client.api_key,
+                                   self._limit, (200,))
             except sse.StreamTruncatedError:
                 self.close()
                 if fresh:
@@ -131,31 +168,89 @@ class JSONPoller:
             except sse.StreamError:
                 self.close()
                 raise
-            return _parse(body, self.url)
+            return parse_answer(answer.body, self.url)
 
 
-def _request(conn: http.client.HTTPConnection, target: str, api_key: str | None, url: str, timeout: float,
-         accept_status: tuple[int, ...], body: Any = None) -> tuple[int, bytes]:
-    """One GET (a POST of ``body`` as JSON, if given) on an open connection, its body read to the end (so the
-    connection can be used again)."""
-    headers = sse.request_headers(api_key)
+@dataclass(frozen=True)
+class _Limit:
+    """One JSON request's limit: ``at`` (a ``perf_counter`` time), and what it is, for the message."""
+
+    at: float
+    seconds: float
+    is_deadline: bool  # the whole-request deadline is the nearer limit
+
+    @classmethod
+    def starting(cls, timeout: float, deadline_s: float | None, cap_s: float | None = None) -> _Limit:
+        deadline = math.inf if deadline_s is None else deadline_s
+        seconds = min(timeout, deadline, math.inf if cap_s is None else cap_s)
+        return cls(time.perf_counter() + seconds, seconds, deadline < timeout and deadline <= seconds)
+
+    def error(self, url: str, received: int) -> sse.StreamTimeoutError:
+        if self.is_deadline:
+            return sse.DeadlineExceededError(
+                f"deadline: {url} did not answer within the deadline of {self.seconds:g} s ({received} bytes "
+                "so far)", received_bytes=received)
+        return sse.StreamTimeoutError(
+            f"{url} sent no answer within {self.seconds:g} s ({received} bytes of it so far)", received_bytes=received)
+
+
+def _exchange(conn: http.client.HTTPConnection, method: str, target: str, url: str, api_key: str | None,
+              limit: _Limit, accept_status: tuple[int, ...] | None, body: Any = None,
+              headers: Mapping[str, str] | None = None) -> Answer:
+    """One request on an open connection whose reads end at ``limit`` (:func:`voice_llm.sse.limit_reads`); an
+    accepted answer's body is read to the end, so the connection can be used again."""
+    all_headers = {**sse.request_headers(api_key), **(headers or {})}
     payload = None
     if body is not None:
         payload = json.dumps(body).encode("utf-8")
-        headers["Content-Type"] = "application/json"
+        all_headers["Content-Type"] = "application/json"
     try:
-        conn.request("GET" if body is None else "POST", target, body=payload, headers=headers)
+        assert conn.sock is not None
+        conn.sock.settimeout(sse.socket_wait(limit.at))  # for the send
+        conn.request(method, target, body=payload, headers=all_headers)
         resp = conn.getresponse()
-        if resp.status not in accept_status:
+        try:
+            content_type, server = resp.getheader("Content-Type", "") or "", resp.getheader("Server")
+            if accept_status is None or resp.status in accept_status:
+                data = _read_answer(resp, url, limit) if accept_status is not None or resp.status == 200 else b""
+                return Answer(resp.status, content_type, server, data)
             raise sse.error_from_response(resp, url)
-        return resp.status, resp.read()
+        except BaseException:
+            resp.close()  # now: the error (and its traceback) would otherwise keep the socket open
+            raise
     except TimeoutError as exc:
-        raise sse.StreamTimeoutError(f"{url} sent no answer within {timeout:g} s") from exc
+        raise limit.error(url, 0) from exc
     except (OSError, http.client.HTTPException) as exc:
-        raise sse.StreamTruncatedError(f"{url} broke the connection: {exc}") from exc
+        raise sse.StreamTruncatedError(f"{url} broke the connection: {exc.__class__.__name__}: {exc}") from exc
 
 
-def _parse(body: bytes, url: str) -> Any:
+def _read_answer(resp: http.client.HTTPResponse, url: str, limit: _Limit) -> bytes:
+    """The whole body, at most MAX_ANSWER_BYTES (a larger one is refused before it is read, when its
+    Content-Length says so, else as soon as it has grown past the cap)."""
+    too_large = sse.AnswerTooLargeError(
+        f"{url} answered more than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB, larger than any server's JSON answer "
+        f"should be: refused (the cap is {MAX_ANSWER_BYTES} bytes)")
+    if resp.length is not None and resp.length > MAX_ANSWER_BYTES:
+        raise too_large
+    body, stopped = sse.read_some(resp, MAX_ANSWER_BYTES + 1)
+    if isinstance(stopped, TimeoutError):
+        raise limit.error(url, len(body)) from stopped
+    if stopped is not None:
+        raise sse.StreamTruncatedError(
+            f"{url} broke the connection after {len(body)} bytes of its answer: {stopped.__class__.__name__}",
+            received_bytes=len(body)) from stopped
+    if len(body) > MAX_ANSWER_BYTES:
+        raise too_large
+    if resp.length:  # the connection ended before the Content-Length was reached
+        raise sse.StreamTruncatedError(f"{url} broke the connection after {len(body)} bytes of its answer "
+                                       f"({resp.length} more were announced)", received_bytes=len(body))
+    resp.close()  # the whole body is read: the kept-alive connection is free for the next request
+    return body
+
+
+def parse_answer(body: bytes, url: str) -> Any:
+    """A server's JSON answer through the one guarded parser (:func:`voice_llm.sse.parse_json`): anything not
+    JSON, or nested too deeply to parse, is a MalformedEventError naming the URL."""
     try:
         return sse.parse_json(body)
     except (ValueError, UnicodeDecodeError) as exc:

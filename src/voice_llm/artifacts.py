@@ -27,6 +27,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from voice_llm.errors import ArtifactError, OutputDirError
+from voice_llm.sse import parse_json
 
 # The artifact file names of the brief, in the order the lab writes them.
 HEALTH = "health.json"
@@ -299,14 +300,13 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]], out: Path | None 
 
 
 def loads_json(text: str | bytes, what: str) -> Any:
-    """Parse JSON from a saved file; anything malformed, even nested too deeply for the parser (RecursionError),
-    becomes an ArtifactError naming ``what``. Check and report parse saved evidence through this."""
+    """Parse JSON from a saved file through the one guarded parser (:func:`voice_llm.sse.parse_json`); anything
+    malformed, even nested too deeply for the parser, becomes an ArtifactError naming ``what``. Check and report
+    parse saved evidence through this."""
     try:
-        return json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(text)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(f"{what} is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise ArtifactError(f"{what} is not valid JSON: nested too deeply to parse") from exc
 
 
 def read_json(path: Path) -> Any:

@@ -9,9 +9,7 @@ passing. The probe's findings and the inferences drawn from them are the artifac
 
 from __future__ import annotations
 
-import http.client
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,29 +228,24 @@ class Capabilities:
 
 
 def fetch(client: ServerClient, path: str, *, probing: bool = False) -> tuple[EndpointProbe, bytes]:
-    """GET ``path``; never raises for an answer, only records it."""
-    conn, prefix = sse.open_connection(client.base_url, PROBE_TIMEOUT_S)
-    headers = sse.request_headers(client.api_key, accept="*/*")
-    if probing:
-        headers[PROBE_HEADER[0]] = PROBE_HEADER[1]
+    """GET ``path``; never raises for an answer, only records it (the body only of a 200, at most
+    ``api.MAX_ANSWER_BYTES``). The GET is bounded on the wall clock by ``--timeout`` and ``--deadline`` and at
+    most PROBE_TIMEOUT_S (these endpoints answer in milliseconds). An https URL whose server does not speak TLS
+    is not an answer but a wrong URL: NotTLSError ends the command at once."""
+    headers = {"Accept": "*/*", **({PROBE_HEADER[0]: PROBE_HEADER[1]} if probing else {})}
     try:
-        sse.connect(conn, client.base_url)
-        conn.request("GET", prefix + path, headers=headers)
-        resp = conn.getresponse()
-        body = resp.read()
-        note = resp.getheader("Content-Type", "") or ""
-        return EndpointProbe(path, resp.status, note.split(";")[0], resp.getheader("Server")), body
+        answer = client.answer("GET", path, headers=headers, accept_status=None, cap_s=PROBE_TIMEOUT_S)
+    except sse.NotTLSError:
+        raise
     except sse.StreamError as exc:
         return EndpointProbe(path, None, str(exc)), b""
-    except (OSError, http.client.HTTPException) as exc:
-        return EndpointProbe(path, None, f"{exc.__class__.__name__}: {exc}"), b""
-    finally:
-        conn.close()
+    return EndpointProbe(path, answer.status, answer.content_type.split(";")[0], answer.server), answer.body
 
 
 def _json(body: bytes) -> Any:
+    """A probed answer through the one guarded parser; None when it is not JSON (or nested too deeply)."""
     try:
-        return json.loads(body)
+        return sse.parse_json(body)
     except (ValueError, UnicodeDecodeError):
         return None
 
@@ -271,9 +264,14 @@ def busy_gauge(metrics_text: str) -> str | None:
 
 
 def requests_in_flight(metrics_text: str, gauge: str) -> float | None:
-    """The value of ``gauge`` (summed over its label sets) in a Prometheus text page, or None if absent."""
-    values = [float(m.group(2)) for m in re.finditer(rf"^{re.escape(gauge)}(\{{[^}}]*\}})? (\S+)", metrics_text,
-                                                       re.MULTILINE)]
+    """The value of ``gauge`` (summed over its label sets) in a Prometheus text page, or None if absent. A value
+    that is not a number raises ValueError saying so (a server's page is not trusted to be well formed)."""
+    values = []
+    for match in re.finditer(rf"^{re.escape(gauge)}(\{{[^}}]*\}})? (\S+)", metrics_text, re.MULTILINE):
+        try:
+            values.append(float(match.group(2)))
+        except ValueError:
+            raise ValueError(f"the gauge {gauge} has a value that is not a number: {match.group(2)[:40]!r}") from None
     return sum(values) if values else None
 
 
@@ -303,6 +301,8 @@ def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None)
             if not include_usage or exc.status not in (400, 422):
                 return None, str(exc)
             accepted = False  # it rejected stream_options: retry without
+        except sse.NotTLSError:
+            raise  # a wrong URL, not a finding about the stream
         except sse.StreamError as exc:
             return None, str(exc)
     assert result is not None
@@ -311,8 +311,7 @@ def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None)
         raw_out.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(raw_out, data)  # never through a link planted at raw_out
     events = sse.SSEDecoder().feed(data)
-    first = _json(events[0].data.encode()) if events else None
-    delta = ((first or {}).get("choices") or [{}])[0].get("delta") or {} if isinstance(first, dict) else {}
+    delta = _first_delta(_json(events[0].data.encode()) if events else None)
     return StreamProbe(
         timings_fields=tuple(sorted(result.timings or {})),
         usage_fields=tuple(sorted(result.usage or {})),
@@ -323,6 +322,14 @@ def _stream_probe(client: ServerClient, model: str | None, raw_out: Path | None)
         done=result.done,
         content_chunks=len(result.chunks),
     ), None
+
+
+def _first_delta(event: Any) -> dict[str, Any]:
+    """``choices[0].delta`` of a stream's first event, or {} when the event has no such object (any shape)."""
+    choices = event.get("choices") if isinstance(event, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    delta = choice.get("delta") if isinstance(choice, dict) else None
+    return delta if isinstance(delta, dict) else {}
 
 
 def _probe_request(client: ServerClient, model: str | None, include_usage: bool, raw: io.BytesIO) -> sse.StreamResult:

@@ -67,6 +67,10 @@ class SynthesisError(TTSError):
     """The engine failed while synthesizing a segment of an answer."""
 
 
+class SynthesisTimeoutError(SynthesisError):
+    """The engine's program did not finish a segment within the deadline; it was stopped."""
+
+
 class NothingToSpeakError(TTSError):
     """The answer held no text the engine could turn into sound."""
 

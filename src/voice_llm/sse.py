@@ -16,14 +16,18 @@ chunk's time is when the bytes that completed its event were read from the socke
 
 Limits: ``timeout`` is the longest time without a token (keep-alive comments, role-only and empty events do not
 reset it: a server that only pings fails like a silent one, with :class:`NoContentTimeoutError`); ``deadline_s``
-bounds the whole request (:class:`DeadlineExceededError`). The reader returns at ``data: [DONE]`` and closes the
-connection, whether or not the server ends the body. A base URL may end in ``/v1`` as OpenAI clients write it.
+bounds the whole request (:class:`DeadlineExceededError`). Both are kept on the wall clock for everything the
+request waits for (connect, TLS handshake, status and headers, an error body, the stream): each socket read is
+given only the time left (:func:`limit_reads`), so a server that trickles one byte at a time cannot stretch them.
+The reader returns at ``data: [DONE]`` and closes the connection, whether or not the server ends the body. A base
+URL may end in ``/v1`` as OpenAI clients write it.
 """
 
 from __future__ import annotations
 
 import codecs
 import http.client
+import io
 import json
 import math
 import os
@@ -46,7 +50,16 @@ V1_SUFFIX = "/v1"  # OpenAI clients' base URLs end in /v1; server_root drops it
 DEFAULT_TIMEOUT_S = 120.0  # the longest wait for a token (keep-alive comments do not count)
 DEFAULT_DEADLINE_S = 600.0  # the longest a whole request may take
 TIMEOUT_SLACK_S = 0.05  # how late a timeout may fire, to keep the socket's timeout unchanged while tokens flow
+# One socket wait is at most this long (the OS refuses a timeout like 1e300); a longer limit is waited in turns.
+MAX_SOCKET_WAIT_S = 3600.0
 TLS_HANDSHAKE_TIMEOUT_S = 5.0  # a plain-HTTP server never answers a TLS handshake: give up after this
+# An https URL found not to speak TLS fails at once for this long, so that a command's next requests (the probe's
+# GETs, the steps, which come seconds later) do not each wait for a handshake again: the first one ends the
+# command. Short, so that a long-lived process sees a server that has since been given TLS.
+NOT_TLS_REMEMBER_S = 60.0
+# An error answer (status other than 200) is read for its message only: its first 64 KiB hold any server's JSON
+# error object (llama-server's is ~300 bytes); the rest is not read, so a huge or endless error body costs nothing.
+ERROR_BODY_LIMIT = 65536
 # OpenSSL's reasons when the answer to a ClientHello is not TLS (a plain "HTTP/1.1 400" among them).
 NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
                              "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "BAD_RECORD_TYPE"})
@@ -208,6 +221,10 @@ class NotEventStreamError(StreamError):
     """A 200 answer whose body is not ``text/event-stream`` (an HTML page, a proxy, another service)."""
 
 
+class AnswerTooLargeError(StreamError):
+    """A JSON answer (not a stream) larger than the caller's cap: refused rather than read into memory."""
+
+
 class ServerEventError(StreamError):
     """The server sent ``data: {"error": ...}`` after streaming began."""
 
@@ -245,7 +262,7 @@ def parse_json(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except RecursionError as exc:
-        raise ValueError(f"JSON nested too deeply to parse ({len(text)} characters)") from exc
+        raise ValueError(f"nested too deeply to parse ({len(text)} characters of JSON)") from exc
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -290,16 +307,122 @@ def _plain_http_hint(base_url: str) -> str:
     return "use " + urllib.parse.urlsplit(base_url)._replace(scheme="http").geturl()
 
 
-def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
+def socket_wait(limit: float) -> float:
+    """The socket timeout for a wait that must end by ``limit`` (a ``time.perf_counter()`` time)."""
+    return max(min(limit - time.perf_counter(), MAX_SOCKET_WAIT_S), 0.001)
+
+
+class _WallClockReader(io.RawIOBase):
+    """The raw bytes under an HTTPResponse, each socket read given only the time left until ``limit()`` (a
+    ``perf_counter`` time, asked anew before every read, so a limit that moves on with each token is followed).
+
+    http.client's own file object gives every ``recv`` the whole socket timeout again: a server that sends one
+    byte a second (of its headers, an error body, a chunk-size line) would hold the request for ever. Here a read
+    asked for after the limit, or one still waiting at it, raises TimeoutError."""
+
+    def __init__(self, sock: socket.socket, limit: Callable[[], float], slack: float) -> None:
+        super().__init__()
+        self._sock, self._limit, self._slack = sock, limit, slack
+        # Held, never read: like http.client's own file object it keeps the descriptor open until the answer is
+        # closed, though the connection may close its socket first (after an answer with "Connection: close").
+        self._hold = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while True:
+            remaining = self._limit() - time.perf_counter()
+            if remaining <= 0:
+                raise TimeoutError("timed out")
+            wait = min(remaining, MAX_SOCKET_WAIT_S)
+            current = self._sock.gettimeout()
+            # Re-set the timeout only when it would wait too long (by more than the slack) or far too short: while
+            # tokens flow it stays put; a wake-up before the limit just goes round once more.
+            if current is None or current > wait + self._slack or current < wait / 2:
+                self._sock.settimeout(wait)
+            try:
+                return self._sock.recv_into(buffer)
+            except TimeoutError:
+                continue  # the clock above decides whether the limit was reached
+
+    def close(self) -> None:
+        if not self.closed:
+            self._hold.close()
+        super().close()
+
+
+class _LimitedSocket:
+    """What an HTTPResponse is given as its socket: all it asks of one is a file object to read from."""
+
+    def __init__(self, sock: socket.socket, limit: Callable[[], float], slack: float) -> None:
+        self._sock, self._limit, self._slack = sock, limit, slack
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_WallClockReader(self._sock, self._limit, self._slack))
+
+
+def limit_reads(conn: http.client.HTTPConnection, limit: Callable[[], float], slack: float = TIMEOUT_SLACK_S) -> None:
+    """Make every read of the answers on ``conn`` (status line, headers, body) end by ``limit()``, a
+    ``time.perf_counter()`` time asked before each socket read; past it a read raises TimeoutError. ``slack``: how
+    late a read may give up (0 for an exact cut)."""
+
+    def response(sock: socket.socket, *args: Any, **kwargs: Any) -> http.client.HTTPResponse:
+        return http.client.HTTPResponse(_LimitedSocket(sock, limit, slack), *args, **kwargs)  # type: ignore[arg-type]
+
+    conn.response_class = response  # type: ignore[assignment]
+
+
+def read_some(resp: http.client.HTTPResponse, max_bytes: int) -> tuple[bytes, BaseException | None]:
+    """Up to ``max_bytes`` of the body, read as it arrives: what arrived, and the error that ended the read before
+    the end of the body (TimeoutError at the limit, a broken connection), or None."""
+    parts: list[bytes] = []
+    size = 0
+    while size < max_bytes:
+        try:
+            data = resp.read1(min(READ_SIZE, max_bytes - size))
+        except (OSError, http.client.HTTPException) as exc:
+            return b"".join(parts), exc
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts), None
+
+
+def one_line(text: str) -> str:
+    """A server's text (an HTML page, a message with newlines) as one line of a message."""
+    return " ".join(text.split())
+
+
+# https endpoints found not to speak TLS: (host, port) -> (perf_counter time found, the error's message).
+_NOT_TLS: dict[tuple[str, int | None], tuple[float, str]] = {}
+
+
+def _not_tls(conn: http.client.HTTPConnection, message: str) -> NotTLSError:
+    _NOT_TLS[(conn.host, conn.port)] = (time.perf_counter(), message)
+    return NotTLSError(message)
+
+
+def connect(conn: http.client.HTTPConnection, base_url: str, limit: float | None = None) -> None:
     """Open the TCP connection now, so that connect time is not counted as the server's and a refusal is clear.
 
-    For https the connect and the TLS handshake get at most ``TLS_HANDSHAKE_TIMEOUT_S``: a plain-HTTP server
-    never answers a handshake (it waits for the end of a request line), which would otherwise hang for the
-    whole request timeout."""
+    The connect and the TLS handshake each wait until ``limit`` (a ``perf_counter`` time) at the latest, and for
+    https at most ``TLS_HANDSHAKE_TIMEOUT_S``: a plain-HTTP server never answers a handshake (it waits for the end
+    of a request line), which would otherwise hang for the whole request timeout. An https URL found not to speak
+    TLS fails at once for its next requests (``NOT_TLS_REMEMBER_S``): a command ends at its first request."""
     tls = isinstance(conn, http.client.HTTPSConnection)
+    if tls:
+        known = _NOT_TLS.get((conn.host, conn.port))
+        if known is not None and time.perf_counter() - known[0] < NOT_TLS_REMEMBER_S:
+            raise NotTLSError(known[1])
     full_timeout = conn.timeout
-    if tls and (full_timeout is None or full_timeout > TLS_HANDSHAKE_TIMEOUT_S):
-        conn.timeout = TLS_HANDSHAKE_TIMEOUT_S
+    wait = min(full_timeout if isinstance(full_timeout, (int, float)) else math.inf, MAX_SOCKET_WAIT_S)
+    if limit is not None:
+        wait = min(wait, limit - time.perf_counter())
+    if tls:
+        wait = min(wait, TLS_HANDSHAKE_TIMEOUT_S)
+    conn.timeout = max(wait, 0.001)
     try:
         conn.connect()
     except ConnectionRefusedError as exc:
@@ -310,15 +433,15 @@ def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
         raise ServerUnreachableError(f"cannot resolve the host of {base_url}: {exc.strerror}") from exc
     except TimeoutError as exc:
         if tls and conn.sock is not None:  # TCP connected, and the handshake never finished
-            raise NotTLSError(
-                f"{base_url}: no TLS handshake within {conn.timeout:g} s: the server does not speak TLS "
+            raise _not_tls(conn,
+                f"{base_url}: no TLS handshake within {conn.timeout:.3g} s: the server does not speak TLS "
                 f"(a plain HTTP server?); {_plain_http_hint(base_url)}"
             ) from exc
-        raise ServerUnreachableError(f"cannot connect to {base_url}: {exc}") from exc
+        raise ServerUnreachableError(f"cannot connect to {base_url} within {conn.timeout:.3g} s: {exc}") from exc
     except ssl.SSLError as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         if reason in NOT_TLS_REASONS:
-            raise NotTLSError(
+            raise _not_tls(conn,
                 f"{base_url}: the server does not speak TLS (it answered the TLS handshake with plain bytes: "
                 f"{reason}); {_plain_http_hint(base_url)}"
             ) from exc
@@ -330,17 +453,14 @@ def connect(conn: http.client.HTTPConnection, base_url: str) -> None:
         raise ServerUnreachableError(f"cannot connect to {base_url}: {exc}") from exc
     finally:
         conn.timeout = full_timeout
-    if tls and conn.sock is not None:
-        conn.sock.settimeout(full_timeout)
+    if conn.sock is not None and isinstance(full_timeout, (int, float)):
+        conn.sock.settimeout(min(full_timeout, MAX_SOCKET_WAIT_S))  # what the handshake's limit replaced
 
 
-def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusError:
-    """Read a non-200 answer and name the status and the server's own message (llama-server sends
-    ``{"error": {"code", "message", "type", ...}}``, OpenAI's shape)."""
-    try:
-        body = resp.read(65536)
-    except (OSError, http.client.HTTPException):
-        body = b""
+def status_error(status: int, reason: str, body: bytes, url: str, stopped: BaseException | None = None) -> HTTPStatusError:
+    """The error for a non-200 answer: the status and the server's own message (llama-server sends
+    ``{"error": {"code", "message", "type", ...}}``, OpenAI's shape), else the start of the body. ``stopped``:
+    what ended the body's read early (the time limit, a broken connection), said in the message."""
     error: dict[str, Any] | None = None
     try:
         parsed = parse_json(body)
@@ -348,17 +468,31 @@ def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusE
             error = parsed["error"]
     except (ValueError, UnicodeDecodeError):
         pass
-    detail = error.get("message") if error else body[:200].decode("utf-8", "replace").strip()
-    message = f"{url} answered HTTP {resp.status} {resp.reason}: {detail or '(empty body)'}"
+    if error and error.get("message"):
+        detail = one_line(str(error["message"]))[:500]
+    else:
+        detail = one_line(body[:200].decode("utf-8", "replace"))
+    message = f"{url} answered HTTP {status} {one_line(reason)}: {detail or '(empty body)'}"
+    if stopped is not None:
+        why = "no more came within the time limit" if isinstance(stopped, TimeoutError) else (
+            f"the connection broke: {stopped.__class__.__name__}")
+        message += f" (the body stopped after {len(body)} bytes: {why})"
     kind = (error or {}).get("type")
     if kind == "exceed_context_size_error":
         message += (
             f" [prompt {error.get('n_prompt_tokens', '?')} tokens > n_ctx {error.get('n_ctx', '?')}: "
             "attach fewer documents or start the server with a larger --ctx]"
         )
-    elif resp.status == 401:
+    elif status == 401:
         message += " [the server wants an API key: pass --api-key or set VOICE_LLM_API_KEY]"
-    return HTTPStatusError(message, status=resp.status, error=error)
+    return HTTPStatusError(message, status=status, error=error)
+
+
+def error_from_response(resp: http.client.HTTPResponse, url: str) -> HTTPStatusError:
+    """Read a non-200 answer (its first ``ERROR_BODY_LIMIT`` bytes, within the request's time limit when the
+    connection has one: :func:`limit_reads`) and make its :func:`status_error`."""
+    body, stopped = read_some(resp, ERROR_BODY_LIMIT)
+    return status_error(resp.status, resp.reason, body, url, stopped)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -458,8 +592,9 @@ def _hard_close(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
 
 class _Reading:
     """One request while it is read: what arrived so far, and its clocks. The clocks are absolute
-    ``perf_counter`` times: the no-content limit moves on with each token; the deadline and the cut
-    (``stop_after_ms``) are fixed at the start."""
+    ``perf_counter`` times. The limits count from :meth:`begin` (before the connect): the no-content limit moves
+    on with each token, the deadline is fixed. The measurements and the cut (``stop_after_ms``) count from
+    :meth:`start`, just before the request is written."""
 
     def __init__(self, url: str, timeout: float, deadline_s: float | None, stop_after_ms: float | None,
                  on_chunk: Callable[[Chunk], None] | None, should_stop: Callable[[Chunk], bool] | None) -> None:
@@ -478,13 +613,22 @@ class _Reading:
         self.closed_early = False
         self.t0 = self.content_limit = self.fixed_limit = self.deadline = self.cut = math.inf
 
+    def begin(self) -> None:
+        """The limits start: before the connect, so connect and TLS handshake count against them too."""
+        now = time.perf_counter()
+        self.content_limit = now + self.timeout
+        self.deadline = math.inf if self.deadline_s is None else now + self.deadline_s
+        self.fixed_limit = self.deadline
+
     def start(self) -> None:
         """The clock starts: just before the request is written to the socket."""
         self.t0 = t0 = time.perf_counter()
-        self.content_limit = t0 + self.timeout
-        self.deadline = math.inf if self.deadline_s is None else t0 + self.deadline_s
         self.cut = math.inf if self.stop_after_ms is None else t0 + self.stop_after_ms / 1000.0
         self.fixed_limit = min(self.deadline, self.cut)
+
+    def limit(self) -> float:
+        """When the next read must have returned: the nearest of the no-content limit, the deadline, the cut."""
+        return min(self.content_limit, self.fixed_limit)
 
     def fail(self, cls: type[StreamError], message: str) -> StreamError:
         return cls(message, chunks=self.chunks, received_bytes=self.received)
@@ -525,7 +669,7 @@ class _Reading:
         if "error" in data:
             err = data["error"]
             detail = err.get("message", err) if isinstance(err, dict) else err
-            raise self.fail(ServerEventError, f"{self.url} reported an error mid-stream: {detail}")
+            raise self.fail(ServerEventError, f"{self.url} reported an error mid-stream: {one_line(str(detail))[:500]}")
         if isinstance(data.get("timings"), dict):
             self.timings = data["timings"]
         if isinstance(data.get("usage"), dict):
@@ -578,16 +722,21 @@ def _send_request(conn: http.client.HTTPConnection, base_url: str, path: str, pa
                   api_key: str | None, reading: _Reading) -> tuple[socket.socket, http.client.HTTPResponse | None]:
     """Connect, send the request, read the status and headers. The response is None when the cut
     (``stop_after_ms``) came before the answer (a slow prompt)."""
-    connect(conn, base_url)
+    reading.begin()
+    connect(conn, base_url, reading.limit())
     # Kept here: getresponse() sets conn.sock to None when the answer says "Connection: close" (the response
     # then owns the socket), and the clocks and the hard close still need it.
     sock = conn.sock
     assert sock is not None
     headers = request_headers(api_key, accept="text/event-stream")
     headers["Content-Type"] = "application/json"
+    # Every read of the answer (headers, an error body, the stream) waits only until the nearest limit. The cut
+    # is kept exact; the timeouts fire at most TIMEOUT_SLACK_S late, which keeps the socket's timeout unchanged
+    # while tokens flow.
+    limit_reads(conn, reading.limit, 0.0 if reading.stop_after_ms is not None else TIMEOUT_SLACK_S)
     reading.start()
     try:
-        sock.settimeout(max(min(reading.content_limit, reading.fixed_limit) - time.perf_counter(), 0.001))
+        sock.settimeout(socket_wait(reading.limit()))  # for the send
         conn.request("POST", path, body=payload, headers=headers)
         resp = conn.getresponse()
     except TimeoutError:
@@ -596,26 +745,27 @@ def _send_request(conn: http.client.HTTPConnection, base_url: str, path: str, pa
     except (OSError, http.client.HTTPException) as exc:
         raise reading.fail(StreamTruncatedError, f"{reading.url} closed the connection before answering: {exc}") from exc
     reading.answered = True
-    if resp.status != 200:
-        raise error_from_response(resp, reading.url)
-    content_type = resp.getheader("Content-Type", "")
-    if "text/event-stream" not in content_type:
-        sample = resp.read(200).decode("utf-8", "replace").strip()
-        raise reading.fail(
-            NotEventStreamError,
-            f"{reading.url} answered {content_type or 'no content type'}, not text/event-stream: {sample[:120]!r}",
-        )
+    try:
+        if resp.status != 200:
+            raise error_from_response(resp, reading.url)
+        content_type = resp.getheader("Content-Type", "")
+        if "text/event-stream" not in content_type:
+            sample = one_line(read_some(resp, 200)[0].decode("utf-8", "replace"))
+            raise reading.fail(
+                NotEventStreamError,
+                f"{reading.url} answered {one_line(content_type) or 'no content type'}, not text/event-stream: "
+                f"{sample[:120]!r}",
+            )
+    except BaseException:
+        _hard_close(conn, resp, sock)  # now: the error (and its traceback) would otherwise keep the socket open
+        raise
     return sock, resp
 
 
 def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Reading, raw: IO[bytes] | None) -> None:
-    """Read and decode the body until [DONE], should_stop, the cut, or a failure (raised)."""
+    """Read and decode the body until [DONE], should_stop, the cut, or a failure (raised). Each read waits only
+    until the nearest limit (:func:`limit_reads`); past it the read raises TimeoutError."""
     decoder = SSEDecoder()
-    # A socket timeout ends the read for good (the socket's file object refuses to read after one), so it is
-    # always the time left to the nearest limit. Re-set only when that moved by more than the slack: while a
-    # token comes in every read (the hot path) it stays put. The cut is kept exact, the timeouts within 50 ms.
-    slack = 0.0 if reading.stop_after_ms is not None else TIMEOUT_SLACK_S
-    sock_timeout = sock.gettimeout() or 0.0
     while True:
         try:
             # read1, not readline: a line-oriented read drops the half line it holds when the connection
@@ -640,13 +790,6 @@ def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Re
         for event in decoder.feed(data_in):
             if reading.handle(event, t_read):
                 return
-        remaining = min(reading.content_limit, reading.fixed_limit) - t_read
-        if remaining <= 0:
-            reading.expire()
-            return
-        if remaining > sock_timeout + 0.001 or remaining < sock_timeout - slack:
-            sock.settimeout(remaining)
-            sock_timeout = remaining
     decoder.end()
     if not reading.done:
         raise reading.fail(

@@ -25,7 +25,12 @@ CANCEL_LOG_MARK = "cancel task"
 
 
 def _busy(slots: Any) -> bool:
-    return any(slot.get("is_processing") for slot in slots if isinstance(slot, dict))
+    """Whether a /slots answer (a list of slot objects) shows a slot processing; any other shape is no answer to
+    trust (a string or an object would otherwise read as "idle")."""
+    if not isinstance(slots, list):
+        raise MeasurementError(f"cancel: /slots answered a JSON {type(slots).__name__}, not the list of slots: "
+                               f"{str(slots)[:80]!r}")
+    return any(isinstance(slot, dict) and slot.get("is_processing") for slot in slots)
 
 
 def wait_until_idle(poller: JSONPoller, since: float, timeout_s: float = IDLE_TIMEOUT_S,
@@ -54,7 +59,11 @@ def wait_until_no_request(ctx: LabContext, gauge: str, since: float, timeout_s: 
         answered = time.perf_counter()
         if not found.ok:
             raise MeasurementError(f"cancel: /metrics stopped answering ({found.status or found.note})")
-        if not requests_in_flight(body.decode("utf-8", "replace"), gauge):
+        try:
+            in_flight = requests_in_flight(body.decode("utf-8", "replace"), gauge)
+        except ValueError as exc:
+            raise MeasurementError(f"cancel: /metrics cannot be read: {exc}") from exc
+        if not in_flight:
             return (answered - since) * 1000.0
         if answered - since > timeout_s:
             raise MeasurementError(f"cancel: /metrics still showed a request {timeout_s:g} s after the close")

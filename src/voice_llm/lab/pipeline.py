@@ -294,7 +294,7 @@ def _validate_options(settings: LabSettings, steps: Sequence[str]) -> None:
     if "speak" in steps:
         from voice_llm.lab import speak  # imports the TTS layer only when speak is asked for
 
-        speak.engine_for(speak.options_from(settings.options))
+        speak.engine_for(speak.options_from(settings.options), settings.options.deadline_s)
 
 
 def _needs_server(steps: Sequence[str]) -> bool:

@@ -48,14 +48,14 @@ def options_of(ctx: LabContext) -> SpeakOptions:
 
 
 @functools.lru_cache(maxsize=2)
-def _loaded(engine: str, voice: str | None) -> TTSEngine:
-    return load_engine(engine, voice)
+def _loaded(engine: str, voice: str | None, deadline_s: float | None) -> TTSEngine:
+    return load_engine(engine, voice, deadline_s)
 
 
-def engine_for(options: SpeakOptions) -> TTSEngine:
+def engine_for(options: SpeakOptions, deadline_s: float | None = None) -> TTSEngine:
     """The engine and voice the options name, loaded and warmed up once per process: the pipeline loads it before
     it asks the server anything (a bad --voice fails there, leaving no file), and the step uses the same one."""
-    return _loaded(options.engine, options.voice)
+    return _loaded(options.engine, options.voice, deadline_s)
 
 
 def raw_name(strategy: str, run: int) -> str:
@@ -133,7 +133,8 @@ def audio_document(ctx: LabContext, engine: TTSEngine, options: SpeakOptions,
 def run(ctx: LabContext) -> list[Path]:
     options = options_of(ctx)
     ctx.progress.update(f"speak: loading {options.engine}")
-    engine = engine_for(options)  # a bad voice fails here at the latest, before any request
+    # A bad voice fails here at the latest, before any request; the engine's program is bounded by the deadline.
+    engine = engine_for(options, ctx.client.deadline_s)
     answers = speak_all(ctx, engine, options)
     doc, files = audio_document(ctx, engine, options, answers)
     # Everything is measured before anything is written: a failure above leaves the earlier audio untouched.

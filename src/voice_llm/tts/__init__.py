@@ -16,9 +16,12 @@ DEFAULT_ENGINE = "piper"
 ENGINES = ("piper", "espeak")
 
 
-def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None) -> TTSEngine:
+def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
+                deadline_s: float | None = None) -> TTSEngine:
     """Load ``name`` with ``voice`` (a Piper .onnx path, or an espeak-ng voice name; None: the default voice),
-    warmed up once so the first measured segment does not pay for loading."""
+    warmed up once so the first measured segment does not pay for loading. ``deadline_s`` bounds each run of an
+    engine that is a program of its own (espeak-ng: stopped with its process group when it runs longer); Piper
+    runs in this process."""
     if name == "piper":
         from voice_llm.tts.piper import PiperEngine
 
@@ -26,5 +29,5 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None) -> 
     if name == "espeak":
         from voice_llm.tts.espeak import EspeakEngine
 
-        return EspeakEngine(str(voice) if voice else None)
+        return EspeakEngine(str(voice) if voice else None, deadline_s=deadline_s)
     raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")

@@ -10,13 +10,12 @@ derived from) except which strategy is heard first, an expectation about the mac
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import AUDIO, inside, read_artifact_bytes, read_json
+from voice_llm.artifacts import AUDIO, inside, loads_json, read_artifact_bytes, read_json
 from voice_llm.checkbase import Check, NotCheckable, expect, unless_missed
 from voice_llm.checkbase import finite_number as _num
 from voice_llm.checkbase import require as _require
@@ -92,7 +91,7 @@ def _raw_content(path: Path) -> str:
     for event in SSEDecoder().feed(raw):
         if event.data == DONE_DATA:
             continue
-        choices = json.loads(event.data).get("choices") or [{}]
+        choices = loads_json(event.data, path.name).get("choices") or [{}]
         text += (choices[0].get("delta") or {}).get("content") or ""
     return text
 

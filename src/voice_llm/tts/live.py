@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from voice_llm.children import stop_all
 from voice_llm.errors import NothingToSpeakError, SynthesisError, TTSError
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms
@@ -126,6 +127,10 @@ def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
         result = request(on_chunk)
         for segment in segmenter.finish(result.total_ms):
             synthesis.segments.put(segment)
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failed stream: the engine's program (espeak-ng) is stopped now, not waited for.
+        stop_all()
+        raise
     finally:
         synthesis.segments.put(None)
         synthesis.join()
