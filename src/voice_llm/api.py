@@ -70,7 +70,8 @@ class ServerClient:
                accept_status: tuple[int, ...] | None = (200,), cap_s: float | None = None) -> Answer:
         """One request (a POST of ``body`` as JSON, if given) on a connection of its own, bounded by
         :meth:`time_limit`. A status in ``accept_status`` has its body read (at most ``MAX_ANSWER_BYTES``); any
-        other raises HTTPStatusError, or with ``accept_status=None`` is returned without its body. Raises a
+        other raises HTTPStatusError, or with ``accept_status=None`` is returned with the first
+        ``sse.ERROR_BODY_LIMIT`` bytes of its body (what arrived in time). Raises a
         :class:`voice_llm.sse.StreamError` for everything else (no answer in time, a broken connection, ...)."""
         url = self.base_url + path
         limit = self.time_limit(cap_s)
@@ -211,9 +212,10 @@ def _exchange(conn: http.client.HTTPConnection, method: str, target: str, url: s
         resp = conn.getresponse()
         try:
             content_type, server = resp.getheader("Content-Type", "") or "", resp.getheader("Server")
-            if accept_status is None or resp.status in accept_status:
-                data = _read_answer(resp, url, limit) if accept_status is not None or resp.status == 200 else b""
-                return Answer(resp.status, content_type, server, data)
+            if accept_status is not None and resp.status in accept_status or accept_status is None and resp.status == 200:
+                return Answer(resp.status, content_type, server, _read_answer(resp, url, limit))
+            if accept_status is None:  # an answer to record, not to use: the start of its body, as far as it came
+                return Answer(resp.status, content_type, server, sse.read_some(resp, sse.ERROR_BODY_LIMIT)[0])
             raise sse.error_from_response(resp, url)
         except BaseException:
             resp.close()  # now: the error (and its traceback) would otherwise keep the socket open

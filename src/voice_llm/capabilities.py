@@ -228,8 +228,8 @@ class Capabilities:
 
 
 def fetch(client: ServerClient, path: str, *, probing: bool = False) -> tuple[EndpointProbe, bytes]:
-    """GET ``path``; never raises for an answer, only records it (the body only of a 200, at most
-    ``api.MAX_ANSWER_BYTES``). The GET is bounded on the wall clock by ``--timeout`` and ``--deadline`` and at
+    """GET ``path``; never raises for an answer, only records it (the body of a 200, at most
+    ``api.MAX_ANSWER_BYTES``; of any other status its first ``sse.ERROR_BODY_LIMIT`` bytes). The GET is bounded on the wall clock by ``--timeout`` and ``--deadline`` and at
     most PROBE_TIMEOUT_S (these endpoints answer in milliseconds). An https URL whose server does not speak TLS
     is not an answer but a wrong URL: NotTLSError ends the command at once."""
     headers = {"Accept": "*/*", **({PROBE_HEADER[0]: PROBE_HEADER[1]} if probing else {})}

@@ -20,15 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from voice_llm.errors import OutputBusyError, OutputDirError
+from voice_llm.sse import parse_json
 
 LOCK_NAME = ".voice-llm.lock"
 
 
 def _holder(fd: int) -> str:
     try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        info = parse_json(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")  # the one guarded parser
         return f"`voice-llm {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
-    except (ValueError, OSError):
+    except (ValueError, OSError, AttributeError):  # not JSON, nested too deeply, or not an object: someone's lock
         return "another voice-llm run"
 
 

@@ -118,6 +118,8 @@ def _server_facts(client: ServerClient, base: runmeta.ServerFacts) -> runmeta.Se
     """Add what the server says about itself (/props, llama-server only) to what we know of how it started."""
     try:
         props = client.props()
+    except sse.NotTLSError:
+        raise  # https:// to a plain-HTTP server: every later request would fail the same way; say it now
     except sse.StreamError:
         props = None
     facts = runmeta.ServerFacts.from_props(base.url, props, threads=base.threads, managed=base.managed,
