@@ -258,8 +258,8 @@ class VoiceLLMClient(Client):
         delivered: list[float] = []
         original = sse.connect
 
-        def connect(conn: Any, base_url: str) -> None:
-            original(conn, base_url)
+        def connect(conn: Any, base_url: str, *args: Any, **kwargs: Any) -> None:
+            original(conn, base_url, *args, **kwargs)  # (the wall-clock limit of the connect, when given)
             marks["t0"] = time.perf_counter()  # run_stream starts its own clock right after this returns
 
         def on_chunk(chunk: sse.Chunk) -> None:
