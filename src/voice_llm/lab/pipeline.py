@@ -15,6 +15,7 @@ import importlib
 import shutil
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from voice_llm.api import ServerClient
 from voice_llm.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERVER_LOG, ensure_out_dir, write_bytes_atomic
 from voice_llm.capabilities import Capabilities, probe
 from voice_llm.check import CheckResult, run_checks
-from voice_llm.config import ServerSettings
+from voice_llm.config import ServerSettings, is_loopback
 from voice_llm.errors import OutputDirError, VoiceLLMError
 from voice_llm.kb import default_kb_dir, load_kb
 from voice_llm.lab.context import LabContext, StepOptions, managed_log_for
@@ -274,9 +275,13 @@ def _unreachable(settings: LabSettings, caps: Capabilities) -> sse.ServerUnreach
     reason = next((e.note for e in caps.endpoints if e.note), caps.stream_error or "no answer")
     if settings.url:  # the address was given: say so, not "pass --url"
         reason = reason.split("; start one with")[0]
+        address = urllib.parse.urlsplit(sse.server_root(settings.url))
+        here = ""
+        if address.hostname and is_loopback(address.hostname) and address.port:  # on this machine: one command
+            here = f" (or start a managed one there: `voice-llm up --port {address.port}`)"
         return sse.ServerUnreachableError(
             f"nothing answers at the --url given, {settings.url}: {reason}; check the address and that the server "
-            "is running")
+            f"is running{here}")
     return sse.ServerUnreachableError(reason)  # the managed server's port: "start one with `voice-llm up`" is right
 
 
