@@ -68,3 +68,15 @@ def test_wait_runs_after_the_first_one(tmp_path: Path) -> None:
     assert first.returncode == 0
     # health against the fake gets a stream instead of JSON: it fails, but only after the first run let go.
     assert "Traceback" not in waited.stderr
+
+
+def test_check_refuses_a_folder_another_run_is_writing(tmp_path: Path) -> None:
+    """A folder half written is not checked (its FAILs would be the unfinished run's); after the run it is."""
+    env = cli_env(tmp_path / "state")
+    out = tmp_path / "out"
+    with _first_run_holding(out, env) as (fake, first):
+        during = cli("check", str(out), env=env)
+        assert_clean_failure(during, str(out), "is being written by `voice-llm sse`", f"pid {first.pid}")
+    assert first.returncode == 0
+    after = cli("check", str(out), env=env)
+    assert "is being written" not in after.stderr and "Traceback" not in after.stderr

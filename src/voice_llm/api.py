@@ -83,9 +83,10 @@ class ServerClient:
         finally:
             conn.close()
 
-    def get_json(self, path: str, *, accept_status: tuple[int, ...] = (200,)) -> tuple[int, Any]:
+    def get_json(self, path: str, *, accept_status: tuple[int, ...] = (200,),
+                 cap_s: float | None = None) -> tuple[int, Any]:
         """GET ``path`` and parse its JSON body; a status outside ``accept_status`` raises HTTPStatusError."""
-        answer = self.answer("GET", path, accept_status=accept_status)
+        answer = self.answer("GET", path, accept_status=accept_status, cap_s=cap_s)
         return answer.status, parse_answer(answer.body, self.base_url + path)
 
     def post_json(self, path: str, body: Any) -> Any:
@@ -95,8 +96,8 @@ class ServerClient:
     def health(self) -> Any:
         return self.get_json("/health")[1]
 
-    def props(self) -> Any:
-        return self.get_json("/props")[1]
+    def props(self, cap_s: float | None = None) -> Any:
+        return self.get_json("/props", cap_s=cap_s)[1]
 
     def slots(self) -> Any:
         return self.get_json("/slots")[1]
@@ -187,12 +188,14 @@ class _Limit:
         return cls(time.perf_counter() + seconds, seconds, deadline < timeout and deadline <= seconds)
 
     def error(self, url: str, received: int) -> sse.StreamTimeoutError:
+        # ``received``: body bytes; 0 also when the headers never ended (a trickling status line and headers).
+        so_far = f"{received} bytes of its body so far" if received else "its headers did not end"
         if self.is_deadline:
             return sse.DeadlineExceededError(
-                f"deadline: {url} did not answer within the deadline of {self.seconds:g} s ({received} bytes "
-                "so far)", received_bytes=received)
-        return sse.StreamTimeoutError(
-            f"{url} sent no answer within {self.seconds:g} s ({received} bytes of it so far)", received_bytes=received)
+                f"deadline: {url} did not answer within the deadline of {self.seconds:g} s ({so_far})",
+                received_bytes=received)
+        return sse.StreamTimeoutError(f"{url} sent no whole answer within {self.seconds:g} s ({so_far})",
+                                      received_bytes=received)
 
 
 def _exchange(conn: http.client.HTTPConnection, method: str, target: str, url: str, api_key: str | None,

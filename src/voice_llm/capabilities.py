@@ -46,6 +46,7 @@ class EndpointProbe:
     status: int | None
     note: str = ""
     server: str | None = None  # the HTTP Server header, when sent (uvicorn, ...)
+    timed_out: bool = False  # nothing whole came within the GET's limit (the probe then asks no more)
 
     @property
     def ok(self) -> bool:
@@ -237,6 +238,8 @@ def fetch(client: ServerClient, path: str, *, probing: bool = False) -> tuple[En
         answer = client.answer("GET", path, headers=headers, accept_status=None, cap_s=PROBE_TIMEOUT_S)
     except sse.NotTLSError:
         raise
+    except sse.StreamTimeoutError as exc:
+        return EndpointProbe(path, None, str(exc), timed_out=True), b""
     except sse.StreamError as exc:
         return EndpointProbe(path, None, str(exc)), b""
     return EndpointProbe(path, answer.status, answer.content_type.split(";")[0], answer.server), answer.body
@@ -342,17 +345,24 @@ def probe(client: ServerClient, model: str | None = None, raw_out: Path | None =
     Makes GETs and one streaming request of a few tokens; never raises for a missing endpoint."""
     endpoints: list[EndpointProbe] = []
     bodies: dict[str, bytes] = {}
+    silent: str | None = None
     for path in PROBED_PATHS:
+        if silent is not None:  # a server that let one GET run out of time is not asked again: one limit, not six
+            endpoints.append(EndpointProbe(path, None, f"not asked: {silent}"))
+            bodies[path] = b""
+            continue
         found, body = fetch(client, path, probing=True)
         endpoints.append(found)
         bodies[path] = body
+        if found.status is None and found.timed_out:
+            silent = found.note or f"{path} did not answer in time"
     by_path = {e.path: e for e in endpoints}
     ids = model_ids(_json(bodies["/v1/models"])) if by_path["/v1/models"].ok else ()
     chosen, source = (model, "--model") if model else ((ids[0], "/v1/models") if ids else (None, "none"))
     props = _json(bodies["/props"]) if by_path["/props"].ok else None
     n_ctx = props_n_ctx(props)
     gauge = busy_gauge(bodies["/metrics"].decode("utf-8", "replace")) if by_path["/metrics"].ok else None
-    stream, error = _stream_probe(client, chosen, raw_out)
+    stream, error = _stream_probe(client, chosen, raw_out) if silent is None else (None, f"not asked: {silent}")
     return Capabilities(
         base_url=client.base_url, endpoints=tuple(endpoints), model_ids=ids, model=chosen, model_source=source,
         stream=stream, stream_error=error, busy_gauge=gauge, n_ctx=n_ctx,

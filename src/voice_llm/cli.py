@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from voice_llm import __version__, provision, server
+from voice_llm.argtypes import port_number, positive_int
 from voice_llm.check import FAIL, CheckResult, run_checks
 from voice_llm.check import counts as check_counts
 from voice_llm.artifacts import REPORT, dumps_json, read_json
@@ -20,6 +21,7 @@ from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SL
 from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import KB_STEPS, STEPS
+from voice_llm.outlock import writer_of
 from voice_llm.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
@@ -84,10 +86,10 @@ def _server_options(parser: argparse.ArgumentParser, with_url: bool) -> None:
     parser.add_argument("--model", help=model_help)
     parser.add_argument("--server-bin", help=_SERVER_BIN_HELP)
     parser.add_argument("--host", default=DEFAULT_HOST, help="address the server listens on")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port of the managed server")
-    parser.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context size in tokens")
-    parser.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help="parallel slots (-np)")
-    parser.add_argument("--threads", type=int, help="CPU threads for the server")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="port of the managed server")
+    parser.add_argument("--ctx", type=positive_int, default=DEFAULT_CTX, help="context size in tokens")
+    parser.add_argument("--slots", type=positive_int, default=DEFAULT_SLOTS, help="parallel slots (-np)")
+    parser.add_argument("--threads", type=positive_int, help="CPU threads for the server")
     parser.add_argument("--allow-remote", action="store_true", help="bind a non-loopback --host without an API key")
 
 
@@ -114,7 +116,7 @@ def _kb_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _repeat_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeat", type=int, default=StepOptions.repeat,
+    parser.add_argument("--repeat", type=positive_int, default=StepOptions.repeat,
                         help="repeats of prefill, cache, sentence, speak and cancel (ttft keeps the brief's 5 runs)")
 
 
@@ -122,7 +124,7 @@ def _tts_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tts", choices=("piper", "espeak"), default=StepOptions.tts_engine,
                         help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
     parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
-    parser.add_argument("--clause-words", type=int, default=StepOptions.clause_words, metavar="N",
+    parser.add_argument("--clause-words", type=positive_int, default=StepOptions.clause_words, metavar="N",
                         help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
 
 
@@ -167,18 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="if a server runs on --port with other settings, restart it with these")
 
     p = command("status", "which managed servers run, and what they serve")
-    p.add_argument("--port", type=int, help="only this port, and say what answers there (default: every managed server)")
+    p.add_argument("--port", type=port_number, help="only this port, and say what answers there (default: every managed server)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     _api_key_option(p)
 
     p = command("log", "the managed server's log")
-    p.add_argument("--port", type=int, help="the managed server on this port (default: the only managed server)")
-    p.add_argument("-n", "--lines", type=int, default=40, help="the last N lines")
+    p.add_argument("--port", type=port_number, help="the managed server on this port (default: the only managed server)")
+    p.add_argument("-n", "--lines", type=positive_int, default=40, help="the last N lines")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as the server writes them")
 
     p = command("down", "stop the managed server")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--port", type=int, help="the managed server on this port (default: the only managed server)")
+    which.add_argument("--port", type=port_number, help="the managed server on this port (default: the only managed server)")
     which.add_argument("--all", action="store_true", help="stop every managed server")
 
     p = command("lab", "run every step of the brief, write the artifacts, report and check them")
@@ -200,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         _out_option(p)
         if step.needs_server:
             _request_options(p)
-            p.add_argument("--port", type=int, help="port of the managed server (default: the only one running)")
+            p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")
             p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
             _api_key_option(p)
         if name in KB_STEPS:
@@ -477,7 +479,11 @@ def _check_out(args: argparse.Namespace) -> Path:
 
 
 def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
-    return 0 if _print_checks(run_checks(_check_out(args))) else EXIT_CHECKS_FAILED
+    out = _check_out(args)
+    writer = writer_of(out)
+    if writer is not None:  # its files are half this run's: checking them now would fail what is not finished
+        raise ArtifactError(f"{out} is being written by {writer}; run check when it has finished")
+    return 0 if _print_checks(run_checks(out)) else EXIT_CHECKS_FAILED
 
 
 def cmd_load(args: argparse.Namespace, progress: Progress) -> int:

@@ -61,6 +61,25 @@ def _acquire(path: Path, out: Path, wait: bool) -> int:
         os.close(fd)  # the holder removed the file as we waited: lock the new one
 
 
+def writer_of(out: Path) -> str | None:
+    """Who holds OUT's lock now (another process writing it), or None. Reads only: never creates the lock file,
+    never follows a link, and never blocks. For readers that must not certify a half-written folder (check)."""
+    try:
+        fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file (or not a file we would lock): nobody holds it
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd)
+        return None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def locked_out(out: Path, command: str, wait: bool = False) -> Iterator[None]:
     """Hold OUT for this process. With ``wait`` block until the other run is done; else refuse at once."""

@@ -24,7 +24,7 @@ from typing import Any
 from voice_llm import brief, provision, runmeta, server, sse
 from voice_llm.api import ServerClient
 from voice_llm.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERVER_LOG, ensure_out_dir, write_bytes_atomic
-from voice_llm.capabilities import Capabilities, probe
+from voice_llm.capabilities import PROBE_TIMEOUT_S, Capabilities, probe
 from voice_llm.check import CheckResult, run_checks
 from voice_llm.config import ServerSettings, is_loopback
 from voice_llm.errors import OutputDirError, VoiceLLMError
@@ -115,12 +115,14 @@ def _managed_server(settings: LabSettings, progress: Progress, notify: Notify) -
     return _Server(record.url, server.log_path(record.port), facts)
 
 
-def _server_facts(client: ServerClient, base: runmeta.ServerFacts) -> runmeta.ServerFacts:
+def _server_facts(settings: LabSettings, client: ServerClient, base: runmeta.ServerFacts) -> runmeta.ServerFacts:
     """Add what the server says about itself (/props, llama-server only) to what we know of how it started."""
     try:
-        props = client.props()
+        props = client.props(cap_s=PROBE_TIMEOUT_S)  # /props answers in milliseconds wherever it exists
     except sse.NotTLSError:
         raise  # https:// to a plain-HTTP server: every later request would fail the same way; say it now
+    except sse.StreamTimeoutError as exc:  # nothing whole in time: asking more (the probe, the steps) waits again
+        raise _not_answering(settings, str(exc)) from exc
     except sse.StreamError:
         props = None
     facts = runmeta.ServerFacts.from_props(base.url, props, threads=base.threads, managed=base.managed,
@@ -140,7 +142,7 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
     client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
                           deadline_s=settings.options.deadline_s)
     # Steps that work from the files alone (report) ask no server anything, not even /props.
-    facts = _server_facts(client, target.facts) if ask_server else target.facts
+    facts = _server_facts(settings, client, target.facts) if ask_server else target.facts
     # The log says what the server really runs with (a server already up may have been started with other
     # --threads than this command's); the flag is the fallback.
     threads = runmeta.threads_from_log(target.log) if target.log is not None else None
@@ -272,7 +274,10 @@ def _probe(settings: LabSettings, client: ServerClient, progress: Progress) -> _
 
 
 def _unreachable(settings: LabSettings, caps: Capabilities) -> sse.ServerUnreachableError:
-    reason = next((e.note for e in caps.endpoints if e.note), caps.stream_error or "no answer")
+    return _not_answering(settings, next((e.note for e in caps.endpoints if e.note), caps.stream_error or "no answer"))
+
+
+def _not_answering(settings: LabSettings, reason: str) -> sse.ServerUnreachableError:
     if settings.url:  # the address was given: say so, not "pass --url"
         reason = reason.split("; start one with")[0]
         address = urllib.parse.urlsplit(sse.server_root(settings.url))

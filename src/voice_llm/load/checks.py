@@ -129,8 +129,12 @@ def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def _evidence(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """load.json and its samples, refused when they measured nothing or hold impossible numbers."""
     doc, samples = _load(out)
-    _sweeps(doc)
+    sweeps = _sweeps(doc)
     _possible(samples)
+    if not samples:  # no turn at all: a relation on the samples has nothing to hold on (unless a step claims turns)
+        claimed = [s.get("turns") for sweep in sweeps for s in sweep["steps"] if s.get("turns")]
+        _require(not claimed, f"{LOAD} counts {claimed} turns but {LOAD_SAMPLES} holds no sample")
+        raise NotCheckable(f"{LOAD_SAMPLES} holds no turn (no turn started in any measured window)")
     return doc, samples
 
 

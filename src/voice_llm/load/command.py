@@ -20,6 +20,8 @@ from typing import Any
 from voice_llm import dialogue as dialogues
 from voice_llm import noise, procfs, provision, runmeta, server
 from voice_llm.api import ServerClient
+from voice_llm.argtypes import (non_negative_int, non_negative_number, port_number, positive_int, positive_number,
+                                share)
 from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
 from voice_llm.capabilities import model_ids
 from voice_llm.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_from_env, is_loopback
@@ -61,34 +63,34 @@ def _int_list(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `load` subcommand's flags (cli.py adds the common ones: --out, --url, --kb, --port, --api-key...)."""
     p.add_argument("--callers", type=_int_list, default=(1, 2, 4, 8), help="steps of concurrent callers, upward (1,2,4,8)")
-    p.add_argument("--max-callers", type=int, default=64, help="never run a step with more callers than this")
-    p.add_argument("--step-s", type=float, default=DEFAULT_STEP_S, help="measured window per step (s)")
-    p.add_argument("--warmup-s", type=float, default=DEFAULT_WARMUP_S, help="dropped window at the start of each step (s)")
-    p.add_argument("--slo-first-sentence-ms", type=float, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
+    p.add_argument("--max-callers", type=positive_int, default=64, help="never run a step with more callers than this")
+    p.add_argument("--step-s", type=positive_number, default=DEFAULT_STEP_S, help="measured window per step (s)")
+    p.add_argument("--warmup-s", type=non_negative_number, default=DEFAULT_WARMUP_S, help="dropped window at the start of each step (s)")
+    p.add_argument("--slo-first-sentence-ms", type=positive_number, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
                    help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
     p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
-    p.add_argument("--workers", type=int, default=2, help="local Locust worker processes")
+    p.add_argument("--workers", type=positive_int, default=2, help="local Locust worker processes")
     p.add_argument("--slots", type=_int_list, default=(1, 4),
                    help="managed server: one sweep per slot count (-np), e.g. 1,4; each slot gets a 4096 context")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port of the managed server")
-    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="at least this context (default: 4096 per slot)")
-    p.add_argument("--threads", type=int, help="CPU threads for the managed server")
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="port of the managed server")
+    p.add_argument("--ctx", type=positive_int, default=DEFAULT_CTX, help="at least this context (default: 4096 per slot)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads for the managed server")
     p.add_argument("--model", help="GGUF model file for the managed server")
     p.add_argument("--server-bin", help="llama-server binary for the managed server")
     p.add_argument("--dialogue", default=dialogues.DEFAULT_DIALOGUE,
                    help=f"bundled dialogue, or {dialogues.LAB_TTFT} (the ttft step's request, cache off, as a call)")
-    p.add_argument("--docs", type=int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
-    p.add_argument("--max-tokens", type=int, help="cap each answer (default: the dialogue's, 64)")
-    p.add_argument("--think-scale", type=float, default=1.0, help="multiply every think time (0: none)")
-    p.add_argument("--barge-in", type=float, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
-    p.add_argument("--caller-words-per-s", type=float, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
+    p.add_argument("--docs", type=non_negative_int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
+    p.add_argument("--max-tokens", type=positive_int, help="cap each answer (default: the dialogue's, 64)")
+    p.add_argument("--think-scale", type=non_negative_number, default=1.0, help="multiply every think time (0: none)")
+    p.add_argument("--barge-in", type=share, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
+    p.add_argument("--caller-words-per-s", type=positive_number, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--master", action="store_true", help="run only the master; workers join from other machines")
     mode.add_argument("--worker", action="store_true", help="run one Locust worker for a master at --master-host")
-    p.add_argument("--expect-workers", type=int, default=1, help="with --master: workers to wait for")
+    p.add_argument("--expect-workers", type=positive_int, default=1, help="with --master: workers to wait for")
     p.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
     p.add_argument("--master-bind-host", default="0.0.0.0", help="with --master: the interface workers connect to")
-    p.add_argument("--master-port", type=int,
+    p.add_argument("--master-port", type=port_number,
                    help=f"the port the master listens on for workers (--master, --worker: default "
                         f"{DEFAULT_MASTER_PORT}; local workers: a free port unless given)")
 
