@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import urllib.parse
 
 
 def port_number(text: str) -> int:
@@ -66,3 +67,17 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
     return value
+
+
+def server_url(text: str) -> str:
+    """A server's base URL (``http://host:port``, may end in ``/v1``), never an endpoint: the chat path is added to
+    it, so ``.../v1/chat/completions`` given here would be asked for ``.../v1/chat/completions/v1/chat/completions``."""
+    parts = urllib.parse.urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"not an http:// or https:// URL with a host: {text!r}")
+    path = parts.path.rstrip("/")
+    for endpoint in ("/chat/completions", "/completions", "/models", "/health", "/props", "/slots"):
+        if path.endswith(endpoint):
+            base = f"{parts.scheme}://{parts.netloc}{path[: -len(endpoint)]}"
+            raise argparse.ArgumentTypeError(f"give the server's base URL, not an endpoint: {base!r} instead of {text!r}")
+    return text

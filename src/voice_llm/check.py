@@ -553,6 +553,11 @@ def _feature_checks(out: Path, steps: Sequence[str] | None) -> tuple[Check, ...]
 def run_checks(out: Path) -> list[CheckResult]:
     if not out.is_dir():
         raise ArtifactError(f"no artifact folder at {out}")
+    known = (names.RUN, *names.REQUIRED, names.AUDIO, names.CALL, names.LOAD)
+    # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves).
+    if not any((out / name).exists() for name in known) and any(out.iterdir()):
+        raise ArtifactError(f"{out} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
+                            "run `voice-llm lab --out` there first")
     return [*iter_checks(out), *leftover_partials(out)]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from voice_llm import __version__, provision, server
-from voice_llm.argtypes import port_number, positive_int
+from voice_llm.argtypes import port_number, positive_int, server_url
 from voice_llm.check import FAIL, CheckResult, run_checks
 from voice_llm.check import counts as check_counts
 from voice_llm.artifacts import REPORT, dumps_json, read_json
@@ -103,7 +103,7 @@ def _wait_option(parser: argparse.ArgumentParser) -> None:
 
 def _request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
     """What every command that sends requests takes: whom to ask, and how long to wait."""
-    parser.add_argument("--url", help="a running server to measure (default: the managed one on --port); may end in /v1")
+    parser.add_argument("--url", type=server_url, help="a running server to measure (default: the managed one on --port); may end in /v1")
     parser.add_argument("--timeout", type=seconds, default=StepOptions.timeout, metavar="SECONDS",
                         help="give up on a request that sends no content for this long (pings do not count)")
     if deadline:

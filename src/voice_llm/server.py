@@ -365,8 +365,8 @@ def resolve_port(port: int | None) -> int:
     if len(ports) == 1:
         return ports[0]
     if not ports:
-        raise ServerError("no managed llama-server is running: start one with `voice-llm up`, "
-                          "or name a server with --port or --url")
+        raise ServerError("no managed llama-server is running: start one with `voice-llm up`, or name one "
+                          "with --port (the lab's steps also take --url for any server)")
     listed = ", ".join(str(p) for p in ports)
     raise ServerError(f"{len(ports)} managed llama-servers are running (ports {listed}): say which one with --port")
 
