@@ -17,10 +17,11 @@ def port_number(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    value = _int(text, "a whole number")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
-    return value
+    return _whole_at_least(text, 1, "must be at least 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _whole_at_least(text, 0, "must be 0 or more")
 
 
 def positive_number(text: str) -> float:
@@ -45,6 +46,13 @@ def share(text: str) -> float:
     return value
 
 
+def _whole_at_least(text: str, minimum: int, rule: str) -> int:
+    value = _int(text, "a whole number")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}, not {text!r}")
+    return value
+
+
 def _int(text: str, what: str) -> int:
     try:
         return int(text)
@@ -59,13 +67,6 @@ def _finite(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _int(text, "a whole number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
     return value
 
 
