@@ -135,7 +135,7 @@ def test_a_context_per_slot_too_small_for_the_call_is_refused_before_any_turn(tm
         result = cli("load", "--url", fake.url, "--callers", "1", "--step-s", "1", "--warmup-s", "0", "--out", str(out),
                      *FAST, env=env)
     err = assert_clean_failure(result, "gives each slot 1024 tokens (4 slots)", "clinic call's longest request",
-                               "12 KB documents", "voice-llm up --slots 4 --ctx", "--docs")
+                               "12 KB documents", "--slots 4 --ctx 12288 --restart", "--docs")
     assert "counted by the server's tokenizer" in err
     assert fake.chats == [], "no turn was sent"
     assert not out.joinpath("load.json").exists() and not out.joinpath("load_samples.csv").exists()

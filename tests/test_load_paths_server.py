@@ -22,13 +22,14 @@ def test_up_four_slots_then_load_is_refused_before_any_turn(tmp_path: Path, serv
     assert started.returncode == 0, started.stderr
     try:
         with RecordingProxy(f"http://127.0.0.1:{port}") as proxy:
+            proxy_port = proxy.port
             by_url = cli("load", "--url", proxy.url, "--out", str(tmp_path / "a"), "-q", env=env)
         sent = b"".join(proxy.upstream)
         by_port = cli("load", "--port", str(port), "--out", str(tmp_path / "b"), "-q", env=env)
     finally:
         cli("down", "--port", str(port), env=env)
     err = assert_clean_failure(by_url, "gives each slot 1024 tokens (4 slots)", "counted by the server's tokenizer",
-                               "voice-llm up --slots 4 --ctx 16384", "--docs")
+                               f"voice-llm up --port {proxy_port} --slots 4 --ctx 16384 --restart", "--docs")
     assert "clinic call's longest request (turn 6 of 6" in err
     assert b"/tokenize" in sent and b"/chat/completions" not in sent, "counted, and no turn was sent"
     assert_clean_failure(by_port, "4 slots and -c 4096 (1024 tokens per slot)", f"--url http://127.0.0.1:{port}")

@@ -288,8 +288,14 @@ def _fix(args: argparse.Namespace, fit: preflight.ContextFit, slots: int | None)
     fewer = f"or fewer documents (--docs, now {args.docs})"
     want = preflight.suggested_ctx(fit.tokens, slots or 1)
     if args.url:
-        return (f"Start the server with a context of at least {fit.tokens + 1} tokens per slot, e.g. "
-                f"`voice-llm up --slots {slots or 1} --ctx {want}` (each slot gets --ctx / --slots), {fewer}")
+        try:
+            port = urllib.parse.urlsplit(args.url).port
+        except ValueError:
+            port = None
+        where = f" --port {port}" if port else ""
+        return (f"Start the server with a context of more than {fit.tokens} tokens per slot, e.g. "
+                f"`voice-llm up{where} --slots {slots or 1} --ctx {want} --restart` (each slot gets --ctx / --slots; "
+                f"--restart replaces a server already running there), {fewer}")
     return (f"Run load with --ctx {want} (the managed server gets --ctx or {CTX_PER_SLOT} tokens per slot, "
             f"whichever is more), {fewer}")
 
