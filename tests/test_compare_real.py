@@ -47,7 +47,7 @@ def test_compare_prints_a_verdict_per_shared_metric(lab_run, one_thread_run: Pat
     assert "Mann-Whitney p=" in first_token and "5 vs 5" in first_token  # ttft keeps five runs a side
     sentence = next(line for line in lines if line.startswith("first sentence "))
     assert "3 vs 2" in sentence and ("significant" in sentence or "within the noise" in sentence)
-    assert any(line.startswith("measured in one run only:") and "cache_ttft_ms" in line for line in lines)
+    assert any(line.startswith("measured in one run only:") and "first token, cached prompt" in line for line in lines)
     assert lines[-1].startswith("a listener would notice:")
 
     as_json = json.loads(cli("compare", str(lab_out), str(one_thread_run), "--json", env=env).stdout)

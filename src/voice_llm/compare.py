@@ -384,7 +384,8 @@ def summary_lines(comparison: Comparison) -> list[str]:
             lines.append(f"run {name} was noisy: {noise_brief(side.noise)}")
     lines += [m.line for m in comparison.metrics]
     if comparison.only_in_one:
-        lines.append("measured in one run only: " + ", ".join(comparison.only_in_one))
+        lines.append("measured in one run only: " + ", ".join(
+            metrics.BY_KEY[key].label if key in metrics.BY_KEY else key for key in comparison.only_in_one))
     changed = [m for m in comparison.metrics if m.setup_differs and m.significant and m.audible
                 and abs(m.b - m.a) >= NOTICE_MS]
     if changed:
