@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.api import ServerClient
-from voice_llm.capabilities import SOURCE_CLIENT, probe
+from voice_llm.client.api import ServerClient
+from voice_llm.client.capabilities import SOURCE_CLIENT, probe
 from voice_llm.sse import SSEDecoder
 
 # A whole lab takes ~3 min on an idle 2-core machine and far longer on a shared one.

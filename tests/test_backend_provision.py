@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import provision
-from voice_llm.backends import llama_cpp_python as lcp
+from voice_llm.server import provision
+from voice_llm.server.backends import llama_cpp_python as lcp
 from voice_llm.errors import ProvisionError, ServerError
-from voice_llm.progress import NullProgress
+from voice_llm.util.progress import NullProgress
 
 
 @pytest.fixture

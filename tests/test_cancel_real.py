@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import check
-from voice_llm.api import JSONPoller, ServerClient
-from voice_llm.kb import default_kb_dir
+from voice_llm.checks import core as check
+from voice_llm.client.api import JSONPoller, ServerClient
+from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext, StepOptions
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import default_kb_dir
+from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext, StepOptions
 

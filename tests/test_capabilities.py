@@ -11,9 +11,9 @@ from pathlib import Path
 
 from fakeserver import FakeServer, Reply, event, llama_events
 
-from voice_llm import capabilities
-from voice_llm.api import ServerClient
-from voice_llm.capabilities import SOURCE_CLIENT, SOURCE_METRICS, SOURCE_SLOTS, SOURCE_TIMINGS, SOURCE_USAGE, probe
+from voice_llm.client import capabilities
+from voice_llm.client.api import ServerClient
+from voice_llm.client.capabilities import SOURCE_CLIENT, SOURCE_METRICS, SOURCE_SLOTS, SOURCE_TIMINGS, SOURCE_USAGE, probe
 from voice_llm.lab.evidence import Evidence, generated_tokens, prompt_tokens
 from voice_llm.sse import Chunk, StreamResult
 
@@ -157,7 +157,7 @@ def test_each_count_names_its_source() -> None:
 
 
 def test_every_lab_request_names_the_model_and_asks_for_usage_where_timings_are_missing(tmp_path: Path) -> None:
-    from voice_llm.kb import default_kb_dir
+    from voice_llm.scenario.kb import default_kb_dir
     from voice_llm.lab.context import LabContext
 
     with FakeServer(llama_cpp_python_like(), script_probe=True, script_props=True) as fake:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.check import run_checks
+from voice_llm.checks.core import run_checks
 
 pytestmark = pytest.mark.server
 

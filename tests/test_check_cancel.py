@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import check
+from voice_llm.checks import core as check
 
 SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
 

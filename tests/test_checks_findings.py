@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from checkfolders import SAMPLE_AUDIO, clean_run, read, reseal, whole_heard_first, write
 
-from voice_llm import check, runmeta
-from voice_llm.artifacts import AUDIO
-from voice_llm.checkbase import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
+from voice_llm.checks import core as check
+from voice_llm.run import meta as runmeta
+from voice_llm.util.artifacts import AUDIO
+from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
 from voice_llm.lab.steps import LAB_STEPS, STEPS
 from voice_llm.load import stats
 from voice_llm.tts import checks as audio_checks

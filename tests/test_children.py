@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from voice_llm.children import stop_child
+from voice_llm.util.children import stop_child
 
 
 def _child(code: str) -> subprocess.Popen[bytes]:

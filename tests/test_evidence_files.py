@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from voice_llm import artifacts, check, cli, server
+from voice_llm.checks import core as check
+from voice_llm.cli import main as cli
+from voice_llm.server import lifecycle as server
+from voice_llm.util import artifacts
 from voice_llm.lab.context import LabContext, managed_log_for
 
 from conftest import free_port

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import artifacts
-from voice_llm.artifacts import write_bytes_atomic, write_json
+from voice_llm.util import artifacts
+from voice_llm.util.artifacts import write_bytes_atomic, write_json
 from voice_llm.errors import KnowledgeBaseError
-from voice_llm.kb import load_kb
+from voice_llm.scenario.kb import load_kb
 
 from conftest import RunningServer, free_port
 from clihelpers import assert_clean_failure, cli
@@ -332,7 +332,7 @@ def test_raw_evidence_folder_blocked_by_a_file(tmp_path: Path, env: dict[str, st
 def test_any_os_error_becomes_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     """The last net under every command: a refusal from the machine (disk full, ...) is one line, exit 1."""
-    from voice_llm import cli as cli_module
+    from voice_llm.cli import main as cli_module
 
     def disk_full(args: object, progress: object) -> int:
         raise OSError(28, "No space left on device", str(tmp_path / "out" / ".ttft.json.x.tmp"))

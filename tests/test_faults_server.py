@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import procfs, prompts, server, sse
-from voice_llm.api import ServerClient
+from voice_llm import sse
+from voice_llm.scenario import prompts
+from voice_llm.server import lifecycle as server
+from voice_llm.util import procfs
+from voice_llm.client.api import ServerClient
 from voice_llm.lab.context import LabContext
 
 from conftest import RunningServer

@@ -1,6 +1,6 @@
 """One median rule for every artifact: walk the files of a lab run with two repeats (an even count, where the
 upper middle, the lower middle and their mean differ) and verify that every median field equals
-``spread.median`` of its samples; load's p50 follows the same rule."""
+``stats.median`` of its samples; load's p50 follows the same rule."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from clihelpers import cli, cli_env
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm import spread
+from voice_llm.util.stats import median
 from voice_llm.load import stats
 from voice_llm.tts.artifact import median_run
 
@@ -98,7 +98,7 @@ def test_every_median_of_the_run_is_the_one_rule(two_repeats: Path) -> None:
         found = list(_medians(doc))
         verified = {where for where, _, _ in found}
         for where, stated, samples in found:
-            assert stated == spread.median(samples), f"{path.name} {'.'.join(where)}: {stated} != median of {samples}"
+            assert stated == median(samples), f"{path.name} {'.'.join(where)}: {stated} != median of {samples}"
             if len(samples) % 2 == 0 and len(set(samples)) > 1:
                 even_and_apart += 1
         # No median field escapes the walk (a new artifact's median must be verifiable the same way).
@@ -125,7 +125,7 @@ def test_loads_p50_is_the_same_rule() -> None:
     samples = [{"ttft_ms": t, "first_sentence_ms": t + 100, "itl_p50_ms": t / 10, "itl_p99_ms": t / 5, "worker": "w"}
                for t in (40.0, 10.0, 30.0, 20.0)]
     step = stats.summarize_step(samples, slo_ms=1000.0, window_s=10.0)
-    assert step["ttft_ms"]["p50"] == spread.median([40.0, 10.0, 30.0, 20.0]) == 30.0
+    assert step["ttft_ms"]["p50"] == median([40.0, 10.0, 30.0, 20.0]) == 30.0
     assert step["first_sentence_ms"]["p50"] == 130.0 and step["itl_ms"]["p50"] == 3.0
     assert stats.percentile([1.0, 2.0], 50) == 2.0 and stats.percentile([1.0, 2.0, 3.0], 50) == 2.0
     assert stats.percentile([1.0, 2.0, 3.0, 4.0], 90) == 4.0  # the other percentiles keep nearest rank

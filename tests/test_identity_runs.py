@@ -20,7 +20,7 @@ from clihelpers import assert_clean_failure, cli, cli_env
 from fakeserver import unused_port
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm import runmeta
+from voice_llm.run import meta as runmeta
 
 LAB_TIMEOUT_S = 600
 
@@ -117,7 +117,7 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
 
 
 def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path, servers) -> None:
-    from voice_llm.check import run_checks
+    from voice_llm.checks.core import run_checks
     from voice_llm.lab import LabSettings, run_steps
 
     a, _ = servers

@@ -17,7 +17,7 @@ import pytest
 from clihelpers import cli, cli_env
 from fakeshapes import OLLAMA, VLLM, Shape, ShapedServer
 
-from voice_llm import check
+from voice_llm.checks import core as check
 
 # The relations that rest on llama-server-only evidence (/props, timings, /slots): not checkable, never FAIL.
 NOT_CHECKABLE = (

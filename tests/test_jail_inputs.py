@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import server_state
+from voice_llm.server import state as server_state
 
 from clihelpers import assert_clean_failure, cli
 from conftest import free_port
@@ -78,7 +78,7 @@ def test_a_dialogue_file_of_another_shape_is_one_line(content: str, reason: str,
 
 
 def test_a_dialogue_file_of_the_right_shape_is_used(tmp_path: Path, env: dict[str, str]) -> None:
-    from voice_llm.dialogue import load_dialogue
+    from voice_llm.scenario.dialogue import load_dialogue
 
     dialogue = tmp_path / "mine.json"
     dialogue.write_text(json.dumps({"name": "mine", "system": "Be brief.", "turns": ["Hello?", "Bye."]}))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm import artifacts
+from voice_llm.util import artifacts
 from voice_llm.errors import ArtifactError
 
 from clihelpers import assert_clean_failure, cli, cli_env

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm import artifacts
-from voice_llm.api import ServerClient
+from voice_llm.util import artifacts
+from voice_llm.client.api import ServerClient
 from voice_llm.errors import OutputDirError
 from voice_llm.lab.context import LabContext
-from voice_llm.outlock import LOCK_NAME, locked_out
+from voice_llm.run.lock import LOCK_NAME, locked_out
 
 from clihelpers import assert_clean_failure, cli
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.artifacts import REQUIRED
+from voice_llm.util.artifacts import REQUIRED
 from voice_llm.sse import SSEDecoder
 
 pytestmark = pytest.mark.server

@@ -25,8 +25,8 @@ import pytest
 from clihelpers import assert_clean_failure, cli, cli_env
 from conftest import free_port
 from fakeserver import llama_events
-from voice_llm import procfs
-from voice_llm.checkbase import NotCheckable
+from voice_llm.util import procfs
+from voice_llm.checks.base import NotCheckable
 from voice_llm.load import checks
 from voice_llm.load.samples import read_samples
 
@@ -393,7 +393,7 @@ def busy_child() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def test_the_sampler_reads_the_load_during_the_run_and_counts_the_server_as_its_own(busy_child: subprocess.Popen[bytes]) -> None:
-    from voice_llm import noise
+    from voice_llm.analysis import noise
 
     with noise.LoadSampler(lambda: {busy_child.pid}, every_s=0.2) as sampler:
         deadline = time.monotonic() + 30
@@ -412,7 +412,7 @@ def test_the_sampler_reads_the_load_during_the_run_and_counts_the_server_as_its_
 def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_path: Path, env: dict[str, str]) -> None:
     """3000 tokens per slot hold the lab's longest prompt (the cache step's, ~2600 by this fake's count) but not the
     call's last turn with room for its six answers (~3050): `call` is refused by the same preflight, in seconds."""
-    from voice_llm.capabilities import PROBE_MESSAGES
+    from voice_llm.client.capabilities import PROBE_MESSAGES
 
     out = tmp_path / "out"
     with RoutingFake(n_ctx=3000, slots=1) as fake:
@@ -423,7 +423,7 @@ def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_pat
 
 
 def test_a_loaded_machine_during_load_flags_the_load_numbers_not_the_lab_s(tmp_path: Path) -> None:
-    from voice_llm import noise
+    from voice_llm.analysis import noise
 
     run = {"metadata": {"machine": {"cores": 2}}, "load_average_start": [0.2, 0.2, 0.2],
            "steps": [{"step": "ttft", "wall_ms": 1000.0, "server_compute_ms": 900.0, "load_average": [0.4, 0.4, 0.4]},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import provision, server_state
+from voice_llm.server import provision, state as server_state
 from voice_llm.lab import pipeline
 
 

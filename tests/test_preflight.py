@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import prompts
-from voice_llm.api import ServerClient
-from voice_llm.config import ServerSettings
+from voice_llm.scenario import prompts
+from voice_llm.client.api import ServerClient
+from voice_llm.server.config import ServerSettings
 from voice_llm.errors import ContextLimitError
-from voice_llm.kb import default_kb_dir, load_kb
+from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.lab import preflight
 from voice_llm.lab.context import StepOptions
 
@@ -76,7 +76,7 @@ def test_the_count_is_the_server_s_own(module_server: RunningServer) -> None:
 @pytest.fixture
 def small_ctx_server(state_dir: Path, server_binary: Path, model_path: Path):
     """A server whose context is too small for the 12 bundled documents."""
-    from voice_llm import server
+    from voice_llm.server import lifecycle as server
 
     settings = ServerSettings(port=free_port(), ctx=1024)
     record, _ = server.up(settings, server_binary, model_path)

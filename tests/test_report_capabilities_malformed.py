@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import cli
-from voice_llm.artifacts import CAPABILITIES, REPORT_HTML
-from voice_llm.capability_table import read_capability_rows
+from voice_llm.cli import main as cli
+from voice_llm.util.artifacts import CAPABILITIES, REPORT_HTML
+from voice_llm.report.capability_table import read_capability_rows
 from voice_llm.errors import ArtifactError
 
 SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import cli
+from voice_llm.cli import main as cli
 from voice_llm.lab.steps import STEPS
 from clihelpers import cli_env
 
 _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
-# StepOptions field -> the flag's dest (voice_llm.cli._lab_settings builds StepOptions from them).
+# StepOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds StepOptions from them).
 _STEP_OPTION_FLAGS = {"repeat": "repeat", "tts_engine": "tts", "tts_voice": "voice", "clause_words": "clause_words"}
 # What pipeline._connect gives every ServerClient, hence every step that asks the server.
 _REQUEST_FLAGS = {"url", "port", "api_key", "model", "timeout", "deadline"}

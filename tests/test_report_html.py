@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_llm.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, SENTENCE, TTFT
-from voice_llm.check import CheckResult
+from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, SENTENCE, TTFT
+from voice_llm.checks.core import CheckResult
 from voice_llm.errors import ArtifactError
-from voice_llm.report_html import render_report
+from voice_llm.report.page import render_report
 
 SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
 # The speak step's audio.json from a real run (one run per strategy), kept apart so check tests on sample_out

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import runmeta
-from voice_llm.check import FAIL, run_checks
+from voice_llm.run import meta as runmeta
+from voice_llm.checks.core import FAIL, run_checks
 from voice_llm.errors import OutputBusyError
-from voice_llm.outlock import LOCK_NAME, locked_out
+from voice_llm.run.lock import LOCK_NAME, locked_out
 
 SERVER = runmeta.ServerFacts(url="http://127.0.0.1:1", build_info="b1-abc", model_path="/m/a.gguf", n_ctx=4096,
                              total_slots=1)
@@ -147,7 +147,7 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
 
 
 def test_one_reading_of_n_ctx_from_props() -> None:
-    from voice_llm.api import props_n_ctx
+    from voice_llm.client.api import props_n_ctx
 
     assert props_n_ctx({"default_generation_settings": {"n_ctx": 4096}, "n_ctx": 8}) == 4096
     assert props_n_ctx({"n_ctx": 2048}) == 2048  # an older server puts it at the top

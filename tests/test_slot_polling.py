@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.lab.cancel import wait_until_idle
 
 from fakeserver import serving

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.errors import NothingToSpeakError, SynthesisError
 from voice_llm.lab import speak
 from voice_llm.lab.context import LabContext

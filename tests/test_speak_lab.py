@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from voice_llm.artifacts import AUDIO, REPORT, REPORT_HTML
-from voice_llm.check import FAIL, FINDING, PASS, run_checks
+from voice_llm.util.artifacts import AUDIO, REPORT, REPORT_HTML
+from voice_llm.checks.core import FAIL, FINDING, PASS, run_checks
 from voice_llm.tts.checks import CHECKS as AUDIO_CHECKS
 from voice_llm.tts.segmenting import STRATEGIES
 from voice_llm.tts.wav import read_wav

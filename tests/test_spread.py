@@ -8,20 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import compare, metrics, noise, runmeta, spread
-from voice_llm.check import FAIL, NOT_CHECKABLE, PASS, run_checks
+from voice_llm.analysis import compare, metrics, noise
+from voice_llm.run import meta as runmeta
+from voice_llm.util import stats
+from voice_llm.checks.core import FAIL, NOT_CHECKABLE, PASS, run_checks
 from voice_llm.lab import cancel, sentence
 
 SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
 
 
 def test_median_is_a_measured_value_and_its_repeat_is_named() -> None:
-    assert spread.median([3.0, 1.0, 2.0]) == 2.0
-    assert spread.median([4.0, 1.0, 3.0, 2.0]) == 3.0  # the upper middle: a value that was measured
-    assert spread.median_index([9.0, 5.0, 7.0]) == 2
-    assert spread.relative_spread([90.0, 100.0, 120.0]) == pytest.approx(0.3)
-    assert spread.relative_spread([5.0]) is None
-    doc = spread.summarize([{"t": 3.0, "n": 7}, {"t": 1.0, "n": 7}, {"t": 2.0, "n": 7}], ("t", "n"), ("t",))
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([4.0, 1.0, 3.0, 2.0]) == 3.0  # the upper middle: a value that was measured
+    assert stats.median_index([9.0, 5.0, 7.0]) == 2
+    assert stats.relative_spread([90.0, 100.0, 120.0]) == pytest.approx(0.3)
+    assert stats.relative_spread([5.0]) is None
+    doc = stats.summarize([{"t": 3.0, "n": 7}, {"t": 1.0, "n": 7}, {"t": 2.0, "n": 7}], ("t", "n"), ("t",))
     assert doc == {"t": 2.0, "t_min": 1.0, "t_max": 3.0, "n": 7}
 
 
@@ -35,7 +37,7 @@ def test_mann_whitney_matches_the_exact_distribution() -> None:
 
 
 def _measured(key: str, samples: list[float]) -> metrics.Measured:
-    return metrics.Measured(metrics.BY_KEY[key], spread.median(samples), tuple(samples))
+    return metrics.Measured(metrics.BY_KEY[key], stats.median(samples), tuple(samples))
 
 
 def test_a_verdict_per_metric_in_words() -> None:
@@ -85,7 +87,7 @@ def _with_repeats(tmp_path: Path) -> Path:
     for row in rows:
         reps = [{k: (v * f if k in ("prompt_ms", "ttft_ms") else v) for k, v in row.items() if k != "docs"}
                 for f in (0.95, 1.0, 1.05)]
-        row.update(spread.summarize(reps, ("prompt_n", "prompt_ms", "ttft_ms", "cache_n"), ("prompt_ms", "ttft_ms")))
+        row.update(stats.summarize(reps, ("prompt_n", "prompt_ms", "ttft_ms", "cache_n"), ("prompt_ms", "ttft_ms")))
         row["repeats"] = reps
     (out / "prefill.json").write_text(json.dumps(rows))
     return out
@@ -147,7 +149,7 @@ def _sse(tokens: int, done: bool = False) -> bytes:
 
 
 def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Path) -> None:
-    from voice_llm.check import check_cancel_cut
+    from voice_llm.checks.core import check_cancel_cut
 
     out = tmp_path / "out"
     (out / "raw").mkdir(parents=True)

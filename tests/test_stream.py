@@ -34,7 +34,7 @@ from fakeserver import (
     unused_port,
 )
 from voice_llm import sse
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.sse import (
     HTTPStatusError,
     DeadlineExceededError,

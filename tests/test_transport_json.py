@@ -2,7 +2,7 @@
 
 A 100,000-deep answer makes Python's parser raise RecursionError; the probe and a few readers parsed without the
 guard and gave a traceback. Every answer now goes through :func:`voice_llm.sse.parse_json` (the package's
-:func:`voice_llm.artifacts.loads_json` delegates to it). Odd shapes the probe and the cancel step read (a first
+:func:`voice_llm.util.artifacts.loads_json` delegates to it). Odd shapes the probe and the cancel step read (a first
 stream event ``{"choices": [1]}``, a string ``delta``, /slots answering a number, a /metrics gauge that is not a
 number) are clear one-line errors or ignored, never a TypeError/AttributeError.
 """
@@ -16,8 +16,10 @@ import pytest
 from clihelpers import assert_clean_failure, cli
 from fakeserver import DONE, FakeServer, Reply, event, llama_events
 
-from voice_llm import artifacts, capabilities, sse
-from voice_llm.api import ServerClient
+from voice_llm import sse
+from voice_llm.client import capabilities
+from voice_llm.util import artifacts
+from voice_llm.client.api import ServerClient
 from voice_llm.errors import ArtifactError, MeasurementError
 from voice_llm.lab import cancel
 from voice_llm.lab.context import LabContext

@@ -16,8 +16,9 @@ import pytest
 from clihelpers import assert_clean_failure, cli
 from fakeserver import FakeServer, RawServer, Reply, at, llama_events
 
-from voice_llm import api, capabilities, sse
-from voice_llm.api import ServerClient
+from voice_llm import sse
+from voice_llm.client import api, capabilities
+from voice_llm.client.api import ServerClient
 from voice_llm.sse import (
     AnswerTooLargeError,
     DeadlineExceededError,

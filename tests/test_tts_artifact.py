@@ -48,5 +48,5 @@ def test_run_dict_overhead_and_summary() -> None:
     rows = [dict(row, ttfa_ms=t) for t in (300.0, 100.0, 200.0)]
     assert summary(rows)["ttfa_ms"] == spread([100.0, 200.0, 300.0]) == {"median": 200.0, "min": 100.0, "max": 300.0}
     assert median_run(rows) == 2
-    assert median_run(rows[:2]) == 0  # even count: the upper middle (300 ms), the one median rule (spread.median)
+    assert median_run(rows[:2]) == 0  # even count: the upper middle (300 ms), the one median rule (util.stats.median)
     assert spread([300.0, 100.0])["median"] == 300.0  # a value a run measured, not the mean of the two

@@ -5,7 +5,7 @@ The registry has only a source distribution of ``llama-cpp-python`` (it vendors 
 into ``~/.cache/voice-llm/llama-cpp-python/<version>/wheels`` and installed from that wheel into the current
 Python; the ``[server]`` extra's dependencies (fastapi, uvicorn, sse-starlette, ...) come from the registry.
 
-``python -m voice_llm.backends.llama_cpp_python`` provisions it (the Makefile's ``test`` target does).
+``python -m voice_llm.server.backends.llama_cpp_python`` provisions it (the Makefile's ``test`` target does).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from voice_llm import provision
-from voice_llm.children import stop_child
-from voice_llm.config import cache_dir
+from voice_llm.server import provision
+from voice_llm.util.children import stop_child
+from voice_llm.server.config import cache_dir
 from voice_llm.errors import ProvisionError, ServerError
-from voice_llm.progress import NullProgress, Progress, make_progress
+from voice_llm.util.progress import NullProgress, Progress, make_progress
 
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from voice_llm.kb import KBDoc
+from voice_llm.scenario.kb import KBDoc
 
 ONE_SENTENCE_SYSTEM = "You are a clinic phone assistant. Answer in one short sentence."
 THREE_SENTENCES_SYSTEM = "You are a clinic phone assistant. Answer in exactly three short sentences."

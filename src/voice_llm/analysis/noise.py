@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm import metrics, procfs, runmeta
+from voice_llm.analysis import metrics
+from voice_llm.run import meta as runmeta
+from voice_llm.util import procfs
 
 LOAD_PER_CORE_LIMIT = 0.5
 SPREAD_LIMIT = 0.20

@@ -13,20 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from voice_llm import artifacts as names
-from voice_llm import brief, runmeta, spread, spread_checks
-from voice_llm.artifacts import inside, loads_json, read_artifact_bytes, read_json, read_jsonl
-from voice_llm.checkbase import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
+from voice_llm.util import artifacts as names
+from voice_llm.repeats import checks as spread_checks
+from voice_llm.run import meta as runmeta
+from voice_llm.scenario import brief
+from voice_llm.util import stats
+from voice_llm.util.artifacts import inside, loads_json, read_artifact_bytes, read_json, read_jsonl
+from voice_llm.checks.base import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
                                  NotCheckable, expect, finite_number, require, unless_missed)
 from voice_llm.errors import ArtifactError
-from voice_llm.keynumbers import build_report
+from voice_llm.analysis.keynumbers import build_report
 from voice_llm.load import checks as load_checks  # call.json, and load.json against its raw samples
 from voice_llm.sse import SSEDecoder
 
 __all__ = ["CHECKS", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
            "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
 
-# The names this module has always used for the rules it shares with the feature checks (voice_llm.checkbase).
+# The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
 _Failed = CheckFailed
 _require, _num = require, finite_number
 
@@ -234,7 +237,7 @@ def check_chunks(out: Path) -> str:
 
 def check_ttft(out: Path) -> str:
     """Invariant and the brief's relation: first token < total within each answer (one clock); the medians are
-    those of the runs (the one median rule, spread.median)."""
+    those of the runs (the one median rule, stats.median)."""
     doc = read_json(out / names.TTFT)
     runs = doc["runs"]
     _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
@@ -243,7 +246,7 @@ def check_ttft(out: Path) -> str:
                  f"run {i}: ttft {run['ttft_ms']} not below total {run['total_ms']}")
         _require(isinstance(run["tokens"], int) and run["tokens"] > 0, f"run {i}: tokens {run['tokens']!r}")
     for key, field in (("ttft_p50", "ttft_ms"), ("total_p50", "total_ms")):
-        expected = spread.median([r[field] for r in runs])
+        expected = stats.median([r[field] for r in runs])
         _require(doc[key] == expected, f"{key} {doc[key]} is not the median of the {field} ({expected})")
     return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
 

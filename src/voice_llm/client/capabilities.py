@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
-from voice_llm.api import ServerClient, props_n_ctx
-from voice_llm.artifacts import write_bytes_atomic
+from voice_llm.client.api import ServerClient, props_n_ctx
+from voice_llm.util.artifacts import write_bytes_atomic
 
 # Where a measured number comes from; every artifact names one of these for each number it holds.
 SOURCE_TIMINGS = "server timings"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from voice_llm.artifacts import read_artifact_bytes
+from voice_llm.util.artifacts import read_artifact_bytes
 from voice_llm.errors import ArtifactError, KnowledgeBaseError
 
 # The brief's fixture folder; used when it exists, so the lab measures the grader's documents.
@@ -24,7 +24,7 @@ class KBDoc:
 def default_kb_dir() -> Path:
     if BRIEF_KB_DIR.is_dir():
         return BRIEF_KB_DIR
-    return Path(str(resources.files("voice_llm") / "kb"))
+    return Path(str(resources.files("voice_llm.scenario") / "kb"))
 
 
 def load_kb(directory: Path, need: int = 12) -> list[KBDoc]:

@@ -31,8 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import metrics, noise, runmeta, spread
-from voice_llm.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE, read_json
+from voice_llm.analysis import metrics, noise
+from voice_llm.run import meta as runmeta
+from voice_llm.util import stats
+from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE, read_json
 from voice_llm.errors import ArtifactError
 
 NOTICE_MS = 50.0
@@ -132,7 +134,7 @@ class MetricComparison:
 
 def _verdict(a: Sequence[float], b: Sequence[float], unit: str) -> tuple[str, float | None, bool | None]:
     if unit != "ms":
-        return "exact count", None, spread.median(a) != spread.median(b)
+        return "exact count", None, stats.median(a) != stats.median(b)
     if len(a) >= RANK_TEST_MIN and len(b) >= RANK_TEST_MIN:
         p = mann_whitney_p(a, b)
         return "mann-whitney", p, p < ALPHA

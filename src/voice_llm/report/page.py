@@ -10,7 +10,7 @@ Three ways a section can be without its chart, each said in the section itself:
   a result, not a failure;
 - "could not be drawn": the drawing code itself raised (a bug). The page is still written with every other
   section, and then :class:`ReportIncompleteError` is raised so the command says so in one line and exits with
-  its own status (voice_llm.cli.EXIT_REPORT_INCOMPLETE); every measurement was saved before the page was drawn.
+  its own status (voice_llm.cli.main.EXIT_REPORT_INCOMPLETE); every measurement was saved before the page was drawn.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from voice_llm import __version__, metrics, noise
-from voice_llm.artifacts import (
+from voice_llm import __version__
+from voice_llm.analysis import metrics, noise
+from voice_llm.util.artifacts import (
     AUDIO,
     CACHE,
     CALL,
@@ -46,13 +47,13 @@ from voice_llm.artifacts import (
     read_json,
     write_bytes_atomic,
 )
-from voice_llm.check import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
-from voice_llm.check import counts as check_counts
-from voice_llm.keynumbers import LABELS
-from voice_llm.keynumbers import labels as keynumbers_labels
-from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.checks.core import counts as check_counts
+from voice_llm.analysis.keynumbers import LABELS
+from voice_llm.analysis.keynumbers import labels as keynumbers_labels
+from voice_llm.repeats.report import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.load import report as load_report  # the call and load sections
-from voice_llm.runmeta import require_one_run
+from voice_llm.run.meta import require_one_run
 from voice_llm.errors import ArtifactError, ReportIncompleteError
 
 # Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
@@ -725,7 +726,7 @@ def _key_numbers_html(out: Path) -> str:
 
 
 _NOT_NUMBERS = frozenset({"run_id", "schema_version"})
-# report.json's keys whose metric has another name in voice_llm.metrics.
+# report.json's keys whose metric has another name in voice_llm.analysis.metrics.
 _SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
 
 
@@ -751,7 +752,7 @@ def _header_html(out: Path, banner: str = "") -> str:
 
 def _capabilities_html(out: Path) -> str:
     """What this server exposed and what the lab inferred (capabilities.json); nothing for an older run."""
-    from voice_llm.capability_table import read_capability_rows
+    from voice_llm.report.capability_table import read_capability_rows
 
     try:
         rows = read_capability_rows(out)

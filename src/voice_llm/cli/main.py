@@ -12,17 +12,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from voice_llm import __version__, provision, server
-from voice_llm.argtypes import port_number, positive_int, server_url
-from voice_llm.check import FAIL, CheckResult, run_checks
-from voice_llm.check import counts as check_counts
-from voice_llm.artifacts import REPORT, dumps_json, read_json
-from voice_llm.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
+from voice_llm import __version__
+from voice_llm.server import lifecycle as server, provision
+from voice_llm.cli.argtypes import port_number, positive_int, server_url
+from voice_llm.checks.core import FAIL, CheckResult, run_checks
+from voice_llm.checks.core import counts as check_counts
+from voice_llm.util.artifacts import REPORT, dumps_json, read_json
+from voice_llm.server.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import KB_STEPS, STEPS
-from voice_llm.outlock import writer_of
-from voice_llm.progress import Progress, make_progress
+from voice_llm.run.lock import writer_of
+from voice_llm.util.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ def _print_findings(out: Path) -> None:
 
     from voice_llm.lab.report import findings
 
-    from voice_llm.capability_table import read_capability_rows
+    from voice_llm.report.capability_table import read_capability_rows
 
     table = Table(title=f"voice-llm lab — {out}", show_lines=False)
     table.add_column("measured")
@@ -354,7 +355,7 @@ def _print_findings(out: Path) -> None:
 
 
 def _print_noise(out: Path, file: TextIO) -> None:
-    from voice_llm import noise
+    from voice_llm.analysis import noise
 
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
@@ -429,7 +430,7 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 
 def _saved_lab_result(out: Path, exc: ReportIncompleteError) -> LabResult:
     """What run_lab would have returned, read back from the files it saved before drawing the page."""
-    from voice_llm import runmeta
+    from voice_llm.run import meta as runmeta
     from voice_llm.lab import LabResult
 
     record = runmeta.RunRecord.load(out)
@@ -451,7 +452,7 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.compare import compare_runs, summary_lines
+    from voice_llm.analysis.compare import compare_runs, summary_lines
 
     comparison = compare_runs(args.out_a.expanduser(), args.out_b.expanduser(), force=args.force)
     if args.json:
@@ -462,8 +463,8 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from voice_llm.compare import compare_runs
-    from voice_llm.compare_html import render_compare
+    from voice_llm.analysis.compare import compare_runs
+    from voice_llm.report.compare_page import render_compare
 
     comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
     print(f"report: {render_compare(comparison)}")

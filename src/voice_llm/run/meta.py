@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from voice_llm import __version__
-from voice_llm.api import props_n_ctx
-from voice_llm.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
+from voice_llm.client.api import props_n_ctx
+from voice_llm.util.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 from voice_llm.sse import server_root
 
@@ -58,7 +58,7 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    from voice_llm.provision import sha256_of  # the one file hasher (the model's check uses it too)
+    from voice_llm.server.provision import sha256_of  # the one file hasher (the model's check uses it too)
 
     return sha256_of(path)
 
@@ -172,7 +172,7 @@ def threads_from_log(log: Path) -> int | None:
 def prompts_fingerprint() -> dict[str, Any]:
     """One hash over the prompts and the brief's numbers the steps use: two runs measured the same requests only
     when these match (``compare`` refuses otherwise)."""
-    from voice_llm import brief, prompts
+    from voice_llm.scenario import brief, prompts
 
     def constants(module: Any) -> dict[str, Any]:
         return {k: v for k, v in sorted(vars(module).items()) if k.isupper() and isinstance(v, (str, int, float, tuple))}

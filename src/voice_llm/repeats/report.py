@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from voice_llm import metrics
+from voice_llm.analysis import metrics
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts
-from voice_llm.artifacts import loads_json, read_artifact_bytes
+from voice_llm.scenario import brief, prompts
+from voice_llm.util.artifacts import loads_json, read_artifact_bytes
 from voice_llm.errors import ArtifactError, ConfigError
-from voice_llm.kb import KBDoc
+from voice_llm.scenario.kb import KBDoc
 from voice_llm.lab.sentence import first_sentence_by_rule
 from voice_llm.load.stats import gaps_ms, percentile
 from voice_llm.sse import StreamResult
@@ -41,7 +41,7 @@ class Dialogue:
 
 
 def bundled_names() -> list[str]:
-    folder = resources.files("voice_llm") / "dialogues"
+    folder = resources.files("voice_llm.scenario") / "dialogues"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")) + [LAB_TTFT]
 
 
@@ -58,7 +58,7 @@ def load_dialogue(name: str = DEFAULT_DIALOGUE) -> Dialogue:
     if name not in bundled:
         raise ConfigError(f"no dialogue named {name!r}; bundled: {', '.join(bundled_names())} "
                           "(or give a dialogue file's path)")
-    resource = resources.files("voice_llm") / "dialogues" / f"{name}.json"
+    resource = resources.files("voice_llm.scenario") / "dialogues" / f"{name}.json"
     return parse_dialogue(resource.read_text(encoding="utf-8"), f"the bundled dialogue {name}")
 
 

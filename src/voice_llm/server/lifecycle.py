@@ -1,7 +1,7 @@
 """Lifecycle of the managed llama-server: up, status, log, down. Nothing here measures anything.
 
-The state of each port (record, log, lock) is kept by :mod:`voice_llm.server_state`; what the process table says
-comes from :mod:`voice_llm.procfs` (so voice-llm needs Linux). ``up`` and ``down`` hold the port's lock, so two
+The state of each port (record, log, lock) is kept by :mod:`voice_llm.server.state`; what the process table says
+comes from :mod:`voice_llm.util.procfs` (so voice-llm needs Linux). ``up`` and ``down`` hold the port's lock, so two
 of them on one port never race; ``up`` compares the settings of a running server with the ones asked for.
 """
 
@@ -18,12 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import procfs, sse
-from voice_llm.api import ServerClient
-from voice_llm.config import DEFAULT_HOST, ServerSettings, state_dir
+from voice_llm import sse
+from voice_llm.util import procfs
+from voice_llm.client.api import ServerClient
+from voice_llm.server.config import DEFAULT_HOST, ServerSettings, state_dir
 from voice_llm.errors import PortInUseError, ServerError
-from voice_llm.progress import NullProgress, Progress
-from voice_llm.server_state import (
+from voice_llm.util.progress import NullProgress, Progress
+from voice_llm.server.state import (
     ServerRecord, hash_key, is_alive, key_matches, log_path, port_dir, port_lock, previous_log_path, read_record,
     record_path, recorded_ports, remove_record, rotate_log, state_folder_error, write_record,
 )

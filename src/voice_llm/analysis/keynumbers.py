@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import artifacts as names
-from voice_llm.artifacts import read_json
+from voice_llm.util import artifacts as names
+from voice_llm.util.artifacts import read_json
 from voice_llm.errors import ArtifactError
-from voice_llm.metrics import CACHE_NOT_DISABLED, cache_not_disabled
+from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
 from voice_llm.tts.segmenting import STRATEGY_LABELS
 
 

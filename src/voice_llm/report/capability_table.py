@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import CAPABILITIES, read_json
+from voice_llm.util.artifacts import CAPABILITIES, read_json
 from voice_llm.errors import ArtifactError
 
 

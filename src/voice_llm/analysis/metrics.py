@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import artifacts as names
-from voice_llm import brief, spread
-from voice_llm.artifacts import read_json
+from voice_llm.util import artifacts as names
+from voice_llm.scenario import brief
+from voice_llm.util import stats
+from voice_llm.util.artifacts import read_json
 from voice_llm.errors import ArtifactError
 from voice_llm.tts.segmenting import STRATEGY_LABELS
 
@@ -57,7 +58,7 @@ class Measured:
     @property
     def spread(self) -> float | None:
         """(max - min) / median over the samples; None with one sample."""
-        return spread.relative_spread(self.samples)
+        return stats.relative_spread(self.samples)
 
     @property
     def label(self) -> str:

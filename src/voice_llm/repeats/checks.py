@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import artifacts as names
-from voice_llm import brief, spread
-from voice_llm.artifacts import read_json
-from voice_llm.checkbase import NotCheckable, expect, unless_missed
-from voice_llm.checkbase import require as _require
+from voice_llm.util import artifacts as names
+from voice_llm.scenario import brief
+from voice_llm.util import stats
+from voice_llm.util.artifacts import read_json
+from voice_llm.checks.base import NotCheckable, expect, unless_missed
+from voice_llm.checks.base import require as _require
 
 # Expectations on the cache's token counts, for check.py's cache check and the repeats' (check.py imports them
 # from here): a hit computes at most a tenth of the miss's prompt tokens, a changed prefix at least 90 % of them.
@@ -45,14 +46,14 @@ def _medians_right(doc: Mapping[str, Any], repeats: Sequence[Mapping[str, Any]],
         values = [r.get(key) for r in repeats]
         if any(v is None for v in values):  # a field the server did not send (cache_n), or an older file
             continue
-        _require(doc[key] == spread.median(values), f"{where} {key} {doc[key]} is not the median of {values}")
-        for suffix, expected in ((spread.MIN_SUFFIX, min(values)), (spread.MAX_SUFFIX, max(values))):
+        _require(doc[key] == stats.median(values), f"{where} {key} {doc[key]} is not the median of {values}")
+        for suffix, expected in ((stats.MIN_SUFFIX, min(values)), (stats.MAX_SUFFIX, max(values))):
             if key + suffix in doc:
                 _require(doc[key + suffix] == expected, f"{where} {key}{suffix} {doc[key + suffix]} is not {expected}")
 
 
 def check_prefill_repeats(out: Path) -> str:
-    """Invariants: the medians and ranges are those of the repeats (spread.median); the step asked for no cache
+    """Invariants: the medians and ranges are those of the repeats (stats.median); the step asked for no cache
     and the server reused none; prompt_n (a token count) grows with the documents in every repeat."""
     rows = read_json(out / names.PREFILL)
     per_row = [_repeats(row, f"prefill {row.get('docs')} docs") for row in rows]
@@ -122,7 +123,7 @@ def check_cancel_repeats(out: Path) -> str:
     observed = all(value is not None for value in idle)  # None: the server's stop was not observable
     by = "slot_idle_after_ms" if observed else "closed_at_ms"  # the step picks the median cut by this
     values = [r[by] for r in repeats]
-    _require(doc[by] == spread.median(values), f"{by} is not the median of {values}")
+    _require(doc[by] == stats.median(values), f"{by} is not the median of {values}")
     middle = doc.get("median_repeat")
     _require(isinstance(middle, int) and 1 <= middle <= len(repeats), f"median_repeat {middle!r} is not a repeat")
     for key in ("received_tokens", "closed_at_ms"):

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
-from voice_llm import procfs
-from voice_llm.artifacts import read_json, write_json
-from voice_llm.config import ENV_STATE, state_dir
+from voice_llm.util import procfs
+from voice_llm.util.artifacts import read_json, write_json
+from voice_llm.server.config import ENV_STATE, state_dir
 from voice_llm.errors import ArtifactError, ServerError
-from voice_llm.progress import NullProgress, Progress
+from voice_llm.util.progress import NullProgress, Progress
 
 KEY_HASH_ITERATIONS = 100_000
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import matplotlib
 
-from voice_llm import __version__, metrics
-from voice_llm.artifacts import RUN, read_json, write_bytes_atomic
-from voice_llm.compare import _AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
+from voice_llm import __version__
+from voice_llm.analysis import metrics
+from voice_llm.util.artifacts import RUN, read_json, write_bytes_atomic
+from voice_llm.analysis.compare import _AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
 from voice_llm.errors import ArtifactError, ReportIncompleteError
-from voice_llm.report_html import (
+from voice_llm.report.page import (
     _BLUE,
     _CSS,
     _ORANGE,
@@ -25,7 +26,7 @@ from voice_llm.report_html import (
     chart_section_html,
     metadata_rows,
 )
-from voice_llm.report_spread import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.repeats.report import SpreadSeries, spread_caption, spread_figure, time_metrics
 
 COMPARE_HTML = "compare.html"
 
