@@ -138,7 +138,7 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
     from voice_llm.lab import LabSettings, run_steps
 
     out = tmp_path / "out"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "sample_run", out)
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "sample_run", out)
     first = json.loads((out / "run.json").read_text())
     result = run_steps(LabSettings(out=out, url=f"http://127.0.0.1:{unused_port()}", render_html=False), ["report"])
     doc = json.loads((out / "run.json").read_text())

@@ -18,7 +18,7 @@ from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, REPORT_HTML,
 from voice_llm.errors import ReportIncompleteError
 from voice_llm.report.page import render_report
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SAMPLE_AUDIO = FIXTURES / "sample_audio" / "audio.json"
 
 

@@ -21,7 +21,7 @@ from voice_llm.lab.context import LabContext, managed_log_for
 
 from conftest import free_port
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 
 
 # --- whose log is it ----------------------------------------------------------------------------------------

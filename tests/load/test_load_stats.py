@@ -177,7 +177,7 @@ def test_think_time_speaks_at_the_measured_audio_rate(tmp_path: Path) -> None:
     from voice_llm.load.plan import SPEECH_WORDS_PER_S
     from voice_llm.load.speech import answer_speech_rate
 
-    fixture = Path(__file__).parent / "fixtures" / "sample_audio"
+    fixture = Path(__file__).parents[1] / "fixtures" / "sample_audio"
     rate, source = answer_speech_rate(fixture)
     assert source.startswith("audio.json") and rate != SPEECH_WORDS_PER_S and 1.0 < rate < 6.0
     assert answer_speech_rate(tmp_path) == (SPEECH_WORDS_PER_S, f"default {SPEECH_WORDS_PER_S:g} words/s (no readable audio.json)")

@@ -157,6 +157,6 @@ def test_a_finished_build_records_its_version_and_options(cache: Path, tmp_path:
 
 def test_the_python_floor_is_the_one_the_code_needs() -> None:
     # provision extracts the source archive with tarfile's filter=, which arrived in Python 3.11.4.
-    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert meta["project"]["requires-python"] == ">=3.11.4"
     assert hasattr(tarfile, "data_filter")

@@ -14,7 +14,7 @@ from voice_llm.server import state as server_state
 
 from clihelpers import assert_clean_failure, cli
 from conftest import free_port
-from test_faults_inputs import make_kb
+from clihelpers import make_kb
 
 NESTED = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError on this
 DEAD = "http://127.0.0.1:9"  # nothing listens: a command that gets past its input checks fails on the server

@@ -15,10 +15,10 @@ from voice_llm.checks.core import CheckResult
 from voice_llm.errors import ArtifactError
 from voice_llm.report.page import render_report
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 # The speak step's audio.json from a real run (one run per strategy), kept apart so check tests on sample_out
 # need no WAVs or raw streams.
-SAMPLE_AUDIO = Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json"
+SAMPLE_AUDIO = Path(__file__).parents[1] / "fixtures" / "sample_audio" / "audio.json"
 CHART_IDS = ("chart-sentence", "chart-speak", "chart-firstaudio", "chart-ttft", "chart-prefill", "chart-cache",
              "chart-cancel")
 CHECKS = (

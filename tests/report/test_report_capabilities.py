@@ -16,7 +16,7 @@ from voice_llm.checks.core import NOT_CHECKABLE, run_checks
 from voice_llm.lab.report import build_report
 from voice_llm.report.page import render_report
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 NO_TIMINGS = "the stream carries no timings.prompt_n and no usage.prompt_tokens"
 NO_SLOTS = "server stop not observable: /slots answered HTTP 404 and /metrics has no requests-in-flight gauge"
 

@@ -14,7 +14,7 @@ from voice_llm.util.artifacts import CAPABILITIES, REPORT_HTML
 from voice_llm.report.capability_table import read_capability_rows
 from voice_llm.errors import ArtifactError
 
-SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"
+SAMPLE_RUN = Path(__file__).parents[1] / "fixtures" / "sample_run"
 MALFORMED = {
     "not JSON": "{\"found\": ",
     "a list": "[1, 2]",

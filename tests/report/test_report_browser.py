@@ -25,8 +25,8 @@ from voice_llm.report.page import render_report
 
 pytestmark = pytest.mark.browser
 
-SAMPLE_RUN = Path(__file__).parent / "fixtures" / "sample_run"
-SAMPLE_AUDIO = Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json"  # the speak step's charts
+SAMPLE_RUN = Path(__file__).parents[1] / "fixtures" / "sample_run"
+SAMPLE_AUDIO = Path(__file__).parents[1] / "fixtures" / "sample_audio" / "audio.json"  # the speak step's charts
 CHARTS = ("sentence", "speak", "firstaudio", "ttft", "prefill", "cache", "cancel", "spread")
 WINDOW = (1200, 8400)  # CSS px; with --force-device-scale-factor=1 the PNG has the same size
 

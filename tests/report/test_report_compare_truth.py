@@ -21,7 +21,7 @@ from voice_llm.util.artifacts import AUDIO, TTFT
 from voice_llm.report.compare_page import render_compare
 from clihelpers import assert_clean_failure, cli_env
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def run_cli(*args: str, env: dict[str, str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from clihelpers import cli, cli_env
 from fakeserver import serving
 
 KEY = f"SECRET123-{secrets.token_hex(4)}"  # unique, so no other test's process can match it
-SRC = Path(__file__).resolve().parents[1] / "src" / "voice_llm"
+SRC = Path(__file__).resolve().parents[2] / "src" / "voice_llm"
 
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks" / "bench.py"
 PEERS = ("openai", "httpx", "requests", "requests_none", "aiohttp")
 FLOOR_AND_OURS = ("raw", "voice_llm", "voice_llm_on_chunk")

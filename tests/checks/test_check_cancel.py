@@ -17,7 +17,7 @@ import pytest
 
 from voice_llm.checks import core as check
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 
 
 @pytest.fixture

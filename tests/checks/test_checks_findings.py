@@ -255,7 +255,7 @@ def test_steps_outside_the_plan_are_refused(lab: Path) -> None:
 
 def test_a_folder_without_run_json_is_checked_as_before(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "sample_out", out)
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "sample_out", out)
     results = by_name(out)
     assert results["one run: every file as the run wrote it"].status == NOT_CHECKABLE
     assert results["ttft < total, medians right"].status == PASS  # all the brief's relations, no plan needed
@@ -297,7 +297,7 @@ def test_a_step_run_alone_is_checked_on_its_own_step(tmp_path: Path) -> None:
 
 def test_a_step_run_alone_still_flags_an_earlier_runs_file(tmp_path: Path) -> None:
     out = speak_alone(tmp_path / "out")
-    shutil.copy(Path(__file__).parent / "fixtures" / "sample_run" / "health.json", out / "health.json")
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "sample_run" / "health.json", out / "health.json")
     result = by_name(out)["one run: every file as the run wrote it"]
     assert result.status == FAIL and "health.json" in result.detail
 

@@ -14,7 +14,7 @@ from voice_llm.util import stats
 from voice_llm.checks.core import FAIL, NOT_CHECKABLE, PASS, run_checks
 from voice_llm.lab import cancel, sentence
 
-SAMPLE_OUT = Path(__file__).parent / "fixtures" / "sample_out"
+SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 
 
 def test_median_is_a_measured_value_and_its_repeat_is_named() -> None:
@@ -171,7 +171,7 @@ def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Pat
 
 def test_first_audio_is_a_metric_with_its_runs_as_samples(tmp_path: Path) -> None:
     """Time to first audio joins the noise warning, compare and the report's ranges like every other number."""
-    doc = json.loads((Path(__file__).parent / "fixtures" / "sample_audio" / "audio.json").read_text())
+    doc = json.loads((Path(__file__).parents[1] / "fixtures" / "sample_audio" / "audio.json").read_text())
     runs = doc["strategies"]["clauses"]["runs"]
     doc["strategies"]["clauses"]["runs"] = [{**runs[0], "ttfa_ms": ms} for ms in (900.0, 1000.0, 1400.0)]
     doc["strategies"]["clauses"]["summary"]["ttfa_ms"]["median"] = 1000.0

@@ -124,7 +124,7 @@ def test_report_and_compare_refuse_a_manifest_naming_a_file_elsewhere(command: s
     outside = outside_file(tmp_path)
     digest = hashlib.sha256(outside.read_bytes()).hexdigest()
     out = tmp_path / "out"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "sample_run", out)
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "sample_run", out)
     edit_json(out / "run.json", lambda d: d["artifacts"].update({"../outside.txt": digest}))
     args = ["report", "--out", str(out), "-q"] if command == "report" else \
         ["compare", str(out), str(out)]

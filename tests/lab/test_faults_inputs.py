@@ -19,7 +19,7 @@ from voice_llm.errors import KnowledgeBaseError
 from voice_llm.scenario.kb import load_kb
 
 from conftest import RunningServer, free_port
-from clihelpers import assert_clean_failure, cli
+from clihelpers import assert_clean_failure, cli, make_kb
 
 WAIT_S = 240.0
 
@@ -35,13 +35,6 @@ def dead_url() -> str:
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def make_kb(folder: Path, count: int = 12) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(1, count + 1):
-        (folder / f"{i:02d}-doc.md").write_text(f"# Doc {i}\n\nThe clinic opens at {8 + i % 3} am.\n", encoding="utf-8")
-    return folder
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -280,7 +273,7 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
 def copy_sample_out(out: Path) -> Path:
     """A complete, consistent OUT folder (tests/fixtures/sample_out) to damage."""
     out.mkdir()
-    for path in (Path(__file__).parent / "fixtures" / "sample_out").iterdir():
+    for path in (Path(__file__).parents[1] / "fixtures" / "sample_out").iterdir():
         (out / path.name).write_bytes(path.read_bytes())
     return out
 
