@@ -68,7 +68,7 @@ def build_seconds() -> float | None:
 
 def run_step(step: str, argv: Sequence[str], log: Path, progress: Progress, env: dict[str, str] | None = None) -> None:
     """One provisioning step, its output appended to ``log`` and its compile progress reported."""
-    provision._run_logged(step, argv, log, progress, env=env, what=PACKAGE)
+    provision.run_logged(step, argv, log, progress, env=env, what=PACKAGE)
 
 
 def _pip(*args: str) -> list[str]:
@@ -81,7 +81,7 @@ def ensure_wheel(progress: Progress | None = None) -> Path:
     if found is not None:
         return found
     # Two `make` targets or test workers on one cache build it once: the second waits, then finds the wheel.
-    with provision._lock(PACKAGE):
+    with provision.cache_lock(PACKAGE):
         found = cached_wheel()  # another process may have built it while we waited
         return found if found is not None else _build_wheel(progress or NullProgress())
 
