@@ -20,7 +20,9 @@ Layers, each importing only from itself and the layers below it (lower number):
 Rules: no import cycle between modules; no upward import; no core module (layers 0-4) importing a capability;
 no private name (a leading underscore) imported across modules; an import inside a function only of heavy
 third-party code (never of voice_llm: a lazy import must not be how a cycle is dodged); sse.py, sentences.py
-and errors.py import only the standard library; at most MAX_TOP_MODULES modules directly in src/voice_llm.
+and errors.py import only the standard library; no artifact file name spelled outside util/artifacts.py (the one
+table; sse.py, which stands alone, spells the two it writes and the table takes them from it); at most
+MAX_TOP_MODULES modules directly in src/voice_llm.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ HEAVY = frozenset({
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12
+
+
+# The rules, in the order the failure message lists them.
+RULES = ("cycle", "upward", "core-imports-capability", "capability", "private", "lazy", "stdlib-only",
+         "artifact-name", "layer", "top-level")
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,28 @@ def capabilities_of(src: Path, modules: dict[str, Module], package: str = PACKAG
     return {package_: tuple(by_name.get(r, r) for r in reqs) for package_, reqs in requires.items()}
 
 
+def artifact_names(modules: dict[str, Module], package: str = PACKAGE) -> dict[str, str]:
+    """The table of artifact file names (util/artifacts.py's module-level constants that name a file), each with
+    the module that spells it: artifacts itself, or the stand-alone module it takes a name from (``sse.X``)."""
+    table = modules.get(f"{package}.util.artifacts")
+    if table is None:
+        return {}
+    aliases = module_aliases(table, modules, package)
+    found: dict[str, str] = {}
+    for node in table.tree.body:
+        if not isinstance(node, ast.Assign):
+            continue
+        value, owner = node.value, table.name
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in aliases:
+            owner = aliases[value.value.id]
+            source = modules[owner]
+            value = next((n.value for n in source.tree.body if isinstance(n, ast.Assign)
+                          and any(isinstance(t, ast.Name) and t.id == node.value.attr for t in n.targets)), None)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and "." in value.value:
+            found[value.value] = owner
+    return found
+
+
 # --- the rules ----------------------------------------------------------------------------------------------------
 
 
@@ -325,6 +354,14 @@ def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
                 violations.append(Violation("private", where(module, node.lineno), f"{module.name} uses the private "
                                             f"name {node.attr} of {aliases[node.value.id]}"))
 
+    names = artifact_names(modules, package)
+    for module in modules.values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names \
+                    and names[node.value] != module.name and module.name != f"{package}.util.artifacts":
+                violations.append(Violation("artifact-name", where(module, node.lineno), f"{module.name} spells the "
+                                            f"artifact name {node.value!r}: use voice_llm.util.artifacts' constant"))
+
     for component in _cycles(graph):
         violations.append(Violation("cycle", component[0], "import cycle: " + " <-> ".join(component)))
 
@@ -341,11 +378,13 @@ def _order(v: Violation) -> tuple[str, int]:
 
 
 def render(violations: list[Violation]) -> str:
-    by_rule: dict[str, list[Violation]] = {}
+    by_rule: dict[str, list[Violation]] = {rule: [] for rule in RULES}
     for v in sorted(violations, key=_order):
         by_rule.setdefault(v.rule, []).append(v)
     lines = [f"{len(violations)} layering violation(s) (the rules: tests/layout/test_layout_imports.py docstring)"]
     for rule, found in by_rule.items():
+        if not found:
+            continue
         lines.append(f"[{rule}] {len(found)}")
         lines.extend(f"  {v}" for v in found)
     return "\n".join(lines)
@@ -382,7 +421,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "__init__.py": '__version__ = "0"\n',
     "errors.py": "class VoiceLLMError(Exception):\n    pass\n",
-    "sse.py": "import json\n\ndef parse_json(b):\n    return json.loads(b)\n",
+    "sse.py": "import json\nRAW_FILE = 'sse_raw.txt'\n\ndef parse_json(b):\n    return json.loads(b)\n",
     "sentences.py": "import re\n",
     "registry.py": """\
         from dataclasses import dataclass
@@ -394,6 +433,7 @@ CLEAN = {
             requires: tuple[str, ...] = ()
         """,
     "util/__init__.py": "",
+    "util/artifacts.py": "from voice_llm import sse\nLOAD = 'load.json'\nSSE_RAW = sse.RAW_FILE\nRAW_DIR = 'raw'\n",
     "util/stats.py": "from voice_llm.errors import VoiceLLMError\n\ndef median(v):\n    return sorted(v)[len(v) // 2]\n",
     "client/__init__.py": "",
     "client/api.py": "from voice_llm import sse\nfrom voice_llm.util.stats import median\n",
@@ -451,6 +491,10 @@ def test_a_clean_fixture_tree_passes(tmp_path: Path) -> None:
                  {("capability", "voice_llm/load/speech.py:1")}, id="capability-internals"),
     pytest.param({"checks/extra.py": "from voice_llm.cli import main\n"},
                  {("upward", "voice_llm/checks/extra.py:1")}, id="imports-cli"),
+    pytest.param({"checks/extra.py": "NAMES = ('load.json', 'raw')\n"},
+                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name"),
+    pytest.param({"checks/extra.py": "RAW = 'sse_raw.txt'\n"},
+                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name-from-sse"),
     pytest.param({"style/__init__.py": ""}, {("layer", "voice_llm/style/__init__.py:1")}, id="no-layer"),
     pytest.param({f"m{i}.py": "" for i in range(MAX_TOP_MODULES)},
                  {("top-level", "voice_llm")} | {("layer", f"voice_llm/m{i}.py:1") for i in range(MAX_TOP_MODULES)},

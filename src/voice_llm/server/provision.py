@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_llm.sse import parse_json
 from voice_llm.server.config import ENV_MODEL, ENV_SERVER_BIN, cache_dir
 from voice_llm.errors import ProvisionError
 from voice_llm.util.progress import NullProgress, Progress
@@ -82,8 +83,8 @@ def _stamp() -> Path:
 def _stamp_matches() -> bool:
     """The finished build was made from this source version with these cmake options."""
     try:
-        stamp = json.loads(_stamp().read_text())
-    except (OSError, ValueError):
+        stamp = parse_json(_stamp().read_bytes())  # the one guarded parser: a damaged stamp is "no stamp"
+    except (OSError, ValueError, UnicodeDecodeError):
         return False
     if not isinstance(stamp, dict):
         return False
