@@ -25,6 +25,7 @@ URL may end in ``/v1`` as OpenAI clients write it.
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import http.client
 import io
@@ -43,6 +44,10 @@ from typing import IO, Any
 # The managed server's address (voice-llm's ServerSettings uses the same host and port); repeated here only
 # because this file must run on its own.
 DEFAULT_URL = "http://127.0.0.1:8080"
+# The two files brief step 2 writes (``python sse.py``). This module stands alone, so it names them itself;
+# voice_llm.util.artifacts, the table of artifact names, takes these two from here.
+RAW_FILE = "sse_raw.txt"
+CHUNKS_FILE = "chunks.jsonl"
 CHAT_PATH = "/v1/chat/completions"
 DONE_DATA = "[DONE]"
 READ_SIZE = 65536  # at most this many bytes per read; a read returns whatever has arrived, never waits for more
@@ -892,8 +897,6 @@ def write_chunks_jsonl(path: str | os.PathLike[str], chunks: Iterable[Mapping[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(description="Brief step 2: stream one answer, save sse_raw.txt and chunks.jsonl.")
     parser.add_argument("--url", default=os.environ.get("VOICE_LLM_URL", DEFAULT_URL))
     parser.add_argument("--api-key", default=os.environ.get("VOICE_LLM_API_KEY"))
@@ -903,14 +906,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
                         help="give up when the whole request takes longer than this")
     args = parser.parse_args(argv)
-    raw_path = os.path.join(args.out, "sse_raw.txt")
+    raw_path = os.path.join(args.out, RAW_FILE)
     partial = raw_path + ".partial"
     try:
         os.makedirs(args.out, exist_ok=True)
         chunks, total_ms, timings = stream(list(STEP2_MESSAGES), raw_out=partial, base_url=args.url,
                                            api_key=args.api_key, timeout=args.timeout, deadline_s=args.deadline)
         os.replace(partial, raw_path)
-        write_chunks_jsonl(os.path.join(args.out, "chunks.jsonl"), chunks)
+        write_chunks_jsonl(os.path.join(args.out, CHUNKS_FILE), chunks)
     except StreamError as exc:
         size = os.path.getsize(partial) if os.path.exists(partial) else 0
         if size:
