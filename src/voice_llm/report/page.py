@@ -475,7 +475,7 @@ def _noise_html(assessment: Mapping[str, Any]) -> str:
         return ('<section id="section-noise" class="quiet">\n<p>The machine was quiet enough: the load from other '
                 "processes stayed under half the cores and no number spread by more than 20 % over its repeats."
                 "</p>\n</section>\n")
-    labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in assessment.get("affected") or []]
+    labels = [metrics.label_of(k) for k in assessment.get("affected") or []]
     reasons = "".join(f"<li>{style.esc(reason)}</li>\n" for reason in assessment.get("reasons") or [])
     return (
         '<section id="section-noise" class="noise">\n<h2>Warning: the machine was noisy during this run</h2>\n'
