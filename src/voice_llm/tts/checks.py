@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import AUDIO, loads_json
+from voice_llm.util.artifacts import AUDIO, loads_json, read_artifact_bytes
 from voice_llm.checks.base import NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
@@ -73,7 +73,8 @@ def check_segments_follow_stream(out: RunFolder | Path) -> str:
         where = _where(strategy, run)
         chunks = [(_num(c["t_ms"], f"{where} chunk t_ms"), c["text"]) for c in run["chunks"]]
         _require(bool(chunks) and _close(chunks[0][0], _num(run["ttft_ms"], "ttft_ms")), f"{where}: ttft_ms is not the first chunk's time")
-        raw_text = _raw_content(RunFolder.of(out), run["raw"])  # never a file outside OUT
+        folder = RunFolder.of(out)
+        raw_text = _raw_content(folder.file(run["raw"]), folder)  # never a file outside OUT
         _require("".join(t for _, t in chunks) == raw_text == run["text"], f"{where}: chunks differ from {run['raw']}")
         derived = segment_stream(strategy, chunks, _num(run["total_ms"], "total_ms"), clause_words)
         recorded = [(s["text"], s["text_ready_ms"]) for s in run["segments"]]
@@ -83,11 +84,11 @@ def check_segments_follow_stream(out: RunFolder | Path) -> str:
     return f"{count} runs: chunks equal the raw streams, segments re-derived from them"
 
 
-def _raw_content(folder: RunFolder, name: str) -> str:
-    path = folder.file(name)  # the jail: a name outside OUT is refused
+def _raw_content(path: Path, folder: RunFolder | None = None) -> str:
+    """The content of a saved raw stream; read through ``folder`` (once per command) when given."""
     if not path.exists():
         raise ArtifactError(f"the raw stream {path} is missing")
-    raw = folder.bytes(name)
+    raw = folder.bytes(path.relative_to(folder.path).as_posix()) if folder else read_artifact_bytes(path)
     text = ""
     for event in SSEDecoder().feed(raw):
         if event.data == DONE_DATA:
