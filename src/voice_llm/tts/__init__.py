@@ -5,9 +5,9 @@ Engines are imported when chosen, so ``import voice_llm.tts`` stays cheap and th
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability
-
 from pathlib import Path
+
+from voice_llm.registry import Capability, CheckEntry, SectionEntry
 
 from voice_llm.errors import ConfigError
 from voice_llm.tts.engine import AudioChunk, TTSEngine
@@ -38,7 +38,26 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
 # What this capability contributes to the core (voice_llm.registry). Field owners while the seam is built:
 # steps / cli / commands / options / install: the run-session work; checks / sections / metrics / key_numbers:
 # the checks-and-report work.
+_CHECKS = "voice_llm.tts.checks"
+_AUDIO = "audio.json"  # voice_llm.util.artifacts.AUDIO (this __init__ stays cheap: names only)
 CAPABILITY = Capability(
     name="tts",
     summary="text to speech: the speak step (time to first audio per segmenting strategy), its checks and charts",
+    checks=tuple(CheckEntry(name, "speak", f"{_CHECKS}:{function}", _AUDIO) for name, function in (
+        ("audio: ttft <= first segment text <= first audio", "check_first_audio_order"),
+        ("audio: segments follow from the raw stream", "check_segments_follow_stream"),
+        ("audio: timeline and medians follow from the segments", "check_timeline"),
+        ("audio: first segment text no later than the whole answer", "check_first_text_before_whole"),
+        ("audio: TTFA whole >= TTFA sentences", "check_whole_after_sentences"),
+        ("audio: WAVs decode and last as stated", "check_wavs"),
+    )),
+    sections=(
+        SectionEntry("speak", "Time to first audio: what the caller hears", _AUDIO,
+                     "voice_llm.tts.report:timeline_chart", after="sentence"),
+        SectionEntry("firstaudio", "First audio per segmenting strategy", _AUDIO,
+                     "voice_llm.tts.report:ttfa_chart", after="speak"),
+    ),
+    metrics="voice_llm.tts.numbers:metrics",
+    key_numbers="voice_llm.tts.numbers:key_numbers",
+    artifacts=(_AUDIO, "audio"),
 )
