@@ -6,9 +6,9 @@ Importing this package never imports locust (which monkey-patches the process wi
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability
-
 from pathlib import Path
+
+from voice_llm.registry import Capability
 
 
 def voice_caller_path() -> str:
@@ -22,4 +22,5 @@ def voice_caller_path() -> str:
 CAPABILITY = Capability(
     name="load",
     summary="calls under load on Locust: the load command, its checks and section",
+    commands="voice_llm.load.command:add_commands",
 )

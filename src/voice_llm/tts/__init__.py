@@ -5,11 +5,11 @@ Engines are imported when chosen, so ``import voice_llm.tts`` stays cheap and th
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability
-
 from pathlib import Path
 
 from voice_llm.errors import ConfigError
+from voice_llm.registry import Capability, StepEntry
+from voice_llm.util.artifacts import AUDIO
 from voice_llm.tts.engine import AudioChunk, TTSEngine
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine"]
@@ -41,4 +41,9 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
 CAPABILITY = Capability(
     name="tts",
     summary="text to speech: the speak step (time to first audio per segmenting strategy), its checks and charts",
+    steps=(StepEntry("speak", "time to first audio: the answer spoken while it streams", "voice_llm.tts.step",
+                     (AUDIO,), after="sentence"),),
+    cli="voice_llm.tts.step:add_flags",
+    options="voice_llm.tts.step:options_value",
+    install="voice_llm.tts.step:install",
 )
