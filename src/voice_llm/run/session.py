@@ -200,7 +200,8 @@ def _server_facts(asked: Asked, client: ServerClient, base: runmeta.ServerFacts)
         props = client.props(cap_s=PROBE_TIMEOUT_S)  # /props answers in milliseconds wherever it exists
     except sse.NotTLSError:
         raise  # https:// to a plain-HTTP server: every later request would fail the same way; say it now
-    except sse.StreamTimeoutError as exc:  # nothing whole in time: asking more (the probe, the steps) waits again
+    except (sse.StreamTimeoutError, sse.ServerUnreachableError) as exc:
+        # Nothing whole in time, or nothing listening: asking more (the preflight, the probe) fails the same way.
         raise not_answering(asked.url_given, str(exc)) from exc
     except sse.StreamError:
         props = None
