@@ -9,13 +9,18 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from voice_llm import __version__, registry
 from voice_llm.server import lifecycle as server, provision
 from voice_llm.lab import flags
 from voice_llm.lab.flags import MAX_SECONDS, port_number, positive_int, seconds
-from voice_llm.run import session
+from voice_llm.analysis import noise
+from voice_llm.analysis.compare import compare_runs, summary_lines
+from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
+from voice_llm.lab.report import findings
+from voice_llm.report.capability_table import read_capability_rows
+from voice_llm.run import meta as runmeta, session
 from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
 from voice_llm.util.artifacts import REPORT, dumps_json, read_json
@@ -27,8 +32,6 @@ from voice_llm.run.lock import writer_of
 from voice_llm.util.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
-if TYPE_CHECKING:
-    from voice_llm.lab import LabResult, LabSettings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -256,10 +259,6 @@ def _print_findings(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from voice_llm.lab.report import findings
-
-    from voice_llm.report.capability_table import read_capability_rows
-
     table = Table(title=f"voice-llm lab — {out}", show_lines=False)
     table.add_column("measured")
     table.add_column("value", justify="right")
@@ -282,8 +281,6 @@ def _print_findings(out: Path) -> None:
 
 
 def _print_noise(out: Path, file: TextIO) -> None:
-    from voice_llm.analysis import noise
-
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
 
@@ -297,8 +294,6 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
 
 
 def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
-    from voice_llm.lab import LabSettings
-
     # A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults here.
     url, port = getattr(args, "url", None), getattr(args, "port", None)
     if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
@@ -330,8 +325,6 @@ def _plugin_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab import run_lab
-
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
     settings = _lab_settings(args)
@@ -362,16 +355,11 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 
 def _saved_lab_result(out: Path, exc: ReportIncompleteError) -> LabResult:
     """What run_lab would have returned, read back from the files it saved before drawing the page."""
-    from voice_llm.run import meta as runmeta
-    from voice_llm.lab import LabResult
-
     record = runmeta.RunRecord.load(out)
     return LabResult(out, record.doc if record else {}, (), tuple(run_checks(out)), Path(str(exc.path)))
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab import run_steps
-
     if getattr(args, "compare", None) is not None:
         return cmd_report_compare(args)
 
@@ -384,8 +372,6 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.analysis.compare import compare_runs, summary_lines
-
     comparison = compare_runs(args.out_a.expanduser(), args.out_b.expanduser(), force=args.force)
     if args.json:
         print(dumps_json(comparison.as_dict()), end="")
@@ -395,8 +381,7 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from voice_llm.analysis.compare import compare_runs
-    from voice_llm.report.compare_page import render_compare
+    from voice_llm.report.compare_page import render_compare  # imports matplotlib: only when a page is drawn
 
     comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
     print(f"report: {render_compare(comparison)}")
