@@ -1,5 +1,6 @@
-"""Step speak (the tts capability's step): time to first audio. Stream the sentence step's answer and speak it through a real TTS while it
-streams, once per segmenting strategy and repeat; write audio.json and the WAVs the caller would hear.
+"""Step speak, the tts capability's step: time to first audio. Stream the sentence step's answer and speak it
+through a real TTS while it streams, once per segmenting strategy and repeat; write audio.json and the WAVs the
+caller would hear. Also what the capability adds to the CLI (its flags, its options value, `install`'s voice).
 
 Runs are interleaved (round 1: every strategy, round 2: every strategy, ...) so a drift in machine load falls on
 all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<run>.sse``.
