@@ -29,6 +29,7 @@ CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
     "voice_llm.repeats",
     "voice_llm.load",
+    "voice_llm.call",
 )
 
 # A comma-separated list of capability names (Capability.name) to leave out, for a run without them (a machine

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 
 from voice_llm.errors import ArtifactError
 from voice_llm.load import checks, stats
-from voice_llm.load.command import load_document, sweep_document
+from voice_llm.load.command import LoadSettings, load_document, sweep_document
 from voice_llm.load.plan import CallerConfig, SweepPlan
 from voice_llm.load.samples import read_samples, write_samples
 
@@ -90,8 +89,8 @@ def _fake_run(tmp_path: Path) -> Path:
                          "generator_bound": False, "host": {"cpu_busy": 0.5, "loadavg_1m": 1.0, "master_cpu_s": 0.1}}
                         for i in range(2)]}
     sweep, samples = sweep_document(plan, result, 4, "http://x")
-    args = argparse.Namespace(slo_first_sentence_ms=SLO, step_s=10.0, warmup_s=5.0, callers=(1, 2), no_stop=False,
-                              master=False, workers=2)
+    args = LoadSettings(slo_first_sentence_ms=SLO, step_s=10.0, warmup_s=5.0, callers=(1, 2), stop_on_budget=True,
+                        master=False, workers=2)
     (tmp_path / "load.json").write_text(json.dumps(load_document(args, {"dialogue": "clinic"}, [sweep])))
     write_samples(tmp_path / "load_samples.csv", samples)
     return tmp_path

@@ -5,9 +5,7 @@ from voice_llm.registry import Capability, CheckEntry, SectionEntry
 _CHECKS = "voice_llm.repeats.checks"
 
 
-# What this capability contributes to the core (voice_llm.registry). Field owners while the seam is built:
-# steps / cli / commands / options / install: the run-session work; checks / sections / metrics / key_numbers:
-# the checks-and-report work.
+# What this capability contributes to the core (voice_llm.registry).
 CAPABILITY = Capability(
     name="repeats",
     summary="repeated measurements: medians over repeats, their checks and the spread section",

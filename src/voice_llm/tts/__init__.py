@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm.registry import Capability, CheckEntry, SectionEntry
-
 from voice_llm.errors import ConfigError
+from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
+from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.tts.engine import AudioChunk, TTSEngine
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine"]
@@ -35,15 +35,12 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
     raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")
 
 
-# What this capability contributes to the core (voice_llm.registry). Field owners while the seam is built:
-# steps / cli / commands / options / install: the run-session work; checks / sections / metrics / key_numbers:
-# the checks-and-report work.
+# What this capability contributes to the core (voice_llm.registry).
 _CHECKS = "voice_llm.tts.checks"
-_AUDIO = "audio.json"  # voice_llm.util.artifacts.AUDIO (this __init__ stays cheap: names only)
 CAPABILITY = Capability(
     name="tts",
     summary="text to speech: the speak step (time to first audio per segmenting strategy), its checks and charts",
-    checks=tuple(CheckEntry(name, "speak", f"{_CHECKS}:{function}", _AUDIO) for name, function in (
+    checks=tuple(CheckEntry(name, "speak", f"{_CHECKS}:{function}", AUDIO) for name, function in (
         ("audio: ttft <= first segment text <= first audio", "check_first_audio_order"),
         ("audio: segments follow from the raw stream", "check_segments_follow_stream"),
         ("audio: timeline and medians follow from the segments", "check_timeline"),
@@ -52,12 +49,17 @@ CAPABILITY = Capability(
         ("audio: WAVs decode and last as stated", "check_wavs"),
     )),
     sections=(
-        SectionEntry("speak", "Time to first audio: what the caller hears", _AUDIO,
+        SectionEntry("speak", "Time to first audio: what the caller hears", AUDIO,
                      "voice_llm.tts.report:timeline_chart", after="sentence"),
-        SectionEntry("firstaudio", "First audio per segmenting strategy", _AUDIO,
+        SectionEntry("firstaudio", "First audio per segmenting strategy", AUDIO,
                      "voice_llm.tts.report:ttfa_chart", after="speak"),
     ),
     metrics="voice_llm.tts.numbers:metrics",
     key_numbers="voice_llm.tts.numbers:key_numbers",
-    artifacts=(_AUDIO, "audio"),
+    artifacts=(AUDIO, AUDIO_DIR),
+    steps=(StepEntry("speak", "time to first audio: the answer spoken while it streams", "voice_llm.tts.step",
+                     (AUDIO,), after="sentence"),),
+    cli="voice_llm.tts.step:add_flags",
+    options="voice_llm.tts.step:options_value",
+    install="voice_llm.tts.step:install",
 )
