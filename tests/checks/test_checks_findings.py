@@ -322,10 +322,7 @@ def test_a_lab_that_failed_checks_the_steps_it_reached(lab: Path) -> None:
 
 @pytest.fixture
 def load_out(tmp_path: Path) -> Path:
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "load"))  # tests/load's helper, as tests/load imports it
-    from test_load_stats import _fake_run
+    from builders import fake_load_run as _fake_run
 
     out = tmp_path / "load-out"
     out.mkdir()
