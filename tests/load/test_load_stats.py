@@ -9,8 +9,6 @@ import pytest
 
 from voice_llm.errors import ArtifactError
 from voice_llm.load import checks, stats
-from voice_llm.load.command import LoadSettings, load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, SweepPlan
 from voice_llm.load.samples import read_samples, write_samples
 
 from builders import SLO, fake_load_run as _fake_run, load_sample as sample
