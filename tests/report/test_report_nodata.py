@@ -160,9 +160,7 @@ def _lab_that_saved_everything_but_one_chart(out: Path):
 @pytest.mark.parametrize("checks_pass", [True, False])
 def test_the_lab_prints_its_summary_then_the_one_line(out: Path, checks_pass: bool, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    import voice_llm.lab
-
-    monkeypatch.setattr(voice_llm.lab, "run_lab", _lab_that_saved_everything_but_one_chart(out))
+    monkeypatch.setattr(cli, "run_lab", _lab_that_saved_everything_but_one_chart(out))
     if checks_pass:
         monkeypatch.setattr(cli, "run_checks", lambda folder: [])
     status = cli.main(["lab", "--url", "http://127.0.0.1:9", "--out", str(out), "-q"])

@@ -20,6 +20,7 @@ from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
 from voice_llm.lab.report import findings
 from voice_llm.report.capability_table import read_capability_rows
+from voice_llm.report.compare_page import render_compare
 from voice_llm.run import meta as runmeta, session
 from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
@@ -381,8 +382,6 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from voice_llm.report.compare_page import render_compare  # imports matplotlib: only when a page is drawn
-
     comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
     print(f"report: {render_compare(comparison)}")
     return 0

@@ -25,6 +25,7 @@ from voice_llm.client.api import ServerClient
 from voice_llm.lab.context import LabContext, StepOptions
 from voice_llm.lab.preflight import check_context_fits
 from voice_llm.lab.steps import kb_steps, lab_steps, steps as registered_steps
+from voice_llm.report.page import render_report
 from voice_llm.run import meta as runmeta, session
 from voice_llm.scenario import brief
 from voice_llm.scenario.kb import default_kb_dir, load_kb
@@ -254,8 +255,4 @@ def _plan(steps: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 def render(out: Path, checks: Sequence[CheckResult]) -> Path:
     """report.html from the files in OUT and the checks of them."""
-    # report.page imports matplotlib (and numpy) when it is imported: deferred to the moment a page is drawn,
-    # so a command that draws none (status, a step alone) does not pay for them.
-    from voice_llm.report.page import render_report
-
     return render_report(out, checks)

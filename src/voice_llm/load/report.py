@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
 
 from voice_llm.load.stats import slots_label
 from voice_llm.report import style
 from voice_llm.report.style import BLUE, GREY, RED, SERIES, WIDE, mapping
 from voice_llm.util import stats
 from voice_llm.util.artifacts import CALL, LOAD
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.figure import Figure
 
 
 def call_section(doc: Any) -> style.Chart:
@@ -36,7 +38,7 @@ def load_section(doc: Any) -> style.Chart:
 def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     on, off = doc["cache_on"], doc["cache_off"]
     turns = [row["turn"] for row in on]
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     for rows, label, color in ((off, "cache off", GREY), (on, "cache on", BLUE)):
         ax.plot(turns, [r["ttft_ms"] for r in rows], "o-", color=color, label=f"first token, {label}")
@@ -106,7 +108,7 @@ def _no_data(ax: Any, text: str) -> None:
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     slo = float(doc["slo_first_sentence_ms"])
     target = float(doc["goodput_target"])
-    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    fig = style.figure((10.0, 4.0))
     left, right = fig.subplots(1, 2)
     drawn = [sweep for sweep in doc["sweeps"] if no_data_reason(sweep) is None]
     all_callers: set[int] = set()

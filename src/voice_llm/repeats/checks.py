@@ -74,7 +74,7 @@ def check_cache_repeats(out: RunFolder | Path) -> str:
     """Invariants: the medians are the repeats'; in every repeat the hit and the changed suffix computed fewer
     tokens than the miss, the changed prefix more than the hit. Expectation (a finding): by the shares."""
     doc = RunFolder.of(out).json(names.CACHE)
-    repeats = _repeats(doc, "cache.json")
+    repeats = _repeats(doc, names.CACHE)
     for case in ("first", "second", "changed_suffix", "changed_prefix"):
         _medians_right(doc[case], [r[case] for r in repeats], ("prompt_n", "cache_n", "ttft_ms", "total_ms"), case)
     if any(r[case].get("prompt_n") is None for r in repeats for case in ("first", "second")):
@@ -101,7 +101,7 @@ def check_sentence_repeats(out: RunFolder | Path) -> str:
     """Invariants: the medians are the repeats'; ttft <= first sentence <= total in each (one answer, one clock);
     the kept text is the median repeat's."""
     doc = RunFolder.of(out).json(names.SENTENCE)
-    repeats = _repeats(doc, "sentence.json")
+    repeats = _repeats(doc, names.SENTENCE)
     _medians_right(doc, repeats, ("ttft_ms", "first_sentence_ms", "total_ms", "smart_first_sentence_ms"), "sentence")
     for i, r in enumerate(repeats, 1):
         _require(r["ttft_ms"] <= r["first_sentence_ms"] <= r["total_ms"], f"repeat {i}: not ttft {r['ttft_ms']:.0f} "
@@ -117,7 +117,7 @@ def check_cancel_repeats(out: RunFolder | Path) -> str:
     """Invariants: the median is the repeats'; each repeat is a cut (fewer tokens than max_tokens, closed after
     the 0.5 s mark) and, where the log is ours, logged. The idle time's bound is check_cancel's expectation."""
     doc = RunFolder.of(out).json(names.CANCEL)
-    repeats = _repeats(doc, "cancel.json")
+    repeats = _repeats(doc, names.CANCEL)
     idle = [r["slot_idle_after_ms"] for r in repeats]
     observed = all(value is not None for value in idle)  # None: the server's stop was not observable
     by = "slot_idle_after_ms" if observed else "closed_at_ms"  # the step picks the median cut by this

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
 from voice_llm import __version__
 from voice_llm.analysis.compare import AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
@@ -17,9 +16,8 @@ from voice_llm.report.page import metadata_rows
 from voice_llm.report.spread import SpreadSeries, spread_caption, spread_figure, time_metrics
 from voice_llm.report.style import BLUE, ORANGE, Chart, chart_section_html, guarded
 from voice_llm.run.folder import RunFolder
-from voice_llm.util.artifacts import RUN, write_bytes_atomic
+from voice_llm.util.artifacts import COMPARE_HTML, RUN, write_bytes_atomic
 
-COMPARE_HTML = "compare.html"
 
 _EXTRA_CSS = """
 table.verdicts td.sig { font-weight: 600; }
@@ -97,7 +95,7 @@ def render_compare(comparison: Comparison, dest: Path | None = None) -> Path:
     sections = [guarded("metadata", "Set-up of the two runs", lambda: _metadata_html(comparison), failures),
                 guarded("noise", "Noise", lambda: _noise_html(comparison), failures),
                 guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison), failures)]
-    with matplotlib.rc_context(style.RC):
+    with style.drawing():
         sections.append(guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
     charts = sum(section.count('<figure class="chart"') for section in sections)
     header = (f"<header>\n<h1>voice-llm: two runs compared</h1>\n<p class=\"lede\">A: {style.esc(comparison.a.out)} "

@@ -18,12 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from voice_llm import __version__, registry
 from voice_llm.analysis import metrics, noise
@@ -37,6 +34,10 @@ from voice_llm.report.style import BLUE, GREEN, GREY, ORANGE, RED, TIME_AXIS, WI
 from voice_llm.run.folder import RunFolder
 from voice_llm.util.artifacts import (CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, RUN, SENTENCE, TTFT,
                                       write_bytes_atomic)
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["CORE_SECTIONS", "NoDataError", "Section", "metadata_rows", "render_report", "sections"]
 
@@ -68,7 +69,7 @@ def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = 
     folder.require_known_schema()
     run = folder.require_one_run()  # never draw one page from the files of different runs
     failures: list[tuple[str, str]] = []
-    with matplotlib.rc_context(style.RC):
+    with style.drawing():
         # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
         drawn = [_render_section(folder, section, failures) for section in sections()
                  if not section.optional or section.source is None
@@ -143,7 +144,7 @@ def _sentence_chart(data: Any) -> Chart:
     smart = style.optional_number(doc, "smart_first_sentence_ms", where)
     chunks = _chunks(doc.get("chunks"), where)
 
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     if chunks:
         times = [t for t, _ in chunks]
@@ -205,7 +206,7 @@ def _ttft_chart(data: Any) -> Chart:
     ttft_p50 = style.number(doc, "ttft_p50", where)
     total_p50 = style.number(doc, "total_p50", where)
 
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     left, right = fig.subplots(1, 2)
     names = [str(i + 1) for i in range(len(runs))]
     style.bars(left, names, ttfts, BLUE, "ms")
@@ -252,7 +253,7 @@ def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> Chart:
     points = sorted((style.number(row, "docs", f"{PREFILL}[{i}]"), style.number(row, "ttft_ms", f"{PREFILL}[{i}]"))
                     for i, row in enumerate(rows))
     docs, ttft = (list(column) for column in zip(*points))
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     ax.plot(docs, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
     _prefill_axes(ax, "documents in the system prompt")
@@ -280,7 +281,7 @@ def _prefill_chart(data: Any) -> Chart:
     prompt_n, prompt_ms, ttft, docs = (list(column) for column in zip(*points))
     fit = _fit_line(prompt_n, prompt_ms)
 
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     if fit is not None:
         xs = np.array([0.0, max(prompt_n) * 1.05])
@@ -324,7 +325,7 @@ _CACHE_CASES = (
 
 def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> Chart:
     """Without the server's token counts: the first-token times alone show what the cache did."""
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     style.bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), BLUE, "ms")
     ax.set_title("time to first token")
@@ -350,7 +351,7 @@ def _cache_chart(data: Any) -> Chart:
     cache_n = {key: style.optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
     labels = [label for _, label in _CACHE_CASES]
 
-    fig = Figure(figsize=WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     left, right = fig.subplots(1, 2)
     style.bars(left, labels, list(ttft.values()), BLUE, "ms")
     left.set_title("time to first token")
@@ -393,7 +394,7 @@ def _cancel_chart(data: Any) -> Chart:
     chunks = _chunks(doc["chunks"], where) if "chunks" in doc else []
     idle_at = None if idle_after is None else closed + idle_after
 
-    fig = Figure(figsize=(WIDE[0], 2.9), layout="constrained")
+    fig = style.figure((WIDE[0], 2.9))
     ax = fig.add_subplot()
     # Two lanes: what the client saw, and how long the server slot stayed busy.
     ax.barh(1, closed, left=0, height=0.5, color=BLUE, alpha=0.25, label="client receiving")

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from voice_llm.analysis import metrics
+from voice_llm.report import style
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ def spread_figure(series: Sequence[SpreadSeries]) -> Figure:
     rows = time_metrics(series)
     if not rows:
         raise ValueError("no time metric to draw")
-    fig = Figure(figsize=(10.0, 0.9 + 0.34 * len(rows) * max(1, len(series))), layout="constrained")
+    fig = style.figure((10.0, 0.9 + 0.34 * len(rows) * max(1, len(series))))
     ax = fig.add_subplot()
     band = 0.6 / max(1, len(series))
     for index, s in enumerate(series):

@@ -11,18 +11,22 @@ no GUI backend) and inlined as SVG markup, so a page needs no network and prints
 
 from __future__ import annotations
 
+import contextlib
+
 import html
 import io
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from voice_llm.errors import ArtifactError
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
 # marker ids, and text kept as <text> (smaller, selectable, searchable) instead of glyph outlines.
@@ -39,6 +43,26 @@ RC: dict[str, Any] = {
     "legend.fontsize": 9,
     "legend.framealpha": 0.9,
 }
+
+
+def figure(size: tuple[float, float]) -> Figure:
+    """A new figure of ``size`` inches with the constrained layout every chart uses. matplotlib (~0.4 s to import)
+    is imported here, when the first chart is drawn, so the CLI and the modules that only name a renderer start
+    without it (a heavy third-party import, the one kind a function may make)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size, layout="constrained")
+
+
+@contextlib.contextmanager
+def drawing() -> Iterator[None]:
+    """The fixed settings (:data:`RC`) while charts are drawn and saved."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        yield
+
+
 WIDE = (10.0, 3.6)  # inches; 720 pt of SVG fills the ~1000 px column at about 1:1
 TIME_AXIS = "time since the request was sent (ms)"
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from voice_llm import __version__
 from voice_llm.client.api import props_n_ctx
-from voice_llm.util.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
+from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 from voice_llm.scenario import brief, prompts
 from voice_llm.server.provision import sha256_of
@@ -39,7 +39,7 @@ SCHEMA_VERSION = 3
 RUN_ID = "run_id"
 SCHEMA = "schema_version"
 # Files that are evidence of the run but are written by other tools or after the check (never in the manifest).
-UNMANIFESTED = frozenset({RUN, "report.html", "server.log"})
+UNMANIFESTED = frozenset({RUN, REPORT_HTML, SERVER_LOG})
 
 
 class MixedRunsError(ArtifactError):

@@ -37,7 +37,7 @@ from voice_llm.run import meta as runmeta
 from voice_llm.run.lock import LOCK_NAME, locked_out
 from voice_llm.server import lifecycle as server, provision
 from voice_llm.server.config import ServerSettings, is_loopback
-from voice_llm.util.artifacts import CAPABILITIES, RAW_DIR, SERVER_LOG, ensure_out_dir, write_bytes_atomic, write_json
+from voice_llm.util.artifacts import CAPABILITIES, RAW_DIR, RUN, SERVER_LOG, ensure_out_dir, write_bytes_atomic, write_json
 from voice_llm.util.progress import Progress
 
 Notify = Callable[[str], None]
@@ -320,9 +320,9 @@ def recording(record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
     finally:
         failure = failure or state.failure
         record.finish(steps, state.step if failure else None, failure, **(state.summary() if state.summary else {}))
-        _keeping(error, "server.log", lambda: _save_server_log(record.out, server_log))
+        _keeping(error, SERVER_LOG, lambda: _save_server_log(record.out, server_log))
         if whole_run or record.doc["artifacts"] != manifest_before:
-            _keeping(error, "run.json", record.save)
+            _keeping(error, RUN, record.save)
 
 
 def _save_server_log(out: Path, log: Path | None) -> None:

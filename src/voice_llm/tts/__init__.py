@@ -1,6 +1,7 @@
 """Text to speech for the lab: one small interface (:mod:`voice_llm.tts.engine`) and one module per engine.
 
-Engines are imported when chosen, so ``import voice_llm.tts`` stays cheap and the CLI starts fast.
+The engines' own libraries (piper, onnxruntime) are imported when a voice is loaded, so ``import voice_llm.tts``
+stays cheap and the CLI starts fast.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from voice_llm.errors import ConfigError
 from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.tts.engine import AudioChunk, TTSEngine
+from voice_llm.tts.espeak import EspeakEngine
+from voice_llm.tts.piper import PiperEngine  # piper itself is imported when a voice is loaded
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine"]
 
@@ -25,12 +28,8 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
     engine that is a program of its own (espeak-ng: stopped with its process group when it runs longer); Piper
     runs in this process."""
     if name == "piper":
-        from voice_llm.tts.piper import PiperEngine
-
         return PiperEngine(Path(voice).expanduser() if voice else None)
     if name == "espeak":
-        from voice_llm.tts.espeak import EspeakEngine
-
         return EspeakEngine(str(voice) if voice else None, deadline_s=deadline_s)
     raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")
 

@@ -6,14 +6,16 @@ voice_llm.tts.CAPABILITY; the report page resolves them by name and never import
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from voice_llm.report import style
 from voice_llm.tts.artifact import AUDIO, median_run
 from voice_llm.tts.segmenting import STRATEGY_LABELS
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 def _strategies(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     """audio.json's strategies, each with at least one run; an empty step is "no data", not a malformed file."""
@@ -73,7 +75,7 @@ def timeline_chart(data: Any) -> style.Chart:
         run = entry["runs"][median_run(entry["runs"])]
         for key in ("ttft_ms", "end_ms"):
             style.number(run, key, f"{AUDIO} {name} run {run.get('run')}")
-    fig = Figure(figsize=(10.0, 1.55 * len(strategies) + 0.6), layout="constrained")
+    fig = style.figure((10.0, 1.55 * len(strategies) + 0.6))
     axes = fig.subplots(len(strategies), 1, sharex=True, squeeze=False)[:, 0]
     end = 0.0
     for ax, (strategy, entry) in zip(axes, strategies.items()):
@@ -103,7 +105,7 @@ def ttfa_chart(data: Any) -> style.Chart:
     low = [value(s, "ttfa_ms", "median") - value(s, "ttfa_ms", "min") for s in strategies]
     high = [value(s, "ttfa_ms", "max") - value(s, "ttfa_ms", "median") for s in strategies]
     ttft = min(value(s, "ttft_ms", "median") for s in strategies)
-    fig = Figure(figsize=style.WIDE, layout="constrained")
+    fig = style.figure(style.WIDE)
     ax = fig.add_subplot()
     x = list(range(len(strategies)))
     ready = ax.bar([i - 0.2 for i in x], text, width=0.4, color=style.ORANGE, label="first segment's text complete")
