@@ -199,7 +199,8 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     with session.opened(settings.out, "lab", settings.wait_for_out) as out:
         settings = replace(settings, out=out)
         ask = _needs_server(steps)
-        target, client = session.connect(_target(settings, progress, notify, start_server=True), _asked(settings))
+        target, client = session.connect(_target(settings, progress, notify, start_server=True), _asked(settings),
+                                          ask_server=ask)
         _check_context(settings, steps, client, target.facts.n_ctx)  # before the first request
         probed = session.probe_server(client, settings.request_model, progress, settings.url) if ask else None
         record = runmeta.RunRecord.start(out, session.identity(target, settings.kb, probed), _plan(steps))
