@@ -40,13 +40,19 @@ def _at(doc: Any, path: tuple[str, ...]) -> Any:
 def _medians(doc: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], float, list[float]]]:
     """(where, the median the file states, its samples) for every median in one artifact:
     ``<field>`` beside ``<field>_min``/``_max`` over ``repeats`` (prefill, cache, sentence, cancel); ``<x>_p50``
-    over ``runs[].<x>_ms`` (ttft); ``summary.<field>.median`` over ``runs[].<field>`` (audio.json)."""
+    over ``runs[].<x>_ms`` (ttft); ``summary.<field>.median`` over ``runs[].<field>`` (audio.json);
+    ``summary.mouth_to_ear_ms.median`` over ``turns[].gap_ms`` (converse.json)."""
     if isinstance(doc, list):
         for i, row in enumerate(doc):
             yield from _medians(row, (*path, str(i)))
         return
     if not isinstance(doc, Mapping):
         return
+    turns, summary = doc.get("turns"), doc.get("summary")
+    if isinstance(turns, list) and isinstance(summary, Mapping) and isinstance(summary.get("mouth_to_ear_ms"), Mapping):
+        # converse.json: the mouth-to-ear median over the turns the caller heard a reply in
+        yield ((*path, "summary", "mouth_to_ear_ms", "median"), summary["mouth_to_ear_ms"]["median"],
+               [turn["gap_ms"] for turn in turns if turn.get("gap_ms") is not None])
     repeats = doc.get("repeats")
     if isinstance(repeats, list) and repeats:
         yield from _beside_ranges(doc, repeats, path, ())
