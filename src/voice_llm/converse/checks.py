@@ -382,11 +382,11 @@ def check_silent_after_barge_in(out: Path) -> str:
     (within one frame) until the next turn's playback, and the caller channel carries the barge-in's true onset
     within a frame of onset_true: "stopped" is what the line carried, not what the pipeline believed."""
     doc = _doc(out)
-    call = _recording(out, doc)
-    frame = _frame_ms(doc)
     found = _barge_ins(doc)
     if not found:
         raise NotCheckable("no turn was barged in on")
+    call = _recording(out, doc)
+    frame = _frame_ms(doc)
     turns = doc["turns"]
     lines = []
     for position, where, turn, barge in found:

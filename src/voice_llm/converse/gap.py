@@ -9,10 +9,11 @@ for its own events (converse/caller.py: "the last sample above the noise floor")
 
 * **Frames of 32 ms** (512 samples at 16 kHz) on the grid of sample 0: the frames the VAD was fed, and the one
   unit of time the comparisons allow.
-* **Silence level** of a turn's window: the peak of its quietest 32 ms frame that is not digital zero (the
-  recorder's own padding is exact zeros and says nothing of the line): the recording's own background, about 0
-  for synthesized audio.
-* **Noise floor** (speech level): FLOOR_MIN (100 of 32768, -50.3 dBFS) or NOISE_FACTOR x the silence level when
+* **Background** of a turn's window: the peak of its quietest 32 ms frame that is not digital zero (the
+  recorder's own padding is exact zeros and says nothing of the line): the recording's own noise, a few units for
+  synthesized audio. The **silence level** is 0 when the window holds a frame of exact zeros (a digitally silent
+  line, as the assistant's channel always is: any sample off zero is sound), else the background.
+* **Noise floor** (speech level): FLOOR_MIN (100 of 32768, -50.3 dBFS) or NOISE_FACTOR x the background when
   that is louder. A frame carries energy when its loudest sample is above the floor (peak against a floor made of
   peaks: like with like; a frame's RMS would sit 10-20 dB under its peak and hide a soft consonant).
 * **End of caller energy**: one past the last caller sample above the floor in the turn's window (the
@@ -104,8 +105,9 @@ def level(samples: np.ndarray) -> Level:
     """The silence level and the noise floor of ``samples``, by the rule in the module docstring."""
     peaks = frame_peaks(samples)
     heard = peaks[peaks > 0]
-    silence = int(heard.min()) if len(heard) else 0
-    return Level(silence, max(FLOOR_MIN, int(NOISE_FACTOR * silence)))
+    background = int(heard.min()) if len(heard) else 0
+    silence = 0 if len(heard) < len(peaks) else background  # a digitally silent line: any sample off zero is sound
+    return Level(silence, max(FLOOR_MIN, int(NOISE_FACTOR * background)))
 
 
 def _above(samples: np.ndarray, threshold: int, start: int, end: int) -> np.ndarray:
@@ -190,11 +192,11 @@ def last_sound_ms(call: Call, start_ms: float, end_ms: float) -> float | None:
 
 
 def caller_onset_ms(call: Call, start_ms: float, end_ms: float) -> float | None:
-    """The first caller sample above the caller channel's floor in [start_ms, end_ms) (a barge-in's true onset),
-    walked back to where it leaves silence like an assistant onset; None when the caller is silent there."""
+    """The first caller sample above the caller channel's floor in [start_ms, end_ms) (a barge-in's true onset,
+    by the same rule as an utterance's start), or None when the caller is silent there."""
     start, end = max(call.sample(start_ms), 0), min(call.sample(end_ms), call.frames)
-    found = energy_start(call.caller, level(call.caller[start:end]), start, end) if end > start else None
-    return None if found is None else call.ms(found)
+    found = _above(call.caller, level(call.caller).floor, start, end)
+    return call.ms(int(found[0])) if len(found) else None
 
 
 def decode_call(data: bytes, what: str = "call.wav") -> Call:
