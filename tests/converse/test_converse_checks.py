@@ -122,7 +122,8 @@ def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False) 
             next_offset = play + len(audio) + 700 * RATE // 1000
         gap_ms = ms["playback_start"] - ms["speech_end"]
         turns.append({
-            "index": i, "script": script, "caller_wav": name, "caller_offset_ms": _ms(offset), "events": ms,
+            "index": i, "script": script, "caller_wav": name, "caller_offset_ms": _ms(offset), "noise_floor": 100,
+            "events": ms, "tokens_wasted": 0,
             "transcript": transcript, "sent_text": transcript, "wer": wer(script, transcript).as_dict(),
             "reply": {"text": reply, "heard_text": heard_text, "tokens_generated": 18, "finish_reason": "stop",
                       "raw": f"raw/converse-{i:02d}.sse"},
@@ -352,6 +353,25 @@ def test_many_word_errors_are_a_finding(call: Path) -> None:
     found = results(call)
     assert found["check_wer"].status == PASS
     assert found["check_few_word_errors"].status == FINDING
+
+
+def test_a_turn_without_a_reply_heard_is_left_out(tmp_path: Path) -> None:
+    """A turn whose reply never reached the caller has no gap (null gap and breakdown, no playback): its gap is
+    not checked and the summary is over the others; a null gap beside a playback start fails."""
+    call = build_call(tmp_path / "run", barge_turn=None)
+    doc = _doc(call)
+    last = doc["turns"][2]
+    last["gap_ms"] = last["breakdown_ms"] = None
+    for key in ("first_token", "first_segment_text", "first_audio_ready", "playback_start", "playback_end"):
+        last["events"][key] = None
+    doc["summary"]["mouth_to_ear_ms"] = mouth_to_ear([t["gap_ms"] for t in doc["turns"][:2]])
+    _save(call, doc)
+    found = results(call)
+    assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
+    assert found["check_breakdown"].detail.startswith("2 turns")
+    last["events"]["playback_start"] = 12000.0
+    _save(call, doc)
+    assert "gap_ms is null but the turn has a playback start" in _failed(call)["check_breakdown"]
 
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"turns": []}', '{"turns": [1]}'])

@@ -89,6 +89,17 @@ def _turns(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
         yield f"turn {turn.get('index')}", turn
 
 
+def _heard(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The turns with a gap: those whose reply reached the caller's ear. A turn with none (its gap and breakdown
+    null) must have no playback either: a null gap beside a playback start is inconsistent."""
+    for where, turn in _turns(doc):
+        if turn.get("gap_ms") is None:
+            _require(turn.get("breakdown_ms") is None and _event(turn, "playback_start", where) is None,
+                     f"{where}: gap_ms is null but the turn has a playback start or a breakdown")
+            continue
+        yield where, turn
+
+
 def _event(turn: Mapping[str, Any], key: str, where: str) -> float | None:
     """One event time: a finite number >= 0 on the call clock, or None when it did not happen."""
     events = turn.get("events")
@@ -130,7 +141,9 @@ def check_breakdown(out: Path) -> str:
     events, and the entries sum to the gap (within float rounding): the breakdown adds up to the silence the caller
     heard because each entry starts where the previous one ended."""
     doc = _doc(out)
-    for where, turn in _turns(doc):
+    count = 0
+    for where, turn in _heard(doc):
+        count += 1
         gap = _num(turn.get("gap_ms"), f"{where} gap_ms")
         times = {key: _must(turn, key, where) for _, key, _ in BREAKDOWN} | {"speech_end": _must(turn, "speech_end", where)}
         _require(_close(gap, times["playback_start"] - times["speech_end"]),
@@ -146,7 +159,9 @@ def check_breakdown(out: Path) -> str:
                      f"{where}: breakdown {name} {value} but {later} - {earlier} = {times[later] - times[earlier]}")
         total = sum(parts[name] for name in names)
         _require(_close(total, gap, 1e-6 * max(1.0, abs(gap))), f"{where}: the breakdown sums to {total}, gap_ms {gap}")
-    return f"{len(doc['turns'])} turns: breakdown = event differences, summing to gap_ms"
+    if not count:
+        raise NotCheckable("no turn's reply reached the caller: no gap to break down")
+    return f"{count} turns: breakdown = event differences, summing to gap_ms"
 
 
 def check_event_order(out: Path) -> str:
@@ -246,6 +261,18 @@ def _offsets(doc: Mapping[str, Any]) -> list[float]:
     return offsets
 
 
+def _floors(doc: Mapping[str, Any]) -> list[int | None]:
+    """Each turn's noise floor as the run computed it on the utterance (``noise_floor``), None when not stated:
+    the recording is then measured with the floor of its own samples, by the same rule."""
+    floors: list[int | None] = []
+    for turn in doc["turns"]:
+        floor = turn.get("noise_floor")
+        _require(floor is None or (isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0),
+                 f"turn {turn.get('index')}: noise_floor {floor!r} is not a sample magnitude")
+        floors.append(floor)
+    return floors
+
+
 def check_recording(out: Path) -> str:
     """Law: call.wav decodes as stereo 16-bit at the stated rate with the stated frames, every turn's playback
     lies inside it, and its caller channel is the caller WAVs, each at its caller_offset_ms (the recording is made
@@ -256,8 +283,9 @@ def check_recording(out: Path) -> str:
     compared = 0
     for where, turn in _turns(doc):
         start = _event(turn, "playback_start", where)
-        _require(start is None or start < duration, f"{where}: playback starts at {start:.0f} ms, after the "
-                                                    f"recording's end at {duration:.0f} ms")
+        if start is not None:
+            _require(start < duration, f"{where}: playback starts at {start:.0f} ms, after the recording's end at "
+                                       f"{duration:.0f} ms")
         wav = turn.get("caller_wav")
         if wav is None:
             continue
@@ -294,9 +322,13 @@ def check_gap_on_recording(out: Path) -> str:
     doc = _doc(out)
     call = _recording(out, doc)
     frame = _frame_ms(doc)
-    measured = measure.measure_turns(call, _offsets(doc))
+    measured = measure.measure_turns(call, _offsets(doc), _floors(doc))
     worst = 0.0
+    compared = []
     for (where, turn), seen in zip(_turns(doc), measured):
+        if turn.get("gap_ms") is None:
+            continue
+        compared.append(seen)
         gap = _num(turn.get("gap_ms"), f"{where} gap_ms")
         end, start = _must(turn, "speech_end", where), _must(turn, "playback_start", where)
         _require(seen.caller_end_ms is not None, f"{where}: no caller sound on the recording's left channel")
@@ -308,7 +340,9 @@ def check_gap_on_recording(out: Path) -> str:
             _require(abs(on_file - stated) <= frame, f"{where}: {what} {on_file:.1f} ms on call.wav, "
                                                      f"{stated:.1f} ms in {ARTIFACT} (more than a {frame:.0f} ms frame apart)")
             worst = max(worst, abs(on_file - stated))
-    gaps = ", ".join(f"{g.gap_ms:.0f}" for g in measured)
+    if not compared:
+        raise NotCheckable("no turn's reply reached the caller: no gap on the recording to compare")
+    gaps = ", ".join(f"{g.gap_ms:.0f}" for g in compared)
     return f"gaps on call.wav {gaps} ms, each within {worst:.1f} ms of converse.json's"
 
 
@@ -356,8 +390,9 @@ def check_barge_in(out: Path) -> str:
                                                 f"before the caller began at {onset:.1f} ms")
         for key in ("stream_closed", "synthesis_stopped", "playback_silent"):
             value = _time(barge, key, where)
-            _require(value is None or value >= detected, f"{where}: {key} {value:.1f} ms before the barge-in was "
-                                                         f"detected at {detected:.1f} ms")
+            if value is not None:
+                _require(value >= detected, f"{where}: {key} {value:.1f} ms before the barge-in was detected at "
+                                            f"{detected:.1f} ms")
         closed, idle = _time(barge, "stream_closed", where), _time(barge, "slot_idle", where)
         _require(idle is None or closed is None or idle >= closed,
                  f"{where}: slot idle at {idle} ms, before the stream was closed at {closed} ms")
@@ -365,13 +400,14 @@ def check_barge_in(out: Path) -> str:
         text, heard, history = reply.get("text", ""), reply.get("heard_text", ""), barge.get("history_text", "")
         _require(all(isinstance(s, str) for s in (text, heard, history)), f"{where}: reply texts are not strings")
         for name, part in (("heard_text", heard), ("history_text", history)):
-            _require(_words(text)[:len(_words(part))] == _words(part),
+            _require(" ".join(_words(text)).startswith(" ".join(_words(part))),
                      f"{where}: {name} {part[:60]!r} is not a prefix of the reply {text[:60]!r}")
         _require(_words(history) == _words(heard), f"{where}: the history holds {history[:60]!r}, the caller heard {heard[:60]!r}")
         after, generated = barge.get("tokens_after_onset"), reply.get("tokens_generated")
         _require(not isinstance(after, int) or not isinstance(generated, int) or 0 <= after <= generated,
                  f"{where}: {after} tokens after the onset of {generated} generated")
-        words_heard, words_generated = barge.get("words_heard"), barge.get("words_generated")
+        words_heard = barge.get("words_heard", reply.get("words_heard"))
+        words_generated = barge.get("words_generated", reply.get("words_generated"))
         _require(isinstance(words_heard, int) and isinstance(words_generated, int)
                  and 0 <= words_heard <= words_generated, f"{where}: {words_heard} words heard of {words_generated} generated")
     return f"{len(found)} barge-ins: reactions after the onset, history = what was heard"
@@ -392,15 +428,19 @@ def check_silent_after_barge_in(out: Path) -> str:
     for position, where, turn, barge in found:
         silent = _time(barge, "playback_silent", where)
         onset = _time(barge, "onset_true", where)
-        _require(silent is not None, f"{where}: barge-in without playback_silent")
+        if silent is None:  # nothing was playing at the stop: nothing may sound after its detection
+            silent = _time(barge, "onset_detected", where)
+            _require(silent is not None, f"{where}: barge-in without playback_silent or onset_detected")
         following = turns[position + 1] if position + 1 < len(turns) else None
         until = _event(following, "playback_start", f"turn {following.get('index')}") if following else None
         until = call.ms(call.frames) if until is None else until - frame
         start = _must(turn, "playback_start", where)
         last = measure.last_sound_ms(call, start, until)
-        _require(last is None or last <= silent + frame,
-                 f"{where}: the assistant channel still sounds at {last:.1f} ms, after playback_silent {silent:.1f} ms")
-        heard = measure.caller_onset_ms(call, start, silent)
+        if last is not None:
+            _require(last <= silent + frame, f"{where}: the assistant channel still sounds at {last:.1f} ms, after "
+                                             f"playback_silent {silent:.1f} ms")
+        floor = following.get("noise_floor") if following else None
+        heard = measure.caller_onset_ms(call, start, silent, floor if isinstance(floor, int) else None)
         _require(onset is None or (heard is not None and abs(heard - onset) <= frame),
                  f"{where}: the caller channel's barge-in begins at {heard} ms, onset_true {onset} ms")
         lines.append(f"{where} silent from {last if last is not None else start:.0f} ms (stated {silent:.0f})")
@@ -463,13 +503,21 @@ def check_few_word_errors(out: Path) -> str:
 
 
 def _gaps(doc: Mapping[str, Any]) -> list[float]:
-    return [_num(turn.get("gap_ms"), f"turn {turn.get('index')} gap_ms") for turn in doc["turns"]]
+    return [_num(turn.get("gap_ms"), f"{where} gap_ms") for where, turn in _heard(doc)]
 
 
 def mouth_to_ear(gaps: Sequence[float]) -> dict[str, Any]:
     """The summary's mouth_to_ear_ms from the turns' gaps: the project's median (voice_llm.spread.median), the
-    nearest-rank p90 (voice_llm.load.stats.percentile) and the count."""
-    return {"median": spread.median(gaps), "p90": percentile(gaps, 90), "n": len(gaps)}
+    nearest-rank p90 (voice_llm.load.stats.percentile) and the count (null median and p90 for no gap)."""
+    return {"median": spread.median(gaps) if gaps else None, "p90": percentile(gaps, 90), "n": len(gaps)}
+
+
+def _wasted(turn: Mapping[str, Any]) -> int:
+    """Tokens of replies the pipeline dropped in this turn: the turn's own count, or its preemptive entry's."""
+    if turn.get("tokens_wasted") is not None:
+        return int(turn["tokens_wasted"])
+    preemptive = turn.get("preemptive")
+    return int(preemptive.get("tokens_wasted") or 0) if isinstance(preemptive, dict) else 0
 
 
 def check_summary(out: Path) -> str:
@@ -484,12 +532,13 @@ def check_summary(out: Path) -> str:
     for key, value in again.items():
         _require(stated.get(key) == value, f"summary mouth_to_ear_ms.{key} {stated.get(key)}, the turns give {value}")
     barges = [t["barge_in"] for t in doc["turns"] if t.get("barge_in") is not None]
-    preempted = [t["preemptive"] for t in doc["turns"] if isinstance(t.get("preemptive"), dict)]
     counts = {"barge_ins": len(barges),
               "tokens_after_barge_in": sum(int(b.get("tokens_after_onset") or 0) for b in barges),
-              "tokens_wasted": sum(int(p.get("tokens_wasted") or 0) for p in preempted)}
+              "tokens_wasted": sum(_wasted(t) for t in doc["turns"])}
     for key, value in counts.items():
         _require(summary.get(key) == value, f"summary {key} {summary.get(key)}, the turns give {value}")
+    if not again["n"]:
+        return "no turn's reply reached the caller; counts recomputed"
     return (f"mouth-to-ear median {again['median']:.0f} ms, p90 {again['p90']:.0f} ms over {again['n']} turns; "
             f"{counts['barge_ins']} barge-ins, {counts['tokens_after_barge_in']} tokens after onsets, "
             f"{counts['tokens_wasted']} wasted")
@@ -502,6 +551,8 @@ def check_mouth_to_ear_target(out: Path) -> str:
     preemptive = bool(_settings(doc).get("preemptive"))
     target = MOUTH_TO_EAR_PREEMPTIVE_TARGET_MS if preemptive else MOUTH_TO_EAR_TARGET_MS
     found = mouth_to_ear(_gaps(doc))
+    if not found["n"]:
+        raise NotCheckable("no turn's reply reached the caller: no mouth-to-ear time")
     missed: list[str] = []
     expect(found["median"] <= target, f"median mouth-to-ear {found['median']:.0f} ms, above the {target:.0f} ms "
            f"target{' with --preemptive' if preemptive else ''}", missed)

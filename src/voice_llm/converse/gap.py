@@ -163,11 +163,17 @@ def _windows(call: Call, offsets_ms: Sequence[float]) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def measure_turns(call: Call, offsets_ms: Sequence[float]) -> list[TurnGap]:
-    """Each turn's end of caller energy and start of assistant energy, in the windows ``offsets_ms`` open."""
+def measure_turns(call: Call, offsets_ms: Sequence[float],
+                  floors: Sequence[int | None] | None = None) -> list[TurnGap]:
+    """Each turn's end of caller energy and start of assistant energy, in the windows ``offsets_ms`` open.
+    ``floors``: each turn's caller noise floor as the run computed it on the utterance alone (None: from the
+    window's own samples, by the same rule)."""
     gaps = []
     for index, (start, end) in enumerate(_windows(call, offsets_ms), 1):
         caller, assistant = level(call.caller[start:end]), level(call.assistant[start:end])
+        stated = floors[index - 1] if floors is not None and index - 1 < len(floors) else None
+        if stated is not None:
+            caller = Level(caller.silence, stated)
         caller_end = energy_end(call.caller, caller.floor, start, end)
         assistant_start = None
         if caller_end is not None:
@@ -191,11 +197,11 @@ def last_sound_ms(call: Call, start_ms: float, end_ms: float) -> float | None:
     return None if found is None else call.ms(found)
 
 
-def caller_onset_ms(call: Call, start_ms: float, end_ms: float) -> float | None:
-    """The first caller sample above the caller channel's floor in [start_ms, end_ms) (a barge-in's true onset,
-    by the same rule as an utterance's start), or None when the caller is silent there."""
+def caller_onset_ms(call: Call, start_ms: float, end_ms: float, floor: int | None = None) -> float | None:
+    """The first caller sample above ``floor`` (None: the caller channel's own) in [start_ms, end_ms) (a
+    barge-in's true onset, by the same rule as an utterance's start), or None when the caller is silent there."""
     start, end = max(call.sample(start_ms), 0), min(call.sample(end_ms), call.frames)
-    found = _above(call.caller, level(call.caller).floor, start, end)
+    found = _above(call.caller, level(call.caller).floor if floor is None else floor, start, end)
     return call.ms(int(found[0])) if len(found) else None
 
 
