@@ -104,8 +104,8 @@ def test_a_held_reply_cancelled_before_release_was_heard_by_nobody() -> None:
 # --- a real barge-in ----------------------------------------------------------------------------------------------
 
 LONG_REPLY = [
-    {"role": "system", "content": "You are a clinic phone assistant."},
-    {"role": "user", "content": "Explain in ten sentences how a new patient should prepare for the first visit."},
+    {"role": "system", "content": "You are a clinic phone assistant. Speak in plain sentences, never a list."},
+    {"role": "user", "content": "Tell me everything a new patient should know before the first visit."},
 ]
 
 

@@ -17,6 +17,7 @@ token; tokens the server generated after the close are not seen (``tokens_genera
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -28,7 +29,7 @@ from voice_llm.capabilities import SOURCE_METRICS, SOURCE_SLOTS
 from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.cancel import stop_source, wait_until_idle, wait_until_no_request
 from voice_llm.lab.context import LabContext
-from voice_llm.sse import StreamResult
+from voice_llm.sse import StreamError, StreamResult
 from voice_llm.tts.engine import SAMPLE_WIDTH, AudioChunk, TTSEngine, speakable
 from voice_llm.tts.live import SpokenSegment, speak_stoppable
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
@@ -208,7 +209,7 @@ def _played_audio(segments: Sequence[SpokenSegment], offset_ms: float, release_m
             break
         frames = len(pcm) // SAMPLE_WIDTH
         if cut_ms is not None and played.end_ms > cut_ms:
-            frames = min(frames, round((cut_ms - played.start_ms) * sample_rate / 1000.0))
+            frames = min(frames, math.floor((cut_ms - played.start_ms) * sample_rate / 1000.0))  # none past the cut
         if frames > 0:
             heard.append(HeardAudio(played.segment, played.start_ms, pcm[: frames * SAMPLE_WIDTH]))
     return heard
@@ -283,6 +284,7 @@ class LiveReply:
         self._result: tuple[StreamResult, tuple[SpokenSegment, ...]] | None = None
         self._error: BaseException | None = None
         self._outcome: ReplyOutcome | None = None
+        self._idle: tuple[float | None, str] = (None, "the stream had ended before the stop: nothing to cancel")
         self._thread = threading.Thread(target=self._run, name=f"reply-{name}", daemon=True)
 
     def start(self) -> LiveReply:
@@ -297,9 +299,12 @@ class LiveReply:
     def _run(self) -> None:
         def request(on_chunk: Any) -> StreamResult:
             # No X-Conversation-Id header: with it llama-server keeps generating after a disconnect.
-            return self.ctx.request(self.name, self.messages, max_tokens=self.max_tokens,
-                                    cache_prompt=self.cache_prompt, on_chunk=on_chunk,
-                                    should_stop=lambda _chunk: self._stop.is_set())
+            result = self.ctx.request(self.name, self.messages, max_tokens=self.max_tokens,
+                                      cache_prompt=self.cache_prompt, on_chunk=on_chunk,
+                                      should_stop=lambda _chunk: self._stop.is_set())
+            # The server is watched from the close on, here, while the synthesis thread finishes its piece.
+            self._idle = self._slot_idle(result)
+            return result
         try:
             self._result = speak_stoppable(self.engine, self.strategy, request, self._stop, self.clause_words,
                                            self._on_audio)
@@ -356,7 +361,7 @@ class LiveReply:
             assert self._cut_at is not None
             stop_called = self.clock.ms(self._stop_called)
             ends = [self.clock.ms(stream.started_at or 0.0) + s.synth_end_ms for s in segments]
-            idle, source = self._slot_idle(stream)
+            idle, source = self._idle
             stop = {"cut_at": self._cut_at, "onset_true": self._onset, "stop_called": stop_called,
                     "synthesis_stopped": max([stop_called, *ends]), "slot_idle": idle, "slot_idle_source": source}
         elif not any(s.audio for s in segments):
@@ -378,8 +383,8 @@ class LiveReply:
                 idle_ms = wait_until_no_request(self.ctx, self.ctx.capabilities.busy_gauge, closed)
             else:
                 return None, reason or "the server shows no way to see it stop"
-        except MeasurementError as exc:
-            return None, str(exc)
+        except (MeasurementError, StreamError) as exc:  # the reply itself is complete: the idle time is unknown
+            return None, f"not seen: {exc}"
         # A cancelled request sends no timings: count the time the server was busy with it, as the cancel step does.
         self.ctx.ledger.add_busy(stream.closed_at_ms + idle_ms)
         return self.clock.ms(closed) + idle_ms, source
