@@ -1,0 +1,244 @@
+"""The converse pipeline's own cost per turn: everything that is neither VAD compute, STT compute, the server nor
+synthesis.
+
+    python benchmarks/converse_bench.py [OUT] [--turns N] [--rounds N] [--json]
+
+1. **Replay, without the LLM** (no server, no STT, no synthesis). The caller turns of ``OUT/converse`` (the
+   caller-NN.wav files at their caller_offset_ms) or, without OUT, the clinic dialogue's caller lines synthesized
+   as the step does (Piper, voice_llm.converse.caller) are fed through the loop's own frame path as fast as the
+   CPU allows, the path the live loop runs once per 32 ms frame: the frame cut from the caller's line
+   (CallerLine.frame), kept for the utterance buffer, its Silero probability (computed once before: VAD compute
+   is measured apart and excluded), the endpointer (Endpointer.push). At each endpoint, the turn's own work
+   before and around STT: the utterance buffer concatenated, a worker thread started (the loop hands STT to a
+   thread: the hand-off until the worker runs is timed), the STT stand-in (--stt none's: the script), the
+   messages built (history + transcript); then the turn's breakdown and gap from its events (step.breakdown).
+   Printed per frame (median, p99), per turn (all of its frames + the endpoint work) and on the gap's critical
+   path (only the frames from the caller's true end to the endpoint, + the endpoint work): the part of the
+   caller's silence that is the pipeline's own bookkeeping.
+2. **Live, from OUT/converse.json**: the hand-offs the call itself measured inside the gap, which no engine
+   computes: committed -> STT started (thread hand-off), transcript -> request sent (history, request body),
+   first audio -> playback start (the player). Their sum per turn is the pipeline's own share of the live gap
+   (with whatever the shared CPU added to it).
+
+Nothing is asserted; the numbers are printed (and with --json as JSON) for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voice_llm.artifacts import inside, read_artifact_bytes, read_json
+from voice_llm.converse import caller as callermod
+from voice_llm.converse import vad as vadmod
+from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.converse.checks import ARTIFACT
+from voice_llm.converse.frames import CallerLine
+from voice_llm.converse.step import breakdown
+from voice_llm.dialogue import DEFAULT_DIALOGUE, load_dialogue
+from voice_llm.load.stats import percentile
+
+GAP_TAIL_FRAMES = 30  # frames fed after the endpoint before the next turn: the line is idle while the reply plays
+
+
+def spread(values: Sequence[float], digits: int = 3) -> str:
+    return (f"{statistics.median(values):.{digits}f} (p90 {percentile(values, 90):.{digits}f}, "
+            f"max {max(values):.{digits}f})")
+
+
+# --- the caller's turns ---------------------------------------------------------------------------------------
+
+
+def _mono(path: Path) -> np.ndarray:
+    import io
+    import wave
+
+    with wave.open(io.BytesIO(read_artifact_bytes(path)), "rb") as wav:
+        return np.frombuffer(wav.readframes(wav.getnframes()), "<i2").copy()
+
+
+def recorded_turns(out: Path) -> list[tuple[str, np.ndarray, float]]:
+    """(script, samples, true end in samples from the WAV's start) of each turn of a converse run."""
+    doc = read_json(out / ARTIFACT)
+    turns = []
+    for turn in doc["turns"]:
+        samples = _mono(inside(out, turn["caller_wav"]))
+        end = (turn["events"]["speech_end"] - turn["caller_offset_ms"]) * SAMPLE_RATE / 1000.0
+        turns.append((turn["script"], samples, end))
+    return turns
+
+
+def synthesized_turns(count: int) -> list[tuple[str, np.ndarray, float]]:
+    lines = load_dialogue(DEFAULT_DIALOGUE).turns[:count]
+    utterances, _ = callermod.synthesize_lines(lines)
+    return [(u.script, u.samples, float(u.end)) for u in utterances]
+
+
+# --- replay ---------------------------------------------------------------------------------------------------
+
+
+def _line(turns: Sequence[tuple[str, np.ndarray, float]]) -> tuple[CallerLine, list[int], int]:
+    """The caller's line with each turn after the previous one's endpoint time (+ a reply's worth of silence)."""
+    line = CallerLine()
+    offsets, at = [], 0
+    for _, samples, _ in turns:
+        at = -(-at // FRAME_SAMPLES) * FRAME_SAMPLES
+        line.schedule(at, samples)
+        offsets.append(at)
+        at += len(samples) + (GAP_TAIL_FRAMES + 12) * FRAME_SAMPLES
+    return line, offsets, -(-at // FRAME_SAMPLES)
+
+
+def vad_probabilities(line: CallerLine, frames: int) -> tuple[list[float], list[float]]:
+    """Silero's probability of every frame of the line, and its compute time per frame (ms): excluded below."""
+    vad = vadmod.SileroVAD()
+    probabilities, costs = [], []
+    for k in range(frames):
+        data = line.frame(k).tobytes()
+        t = time.perf_counter()
+        probabilities.append(vad(data))
+        costs.append((time.perf_counter() - t) * 1000.0)
+    return probabilities, costs
+
+
+def _handoff(samples: np.ndarray, script: str) -> tuple[float, str]:
+    """Start the STT worker as the loop does (a thread) and return when it began running (perf_counter)."""
+    started: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def work() -> None:
+        started["t"] = time.perf_counter()
+        started["text"] = script  # --stt none: the script stands in for the transcript
+        ready.set()
+
+    threading.Thread(target=work, name="stt", daemon=True).start()
+    ready.wait()
+    return started["t"], started["text"]
+
+
+def replay(turns: Sequence[tuple[str, np.ndarray, float]], probabilities: Sequence[float], line: CallerLine,
+           offsets: Sequence[int], frames: int, endpoint_ms: float = vadmod.DEFAULT_ENDPOINT_MS) -> dict[str, Any]:
+    """One pass over the line: per frame and per turn costs (ms) of the loop's own work."""
+    endpointer = vadmod.Endpointer(endpoint_ms)
+    kept: list[np.ndarray] = []
+    buffer_start: int | None = None
+    per_frame: list[float] = []
+    frame_turn: list[int] = []
+    endpoint_work: list[float] = []
+    handoffs: list[float] = []
+    history: list[dict[str, str]] = [{"role": "system", "content": "You are the clinic's receptionist."}]
+    turn_of = 0
+    events_per_turn: list[dict[str, float]] = []
+    for k in range(frames):
+        while turn_of + 1 < len(offsets) and offsets[turn_of + 1] <= k * FRAME_SAMPLES:
+            turn_of += 1
+        t0 = time.perf_counter()
+        samples = line.frame(k)
+        kept.append(samples)
+        fired = endpointer.push(probabilities[k])
+        t1 = time.perf_counter()
+        per_frame.append((t1 - t0) * 1000.0)
+        frame_turn.append(turn_of)
+        for event in fired:
+            if event.kind == vadmod.SPEECH_START and buffer_start is None:
+                buffer_start = max(0, k - 5)
+            elif event.kind == vadmod.ENDPOINT and buffer_start is not None:
+                t2 = time.perf_counter()
+                utterance = np.concatenate(kept[buffer_start:k + 1])
+                began, transcript = _handoff(utterance, turns[turn_of][0])
+                messages = [*history, {"role": "user", "content": transcript}]
+                body = json.dumps({"messages": messages, "stream": True, "max_tokens": 48, "cache_prompt": True})
+                end_ms = (offsets[turn_of] + turns[turn_of][2]) * 1000.0 / SAMPLE_RATE
+                now = (k + 1) * FRAME_SAMPLES * 1000.0 / SAMPLE_RATE
+                events = {"speech_end": end_ms, "turn_detected": now, "stt_end": now, "first_token": now + 80,
+                          "first_segment_text": now + 180, "first_audio_ready": now + 270, "playback_start": now + 270}
+                parts = breakdown(events)
+                gap = events["playback_start"] - events["speech_end"]
+                t3 = time.perf_counter()
+                assert parts is not None and body
+                endpoint_work.append((t3 - t2) * 1000.0)
+                handoffs.append((began - t2) * 1000.0)
+                history += [{"role": "user", "content": transcript}, {"role": "assistant", "content": "Sure."}]
+                events_per_turn.append({"gap_ms": gap, "endpoint_frame": k, "end_frame": int(end_ms * SAMPLE_RATE / 1000 // FRAME_SAMPLES)})
+                buffer_start = None
+    per_turn, critical = [], []
+    for index, seen in enumerate(events_per_turn):
+        frames_of_turn = [c for c, turn in zip(per_frame, frame_turn) if turn == index]
+        per_turn.append(sum(frames_of_turn) + endpoint_work[index])
+        critical.append(sum(per_frame[seen["end_frame"]:seen["endpoint_frame"] + 1]) + endpoint_work[index])
+    return {"per_frame_ms": per_frame, "endpoint_work_ms": endpoint_work, "thread_handoff_ms": handoffs,
+            "per_turn_ms": per_turn, "critical_path_ms": critical, "turns_detected": len(events_per_turn)}
+
+
+# --- live hand-offs ---------------------------------------------------------------------------------------------
+
+
+def live_handoffs(out: Path) -> dict[str, list[float]]:
+    """The hand-offs inside each turn's gap in a real call (ms)."""
+    doc = read_json(out / ARTIFACT)
+    rows: dict[str, list[float]] = {"commit_to_stt": [], "transcript_to_request": [], "audio_to_playback": [],
+                                    "sum": [], "gap_ms": []}
+    for turn in doc["turns"]:
+        e = turn["events"]
+        if turn.get("gap_ms") is None or None in (e.get("stt_start"), e.get("request_sent")):
+            continue
+        parts = (e["stt_start"] - e["turn_detected"], e["request_sent"] - e["stt_end"],
+                 e["playback_start"] - e["first_audio_ready"])
+        for key, value in zip(("commit_to_stt", "transcript_to_request", "audio_to_playback"), parts):
+            rows[key].append(value)
+        rows["sum"].append(sum(parts))
+        rows["gap_ms"].append(turn["gap_ms"])
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, help="a converse run folder (default: synthesize the lines)")
+    parser.add_argument("--turns", type=int, default=4, help="caller lines to synthesize without OUT (default 4)")
+    parser.add_argument("--rounds", type=int, default=20, help="replays of the whole line (default 20)")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = parser.parse_args(argv)
+    turns = recorded_turns(args.out) if args.out else synthesized_turns(args.turns)
+    line, offsets, frames = _line(turns)
+    probabilities, vad_costs = vad_probabilities(line, frames)
+    rounds = [replay(turns, probabilities, line, offsets, frames) for _ in range(args.rounds)]
+    merged = {key: [v for r in rounds for v in r[key]] for key in
+              ("per_frame_ms", "endpoint_work_ms", "thread_handoff_ms", "per_turn_ms", "critical_path_ms")}
+    live = live_handoffs(args.out) if args.out and (args.out / ARTIFACT).is_file() else None
+    result = {"source": str(args.out) if args.out else f"{len(turns)} synthesized clinic lines",
+              "turns": len(turns), "frames_per_round": frames, "rounds": args.rounds,
+              "turns_detected_per_round": rounds[0]["turns_detected"], "vad_compute_per_frame_ms": vad_costs,
+              **merged, "live": live}
+    if args.json:
+        print(json.dumps({k: (v if not isinstance(v, list) else {"median": statistics.median(v),
+                                                                  "p90": percentile(v, 90), "max": max(v)})
+                          for k, v in result.items() if k != "live"} | {"live": live}, indent=2))
+        return 0
+    print(f"source: {result['source']}; {frames} frames per round, {args.rounds} rounds, "
+          f"{result['turns_detected_per_round']} of {len(turns)} turns endpointed per round")
+    print(f"VAD compute per frame (excluded):         {spread(vad_costs)} ms")
+    print(f"loop's own work per frame:                {spread(merged['per_frame_ms'], 4)} ms")
+    print(f"endpoint work per turn (buffer, thread hand-off, messages, breakdown): {spread(merged['endpoint_work_ms'])} ms")
+    print(f"  of it the thread hand-off to STT:       {spread(merged['thread_handoff_ms'])} ms")
+    print(f"pipeline's own cost per turn (all its frames + endpoint work): {spread(merged['per_turn_ms'])} ms")
+    print(f"  on the gap's critical path (true end -> endpoint frames + endpoint work): "
+          f"{spread(merged['critical_path_ms'])} ms")
+    if live and live["sum"]:
+        print(f"live, from {ARTIFACT} ({len(live['sum'])} turns): commit -> STT start {spread(live['commit_to_stt'], 1)} ms, "
+              f"transcript -> request {spread(live['transcript_to_request'], 1)} ms, first audio -> playback "
+              f"{spread(live['audio_to_playback'], 1)} ms; sum {spread(live['sum'], 1)} ms of gaps "
+              f"{spread(live['gap_ms'], 0)} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
