@@ -409,3 +409,32 @@ def test_the_real_example_passes_its_laws(tmp_path: Path) -> None:
     shutil.copytree(DATA, out)
     found = results(out)
     assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
+
+
+def test_gap_rule_on_real_piper_audio() -> None:
+    """Piper speaking both sides (the caller as the step synthesizes it, the assistant resampled to the line as
+    the recorder places it): the caller's end measured on the line is the utterance's true end to the sample, and
+    the assistant's start within a frame of where its audio was placed, though Piper's first ~50 ms are below
+    speech level."""
+    from voice_llm.converse import caller
+    from voice_llm.converse.recording import PlacedAudio, stereo, to_line_rate
+    from voice_llm.tts import load_engine
+
+    utterances, _ = caller.synthesize_lines(["Hi, I'd like to book an appointment.", "Thanks, that's all."])
+    engine = load_engine("piper")
+    replies = [to_line_rate(b"".join(c.pcm for c in engine.synthesize(t)), engine.sample_rate)
+               for t in ("Your appointment is confirmed.", "Hello.")]
+    parts, pieces, offsets, truth, at = [], [], [], [], 0
+    for u, reply in zip(utterances, replies):
+        assert gap.utterance_bounds(u.samples) == (u.start, u.end)  # one rule with converse/caller.py
+        offsets.append(_ms(at))
+        parts += [np.zeros(at - sum(len(p) for p in parts), np.int16), u.samples]
+        play = at + u.end + RATE  # a 1 s gap
+        pieces.append(PlacedAudio(_ms(play), reply))
+        truth.append((_ms(at + u.end), _ms(play)))
+        at = play + len(reply) + RATE // 2
+    line = stereo(np.concatenate(parts), pieces, at + RATE // 2)
+    call = gap.Call(line[:, 0].copy(), line[:, 1].copy(), RATE)
+    for (end, play), seen in zip(truth, gap.measure_turns(call, offsets, [u.floor for u in utterances])):
+        assert seen.caller_end_ms == end
+        assert seen.assistant_start_ms is not None and 0 <= seen.assistant_start_ms - play < converse_checks.FRAME_MS
