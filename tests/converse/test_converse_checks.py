@@ -108,11 +108,12 @@ def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False) 
             onset = play + 500 * RATE // 1000  # the caller starts again 500 ms into the reply
             next_offset = onset - LEAD  # the next turn's utterance: its lead silence, then the onset
             detected = _ms(onset) + 44.0
-            stop = round((detected + 6.0) * RATE / 1000)  # last assistant sample + 1
+            stop = round(detected * RATE / 1000)  # cut at the detection: the last assistant sample + 1
             audio = audio[:stop - play]
             heard_text = "Tuesday at nine works."
-            barge = {"onset_true": _ms(onset), "onset_detected": detected, "stream_closed": detected + 1.5,
-                     "synthesis_stopped": detected + 2.5, "playback_silent": _ms(stop) + 32.0,
+            barge = {"onset_true": _ms(onset), "onset_detected": detected, "cut_at": detected,
+                     "stop_called": detected, "stream_closed": detected + 1.5,
+                     "synthesis_stopped": detected + 2.5, "playback_silent": _ms(stop),
                      "slot_idle": detected + 20.0, "slot_idle_source": "/slots", "tokens_after_onset": 4,
                      "words_generated": len(reply.split()), "words_heard": len(heard_text.split()),
                      "history_text": heard_text}
@@ -438,3 +439,10 @@ def test_gap_rule_on_real_piper_audio() -> None:
     for (end, play), seen in zip(truth, gap.measure_turns(call, offsets, [u.floor for u in utterances])):
         assert seen.caller_end_ms == end
         assert seen.assistant_start_ms is not None and 0 <= seen.assistant_start_ms - play < converse_checks.FRAME_MS
+
+
+def test_a_last_sample_after_the_cut_fails(call: Path) -> None:
+    doc = _doc(call)
+    doc["turns"][1]["barge_in"]["cut_at"] -= 100.0
+    _save(call, doc)
+    assert "after the cut" in _failed(call)["check_barge_in"]

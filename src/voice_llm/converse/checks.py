@@ -371,8 +371,9 @@ def _words(text: str) -> list[str]:
 
 def check_barge_in(out: Path) -> str:
     """Law: a barge-in comes during the assistant's playback; it is detected no earlier than a frame before its
-    true onset with synthesized caller audio (nothing to trigger on before it); the stream is closed, synthesis
-    stopped and playback silent after it was detected, the slot idle after the stream was closed; no more tokens
+    true onset with synthesized caller audio (nothing to trigger on before it); the stream is closed and synthesis
+    stopped after it was detected, the last sample heard ends after the playback began and no later than the cut
+    (it may end before the detection: a pause between segments), the slot idle after the stream was closed; no more tokens
     after the onset than in all, no more words heard than generated; and what went into the history is what the
     caller heard, a prefix of the reply's text (pipecat #2791: only what was heard)."""
     doc = _doc(out)
@@ -388,7 +389,12 @@ def check_barge_in(out: Path) -> str:
         if _digital_silence(doc):
             _require(detected >= onset - frame, f"{where}: barge-in detected at {detected:.1f} ms, more than a frame "
                                                 f"before the caller began at {onset:.1f} ms")
-        for key in ("stream_closed", "synthesis_stopped", "playback_silent"):
+        silent, cut = _time(barge, "playback_silent", where), _time(barge, "cut_at", where)
+        if silent is not None:  # the last sample heard: after the playback began, not after the cut
+            _require(silent >= playback, f"{where}: playback silent at {silent:.1f} ms, before it began at {playback:.1f}")
+            _require(cut is None or silent <= cut + frame,
+                     f"{where}: the last assistant sample ends at {silent:.1f} ms, after the cut at {cut:.1f} ms")
+        for key in ("stream_closed", "synthesis_stopped"):
             value = _time(barge, key, where)
             if value is not None:
                 _require(value >= detected, f"{where}: {key} {value:.1f} ms before the barge-in was detected at "
@@ -459,6 +465,8 @@ def check_wer(out: Path) -> str:
     stt_none = _settings(doc).get("stt") == "none"
     for where, turn in _turns(doc):
         script, transcript = turn.get("script"), turn.get("transcript")
+        if transcript is None and turn.get("wer") is None and turn.get("gap_ms") is None:
+            continue  # never transcribed (the call stopped first): no words to score, no reply heard
         _require(isinstance(script, str) and isinstance(transcript, str), f"{where}: script or transcript missing")
         again = word_errors(script, transcript)
         stated = turn.get("wer") or {}
