@@ -404,12 +404,64 @@ def test_wired_into_check_when_the_artifact_is_there(call: Path) -> None:
     assert all(isinstance(c, check.Check) and c.step == "converse" for c in converse_checks.CHECKS)
 
 
-@pytest.mark.skipif(not (DATA / "converse.json").is_file(), reason="no real converse example committed yet")
-def test_the_real_example_passes_its_laws(tmp_path: Path) -> None:
+@pytest.fixture()
+def real(tmp_path: Path) -> Path:
+    """A copy of the real call E1's step recorded (tests/converse/data: converse.json, call.wav, caller WAVs)."""
+    if not (DATA / "converse.json").is_file():
+        pytest.skip("no real converse example in tests/converse/data")
     out = tmp_path / "real"
-    shutil.copytree(DATA, out)
-    found = results(out)
+    shutil.copytree(DATA, out, ignore=shutil.ignore_patterns("raw"))
+    return out
+
+
+def test_the_real_call_passes_its_laws(real: Path) -> None:
+    found = results(real)
     assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
+    assert found["check_gap_on_recording"].status == PASS and found["check_recording"].status == PASS
+
+
+def test_the_real_call_tampered_fails(real: Path) -> None:
+    """Each tampering of the real call fails the check that reads it: the gap, a breakdown entry, the recording's
+    assistant channel shifted by 100 ms, a transcript, audio after a barge-in stop."""
+    original = _doc(real)
+    wav = (real / "converse" / "call.wav").read_bytes()
+
+    def restore() -> None:
+        _save(real, original)
+        (real / "converse" / "call.wav").write_bytes(wav)
+
+    doc = _doc(real)
+    doc["turns"][0]["gap_ms"] += 40.0
+    _save(real, doc)
+    assert {"check_breakdown", "check_gap_on_recording"} <= set(_failed(real))
+    restore()
+    doc = _doc(real)
+    doc["turns"][1]["breakdown_ms"]["stt"] += 25.0
+    _save(real, doc)
+    assert "stt" in _failed(real)["check_breakdown"]
+    restore()
+    rec = gap.read_call(real / "converse" / "call.wav")
+    shift = 100 * rec.sample_rate // 1000
+    later = np.concatenate([np.zeros(shift, np.int16), rec.assistant[:-shift]])
+    (real / "converse" / "call.wav").write_bytes(gap.stereo_wav_bytes(rec.caller, later, rec.sample_rate))
+    assert "start of assistant energy" in _failed(real)["check_gap_on_recording"]
+    restore()
+    doc = _doc(real)
+    doc["turns"][0]["transcript"] = doc["turns"][0]["transcript"] + " please"
+    _save(real, doc)
+    assert "check_wer" in _failed(real)
+    restore()
+    barged = [t for t in original["turns"] if t.get("barge_in")]
+    if barged:
+        silent = barged[0]["barge_in"]["playback_silent"] or barged[0]["barge_in"]["onset_detected"]
+        at = rec.sample(silent + 150.0)
+        noise = _tone(200, 3000)
+        assistant = rec.assistant.copy()
+        assistant[at:at + len(noise)] = noise
+        (real / "converse" / "call.wav").write_bytes(gap.stereo_wav_bytes(rec.caller, assistant, rec.sample_rate))
+        assert "still sounds" in _failed(real)["check_silent_after_barge_in"]
+        restore()
+    assert not _failed(real)
 
 
 def test_gap_rule_on_real_piper_audio() -> None:
