@@ -168,15 +168,21 @@ def replay(turns: Sequence[tuple[str, np.ndarray, float]], probabilities: Sequen
                 endpoint_work.append((t3 - t2) * 1000.0)
                 handoffs.append((began - t2) * 1000.0)
                 history += [{"role": "user", "content": transcript}, {"role": "assistant", "content": "Sure."}]
-                events_per_turn.append({"gap_ms": gap, "endpoint_frame": k, "end_frame": int(end_ms * SAMPLE_RATE / 1000 // FRAME_SAMPLES)})
+                events_per_turn.append({"turn": turn_of, "work_ms": endpoint_work[-1], "gap_ms": gap,
+                                        "endpoint_frame": k, "end_frame": int(end_ms * SAMPLE_RATE / 1000 // FRAME_SAMPLES)})
                 buffer_start = None
     per_turn, critical = [], []
-    for index, seen in enumerate(events_per_turn):
-        frames_of_turn = [c for c, turn in zip(per_frame, frame_turn) if turn == index]
-        per_turn.append(sum(frames_of_turn) + endpoint_work[index])
-        critical.append(sum(per_frame[seen["end_frame"]:seen["endpoint_frame"] + 1]) + endpoint_work[index])
+    for index in range(len(turns)):
+        mine = [seen for seen in events_per_turn if seen["turn"] == index]
+        if not mine:
+            continue  # never endpointed (cannot happen with the caller's own turns; kept honest)
+        work = sum(seen["work_ms"] for seen in mine)
+        per_turn.append(sum(c for c, turn in zip(per_frame, frame_turn) if turn == index) + work)
+        last = mine[-1]  # a pause inside the line may endpoint it twice: the last endpoint ends the turn
+        critical.append(sum(per_frame[last["end_frame"]:last["endpoint_frame"] + 1]) + last["work_ms"])
     return {"per_frame_ms": per_frame, "endpoint_work_ms": endpoint_work, "thread_handoff_ms": handoffs,
-            "per_turn_ms": per_turn, "critical_path_ms": critical, "turns_detected": len(events_per_turn)}
+            "per_turn_ms": per_turn, "critical_path_ms": critical, "endpoints": len(events_per_turn),
+            "turns_endpointed": len({seen["turn"] for seen in events_per_turn})}
 
 
 # --- live hand-offs ---------------------------------------------------------------------------------------------
@@ -216,15 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     live = live_handoffs(args.out) if args.out and (args.out / ARTIFACT).is_file() else None
     result = {"source": str(args.out) if args.out else f"{len(turns)} synthesized clinic lines",
               "turns": len(turns), "frames_per_round": frames, "rounds": args.rounds,
-              "turns_detected_per_round": rounds[0]["turns_detected"], "vad_compute_per_frame_ms": vad_costs,
+              "endpoints_per_round": rounds[0]["endpoints"], "turns_endpointed": rounds[0]["turns_endpointed"], "vad_compute_per_frame_ms": vad_costs,
               **merged, "live": live}
     if args.json:
         print(json.dumps({k: (v if not isinstance(v, list) else {"median": statistics.median(v),
                                                                   "p90": percentile(v, 90), "max": max(v)})
                           for k, v in result.items() if k != "live"} | {"live": live}, indent=2))
         return 0
-    print(f"source: {result['source']}; {frames} frames per round, {args.rounds} rounds, "
-          f"{result['turns_detected_per_round']} of {len(turns)} turns endpointed per round")
+    print(f"source: {result['source']}; {frames} frames per round, {args.rounds} rounds; per round "
+          f"{result['endpoints_per_round']} endpoints in {result['turns_endpointed']} of {len(turns)} turns")
     print(f"VAD compute per frame (excluded):         {spread(vad_costs)} ms")
     print(f"loop's own work per frame:                {spread(merged['per_frame_ms'], 4)} ms")
     print(f"endpoint work per turn (buffer, thread hand-off, messages, breakdown): {spread(merged['endpoint_work_ms'])} ms")

@@ -149,12 +149,16 @@ def waterfall_chart(doc: Mapping[str, Any]) -> style._Chart:
     ax.set_xlabel(_CALLER_AXIS)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=4, fontsize=8, frameon=False)
     settings = doc.get("settings") if isinstance(doc.get("settings"), Mapping) else {}
-    setup = ", ".join(f"{key} {settings[key]}" for key in ("endpoint_ms", "strategy", "stt", "preemptive")
-                      if key in settings)
+    setup = ", ".join(part for part in (
+        f"endpoint {settings['endpoint_ms']} ms" if "endpoint_ms" in settings else "",
+        f"strategy {settings['strategy']}" if "strategy" in settings else "",
+        f"STT {settings['stt']}" if "stt" in settings else "",
+        f"preemptive {'on' if settings.get('preemptive') else 'off'}") if part)
     parts = _median_parts(rows)
     caption = (
         f"{sentence} Each row is one turn on the caller's own timeline: 0 is the last sample of their speech, the "
-        "number is the silence they heard. The coloured spans add up to it: " + parts + f". Run: {setup}."
+        "number is the silence they heard. The coloured spans add up to it: " + parts + f". Playback is drawn for its "
+        f"first {_PLAYBACK_SHOWN_MS / 1000:.1f} s. Run: {setup}."
         + (f" Turns {', '.join(skipped)} never reached a first sound and are not drawn." if skipped else "")
     )
     return style._Chart(fig, caption, row)
