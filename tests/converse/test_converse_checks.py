@@ -70,10 +70,10 @@ def _ms(sample: int) -> float:
     return sample * 1000.0 / RATE
 
 
-def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False) -> Path:
+def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False, barge_after_ms: int = 500) -> Path:
     """A three-turn call in ``out``: converse.json, converse/call.wav and the caller WAVs, every number
-    consistent with every other. In turn ``barge_turn`` the caller barges in 500 ms into the reply (that barge-in
-    speech is the next turn's utterance)."""
+    consistent with every other. In turn ``barge_turn`` the caller barges in ``barge_after_ms`` into the reply
+    (that barge-in speech is the next turn's utterance, fed from its lead silence on)."""
     (out / "converse").mkdir(parents=True, exist_ok=True)
     total_samples = 40 * RATE
     left = np.zeros(total_samples, np.int16)
@@ -105,7 +105,7 @@ def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False) 
         barge = None
         heard_text = reply
         if i == barge_turn:
-            onset = play + 500 * RATE // 1000  # the caller starts again 500 ms into the reply
+            onset = play + barge_after_ms * RATE // 1000  # the caller starts again this far into the reply
             next_offset = onset - LEAD  # the next turn's utterance: its lead silence, then the onset
             detected = _ms(onset) + 44.0
             stop = round(detected * RATE / 1000)  # cut at the detection: the last assistant sample + 1
@@ -311,6 +311,16 @@ def test_a_changed_summary_fails(call: Path) -> None:
     doc["summary"]["tokens_after_barge_in"] = 0
     _save(call, doc)
     assert set(_failed(call)) == {"check_summary"}
+
+
+def test_an_early_barge_in_feeds_the_next_line_before_the_reply_starts(tmp_path: Path) -> None:
+    """Barging in 100 ms into the reply: the next line's 300 ms lead silence is fed from before the reply's first
+    sample, so the reply is looked for past the next turn's offset (up to the end of the next utterance)."""
+    out = build_call(tmp_path / "run", barge_after_ms=100)
+    doc = _doc(out)
+    assert doc["turns"][2]["caller_offset_ms"] < doc["turns"][1]["events"]["playback_start"]
+    found = results(out)
+    assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
 
 
 def test_no_barge_in_is_not_checkable(tmp_path: Path) -> None:

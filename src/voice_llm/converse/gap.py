@@ -28,8 +28,10 @@ for its own events (converse/caller.py: "the last sample above the noise floor")
   -90 dBFS before they reach speech level. If the assistant was already sounding when the caller stopped (the
   pipeline committed early), the start of that sound, so the measured gap is negative like the reported one.
 
-A turn's window runs from its ``caller_offset_ms`` (where its audio began to be fed: an input of the run, not a
-measurement) to the next turn's, or the end of the recording.
+A turn's caller window runs from its ``caller_offset_ms`` (where its audio began to be fed: an input of the run,
+not a measurement) to the next turn's, or the end of the recording; its reply is searched from the caller's end to
+the end of the caller's next utterance (an early barge-in feeds the next line's lead silence before the reply
+starts).
 """
 
 from __future__ import annotations
@@ -167,24 +169,34 @@ def _windows(call: Call, offsets_ms: Sequence[float]) -> list[tuple[int, int]]:
 
 def measure_turns(call: Call, offsets_ms: Sequence[float],
                   floors: Sequence[int | None] | None = None) -> list[TurnGap]:
-    """Each turn's end of caller energy and start of assistant energy, in the windows ``offsets_ms`` open.
-    ``floors``: each turn's caller noise floor as the run computed it on the utterance alone (None: from the
-    window's own samples, by the same rule)."""
-    gaps = []
-    for index, (start, end) in enumerate(_windows(call, offsets_ms), 1):
-        caller, assistant = level(call.caller[start:end]), level(call.assistant[start:end])
-        stated = floors[index - 1] if floors is not None and index - 1 < len(floors) else None
+    """Each turn's end of caller energy (in the window ``offsets_ms`` open: its own samples) and the start of the
+    assistant energy that follows it, searched up to the end of the caller's *next* utterance: the reply to a
+    turn starts before the caller has said the next line, but the next line may begin to be fed (its lead
+    silence) before the reply starts when the caller barges in early. ``floors``: each turn's caller noise floor
+    as the run computed it on the utterance alone (None: from the window's own samples, by the same rule)."""
+    windows = _windows(call, offsets_ms)
+    ends: list[int | None] = []
+    levels = []
+    for index, (start, end) in enumerate(windows):
+        caller = level(call.caller[start:end])
+        stated = floors[index] if floors is not None and index < len(floors) else None
         if stated is not None:
             caller = Level(caller.silence, stated)
-        caller_end = energy_end(call.caller, caller.floor, start, end)
+        levels.append(caller)
+        ends.append(energy_end(call.caller, caller.floor, start, end))
+    gaps = []
+    for index, ((start, end), caller_end) in enumerate(zip(windows, ends)):
+        later = [e for e in ends[index + 1:index + 2] if e is not None]
+        until = later[0] if later else call.frames
+        assistant = level(call.assistant[start:until])
         assistant_start = None
-        if caller_end is not None:
+        if caller_end is not None:  # already sounding when the caller stopped: that sound's start (negative gap)
             assistant_start = _sounding_since(call.assistant, assistant, caller_end - 1, start)
             if assistant_start is None:
-                assistant_start = energy_start(call.assistant, assistant, caller_end, end)
-        gaps.append(TurnGap(index, None if caller_end is None else call.ms(caller_end),
+                assistant_start = energy_start(call.assistant, assistant, caller_end, until)
+        gaps.append(TurnGap(index + 1, None if caller_end is None else call.ms(caller_end),
                             None if assistant_start is None else call.ms(assistant_start),
-                            caller.floor, assistant.floor))
+                            levels[index].floor, assistant.floor))
     return gaps
 
 
