@@ -27,7 +27,12 @@ SAMPLE_RATE = 16000  # Silero and Whisper both take 16 kHz mono
 SAMPLE_WIDTH = 2  # int16
 FRAME_SAMPLES = 512  # Silero's frame: 32 ms at 16 kHz
 LEAD_MS = 300  # silence before each utterance: the VAD sees silence first, as on a line that was quiet
-CALLER_LENGTH_SCALE = 1.2  # Piper's phoneme length factor for the caller: 20 % slower than the assistant (1.0)
+CALLER_LENGTH_SCALE = 1.1  # Piper's phoneme length factor for the caller: 10 % slower than the assistant (1.0)
+# Piper's two noise terms off for the caller: the same line gives the same samples every run (its default noise
+# varies the pauses: "Okay. Do you take..." paused 7-10 frames, so the 300 ms endpoint split it in some runs only).
+# At 1.1 the longest pause inside lines 1-4 is 9 frames (288 ms), under the default endpoint (10 frames).
+CALLER_NOISE_SCALE = 0.0
+CALLER_NOISE_W_SCALE = 0.0
 # The noise floor: a sample is speech-level when its magnitude is above this. 100 of 32768 is -50.3 dBFS: Piper's
 # silence is digital zero and its quietest speech sounds are above -45 dBFS. For a recording with louder background
 # noise the floor is raised to NOISE_FACTOR x the loudest sample of its quietest 32 ms frame (see noise_floor).
@@ -134,6 +139,7 @@ class CallerVoice:
 
     def as_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "voice": self.voice, "length_scale": self.length_scale,
+                "noise_scale": CALLER_NOISE_SCALE, "noise_w_scale": CALLER_NOISE_W_SCALE,
                 "sample_rate_in": 22050, "resampled_to": SAMPLE_RATE, "resampler": "av.AudioResampler",
                 "versions": self.versions}
 
@@ -150,7 +156,7 @@ def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_S
         raise TTSUnavailableError(f"Piper is not installed: pip install '{PIPER_PACKAGE}>=1.8,<1.9'") from exc
     voice = PiperVoice.load(model, config_path=config)
     rate = int(voice.config.sample_rate)
-    syn = SynthesisConfig(length_scale=length_scale)
+    syn = SynthesisConfig(length_scale=length_scale, noise_scale=CALLER_NOISE_SCALE, noise_w_scale=CALLER_NOISE_W_SCALE)
     utterances = []
     for index, line in enumerate(lines, start=1):
         pcm = b"".join(chunk.audio_int16_bytes for chunk in voice.synthesize(line, syn_config=syn))
