@@ -35,8 +35,10 @@ CALLER_NOISE_SCALE = 0.0
 CALLER_NOISE_W_SCALE = 0.0
 # The noise floor: a sample is speech-level when its magnitude is above this. 100 of 32768 is -50.3 dBFS: Piper's
 # silence is digital zero and its quietest speech sounds are above -45 dBFS. For a recording with louder background
-# noise the floor is raised to NOISE_FACTOR x the loudest sample of its quietest 32 ms frame (see noise_floor).
+# noise the floor is raised to NOISE_FACTOR x the loudest sample of its quietest 32 ms frame, but never above
+# FLOOR_MAX (-30.3 dBFS): a recording with no quiet frame at all has no background to measure (see noise_floor).
 FLOOR_MIN = 100
+FLOOR_MAX = 1000
 NOISE_FACTOR = 2.0
 MAX_UTTERANCE_S = 30.0  # Whisper's window: a longer turn would be cut by the recognizer
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -78,12 +80,12 @@ class Utterance:
 
 def noise_floor(samples: np.ndarray) -> int:
     """FLOOR_MIN, or NOISE_FACTOR x the peak of the quietest whole 32 ms frame when that is louder (a noisy
-    recording: its background would otherwise count as speech to the very end)."""
+    recording: its background would otherwise count as speech to the very end), at most FLOOR_MAX."""
     whole = len(samples) // FRAME_SAMPLES
     if whole == 0:
         return FLOOR_MIN
     peaks = np.abs(samples[:whole * FRAME_SAMPLES].astype(np.int32)).reshape(whole, FRAME_SAMPLES).max(axis=1)
-    return max(FLOOR_MIN, int(NOISE_FACTOR * int(peaks.min())))
+    return min(FLOOR_MAX, max(FLOOR_MIN, int(NOISE_FACTOR * int(peaks.min()))))
 
 
 def audible_span(samples: np.ndarray, floor: int) -> tuple[int, int] | None:

@@ -276,8 +276,8 @@ def document(ctx: LabContext, options: ConverseOptions, result: CallResult, conv
             "caller_audio": str(options.caller_audio) if options.caller_audio else "synthesized",
             "caller_lead_ms": callermod.LEAD_MS, "max_tokens": options.max_tokens, "cache_prompt": True,
             "docs": options.docs, "turns": len(rows),
-            "noise_floor_rule": f"|sample| > max({callermod.FLOOR_MIN} (-50.3 dBFS), {callermod.NOISE_FACTOR:g} x "
-                                "the peak of the utterance's quietest 32 ms frame)",
+            "noise_floor_rule": (f"|sample| > min(max({callermod.FLOOR_MIN} (-50.3 dBFS), {callermod.NOISE_FACTOR:g} x the "
+                                 f"peak of the utterance's quietest 32 ms frame), {callermod.FLOOR_MAX} (-30.3 dBFS))"),
         },
         "engines": engines,
         "recording": {"path": CALL_WAV, "sample_rate": SAMPLE_RATE, "channels": 2, "left": "caller",
