@@ -78,6 +78,7 @@ class ConverseOptions:
     strategy: str = "clauses"
     clause_words: int = DEFAULT_CLAUSE_WORDS
     caller_audio: Path | None = None  # a folder of WAVs, one per turn; None: synthesized
+    dialogue: str = DEFAULT_DIALOGUE  # a bundled dialogue's name or a dialogue file (voice_llm.dialogue)
     turns: int = DEFAULT_TURNS  # how many of the dialogue's caller lines (with --caller-audio: its WAVs, at most)
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
     # The caller talks over a long reply (up to barge_in_max_tokens): a 24-token reply's stream has ended ~0.5 s
@@ -218,7 +219,9 @@ def _turn_dict(turn: TurnLog, result: CallResult, conversation: Conversation,
         "noise_floor": u.floor, "events": events,
         "transcript": kept.transcript if kept else None,
         "sent_text": kept.sent_messages[-1]["content"] if kept and kept.sent_messages else None,
-        "messages_sent": len(kept.sent_messages) if kept and kept.sent_messages else None,
+        # the conversation the LLM got before this turn's line (the system prompt left out): earlier transcripts
+        # and, of each earlier reply, only what the caller heard
+        "sent_history": kept.sent_messages[1:-1] if kept and kept.sent_messages else None,
         "wer": score.as_dict() if score else None,
         "reply": _reply_dict(out, f"{RAW_DIR}/{conversation.raw_name(kept)}.sse") if kept else None,
         "gap_ms": gap, "breakdown_ms": parts, "barge_in": barge, "preemptive": preemptive,
@@ -307,7 +310,7 @@ def recording_files(result: CallResult) -> dict[str, bytes]:
 
 def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any], dict[str, bytes], CallResult]:
     """The call, measured; nothing written."""
-    dialogue = load_dialogue(DEFAULT_DIALOGUE)
+    dialogue = load_dialogue(options.dialogue)
     ctx.progress.update("converse: loading the VAD, the caller's voice, STT and TTS")
     vad = vadmod.SileroVAD()
     utterances, voice = caller_utterances(options, dialogue.turns, vad)
@@ -328,7 +331,11 @@ def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any],
 
 
 def run(ctx: LabContext) -> list[Path]:
-    options = options_of(ctx)
+    return converse_step(ctx, options_of(ctx))
+
+
+def converse_step(ctx: LabContext, options: ConverseOptions) -> list[Path]:
+    """The step with ``options``: the call measured, then its files written (see the module's docstring)."""
     doc, files, result = converse(ctx, options)
     folder = ctx.path(CONVERSE_DIR)
     try:
