@@ -52,7 +52,8 @@ class CallSettings:
     max_tokens: int = 48
     cache_prompt: bool = True
     barge_in_turns: tuple[int, ...] = ()  # during the reply to these turns the caller says the next line
-    barge_in_after_ms: float = 800.0  # ...this long after the reply's playback started (to the true onset)
+    barge_in_max_tokens: int = 64  # a reply the caller will talk over is a long one: the stream is live then
+    barge_in_after_ms: float = 500.0  # ...this long after the reply's playback started (to the true onset)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class Conversation:
         self.clock: FrameClock | None = None
         self.call_clock: CallClock | None = None
         self.error: BaseException | None = None
-        self.next_scheduled = False  # the next line is scheduled (or there is none)
+        self.stt_lock = threading.Lock()
 
     # -- the script: when the caller says its next line ------------------------------------------------------
 
@@ -171,12 +172,10 @@ class Conversation:
         return kept if kept is not None and kept.reply is not None else None
 
     def _maybe_schedule_next(self, frame: int) -> None:
-        if self.next_scheduled or not self.turns:
+        # Scheduling the next line makes it the last turn, which has no reply yet: this then waits for that one.
+        if not self.turns or len(self.turns) >= len(self.utterances):
             return
         turn = self.turns[-1]
-        if len(self.turns) >= len(self.utterances):
-            self.next_scheduled = True
-            return
         attempt = self._answered(turn)
         if attempt is None or attempt.reply is None:
             return
@@ -188,7 +187,6 @@ class Conversation:
                 return
             onset = start + self.settings.barge_in_after_ms
             self._schedule(index, sample_at(onset) - self.utterances[index].start, frame)
-            self.next_scheduled = True
             return
         if not reply.finished():
             return
@@ -196,7 +194,6 @@ class Conversation:
         if heard is None or heard.playback_end is None:
             return
         self._schedule(index, sample_at(heard.playback_end), frame)
-        self.next_scheduled = True
 
     def _current_turn(self, frame: int) -> TurnLog | None:
         """The scripted turn whose audio is being (or was last) fed at ``frame``."""
@@ -244,9 +241,12 @@ class Conversation:
     def _run_attempt(self, attempt: Attempt, turn: TurnLog) -> None:
         assert self.call_clock is not None
         try:
-            attempt.stt_start = self.call_clock.now()
-            transcript = self.stt.transcribe(attempt.samples, turn.utterance.script)
-            attempt.stt_end = self.call_clock.now()
+            # One decode at a time: a dropped speculative decode cannot be stopped, and two at once would each
+            # run on every core; the lock makes the later one wait instead (its wait counts as its STT time).
+            with self.stt_lock:
+                attempt.stt_start = self.call_clock.now()
+                transcript = self.stt.transcribe(attempt.samples, turn.utterance.script)
+                attempt.stt_end = self.call_clock.now()
             attempt.transcript = transcript
             if not attempt.live:
                 return  # dropped while transcribing: a started decode cannot be stopped, its result goes
@@ -256,7 +256,7 @@ class Conversation:
                     return
                 attempt.sent_messages = messages
                 reply = LiveReply(self.ctx, self.raw_name(attempt), attempt.sent_messages,
-                                  self.engine, self.call_clock, self.settings.strategy, self.settings.max_tokens,
+                                  self.engine, self.call_clock, self.settings.strategy, self._max_tokens(attempt),
                                   self.settings.clause_words, hold=attempt.kind == "preemptive",
                                   cache_prompt=self.settings.cache_prompt)
                 if attempt.kind == "preemptive" and attempt.endpoint_ms is not None:
@@ -266,6 +266,11 @@ class Conversation:
             attempt.error = exc
         finally:
             attempt.done.set()
+
+    def _max_tokens(self, attempt: Attempt) -> int:
+        if attempt.turn in self.settings.barge_in_turns:
+            return self.settings.barge_in_max_tokens
+        return self.settings.max_tokens
 
     def raw_name(self, attempt: Attempt) -> str:
         """raw/converse-01.sse for a turn's first request; -try2, -try3 for the requests after a dropped one."""
@@ -343,7 +348,7 @@ class Conversation:
                 self._start_attempt("endpoint", frame, now)
 
     def _finished(self, now: float) -> bool:
-        if len(self.turns) < len(self.utterances) or not self.next_scheduled:
+        if len(self.turns) < len(self.utterances):
             return False
         last = self._answered(self.turns[-1])
         if last is None or last.reply is None or not last.reply.finished():

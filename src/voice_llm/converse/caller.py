@@ -27,11 +27,18 @@ SAMPLE_RATE = 16000  # Silero and Whisper both take 16 kHz mono
 SAMPLE_WIDTH = 2  # int16
 FRAME_SAMPLES = 512  # Silero's frame: 32 ms at 16 kHz
 LEAD_MS = 300  # silence before each utterance: the VAD sees silence first, as on a line that was quiet
-CALLER_LENGTH_SCALE = 1.2  # Piper's phoneme length factor for the caller: 20 % slower than the assistant (1.0)
+CALLER_LENGTH_SCALE = 1.1  # Piper's phoneme length factor for the caller: 10 % slower than the assistant (1.0)
+# Piper's two noise terms off for the caller: the same line gives the same samples every run (its default noise
+# varies the pauses: "Okay. Do you take..." paused 7-10 frames, so the 300 ms endpoint split it in some runs only).
+# At 1.1 the longest pause inside lines 1-4 is 9 frames (288 ms), under the default endpoint (10 frames).
+CALLER_NOISE_SCALE = 0.0
+CALLER_NOISE_W_SCALE = 0.0
 # The noise floor: a sample is speech-level when its magnitude is above this. 100 of 32768 is -50.3 dBFS: Piper's
 # silence is digital zero and its quietest speech sounds are above -45 dBFS. For a recording with louder background
-# noise the floor is raised to NOISE_FACTOR x the loudest sample of its quietest 32 ms frame (see noise_floor).
+# noise the floor is raised to NOISE_FACTOR x the loudest sample of its quietest 32 ms frame, but never above
+# FLOOR_MAX (-30.3 dBFS): a recording with no quiet frame at all has no background to measure (see noise_floor).
 FLOOR_MIN = 100
+FLOOR_MAX = 1000
 NOISE_FACTOR = 2.0
 MAX_UTTERANCE_S = 30.0  # Whisper's window: a longer turn would be cut by the recognizer
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -73,12 +80,12 @@ class Utterance:
 
 def noise_floor(samples: np.ndarray) -> int:
     """FLOOR_MIN, or NOISE_FACTOR x the peak of the quietest whole 32 ms frame when that is louder (a noisy
-    recording: its background would otherwise count as speech to the very end)."""
+    recording: its background would otherwise count as speech to the very end), at most FLOOR_MAX."""
     whole = len(samples) // FRAME_SAMPLES
     if whole == 0:
         return FLOOR_MIN
     peaks = np.abs(samples[:whole * FRAME_SAMPLES].astype(np.int32)).reshape(whole, FRAME_SAMPLES).max(axis=1)
-    return max(FLOOR_MIN, int(NOISE_FACTOR * int(peaks.min())))
+    return min(FLOOR_MAX, max(FLOOR_MIN, int(NOISE_FACTOR * int(peaks.min()))))
 
 
 def audible_span(samples: np.ndarray, floor: int) -> tuple[int, int] | None:
@@ -134,6 +141,7 @@ class CallerVoice:
 
     def as_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "voice": self.voice, "length_scale": self.length_scale,
+                "noise_scale": CALLER_NOISE_SCALE, "noise_w_scale": CALLER_NOISE_W_SCALE,
                 "sample_rate_in": 22050, "resampled_to": SAMPLE_RATE, "resampler": "av.AudioResampler",
                 "versions": self.versions}
 
@@ -150,7 +158,7 @@ def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_S
         raise TTSUnavailableError(f"Piper is not installed: pip install '{PIPER_PACKAGE}>=1.8,<1.9'") from exc
     voice = PiperVoice.load(model, config_path=config)
     rate = int(voice.config.sample_rate)
-    syn = SynthesisConfig(length_scale=length_scale)
+    syn = SynthesisConfig(length_scale=length_scale, noise_scale=CALLER_NOISE_SCALE, noise_w_scale=CALLER_NOISE_W_SCALE)
     utterances = []
     for index, line in enumerate(lines, start=1):
         pcm = b"".join(chunk.audio_int16_bytes for chunk in voice.synthesize(line, syn_config=syn))

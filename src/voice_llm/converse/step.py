@@ -11,6 +11,7 @@ converse/partial-call.wav, with the raw streams of the call under their .partial
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ CONVERSE_PARTIAL = "converse-partial.json"
 PARTIAL_CALL_WAV = f"{CONVERSE_DIR}/partial-call.wav"
 DEFAULT_TURNS = 4  # turns 1-4 of the clinic call: a short call (about 40 s of real time) that has a barge-in
 DEFAULT_BARGE_IN_TURNS = (3,)  # during the reply to turn 3 the caller starts turn 4
-MAX_TOKENS = 48  # the dialogue asks for one or two short sentences; 48 tokens hold two
+MAX_TOKENS = 24  # one or two short sentences, about 5 s of speech: SmolLM2 otherwise talks on to the limit
 
 CLOCK = ("ms since the call started: 0 is the first sample of the caller's line (sample 0 of converse/call.wav); "
          "a 32 ms frame is fed when its last sample has arrived, at its end on this clock")
@@ -77,9 +78,13 @@ class ConverseOptions:
     strategy: str = "clauses"
     clause_words: int = DEFAULT_CLAUSE_WORDS
     caller_audio: Path | None = None  # a folder of WAVs, one per turn; None: synthesized
+    dialogue: str = DEFAULT_DIALOGUE  # a bundled dialogue's name or a dialogue file (voice_llm.dialogue)
     turns: int = DEFAULT_TURNS  # how many of the dialogue's caller lines (with --caller-audio: its WAVs, at most)
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
-    barge_in_after_ms: float = 800.0
+    # The caller talks over a long reply (up to barge_in_max_tokens): a 24-token reply's stream has ended ~0.5 s
+    # after its playback starts here, so a barge-in into it would close nothing
+    barge_in_after_ms: float = 500.0
+    barge_in_max_tokens: int = 64
     max_tokens: int = MAX_TOKENS
     docs: int = DEFAULT_DOCS  # KB documents in the system prompt, as in the call step
     vad_threshold: float = vadmod.DEFAULT_THRESHOLD
@@ -97,8 +102,9 @@ class ConverseOptions:
                               f"({self.endpoint_ms:g})")
         if self.turns < 1:
             raise ConfigError(f"--turns must be at least 1, not {self.turns}")
-        if not 1 <= self.max_tokens <= 64:
-            raise ConfigError(f"the converse replies' max_tokens must be 1-64, not {self.max_tokens}")
+        for name, value in (("max_tokens", self.max_tokens), ("barge_in_max_tokens", self.barge_in_max_tokens)):
+            if not 1 <= value <= 64:
+                raise ConfigError(f"the converse replies' {name} must be 1-64, not {value}")
         if self.stt_threads is not None and self.stt_threads < 1:
             raise ConfigError(f"--stt-threads must be at least 1, not {self.stt_threads}")
         if self.barge_in_after_ms < 0:
@@ -108,7 +114,8 @@ class ConverseOptions:
         return CallSettings(endpoint_ms=self.endpoint_ms, preemptive=self.preemptive,
                             preemptive_ms=self.preemptive_ms, threshold=self.vad_threshold, strategy=self.strategy,
                             clause_words=self.clause_words, max_tokens=self.max_tokens, cache_prompt=True,
-                            barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms)
+                            barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms,
+                            barge_in_max_tokens=self.barge_in_max_tokens)
 
 
 def options_of(ctx: LabContext) -> ConverseOptions:
@@ -212,7 +219,9 @@ def _turn_dict(turn: TurnLog, result: CallResult, conversation: Conversation,
         "noise_floor": u.floor, "events": events,
         "transcript": kept.transcript if kept else None,
         "sent_text": kept.sent_messages[-1]["content"] if kept and kept.sent_messages else None,
-        "messages_sent": len(kept.sent_messages) if kept and kept.sent_messages else None,
+        # the conversation the LLM got before this turn's line (the system prompt left out): earlier transcripts
+        # and, of each earlier reply, only what the caller heard
+        "sent_history": kept.sent_messages[1:-1] if kept and kept.sent_messages else None,
         "wer": score.as_dict() if score else None,
         "reply": _reply_dict(out, f"{RAW_DIR}/{conversation.raw_name(kept)}.sse") if kept else None,
         "gap_ms": gap, "breakdown_ms": parts, "barge_in": barge, "preemptive": preemptive,
@@ -266,11 +275,12 @@ def document(ctx: LabContext, options: ConverseOptions, result: CallResult, conv
             "clause_words": options.clause_words, "stt": options.stt, "frame_ms": vadmod.FRAME_MS,
             "vad_threshold": options.vad_threshold, "sample_rate": SAMPLE_RATE,
             "barge_in_turns": list(options.barge_in_turns), "barge_in_after_ms": options.barge_in_after_ms,
+            "barge_in_max_tokens": options.barge_in_max_tokens,
             "caller_audio": str(options.caller_audio) if options.caller_audio else "synthesized",
             "caller_lead_ms": callermod.LEAD_MS, "max_tokens": options.max_tokens, "cache_prompt": True,
             "docs": options.docs, "turns": len(rows),
-            "noise_floor_rule": f"|sample| > max({callermod.FLOOR_MIN} (-50.3 dBFS), {callermod.NOISE_FACTOR:g} x "
-                                "the peak of the utterance's quietest 32 ms frame)",
+            "noise_floor_rule": (f"|sample| > min(max({callermod.FLOOR_MIN} (-50.3 dBFS), {callermod.NOISE_FACTOR:g} x the "
+                                 f"peak of the utterance's quietest 32 ms frame), {callermod.FLOOR_MAX} (-30.3 dBFS))"),
         },
         "engines": engines,
         "recording": {"path": CALL_WAV, "sample_rate": SAMPLE_RATE, "channels": 2, "left": "caller",
@@ -300,7 +310,7 @@ def recording_files(result: CallResult) -> dict[str, bytes]:
 
 def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any], dict[str, bytes], CallResult]:
     """The call, measured; nothing written."""
-    dialogue = load_dialogue(DEFAULT_DIALOGUE)
+    dialogue = load_dialogue(options.dialogue)
     ctx.progress.update("converse: loading the VAD, the caller's voice, STT and TTS")
     vad = vadmod.SileroVAD()
     utterances, voice = caller_utterances(options, dialogue.turns, vad)
@@ -311,14 +321,21 @@ def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any],
     prime(ctx, system)
     conversation = Conversation(ctx, utterances, system, engine, stt, vad, options.settings())
     ctx.progress.update(f"converse: the call ({len(utterances)} turns, real time)")
+    load_start = os.getloadavg()
     result = conversation.run()
     engines = _engines(ctx, vad, stt.info(), engine, voice)
     doc = document(ctx, options, result, conversation, engines, dialogue.name)
+    # other processes on the cores change every number here: say how busy the machine was
+    doc["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
     return doc, recording_files(result), result
 
 
 def run(ctx: LabContext) -> list[Path]:
-    options = options_of(ctx)
+    return converse_step(ctx, options_of(ctx))
+
+
+def converse_step(ctx: LabContext, options: ConverseOptions) -> list[Path]:
+    """The step with ``options``: the call measured, then its files written (see the module's docstring)."""
     doc, files, result = converse(ctx, options)
     folder = ctx.path(CONVERSE_DIR)
     try:
