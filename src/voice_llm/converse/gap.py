@@ -14,12 +14,12 @@ for its own events (converse/caller.py: "the last sample above the noise floor")
   synthesized audio. The **silence level** is 0 when the window holds a frame of exact zeros (a digitally silent
   line, as the assistant's channel always is: any sample off zero is sound), else the background.
 * **Noise floor** (speech level): FLOOR_MIN (100 of 32768, -50.3 dBFS) or NOISE_FACTOR x the background when
-  that is louder: converse/caller.py's rule and constants (one rule, imported), and where converse.json states
-  the floor the run used on a turn's utterance (``noise_floor``), that one. A frame carries energy when its
-  loudest sample is above the floor (peak against a floor made of peaks: like with like; a frame's RMS sits
-  10-20 dB under its peak and would hide a soft consonant). The edges are then placed to the sample, not to the
-  frame grid: the run's own speech_end is a sample, and an edge rounded to 32 ms would use up the whole
-  one-frame tolerance of the comparison before any disagreement.
+  that is louder, at most FLOOR_MAX (-30.3 dBFS): converse/caller.py's rule and constants (one rule, imported);
+  where converse.json states the floor the run used on a turn's utterance (``noise_floor``), that one. A frame
+  carries energy when its loudest sample is above the floor (peak against a floor made of peaks: like with like;
+  a frame's RMS sits 10-20 dB under its peak and would hide a soft consonant). The edges are then placed to the
+  sample, not to the frame grid: the run's own speech_end is a sample, and an edge rounded to 32 ms would use up
+  the whole one-frame tolerance of the comparison before any disagreement.
 * **End of caller energy**: one past the last caller sample above the floor in the turn's window (the
   utterance's true end as the run defines it; Piper's inaudible fade below -50 dBFS is not speech).
 * **Start of assistant energy**: the first assistant sample above the floor after the caller's end, walked back
@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from voice_llm.artifacts import read_artifact_bytes
-from voice_llm.converse.caller import FLOOR_MIN, NOISE_FACTOR  # the run's noise floor rule: one rule, not two
+from voice_llm.converse.caller import FLOOR_MAX, FLOOR_MIN, NOISE_FACTOR  # the run's floor rule: one rule, not two
 from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE  # 512 samples = 32 ms at 16 kHz: the VAD's frame
 from voice_llm.errors import ArtifactError
 
@@ -111,7 +111,7 @@ def level(samples: np.ndarray) -> Level:
     heard = peaks[peaks > 0]
     background = int(heard.min()) if len(heard) else 0
     silence = 0 if len(heard) < len(peaks) else background  # a digitally silent line: any sample off zero is sound
-    return Level(silence, max(FLOOR_MIN, int(NOISE_FACTOR * background)))
+    return Level(silence, min(FLOOR_MAX, max(FLOOR_MIN, int(NOISE_FACTOR * background))))
 
 
 def _above(samples: np.ndarray, threshold: int, start: int, end: int) -> np.ndarray:
