@@ -31,7 +31,7 @@ TRANSCRIPTS = ("Hi, I'd like to book an appointment for next week.",
                "Actually, make it Wednesday please.")
 REPLIES = ("Sure, which day suits you best?", "Tuesday at nine works. Shall I book it for you and send you a text?",
            "Wednesday at ten is free.")
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data" / "example"  # E1's real call: converse.json, converse/, raw/
 
 
 def _tone(ms: float, amplitude: float, hz: float = 220.0, seed: int = 0) -> np.ndarray:

@@ -105,3 +105,11 @@ def test_report_html_draws_the_converse_sections_once_wired(tmp_path: Path) -> N
     if 'id="section-converse"' not in page:
         pytest.skip("converse sections not wired into report_html yet")
     assert 'id="section-converse-wave"' in page and "the caller hears the assistant" in page
+
+
+def test_sections_of_the_real_call() -> None:
+    data = Path(__file__).parent / "data" / "example"
+    if not (data / "converse.json").is_file():
+        pytest.skip("no real converse example in tests/converse/data/example")
+    html = _render(data)
+    assert html.count("<svg") == 2 and "the caller hears the assistant" in html and "barges in" in html
