@@ -32,7 +32,7 @@ lab: install
 # (~3 min on 2 cores) into ~/.cache/voice-llm and installed from there.
 test: install
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
-	$(BIN)/python -m voice_llm.backends.llama_cpp_python
+	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -42,8 +42,8 @@ if str(HERE) not in sys.path:
 
 import clients as clients_mod  # noqa: E402
 from voice_llm import sse  # noqa: E402
-from voice_llm.api import ServerClient  # noqa: E402
-from voice_llm.children import stop_child  # noqa: E402
+from voice_llm.client.api import ServerClient  # noqa: E402
+from voice_llm.util.children import stop_child  # noqa: E402
 from voice_llm.load.stats import percentile  # noqa: E402
 
 MESSAGES = list(sse.STEP2_MESSAGES)
@@ -308,7 +308,7 @@ def wire_unavailable(url: str) -> str | None:
 
     import wire
 
-    from voice_llm.config import is_loopback
+    from voice_llm.server.config import is_loopback
 
     host = urllib.parse.urlsplit(url).hostname or ""
     if not is_loopback(host):
@@ -322,8 +322,8 @@ def wire_unavailable(url: str) -> str | None:
 
 
 def cancel_phase(url: str, runs: int, server_log: Path | None, work: Path, log: Any) -> dict[str, Any]:
-    from voice_llm import prompts
-    from voice_llm.kb import default_kb_dir
+    from voice_llm.scenario import prompts
+    from voice_llm.scenario.kb import default_kb_dir
     from voice_llm.lab import cancel
     from voice_llm.lab.context import LabContext
 
@@ -396,8 +396,8 @@ def lab_phase(url: str, work: Path, log: Any) -> dict[str, Any]:
 
 def start_managed_server(state: Path, threads: int | None, log: Any) -> tuple[str, int, Path]:
     os.environ["VOICE_LLM_STATE"] = str(state)
-    from voice_llm import provision, server
-    from voice_llm.config import ServerSettings
+    from voice_llm.server import lifecycle as server, provision
+    from voice_llm.server.config import ServerSettings
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
                 phase_load["after lab"] = load_avg()
         finally:
             if port is not None:
-                from voice_llm import server
+                from voice_llm.server import lifecycle as server
 
                 log(server.down(port))
     result["meta"] = {

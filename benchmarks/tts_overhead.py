@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import SENTENCE, read_json
-from voice_llm.config import default_out_dir
+from voice_llm.util.artifacts import SENTENCE, read_json
+from voice_llm.server.config import default_out_dir
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts import load_engine
 from voice_llm.tts.artifact import AUDIO

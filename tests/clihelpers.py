@@ -32,3 +32,10 @@ def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str
     for needle in needles:
         assert needle in err, (needle, err)
     return err
+
+
+def make_kb(folder: Path, count: int = 12) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(1, count + 1):
+        (folder / f"{i:02d}-doc.md").write_text(f"# Doc {i}\n\nThe clinic opens at {8 + i % 3} am.\n", encoding="utf-8")
+    return folder

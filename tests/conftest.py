@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import provision, server
-from voice_llm.config import ServerSettings
+from voice_llm.server import lifecycle as server, provision
+from voice_llm.server.config import ServerSettings
 
 
 def free_port() -> int:
@@ -126,7 +126,7 @@ class LlamaCppPythonServer:
 def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LlamaCppPythonServer]:
     """`python -m llama_cpp.server` on the default GGUF and a free port; stopped (and waited for) afterwards.
     Provisions llama-cpp-python from the cached wheel, building the wheel once if `make test` has not."""
-    from voice_llm.backends import llama_cpp_python as lcp
+    from voice_llm.server.backends import llama_cpp_python as lcp
 
     lcp.ensure_installed()
     # As many threads as llama-server uses by default (one per core); llama-cpp-python's own default is half.

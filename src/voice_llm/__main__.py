@@ -1,3 +1,3 @@
-from voice_llm.cli import main
+from voice_llm.cli.main import main
 
 raise SystemExit(main())

@@ -876,7 +876,7 @@ STEP2_MESSAGES = (
 
 def write_chunks_jsonl(path: str | os.PathLike[str], chunks: Iterable[Mapping[str, Any]]) -> None:
     """chunks.jsonl, written to a temp file and renamed so an earlier complete file is never half-replaced.
-    (The package writes artifacts with voice_llm.artifacts; this file must stand alone, hence its own copy.)"""
+    (The package writes artifacts with voice_llm.util.artifacts; this file must stand alone, hence its own copy.)"""
     tmp = f"{os.fspath(path)}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts, spread
-from voice_llm.artifacts import CACHE
+from voice_llm.scenario import brief, prompts
+from voice_llm.util import stats
+from voice_llm.util.artifacts import CACHE
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import load_kb
+from voice_llm.scenario.kb import load_kb
 from voice_llm.lab.context import LabContext
 from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, timing
 
@@ -25,7 +26,7 @@ RANGE_FIELDS = ("ttft_ms", "total_ms")
 def measure(ctx: LabContext, system: str, number: int = 1,
             evidence: Evidence | None = None) -> dict[str, dict[str, Any]]:
     """One sequence in the brief's order; ``number`` is the repeat (it names the raw streams)."""
-    suffix = spread.repeat_suffix(number)
+    suffix = stats.repeat_suffix(number)
     question = prompts.SATURDAY_QUESTION
     # The slot reuses the longest common token prefix with whatever it holds, so the order is the experiment:
     # 'hi' empties it; 'second' follows the identical 'first'; 'changed_suffix' must follow a request with the
@@ -61,7 +62,7 @@ def run(ctx: LabContext) -> list[Path]:
     evidence.client("ttft_ms", "total_ms")
     repeats = [measure(ctx, system, number, evidence) for number in range(1, ctx.options.repeat + 1)]
     document: dict[str, Any] = {
-        case: spread.summarize([sequence[case] for sequence in repeats], MEDIAN_FIELDS, RANGE_FIELDS)
+        case: stats.summarize([sequence[case] for sequence in repeats], MEDIAN_FIELDS, RANGE_FIELDS)
         for case in CASES
     }
     document["order"] = ["hi", *CASES]

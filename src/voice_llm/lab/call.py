@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voice_llm import prompts
-from voice_llm.artifacts import CALL
-from voice_llm.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
+from voice_llm.scenario import prompts
+from voice_llm.util.artifacts import CALL
+from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import KBDoc, load_kb
+from voice_llm.scenario.kb import KBDoc, load_kb
 from voice_llm.lab import preflight
 from voice_llm.lab.context import LabContext
 

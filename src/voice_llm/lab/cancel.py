@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts, spread, sse
-from voice_llm.api import JSONPoller
-from voice_llm.artifacts import CANCEL
-from voice_llm.capabilities import SOURCE_METRICS, SOURCE_SLOTS, fetch, requests_in_flight
+from voice_llm import sse
+from voice_llm.scenario import brief, prompts
+from voice_llm.util import stats
+from voice_llm.client.api import JSONPoller
+from voice_llm.util.artifacts import CANCEL
+from voice_llm.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS, fetch, requests_in_flight
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import RAW_DIR, LabContext
 from voice_llm.lab.evidence import Evidence
@@ -138,7 +140,7 @@ def _cut(ctx: LabContext, messages: list[dict[str, str]], suffix: str) -> sse.St
 
 def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
     """One cut; ``number`` is the repeat (it names the raw streams)."""
-    suffix = spread.repeat_suffix(number)
+    suffix = stats.repeat_suffix(number)
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
     # Put the prompt in the slot's KV cache first, so the measured request is generating tokens well before the
     # cut even on a busy machine: what is measured is how fast generation stops, not prefill.
@@ -191,8 +193,8 @@ RANGE_FIELDS = ("received_tokens", "closed_at_ms", "slot_idle_after_ms")
 def summary_document(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     # The median cut by the slot's idle time; by the close time when the server's stop was not observable.
     by = "slot_idle_after_ms" if all(r["slot_idle_after_ms"] is not None for r in repeats) else "closed_at_ms"
-    middle = spread.median_index([r[by] for r in repeats])
-    document = {**repeats[middle], **spread.summarize(repeats, RANGE_FIELDS, RANGE_FIELDS)}
+    middle = stats.median_index([r[by] for r in repeats])
+    document = {**repeats[middle], **stats.summarize(repeats, RANGE_FIELDS, RANGE_FIELDS)}
     # The median repeat's own values, not each field's median: together they are one cut (and its chunks).
     document.update({key: repeats[middle][key] for key in RANGE_FIELDS})
     # One 'cancel task' missing from the log is a failed cancel, whichever repeat it was.

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from voice_llm import runmeta, sse
-from voice_llm.api import ServerClient
-from voice_llm.artifacts import RAW_DIR, create_exclusive, open_folder, refuse_link, write_bytes_atomic, write_json
-from voice_llm.capabilities import Capabilities
+from voice_llm import sse
+from voice_llm.run import meta as runmeta
+from voice_llm.client.api import ServerClient
+from voice_llm.util.artifacts import RAW_DIR, create_exclusive, open_folder, refuse_link, write_bytes_atomic, write_json
+from voice_llm.client.capabilities import Capabilities
 from voice_llm.errors import ConfigError, OutputDirError
-from voice_llm.progress import NullProgress, Progress
+from voice_llm.util.progress import NullProgress, Progress
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
 
 PARTIAL_SUFFIX = ".partial"
@@ -38,7 +39,7 @@ def managed_log_for(url: str) -> Path | None:
     otherwise it is an earlier server's log, or no log at all, and reading it would say "no cancel logged" about a
     server that never wrote to it.
     """
-    from voice_llm import server  # the lifecycle module; imported here so measuring does not depend on it
+    from voice_llm.server import lifecycle as server  # the lifecycle module; imported here so measuring does not depend on it
 
     try:
         port = urllib.parse.urlsplit(url).port

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from voice_llm.capabilities import (SOURCE_CHUNK_COUNT, SOURCE_CLIENT, SOURCE_TIMINGS, SOURCE_USAGE, Capabilities)
+from voice_llm.client.capabilities import (SOURCE_CHUNK_COUNT, SOURCE_CLIENT, SOURCE_TIMINGS, SOURCE_USAGE, Capabilities)
 from voice_llm.sse import StreamResult
 
 NO_PROMPT_TOKENS = "the stream carries no timings.prompt_n and no usage.prompt_tokens"

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
-from voice_llm.artifacts import HEALTH, PROPS
-from voice_llm.capabilities import fetch, model_ids
+from voice_llm.util.artifacts import HEALTH, PROPS
+from voice_llm.client.capabilities import fetch, model_ids
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 

@@ -21,19 +21,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, provision, runmeta, server, sse
-from voice_llm.api import ServerClient
-from voice_llm.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERVER_LOG, ensure_out_dir, write_bytes_atomic
-from voice_llm.capabilities import PROBE_TIMEOUT_S, Capabilities, probe
-from voice_llm.check import CheckResult, run_checks
-from voice_llm.config import ServerSettings, is_loopback
+from voice_llm import sse
+from voice_llm.run import meta as runmeta
+from voice_llm.scenario import brief
+from voice_llm.server import lifecycle as server, provision
+from voice_llm.client.api import ServerClient
+from voice_llm.util.artifacts import CAPABILITIES, RAW_DIR, REPORT, REPORT_HTML, SERVER_LOG, ensure_out_dir, write_bytes_atomic
+from voice_llm.client.capabilities import PROBE_TIMEOUT_S, Capabilities, probe
+from voice_llm.checks.core import CheckResult, run_checks
+from voice_llm.server.config import ServerSettings, is_loopback
 from voice_llm.errors import OutputDirError, VoiceLLMError
-from voice_llm.kb import default_kb_dir, load_kb
+from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.lab.context import LabContext, StepOptions, managed_log_for
 from voice_llm.lab.preflight import check_context_fits
 from voice_llm.lab.steps import KB_STEPS, LAB_STEPS, STEPS
-from voice_llm.outlock import LOCK_NAME, locked_out
-from voice_llm.progress import NullProgress, Progress
+from voice_llm.run.lock import LOCK_NAME, locked_out
+from voice_llm.util.progress import NullProgress, Progress
 
 Notify = Callable[[str], None]
 
@@ -421,7 +424,7 @@ def _plan(steps: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _render(out: Path, checks: Sequence[CheckResult]) -> Path:
-    from voice_llm.report_html import render_report  # imports matplotlib: only when a page is written
+    from voice_llm.report.page import render_report  # imports matplotlib: only when a page is written
 
     return render_report(out, checks)
 

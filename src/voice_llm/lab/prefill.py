@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts, spread
-from voice_llm.artifacts import PREFILL
+from voice_llm.scenario import brief, prompts
+from voice_llm.util import stats
+from voice_llm.util.artifacts import PREFILL
 from voice_llm.errors import MeasurementError
-from voice_llm.kb import KBDoc, load_kb
+from voice_llm.scenario.kb import KBDoc, load_kb
 from voice_llm.lab.context import LabContext
 from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, prompt_tokens, timing
 
@@ -26,7 +27,7 @@ def measure(ctx: LabContext, docs: list[KBDoc], count: int, number: int = 1) -> 
     """One request with the first ``count`` documents; ``number`` is the repeat (it names the raw stream)."""
     system = prompts.with_docs(prompts.ONE_SENTENCE_SYSTEM, docs[:count])
     # cache_prompt False: otherwise the part shared with the previous request is skipped and blurs the cost.
-    result = ctx.request(f"prefill-{count}docs{spread.repeat_suffix(number)}",
+    result = ctx.request(f"prefill-{count}docs{stats.repeat_suffix(number)}",
                          prompts.chat(system, prompts.SATURDAY_QUESTION),
                          max_tokens=brief.PREFILL_MAX_TOKENS, cache_prompt=False)
     if result.ttft_ms is None:
@@ -53,7 +54,7 @@ def run(ctx: LabContext) -> list[Path]:
     for number in range(1, ctx.options.repeat + 1):
         for count in DOC_COUNTS:
             measured[count].append(measure(ctx, docs, count, number))
-    rows = [{"docs": count, **spread.summarize(repeats, MEDIAN_FIELDS, RANGE_FIELDS),
+    rows = [{"docs": count, **stats.summarize(repeats, MEDIAN_FIELDS, RANGE_FIELDS),
              "sources": repeats[0]["sources"], "unknown": repeats[0]["unknown"], "repeats": repeats}
             for count, repeats in measured.items()]
     return [ctx.write_json(PREFILL, rows)]

@@ -11,10 +11,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from voice_llm import brief, prompts, sse
-from voice_llm.api import ServerClient, props_n_ctx
+from voice_llm import sse
+from voice_llm.scenario import brief, prompts
+from voice_llm.client.api import ServerClient, props_n_ctx
 from voice_llm.errors import ContextLimitError
-from voice_llm.kb import KBDoc
+from voice_llm.scenario.kb import KBDoc
 
 # Documents in the lab's longest prompts: prefill's largest point, and the cache step uses the same ones.
 KB_DOC_COUNT = brief.CACHE_DOCS

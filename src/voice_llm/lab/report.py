@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import noise
-from voice_llm.artifacts import CACHE, CANCEL, PREFILL, REPORT, TTFT, read_json
-from voice_llm.keynumbers import build_report
-from voice_llm.metrics import CACHE_NOT_DISABLED, cache_not_disabled
+from voice_llm.analysis import noise
+from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, REPORT, TTFT, read_json
+from voice_llm.analysis.keynumbers import build_report
+from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
 from voice_llm.lab.context import LabContext
 
 

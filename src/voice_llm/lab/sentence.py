@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts, spread
-from voice_llm.artifacts import SENTENCE
+from voice_llm.scenario import brief, prompts
+from voice_llm.util import stats
+from voice_llm.util.artifacts import SENTENCE
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 from voice_llm.sentences import SentenceSplitter, first_sentence_end
@@ -64,7 +65,7 @@ TIME_FIELDS = ("ttft_ms", "first_sentence_ms", "total_ms", "smart_first_sentence
 
 
 def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
-    result = ctx.request(f"sentence{spread.repeat_suffix(number)}",
+    result = ctx.request(f"sentence{stats.repeat_suffix(number)}",
                          prompts.chat(prompts.THREE_SENTENCES_SYSTEM, prompts.FASTING_QUESTION),
                          max_tokens=brief.SENTENCE_MAX_TOKENS, cache_prompt=True)
     return sentence_document(result.chunks, result.total_ms)
@@ -73,8 +74,8 @@ def measure(ctx: LabContext, number: int = 1) -> dict[str, Any]:
 def summary_document(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The brief's fields from several answers: median times (a time stays below another in the medians when it
     does in every repeat), the texts and chunks of the median answer."""
-    middle = spread.median_index([r["first_sentence_ms"] for r in repeats])
-    document = {**repeats[middle], **spread.summarize(repeats, TIME_FIELDS, TIME_FIELDS)}
+    middle = stats.median_index([r["first_sentence_ms"] for r in repeats])
+    document = {**repeats[middle], **stats.summarize(repeats, TIME_FIELDS, TIME_FIELDS)}
     document["median_repeat"] = middle + 1
     document["repeats"] = list(repeats)
     return document

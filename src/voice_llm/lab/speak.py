@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm import brief, prompts
-from voice_llm.artifacts import AUDIO, AUDIO_DIR
+from voice_llm.scenario import brief, prompts
+from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.errors import OutputDirError, TTSError
 from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.sse import Chunk, StreamResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voice_llm import artifacts as names
+from voice_llm.util import artifacts as names
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import prompts, sse
-from voice_llm.artifacts import CHUNKS, SSE_COPY, SSE_RAW, jsonl_bytes
+from voice_llm import sse
+from voice_llm.scenario import prompts
+from voice_llm.util.artifacts import CHUNKS, SSE_COPY, SSE_RAW, jsonl_bytes
 from voice_llm.lab.context import LabContext
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm import brief, prompts
-from voice_llm.spread import median  # the brief's "third of the five sorted", the project's one rule
-from voice_llm.artifacts import RAW_DIR, TTFT
+from voice_llm.scenario import brief, prompts
+from voice_llm.util.stats import median  # the brief's "third of the five sorted", the project's one rule
+from voice_llm.util.artifacts import RAW_DIR, TTFT
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
 from voice_llm.lab.evidence import Evidence, generated_tokens

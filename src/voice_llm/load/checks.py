@@ -1,6 +1,6 @@
 """Checks of call.json and of load.json against its raw samples, from the files alone.
 
-Each check returns the detail it verified or raises voice_llm.checkbase's :class:`CheckFailed` with the numbers
+Each check returns the detail it verified or raises voice_llm.checks.base's :class:`CheckFailed` with the numbers
 that broke the relation (or :class:`NotCheckable`). load.json is recomputed from load_samples.csv with the same
 rules (voice_llm.load.stats): nearest-rank percentiles are always one of the samples, and the CSV keeps every
 float exactly, so they must agree exactly. Every relation here is an invariant: times of one turn on one clock,
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm import spread
-from voice_llm.artifacts import CALL, LOAD, LOAD_SAMPLES, inside, read_json
-from voice_llm.checkbase import Check, CheckFailed, NotCheckable, finite_number, require
+from voice_llm.util.stats import median
+from voice_llm.util.artifacts import CALL, LOAD, LOAD_SAMPLES, inside, read_json
+from voice_llm.checks.base import Check, CheckFailed, NotCheckable, finite_number, require
 from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
 
@@ -89,8 +89,8 @@ def check_call_cache_keeps_turns_fast(out: Path) -> str:
     counted = all(row["cache_n"] is not None for row in on[1:])  # null: the server does not say what it reused
     for row in on[1:]:
         _require(not counted or row["cache_n"] > 0, f"cache on turn {row['turn']} reused nothing (cache_n 0)")
-    hit = spread.median([r["ttft_ms"] for r in on[1:]])  # the project's one median rule, as the report's
-    miss = spread.median([r["ttft_ms"] for r in off[1:]])
+    hit = median([r["ttft_ms"] for r in on[1:]])  # the project's one median rule, as the report's
+    miss = median([r["ttft_ms"] for r in off[1:]])
     _require(hit < miss, f"turns 2-{turns}: median ttft {hit:.0f} ms with the cache, {miss:.0f} ms without")
     reused = "" if counted else " (cache_n not reported by the server)"
     return f"turns 2-{turns}: median ttft {hit:.0f} ms with the cache vs {miss:.0f} ms without{reused}"
@@ -228,7 +228,7 @@ LOAD_CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
     ("load: warm-up dropped, turns in their windows", check_load_windows),
     ("load: ttft <= first sentence <= end per turn", check_load_turn_order),
 )
-# For voice_llm.check, each with the step whose artifacts it reads: run only when the run ran the step.
+# For voice_llm.checks.core, each with the step whose artifacts it reads: run only when the run ran the step.
 CHECKS: tuple[Check, ...] = (
     *(Check(name, "call", run) for name, run in CALL_CHECKS),
     *(Check(name, "load", run) for name, run in LOAD_CHECKS),

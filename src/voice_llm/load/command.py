@@ -17,16 +17,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from voice_llm import dialogue as dialogues
-from voice_llm import noise, procfs, provision, runmeta, server
-from voice_llm.api import ServerClient
-from voice_llm.argtypes import (non_negative_int, non_negative_number, port_number, positive_int, positive_number,
+from voice_llm.scenario import dialogue as dialogues
+from voice_llm.analysis import noise
+from voice_llm.run import meta as runmeta
+from voice_llm.server import lifecycle as server, provision
+from voice_llm.util import procfs
+from voice_llm.client.api import ServerClient
+from voice_llm.cli.argtypes import (non_negative_int, non_negative_number, port_number, positive_int, positive_number,
                                 share)
-from voice_llm.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
-from voice_llm.capabilities import model_ids
-from voice_llm.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_from_env, is_loopback
+from voice_llm.util.artifacts import LOAD, LOAD_SAMPLES, ensure_out_dir, write_json
+from voice_llm.client.capabilities import model_ids
+from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, ServerSettings, api_key_from_env, is_loopback
 from voice_llm.errors import ConfigError, ContextLimitError, VoiceLLMError
-from voice_llm.kb import default_kb_dir, load_kb
+from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.lab import preflight
 from voice_llm.load import stats
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_MASTER_PORT, DEFAULT_SLO_FIRST_SENTENCE_MS,
@@ -35,8 +38,8 @@ from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
 from voice_llm.load.stats import slots_label
-from voice_llm.outlock import locked_out
-from voice_llm.progress import Progress
+from voice_llm.run.lock import locked_out
+from voice_llm.util.progress import Progress
 from voice_llm.sse import ServerUnreachableError, StreamError
 
 # Exit statuses of `voice-llm load` (cli.py passes them through): every sweep reached a verdict; something failed
@@ -513,7 +516,7 @@ def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
 
 def _render(out: Path) -> Path:
     """report.html again, with the load section (the lab's sections from the files already in OUT)."""
-    from voice_llm.check import run_checks
-    from voice_llm.report_html import render_report  # matplotlib: only now
+    from voice_llm.checks.core import run_checks
+    from voice_llm.report.page import render_report  # matplotlib: only now
 
     return render_report(out, run_checks(out))

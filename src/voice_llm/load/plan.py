@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from voice_llm.config import api_key_from_env
+from voice_llm.server.config import api_key_from_env
 
 SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
 DEFAULT_CALLERS = (1, 2, 4, 8)

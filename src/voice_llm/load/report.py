@@ -11,7 +11,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from voice_llm import spread
+from voice_llm.util import stats
 from voice_llm.load.stats import slots_label
 
 _WIDE = (10.0, 3.6)
@@ -55,8 +55,8 @@ def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     caption = (
         f"{len(turns)} turns with {len(doc['docs'])} documents in the system prompt; the prompt grew from "
         f"{off[0]['prompt_n']} to {off[-1]['prompt_n']} tokens. Turn 1 is a miss in both runs. Turns 2–{len(turns)}: "
-        f"first token {_ms(spread.median(later_on))} ms (median) with the cache, "
-        f"{_ms(spread.median(later_off))} ms without — the cache keeps each turn close to a short prompt "
+        f"first token {_ms(stats.median(later_on))} ms (median) with the cache, "
+        f"{_ms(stats.median(later_off))} ms without — the cache keeps each turn close to a short prompt "
         "only if the conversation is sent back unchanged."
     ) if len(turns) > 1 else f"one turn: first token {_ms(on[0]['ttft_ms'])} ms with the cache."
     rows = [[str(a["turn"]), a["user"], _ms(a["ttft_ms"]), _ms(a["first_sentence_ms"]), f"{a['prompt_n']} + {a['cache_n']}",

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from voice_llm.config import ENV_API_KEY
+from voice_llm.server.config import ENV_API_KEY
 from voice_llm.errors import VoiceLLMError
 from voice_llm.load.plan import SweepPlan
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import read_artifact_text, write_bytes_atomic
+from voice_llm.util.artifacts import read_artifact_text, write_bytes_atomic
 from voice_llm.errors import ArtifactError
 from voice_llm.load.stats import SAMPLE_FIELDS
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import read_json
+from voice_llm.util.artifacts import read_json
 from voice_llm.errors import ArtifactError
 from voice_llm.load.plan import SPEECH_WORDS_PER_S
 

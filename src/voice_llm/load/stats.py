@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from voice_llm import spread  # standard library only, like this module
+from voice_llm.util import stats  # standard library only, like this module
 
 GOODPUT_TARGET = 0.95
 MAX_ERROR_RATE = 0.01
@@ -44,12 +44,12 @@ SAMPLE_FIELDS = (
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100): always one of the values, so it can be checked against them.
-    The 50th is the project's one median rule (voice_llm.spread.median: the upper middle for an even count), so
+    The 50th is the project's one median rule (voice_llm.util.stats.median: the upper middle for an even count), so
     a p50 here is the same number as every other artifact's median of the same samples."""
     if not values:
         return None
     if q == 50:
-        return spread.median(values)
+        return stats.median(values)
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100.0 * len(ordered)))
     return ordered[rank - 1]

@@ -36,7 +36,7 @@ from typing import Any
 import gevent
 
 from voice_llm.load import stats, voice_caller
-from voice_llm.children import stop_child
+from voice_llm.util.children import stop_child
 from voice_llm.load import voice_caller_path
 from voice_llm.load.plan import SweepPlan
 

@@ -27,7 +27,7 @@ from typing import Any
 import gevent
 
 from voice_llm import sse
-from voice_llm.dialogue import TurnTiming, time_turn, words
+from voice_llm.scenario.dialogue import TurnTiming, time_turn, words
 from voice_llm.load.plan import CallerConfig, api_key
 
 # Report every second instead of every 3 s: the master waits for a step's last turns before it judges the step.

@@ -5,6 +5,8 @@ Engines are imported when chosen, so ``import voice_llm.tts`` stays cheap and th
 
 from __future__ import annotations
 
+from voice_llm.registry import Capability
+
 from pathlib import Path
 
 from voice_llm.errors import ConfigError
@@ -31,3 +33,12 @@ def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
 
         return EspeakEngine(str(voice) if voice else None, deadline_s=deadline_s)
     raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")
+
+
+# What this capability contributes to the core (voice_llm.registry). Field owners while the seam is built:
+# steps / cli / commands / options / install: the run-session work; checks / sections / metrics / key_numbers:
+# the checks-and-report work.
+CAPABILITY = Capability(
+    name="tts",
+    summary="text to speech: the speak step (time to first audio per segmenting strategy), its checks and charts",
+)

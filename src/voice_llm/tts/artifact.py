@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from voice_llm import spread as _spread
-from voice_llm.artifacts import AUDIO, AUDIO_DIR
+from voice_llm.util import stats as _stats
+from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.tts.live import SpokenAnswer
 from voice_llm.tts.timeline import Playback
 from voice_llm.tts.wav import silence
@@ -24,8 +24,8 @@ SUMMARY_FIELDS = ("ttfa_ms", "stall_count", "stall_ms", "end_ms", "first_text_ms
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
-    """Median (the project's one rule, voice_llm.spread.median: a value some run measured), min and max."""
-    return {"median": _spread.median(values), "min": min(values), "max": max(values)}
+    """Median (the project's one rule, voice_llm.util.stats.median: a value some run measured), min and max."""
+    return {"median": _stats.median(values), "min": min(values), "max": max(values)}
 
 
 def run_dict(run: int, raw: str, answer: SpokenAnswer, alone_ms: float) -> dict[str, Any]:
@@ -56,9 +56,9 @@ def summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def median_run(runs: Sequence[Mapping[str, Any]]) -> int:
-    """The index of the run whose TTFA is the median (voice_llm.spread's rule: the upper middle for an even
+    """The index of the run whose TTFA is the median (voice_llm.util.stats's rule: the upper middle for an even
     count), so the WAVs are of the run whose TTFA audio.json states as the median."""
-    return _spread.median_index([run["ttfa_ms"] for run in runs])
+    return _stats.median_index([run["ttfa_ms"] for run in runs])
 
 
 def heard_pcm(answer: SpokenAnswer, sample_rate: int) -> bytes:

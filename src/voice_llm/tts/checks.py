@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import AUDIO, inside, loads_json, read_artifact_bytes, read_json
-from voice_llm.checkbase import Check, NotCheckable, expect, unless_missed
-from voice_llm.checkbase import finite_number as _num
-from voice_llm.checkbase import require as _require
+from voice_llm.util.artifacts import AUDIO, inside, loads_json, read_artifact_bytes, read_json
+from voice_llm.checks.base import Check, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import finite_number as _num
+from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
 from voice_llm.sse import DONE_DATA, SSEDecoder
 from voice_llm.tts.artifact import summary

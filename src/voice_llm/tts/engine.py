@@ -32,7 +32,7 @@ class TTSEngine(Protocol):
         """Yield the audio of ``text`` piece by piece, each as soon as the engine has it. Raises
         :class:`voice_llm.errors.SynthesisError` when the engine fails. An engine that runs a program of its own
         bounds each run by its deadline (:class:`voice_llm.errors.SynthesisTimeoutError`) and starts it with
-        :func:`voice_llm.children.running`, so the program and its process group are stopped however the run
+        :func:`voice_llm.util.children.running`, so the program and its process group are stopped however the run
         ends (closing the iterator early, an error, Ctrl-C or SIGTERM)."""
         ...
 

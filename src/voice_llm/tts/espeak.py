@@ -5,7 +5,7 @@ WAV comes from ``--stdout``; audio is yielded as the program writes it.
 
 Every run of the program is bounded by the engine's ``deadline_s`` (the lab's ``--deadline``) on the wall clock:
 its output is read with ``select``, never with a blocking read, and a program that has not finished by then is
-stopped with its whole process group (:func:`voice_llm.children.running`), as it is when the consumer stops early
+stopped with its whole process group (:func:`voice_llm.util.children.running`), as it is when the consumer stops early
 or an interrupt (Ctrl-C, SIGTERM) arrives.
 """
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
-from voice_llm.children import running
+from voice_llm.util.children import running
 from voice_llm.errors import SynthesisError, SynthesisTimeoutError, TTSUnavailableError, VoiceFileError
 from voice_llm.tts.engine import SAMPLE_WIDTH, AudioChunk
 

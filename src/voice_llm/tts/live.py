@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voice_llm.children import stop_all
+from voice_llm.util.children import stop_all
 from voice_llm.errors import NothingToSpeakError, SynthesisError, TTSError
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms

@@ -10,7 +10,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from voice_llm import report_html as style  # imported by report_html when it draws these, so no cycle
+from voice_llm.report import page as style  # imported by report_html when it draws these, so no cycle
 from voice_llm.tts.artifact import AUDIO, median_run
 from voice_llm.tts.segmenting import STRATEGY_LABELS
 

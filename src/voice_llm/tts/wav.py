@@ -7,7 +7,7 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-from voice_llm.artifacts import read_artifact_bytes
+from voice_llm.util.artifacts import read_artifact_bytes
 from voice_llm.errors import ArtifactError
 from voice_llm.tts.engine import SAMPLE_WIDTH
 

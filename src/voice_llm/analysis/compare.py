@@ -1,0 +1,400 @@
+"""``voice-llm compare OUT_A OUT_B``: two runs side by side from their saved files alone, like pyperf's
+``compare_to``: every metric, the ratio B/A, and whether the difference is beyond the noise of the repeats.
+
+Significance: with at least five samples a side, a two-sided Mann-Whitney U test at 5 %, on midranks (ties share
+the mean of their positions), computed in O(n log n) on the sample counts: one sort of the pooled values. The p
+value is exact (the distribution of the rank sum over every split of the pooled ranks, counted by dynamic
+programming, so it needs no table and no scipy) while the number of splits C(n1 + n2, n1) is at most
+EXACT_SPLITS_MAX (about ten samples a side); above that, the normal approximation with tie and continuity
+correction. With fewer than five samples a side the difference counts only when the two ranges (min..max) do not
+overlap; with one sample on a side it cannot tell. Token counts are exact, so any difference in them is real.
+
+Set-up: every difference between the two runs' set-ups is named (server, model, threads, TTS engine and voice,
+the speak step's clause_words, repeats, machine). A metric whose set-up differs in what it depends on (a server
+metric when the model, build or threads differ; a first-audio metric also when the TTS differs) is flagged as
+such: its change is the set-up's, and it is kept out of "a listener would notice".
+
+Refused (one line, even with --force): a folder with no measurement compare reads (an empty folder, a folder of
+``voice-llm load`` alone), and two runs that share no metric.
+
+A difference a listener would notice: at least NOTICE_MS on a number that delays what the caller hears. That is a
+rule of thumb, not a measured threshold: people leave gaps of about 200 ms between turns in conversation
+(Stivers et al., "Universals and cultural variation in turn-taking in conversation", PNAS 2009), and a change
+under a quarter of that is lost in the variation of human turn-taking itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from voice_llm.analysis import metrics, noise
+from voice_llm.run import meta as runmeta
+from voice_llm.util import stats
+from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE, read_json
+from voice_llm.errors import ArtifactError
+
+NOTICE_MS = 50.0
+ALPHA = 0.05
+RANK_TEST_MIN = 5
+EXACT_SPLITS_MAX = 200_000
+
+
+class IncomparableRunsError(ArtifactError):
+    """The two runs measured different things (other prompts or documents): their numbers do not compare."""
+
+
+# --- statistics -------------------------------------------------------------------------------------------------
+
+
+def _ranked(a: Sequence[float], b: Sequence[float]) -> tuple[int, list[int], list[int]]:
+    """One sort of the pooled values: (twice the rank sum of ``a``, twice every value's midrank, the size of every
+    group of ties). Midranks doubled are whole numbers, so the exact distribution can count them."""
+    pooled = sorted([(value, 0) for value in a] + [(value, 1) for value in b], key=lambda pair: pair[0])
+    doubled: list[int] = []
+    ties: list[int] = []
+    sum_a = 0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank = i + j + 2  # twice the mean of positions i+1 .. j+1
+        ties.append(j - i + 1)
+        for k in range(i, j + 1):
+            doubled.append(rank)
+            if pooled[k][1] == 0:
+                sum_a += rank
+        i = j + 1
+    return sum_a, doubled, ties
+
+
+def _exact_tail(doubled: Sequence[int], n1: int, observed: int, mean: int) -> float:
+    """The share of the C(n, n1) splits whose doubled U is at least ``observed`` from ``mean``: a count of the
+    subsets of size n1 by their rank sum (dynamic programming over the ranks, no enumeration of splits)."""
+    counts: list[dict[int, int]] = [{0: 1}] + [{} for _ in range(n1)]
+    for rank in doubled:
+        for size in range(n1, 0, -1):
+            below, here = counts[size - 1], counts[size]
+            for total, ways in below.items():
+                here[total + rank] = here.get(total + rank, 0) + ways
+    offset = n1 * (n1 + 1)
+    extreme = sum(ways for total, ways in counts[n1].items() if abs(total - offset - mean) >= observed)
+    return extreme / math.comb(len(doubled), n1)
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (ties as midranks): exact while there are at most
+    EXACT_SPLITS_MAX splits of the pooled values, else the normal approximation with tie correction. One sort of
+    the pooled samples, so O(n log n) on the sample counts."""
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        raise ValueError("the rank test needs samples on both sides")
+    sum_a, doubled, ties = _ranked(a, b)
+    # Everything doubled, so that midranks stay whole numbers: U = R1 - n1 (n1 + 1) / 2, its mean n1 n2 / 2.
+    mean = n1 * n2
+    observed = abs(sum_a - n1 * (n1 + 1) - mean)
+    if math.comb(n1 + n2, n1) <= EXACT_SPLITS_MAX:
+        return _exact_tail(doubled, n1, observed, mean)
+    total = n1 + n2
+    tie_term = sum(t ** 3 - t for t in ties)
+    sigma = math.sqrt(n1 * n2 / 12 * ((total + 1) - tie_term / (total * (total - 1))))
+    if sigma == 0:
+        return 1.0
+    return math.erfc(max(observed / 2 - 0.5, 0.0) / sigma / math.sqrt(2))
+
+
+# --- one metric ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    key: str
+    label: str
+    unit: str
+    a: float
+    b: float
+    a_samples: tuple[float, ...]
+    b_samples: tuple[float, ...]
+    ratio: float | None  # b / a
+    test: str  # "mann-whitney", "ranges", "exact count" or "one sample"
+    p_value: float | None
+    significant: bool | None  # None: cannot tell
+    audible: bool
+    noticeable: bool  # significant, audible, at least NOTICE_MS apart, and the set-ups alike in what it depends on
+    line: str
+    setup_differs: tuple[str, ...] = ()  # the set-up differences this metric depends on (flagged in its line)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _verdict(a: Sequence[float], b: Sequence[float], unit: str) -> tuple[str, float | None, bool | None]:
+    if unit != "ms":
+        return "exact count", None, stats.median(a) != stats.median(b)
+    if len(a) >= RANK_TEST_MIN and len(b) >= RANK_TEST_MIN:
+        p = mann_whitney_p(a, b)
+        return "mann-whitney", p, p < ALPHA
+    if len(a) < 2 or len(b) < 2:
+        return "one sample", None, None
+    return "ranges", None, max(a) < min(b) or max(b) < min(a)
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
+    return f"{value:,.0f}"
+
+
+def _line(m: metrics.Metric, a: float, b: float, test: str, p: float | None, significant: bool | None,
+          noticeable: bool, n: tuple[int, int], setup_differs: Sequence[str] = (), label: str | None = None) -> str:
+    head = f"{label or m.label} {_fmt(a, m.unit)} -> {_fmt(b, m.unit)} {m.unit}"
+    if a == b or (a and abs(b - a) / abs(a) < 0.005):
+        change = "the same"
+    elif a == 0:
+        change = "from zero"
+    elif m.unit == "ms":
+        pct = abs(b - a) / a * 100
+        words = ("sooner", "later") if m.audible else ("faster", "slower")
+        change = f"{pct:.0f} % {words[0] if b < a else words[1]}"
+    else:
+        change = f"{(b - a) / a * 100:+.0f} %"
+    if significant is None:
+        verdict = f"cannot tell ({n[0]} vs {n[1]} samples)"
+    elif test == "mann-whitney":
+        verdict = f"{'significant' if significant else 'within the noise'} (Mann-Whitney p={p:.3f}, {n[0]} vs {n[1]})"
+    elif test == "ranges":
+        verdict = f"{'significant' if significant else 'within the noise'} (ranges {'apart' if significant else 'overlap'}, {n[0]} vs {n[1]})"
+    else:
+        verdict = "differs" if significant else "same"
+    tail = ""
+    if setup_differs:  # not a verdict on the same set-up: what a listener would notice is not said
+        tail = f"; set-ups differ in {', '.join(setup_differs)}: the change is theirs, not a like-for-like verdict"
+    elif m.audible and significant:
+        tail = "; a listener would notice" if noticeable else f"; under {NOTICE_MS:.0f} ms, a listener would not notice"
+    return f"{head}, {change}, {verdict}{tail}"
+
+
+def compare_metric(a: metrics.Measured, b: metrics.Measured, setup_differs: Sequence[str] = ()) -> MetricComparison:
+    """B against A. ``setup_differs``: the set-up differences the metric depends on; when there are any, the
+    change is the set-up's: the line says so and the metric is never "noticeable" (not a like-for-like verdict)."""
+    m = a.metric
+    test, p, significant = _verdict(a.samples, b.samples, m.unit)
+    audible_change = bool(significant and m.audible and m.unit == "ms" and abs(b.median - a.median) >= NOTICE_MS)
+    ratio = b.median / a.median if a.median else None
+    label = metrics.pair_label(a, b)  # names a condition that did not hold ("cache not disabled")
+    line = _line(m, a.median, b.median, test, p, significant, audible_change, (len(a.samples), len(b.samples)),
+                 setup_differs, label)
+    return MetricComparison(m.key, label, m.unit, a.median, b.median, a.samples, b.samples, ratio, test, p,
+                            significant, m.audible, audible_change and not setup_differs, line, tuple(setup_differs))
+
+
+# --- two runs -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSide:
+    out: Path
+    run_id: str | None
+    metadata: Mapping[str, Any]
+    noise: Mapping[str, Any]
+    setup: Mapping[str, Any]  # label -> value, see setup_of
+    found: Mapping[str, metrics.Measured]  # the run's metrics
+
+
+# What a metric depends on. A difference in SERVER or MACHINE concerns every metric (each is timed through the
+# LLM server on that machine); a difference in TTS concerns first audio only; OTHER is named, never a confound
+# (repeats change the sample counts, which the tests take into account; the tool's own version is named).
+SERVER, TTS, MACHINE, OTHER = "server", "tts", "machine", "other"
+
+# What is shown when it differs: (label, what it concerns, path into run.json's metadata).
+_META_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("voice-llm", OTHER, ("voice_llm",)),
+    ("llama.cpp source", SERVER, ("llama_cpp_source",)),
+    ("server build", SERVER, ("server", "build_info")),
+    ("model", SERVER, ("model", "file")),
+    ("model sha256", SERVER, ("model", "sha256")),
+    ("n_ctx", SERVER, ("server", "n_ctx")),
+    ("slots", SERVER, ("server", "total_slots")),
+    ("threads", SERVER, ("server", "threads")),
+    ("CPU", MACHINE, ("machine", "cpu_model")),
+    ("cores", MACHINE, ("machine", "cores")),
+    ("machine", MACHINE, ("machine", "hostname")),
+    ("python", OTHER, ("python",)),
+)
+# From audio.json (the speak step): the TTS and the strategy options.
+_AUDIO_FIELDS: tuple[tuple[str, str], ...] = (
+    ("TTS engine", "engine"), ("TTS voice", "voice"), ("TTS voice option", "voice_option"),
+    ("TTS versions", "versions"), ("clause_words", "clause_words"), ("TTS prompt", "prompt"),
+)
+# The repeats each step made (the --repeat it ran with, as its file shows it).
+_REPEATED = (PREFILL, CACHE, SENTENCE, CANCEL)
+CONCERNS: dict[str, str] = {
+    **{label: concern for label, concern, _ in _META_FIELDS},
+    **{label: TTS for label, _ in _AUDIO_FIELDS},
+    **{f"repeat ({name})": OTHER for name in (*_REPEATED, AUDIO)},
+}
+
+
+def meta_value(metadata: Mapping[str, Any], path: Sequence[str]) -> Any:
+    value: Any = metadata
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _repeats(doc: Any) -> int | None:
+    row = doc[0] if isinstance(doc, list) and doc else doc
+    repeats = row.get("repeats") if isinstance(row, Mapping) else None
+    return len(repeats) if isinstance(repeats, list) else None
+
+
+def setup_of(out: Path, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Every set-up fact of the run in ``out`` that compare names when it differs: run.json's metadata, the
+    speak step's engine, voice and options (audio.json), and the repeats of each step. None: not recorded."""
+    setup = {label: meta_value(metadata, path) for label, _, path in _META_FIELDS}
+    docs: dict[str, Any] = {}
+    for name in (*_REPEATED, AUDIO):
+        try:
+            docs[name] = read_json(out / name)
+        except ArtifactError:
+            docs[name] = None
+    audio = docs[AUDIO] if isinstance(docs[AUDIO], Mapping) else {}
+    setup.update({label: audio.get(key) for label, key in _AUDIO_FIELDS})
+    setup.update({f"repeat ({name})": _repeats(docs[name]) for name in _REPEATED})
+    setup[f"repeat ({AUDIO})"] = audio.get("repeat")
+    return setup
+
+
+def metadata_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(label, A, B) for each set-up fact that differs; ``a`` and ``b`` come from setup_of()."""
+    return [(label, a.get(label), b.get(label)) for label in CONCERNS if a.get(label) != b.get(label)]
+
+
+def _depends_on(metric: metrics.Metric, differences: Sequence[tuple[str, Any, Any]]) -> tuple[str, ...]:
+    concerns = {SERVER, MACHINE, TTS} if metric.source == AUDIO else {SERVER, MACHINE}
+    return tuple(label for label, _, _ in differences if CONCERNS[label] in concerns)
+
+
+def _measurements(out: Path) -> dict[str, metrics.Measured]:
+    found = metrics.measure_all(out)
+    if not found:
+        held = sorted(path.name for path in out.iterdir() if path.is_file())[:8] if out.is_dir() else []
+        what = f"it holds {', '.join(held)}" if held else "it is empty"
+        sources = ", ".join(dict.fromkeys(m.source for m in metrics.METRICS))
+        raise IncomparableRunsError(f"{out} has no measurement compare reads ({sources}); {what}: "
+                                    "compare two folders of `voice-llm lab` or its steps")
+    return found
+
+
+def _side(out: Path) -> RunSide:
+    if not out.is_dir():
+        raise ArtifactError(f"no run folder at {out}")
+    runmeta.require_one_run(out)  # never compare a folder that is itself a mix of runs
+    found = _measurements(out)  # a folder of another kind, or without measurements: refused even with --force
+    record = runmeta.RunRecord.load(out)
+    metadata = (record.doc.get("metadata") or {}) if record else {}
+    return RunSide(out, record.run_id if record else None, metadata, noise.assess(out), setup_of(out, metadata), found)
+
+
+def _refusals(a: RunSide, b: RunSide) -> list[str]:
+    """Why the two runs did not measure the same thing (empty: they did, as far as the files tell)."""
+    reasons = []
+    for what, path in (("prompts", ("prompts", "sha256")), ("KB documents", ("kb", "sha256"))):
+        left, right = meta_value(a.metadata, path), meta_value(b.metadata, path)
+        if left is None or right is None:
+            missing = a.out if left is None else b.out
+            reasons.append(f"cannot tell whether the {what} are the same: {missing} has no run.json saying which")
+        elif left != right:
+            reasons.append(f"the {what} differ ({what} sha256 {left[:12]} vs {right[:12]})")
+    return reasons
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: RunSide
+    b: RunSide
+    metrics: tuple[MetricComparison, ...]
+    only_in_one: tuple[str, ...]
+    differences: tuple[tuple[str, Any, Any], ...]
+    forced: tuple[str, ...]  # the refusals --force overrode
+
+    def as_dict(self) -> dict[str, Any]:
+        side = lambda s: {"out": str(s.out), "run_id": s.run_id, "noisy": s.noise.get("noisy"),  # noqa: E731
+                          "noise_reasons": s.noise.get("reasons"), "setup": dict(s.setup)}
+        return {
+            "a": side(self.a), "b": side(self.b),
+            "metadata_differences": [{"field": f, "a": x, "b": y} for f, x, y in self.differences],
+            "forced_over": list(self.forced),
+            "metrics": [m.as_dict() for m in self.metrics],
+            "only_in_one": list(self.only_in_one),
+            "notice_ms": NOTICE_MS, "alpha": ALPHA,
+        }
+
+
+def compare_runs(out_a: Path, out_b: Path, force: bool = False) -> Comparison:
+    """Both runs' metrics side by side. Raises IncomparableRunsError when they measured different prompts or
+    documents (or the files cannot tell) unless ``force``; a folder mixing runs is always refused."""
+    a, b = _side(out_a), _side(out_b)
+    refused = _refusals(a, b)
+    if refused and not force:
+        raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: {'; '.join(refused)}; "
+                                    "pass --force to compare anyway")
+    found_a, found_b = a.found, b.found
+    shared = [key for key in found_a if key in found_b]
+    if not shared:
+        raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: they share no measured metric "
+                                    f"(A has {', '.join(found_a)}; B has {', '.join(found_b)})")
+    differences = tuple(metadata_differences(a.setup, b.setup))
+    rows = tuple(compare_metric(found_a[key], found_b[key], _depends_on(found_a[key].metric, differences))
+                 for key in shared)
+    only = tuple(sorted(set(found_a) ^ set(found_b)))
+    return Comparison(a, b, rows, only, differences, tuple(refused))
+
+
+def noise_brief(assessment: Mapping[str, Any]) -> str:
+    """One line: the load reason as it is, the spreads counted with the widest named."""
+    reasons = [r for r in assessment.get("reasons") or [] if r.startswith("load average")]
+    spread = {k: v for k, v in (assessment.get("spread") or {}).items() if k in (assessment.get("affected") or [])
+              and v > noise.SPREAD_LIMIT}
+    if spread:
+        widest = max(spread, key=lambda k: spread[k])
+        label = metrics.BY_KEY[widest].label if widest in metrics.BY_KEY else widest
+        reasons.append(f"{len(spread)} numbers spread over {noise.SPREAD_LIMIT:.0%} across their repeats "
+                       f"(widest: {label}, {spread[widest]:.0%})")
+    return "; ".join(reasons)
+
+
+def _shown(value: Any) -> str:
+    return "(not recorded)" if value is None else repr(value)
+
+
+def summary_lines(comparison: Comparison) -> list[str]:
+    """What ``voice-llm compare`` prints: the runs, what differs in their set-up, a line per metric, a verdict."""
+    a, b = comparison.a, comparison.b
+    lines = [f"A: {a.out} (run {a.run_id or 'without id'})", f"B: {b.out} (run {b.run_id or 'without id'})"]
+    lines += [f"forced past: {reason}" for reason in comparison.forced]
+    if comparison.differences:
+        lines.append("set-up differs: " + "; ".join(f"{f} {_shown(x)} -> {_shown(y)}" for f, x, y in comparison.differences))
+    else:
+        lines.append("set-up: the same model, server build, threads, TTS, repeats and machine")
+    for side, name in ((a, "A"), (b, "B")):
+        if side.noise.get("noisy"):
+            lines.append(f"run {name} was noisy: {noise_brief(side.noise)}")
+    lines += [m.line for m in comparison.metrics]
+    if comparison.only_in_one:
+        lines.append("measured in one run only: " + ", ".join(
+            metrics.BY_KEY[key].label if key in metrics.BY_KEY else key for key in comparison.only_in_one))
+    changed = [m for m in comparison.metrics if m.setup_differs and m.significant and m.audible
+                and abs(m.b - m.a) >= NOTICE_MS]
+    if changed:
+        why = sorted({label for m in changed for label in m.setup_differs}, key=list(CONCERNS).index)
+        lines.append(f"changed with the set-up ({', '.join(why)}), not judged like for like: "
+                     + "; ".join(m.label for m in changed))
+    heard = [m.label for m in comparison.metrics if m.noticeable]
+    lines.append("a listener would notice: " + ("; ".join(heard) if heard else f"nothing (no significant change of "
+                                                 f"{NOTICE_MS:.0f} ms or more in what the caller hears)"))
+    return lines

@@ -1,0 +1,166 @@
+"""Every number of a run with all its samples, read from the saved files: what the noise warning, ``compare`` and
+the report's spread chart look at.
+
+A metric is one number of one artifact (the brief's field, which is the median) plus the samples it is the median
+of: the five ttft runs, or a step's ``repeats``. A file from before repeats gives its one value as one sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voice_llm.util import artifacts as names
+from voice_llm.scenario import brief
+from voice_llm.util import stats
+from voice_llm.util.artifacts import read_json
+from voice_llm.errors import ArtifactError
+from voice_llm.tts.segmenting import STRATEGY_LABELS
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str  # "ms" or "tokens"
+    source: str
+    # Does it delay when the caller hears the assistant (first audio, or the audio stopping on barge-in)?
+    audible: bool
+    # From the source document: (the median the file states, every sample).
+    read: Callable[[Any], tuple[float, list[float]]]
+    # Measured with ``cache_prompt: false``: where the artifact says the server may have ignored it, the number
+    # is labelled "cache not disabled" rather than under a condition that did not hold.
+    cache_off: bool = False
+
+
+# Said beside a number measured with cache_prompt false on a server that may ignore it (llama-cpp-python, vLLM,
+# Ollama: no timings.cache_n shows that the prompt was recomputed), so it is never labelled "cache off".
+CACHE_NOT_DISABLED = "cache not disabled"
+
+
+def cache_not_disabled(doc: Any) -> bool:
+    """Does the artifact say that 'cache off' could not be shown (``unknown.cache_off``, in it or in any row)?"""
+    rows = doc if isinstance(doc, list) else [doc]
+    return any(isinstance(row, Mapping) and isinstance(row.get("unknown"), Mapping) and "cache_off" in row["unknown"]
+               for row in rows)
+
+
+@dataclass(frozen=True)
+class Measured:
+    metric: Metric
+    median: float
+    samples: tuple[float, ...]
+    condition_not_held: str | None = None  # e.g. CACHE_NOT_DISABLED
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / median over the samples; None with one sample."""
+        return stats.relative_spread(self.samples)
+
+    @property
+    def label(self) -> str:
+        """The metric's label, with what did not hold when the run could not keep its condition."""
+        return f"{self.metric.label} ({self.condition_not_held})" if self.condition_not_held else self.metric.label
+
+
+def pair_label(a: Measured, b: Measured) -> str:
+    """One label for the same metric of two runs: the condition that did not hold in either is named."""
+    if a.condition_not_held == b.condition_not_held:
+        return a.label
+    return f"{a.metric.label} ({a.condition_not_held or 'as asked'} in A, {b.condition_not_held or 'as asked'} in B)"
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ArtifactError(f"not a finite number: {value!r}")
+    return float(value)
+
+
+def _field(doc: Mapping[str, Any], key: str) -> tuple[float, list[float]]:
+    """A brief field and its repeats' values (the field alone when the document has no repeats)."""
+    repeats = doc.get("repeats")
+    samples = [_num(r[key]) for r in repeats] if isinstance(repeats, list) and repeats else [_num(doc[key])]
+    return _num(doc[key]), samples
+
+
+def _ttft(field: str, p50: str) -> Callable[[Any], tuple[float, list[float]]]:
+    return lambda doc: (_num(doc[p50]), [_num(run[field]) for run in doc["runs"]])
+
+
+def _prefill(docs: int, key: str) -> Callable[[Any], tuple[float, list[float]]]:
+    def read(rows: Any) -> tuple[float, list[float]]:
+        row = next((r for r in rows if r.get("docs") == docs), None)
+        if row is None:
+            raise ArtifactError(f"{names.PREFILL} has no row for {docs} documents")
+        return _field(row, key)
+    return read
+
+
+def _cache(case: str) -> Callable[[Any], tuple[float, list[float]]]:
+    def read(doc: Any) -> tuple[float, list[float]]:
+        repeats = doc.get("repeats")
+        samples = [_num(r[case]["ttft_ms"]) for r in repeats] if isinstance(repeats, list) and repeats else None
+        value = _num(doc[case]["ttft_ms"])
+        return value, samples or [value]
+    return read
+
+
+def _top(key: str) -> Callable[[Any], tuple[float, list[float]]]:
+    return lambda doc: _field(doc, key)
+
+
+def _ttfa(strategy: str) -> Callable[[Any], tuple[float, list[float]]]:
+    """audio.json: a strategy's median time to first audio and its runs' (voice_llm.tts.artifact)."""
+    def read(doc: Any) -> tuple[float, list[float]]:
+        found = doc["strategies"][strategy]
+        return _num(found["summary"]["ttfa_ms"]["median"]), [_num(run["ttfa_ms"]) for run in found["runs"]]
+    return read
+
+
+_DOCS = brief.PREFILL_DOC_COUNTS
+METRICS: tuple[Metric, ...] = (
+    Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50"), cache_off=True),
+    Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft("total_ms", "total_p50"), cache_off=True),
+    *(Metric(f"prefill_{n}docs_ttft_ms", f"first token, {n} documents", "ms", names.PREFILL, True,
+             _prefill(n, "ttft_ms"), cache_off=True) for n in _DOCS),
+    *(Metric(f"prefill_{n}docs_prompt_ms", f"prefill, {n} documents", "ms", names.PREFILL, False,
+             _prefill(n, "prompt_ms"), cache_off=True) for n in _DOCS),
+    Metric("prompt_n_12docs", "prompt size, 12 documents", "tokens", names.PREFILL, False,
+           _prefill(_DOCS[-1], "prompt_n"), cache_off=True),
+    Metric("cache_first_ttft_ms", "first token, cache miss", "ms", names.CACHE, True, _cache("first")),
+    Metric("cache_ttft_ms", "first token, cached prompt", "ms", names.CACHE, True, _cache("second")),
+    Metric("cache_suffix_ttft_ms", "first token, changed suffix", "ms", names.CACHE, True, _cache("changed_suffix")),
+    Metric("cache_prefix_ttft_ms", "first token, changed prefix", "ms", names.CACHE, True, _cache("changed_prefix")),
+    Metric("first_sentence_ms", "first sentence", "ms", names.SENTENCE, True, _top("first_sentence_ms")),
+    Metric("sentence_total_ms", "three-sentence answer", "ms", names.SENTENCE, False, _top("total_ms")),
+    Metric("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, True, _top("slot_idle_after_ms")),
+    # What the caller hears first (the speak step); report.json's ttfa_<strategy>_ms are these medians.
+    *(Metric(f"ttfa_{s}_ms", f"first audio, {label}", "ms", names.AUDIO, True, _ttfa(s))
+      for s, label in STRATEGY_LABELS.items()),
+)
+BY_KEY = {metric.key: metric for metric in METRICS}
+
+
+def measure_all(out: Path) -> dict[str, Measured]:
+    """Every metric whose artifact is in ``out`` and readable, in the order of METRICS; a missing or malformed
+    artifact only drops its own metrics."""
+    docs: dict[str, Any] = {}
+    found: dict[str, Measured] = {}
+    for metric in METRICS:
+        if metric.source not in docs:
+            try:
+                docs[metric.source] = read_json(out / metric.source)
+            except ArtifactError:
+                docs[metric.source] = None
+        if docs[metric.source] is None:
+            continue
+        try:
+            value, samples = metric.read(docs[metric.source])
+        except (ArtifactError, KeyError, TypeError, IndexError, AttributeError):
+            continue
+        held = CACHE_NOT_DISABLED if metric.cache_off and cache_not_disabled(docs[metric.source]) else None
+        found[metric.key] = Measured(metric, value, tuple(samples), held)
+    return found

@@ -1,0 +1,571 @@
+"""Check a lab's artifacts against each other, from the saved files alone (no server is queried).
+
+Like a grader, it trusts no number on its own: it re-derives what it can from the raw evidence (chunks.jsonl
+from sse_raw.txt, medians from the runs, report.json from its sources) and checks the relations the brief
+names within one run (first token < total, long prompt > short, cache hit < no cache).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from voice_llm.util import artifacts as names
+from voice_llm.repeats import checks as spread_checks
+from voice_llm.run import meta as runmeta
+from voice_llm.scenario import brief
+from voice_llm.util import stats
+from voice_llm.util.artifacts import inside, loads_json, read_artifact_bytes, read_json, read_jsonl
+from voice_llm.checks.base import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
+                                 NotCheckable, expect, finite_number, require, unless_missed)
+from voice_llm.errors import ArtifactError
+from voice_llm.analysis.keynumbers import build_report
+from voice_llm.load import checks as load_checks  # call.json, and load.json against its raw samples
+from voice_llm.sse import SSEDecoder
+
+__all__ = ["CHECKS", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
+           "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
+
+# The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
+_Failed = CheckFailed
+_require, _num = require, finite_number
+
+
+def _known(doc: Any, key: str, what: str) -> Any:
+    """``doc[key]``, or NotCheckable with the reason the step wrote when it had to leave it null."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if value is None:
+        reasons = doc.get("unknown") if isinstance(doc, dict) else None
+        reason = (reasons or {}).get(key) if isinstance(reasons, dict) else None
+        raise NotCheckable(f"{what} is null: {reason or 'no reason recorded'}")
+    return value
+
+
+def _raw_events(out: Path) -> list[dict[str, Any] | str]:
+    """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
+    decoder = SSEDecoder()
+    raw = read_artifact_bytes(out / names.SSE_RAW)  # missing, a link, FIFO or device: an ArtifactError, never a hang
+    events = decoder.feed(raw) + decoder.end()
+    parsed: list[dict[str, Any] | str] = []
+    for event in events:
+        parsed.append(event.data if event.data == "[DONE]" else loads_json(event.data, f"an event in {names.SSE_RAW}"))
+    return parsed
+
+
+def _delta(event: dict[str, Any]) -> dict[str, Any]:
+    choices = event.get("choices") or [{}]
+    return choices[0].get("delta") or {}
+
+
+PLAN_CHECK = "run.json: a plan of the run's steps"
+
+
+class _BadPlan(Exception):
+    """run.json has a run id but no readable plan: which relations the run must satisfy is unknown."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What run.json says the run is: the steps it planned, those it ran (or failed in), and the files each leaves.
+    A step run on its own plans the lab's steps too (the run is a lab run, so far incomplete); the relations
+    of a planned step that never ran in this folder are not checked, and its files are not required."""
+
+    planned: tuple[str, ...]
+    ran: tuple[str, ...]  # planned steps that ran or failed, in the plan's order
+    required: tuple[str, ...]  # the files the steps in ``ran`` leave
+
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        return tuple(step for step in self.planned if step not in self.ran)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) and item for item in value)
+
+
+def _plan(out: Path) -> _Plan | None:
+    """The run's plan from run.json; None for a folder without a run.json with a run id (an older voice-llm:
+    all the brief's relations, the brief's ten files). Raises _BadPlan when run.json has a run id but no valid
+    plan, so that check never passes relations it did not select."""
+    record = runmeta.RunRecord.load(out)
+    if record is None:
+        return None
+    doc = record.doc
+    planned = doc.get("steps_planned")
+    if not _strings(planned) or not planned:
+        raise _BadPlan(f"steps_planned is {planned!r}, not a non-empty list of step names")
+    expected = doc.get("expected_artifacts")
+    if not _strings(expected):
+        raise _BadPlan(f"expected_artifacts is {expected!r}, not a list of file names")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and isinstance(s.get("step"), str) for s in steps):
+        raise _BadPlan(f"steps is {steps!r:.200}, not a list of {{\"step\": name, ...}}")
+    done = {s["step"] for s in steps}
+    failed = doc.get("failed_step")
+    if failed is not None and not isinstance(failed, str):
+        raise _BadPlan(f"failed_step is {failed!r}, not a step name or null")
+    stray = sorted((done | ({failed} if failed else set())) - set(planned))
+    if stray:
+        raise _BadPlan(f"steps {', '.join(stray)} ran but are not in steps_planned {planned}")
+    ran = tuple(step for step in dict.fromkeys(planned) if step in done or step == failed)
+    by_step = doc.get("artifacts_by_step")
+    if by_step is None:  # a run.json from before artifacts_by_step: every expected file, as before
+        required = tuple(expected)
+    elif isinstance(by_step, dict) and all(_strings(files) for files in by_step.values()) \
+            and set(planned) <= set(by_step):
+        required = tuple(dict.fromkeys(name for step in ran for name in by_step[step]))
+        extra = sorted(set(required) - set(expected))
+        if extra:
+            raise _BadPlan(f"artifacts_by_step names files not in expected_artifacts: {', '.join(extra)}")
+    else:
+        raise _BadPlan(f"artifacts_by_step is {by_step!r:.200}, not the files of each planned step")
+    return _Plan(tuple(dict.fromkeys(planned)), ran, required)
+
+
+def _required(out: Path) -> list[str]:
+    """The files the run's steps that ran leave (the brief's ten without a run.json)."""
+    plan = _plan(out)
+    return list(names.REQUIRED) if plan is None else list(plan.required)
+
+
+def check_files(out: Path) -> str:
+    """Invariant: every file the run's steps leave is there and parses (only the steps that ran in this folder)."""
+    required = _required(out)
+    missing = [name for name in required if not inside(out, name).is_file()]  # run.json names only OUT's files
+    _require(not missing, f"missing: {', '.join(missing)}")
+    for name in required:
+        if name.endswith(".json"):
+            read_json(inside(out, name))
+        elif name.endswith(".jsonl"):
+            read_jsonl(inside(out, name))
+    return f"{len(required)} files present and parse"
+
+
+def check_one_run(out: Path) -> str:
+    """Invariant: every file is the bytes this run wrote (sha256 in run.json), none is another run's."""
+    found = runmeta.membership(out)
+    if found.run_id is None:
+        raise NotCheckable("no run.json with a run id (artifacts from an older voice-llm): cannot tell runs apart")
+    _require(not found.mixed, "files from other runs: " + ", ".join(
+        f"{name} (run {run})" for name, run in found.other_runs.items()))
+    _require(not found.changed, "not as this run wrote them (changed, or left by another run): " + ", ".join(found.changed))
+    _require(not found.missing, "written by the run but now missing: " + ", ".join(found.missing))
+    record = runmeta.RunRecord.load(out)
+    files = len((record.doc.get("artifacts") or {}) if record else {})
+    return f"run {found.run_id}: {files} files, each as the run wrote it"
+
+
+def check_run_finished(out: Path) -> str:
+    """Invariant: run.json records the end of the steps that ran, and no failure."""
+    record = runmeta.RunRecord.load(out)
+    if record is None:
+        raise NotCheckable("no run.json with a run id")
+    failed = record.doc.get("failed_step")
+    _require(failed is None, f"the run failed at step {failed}: {record.doc.get('failure') or 'no reason recorded'}")
+    _require(record.doc.get("ended_at") is not None,
+             "run.json does not record the run's end: it is still running, was killed, or could not write its end "
+             "(a full disk); the files may be half this run's and half an earlier one's")
+    return f"every step finished ({', '.join(s['step'] for s in record.doc.get('steps', []))})"
+
+
+def check_health(out: Path) -> str:
+    """The server was up: its health route answered HTTP 200 (any body: vLLM, SGLang and TGI send none), or,
+    for a server with no health route (llama-cpp-python, Ollama), its model list answered and named a model.
+    A body that itself says something other than "ok" contradicts the 200 and fails."""
+    health = read_json(out / names.HEALTH)
+    _require(isinstance(health, dict), f"health.json is not an object: {health!r:.120}")
+    route = health.get("route")
+    if route is None:  # a folder from before health.json recorded what was seen: the body of /health alone
+        source = health.get("source", "/health")
+        _require(health.get("status") == "ok", f"{source or 'the server'} said {health!r:.200}")
+        return f"status ok (from {source})"
+    code = health.get("http_status")
+    _require(code == 200, f"{route} answered HTTP {code!r}, not 200")
+    if route == "/health":
+        said = health.get("status")
+        _require(said in (None, "ok"), f"/health answered HTTP 200 but says status {said!r}")
+        body = f'status "{said}"' if said else ("an empty body" if health.get("body_text") == "" else "a body")
+        return f"/health answered HTTP 200 with {body}"
+    ids = health.get("model_ids")
+    _require(isinstance(ids, list) and bool(ids), f"{route} answered HTTP 200 but lists no model: {ids!r}")
+    tried = ", ".join(f"{t.get('route')} HTTP {t.get('http_status')}" for t in health.get("tried") or []
+                      if isinstance(t, dict))
+    return f"no health route ({tried or 'none answered'}); {route} answered HTTP 200 listing {', '.join(map(str, ids))}"
+
+
+def check_props(out: Path) -> str:
+    props = read_json(out / names.PROPS)
+    settings = props.get("default_generation_settings") or {}
+    unknown = props.get("unknown") or {}
+    if settings.get("n_ctx") is None and "n_ctx" in unknown:
+        raise NotCheckable(f"n_ctx is null: {unknown['n_ctx']}")
+    n_ctx = settings.get("n_ctx")
+    _require(isinstance(n_ctx, int) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
+    return f"n_ctx {n_ctx}, total_slots {props.get('total_slots')}"
+
+
+def check_sse_raw(out: Path) -> str:
+    """Invariant: the stream is a finished answer in the protocol: JSON chunks, the first one the assistant's,
+    content after it, ``data: [DONE]`` last. Expectation (a finding): the first chunk carries the role alone, as
+    llama-server sends it; other servers put the first content in it (the server's choice, not bad evidence)."""
+    events = _raw_events(out)
+    _require(len(events) >= 3, f"only {len(events)} events in sse_raw.txt")
+    first = events[0]
+    _require(events[-1] == "[DONE]", "sse_raw.txt does not end with data: [DONE]")
+    _require(all(isinstance(event, dict) for event in events[:-1]), "a data: [DONE] before the end of sse_raw.txt")
+    _require(_delta(first).get("role") == "assistant", f"first event does not open the assistant's message: {first!r:.120}")
+    missed: list[str] = []
+    expect(not _delta(first).get("content"), f"the first event carries content with the role: {first!r:.120}", missed)
+    return unless_missed(f"{len(events)} events: role chunk first, [DONE] last", missed)
+
+
+def check_chunks(out: Path) -> str:
+    """Invariant: chunks.jsonl is derived from sse_raw.txt (equal text), its times read on one clock in order."""
+    chunks = read_jsonl(out / names.CHUNKS)
+    _require(bool(chunks), "chunks.jsonl is empty")
+    raw_text = "".join(_delta(e).get("content") or "" for e in _raw_events(out) if isinstance(e, dict))
+    text = "".join(c["text"] for c in chunks)
+    _require(text == raw_text, f"chunk text {text[:60]!r} differs from the content in sse_raw {raw_text[:60]!r}")
+    times = [_num(c["t_ms"], "t_ms") for c in chunks]
+    _require(all(a <= b for a, b in zip(times, times[1:])), "chunk times decrease somewhere")
+    _require(all(c["text"] for c in chunks), "a chunk with empty text was counted")
+    return f"{len(chunks)} chunks equal sse_raw content, times {times[0]:.1f} .. {times[-1]:.1f} ms non-decreasing"
+
+
+def check_ttft(out: Path) -> str:
+    """Invariant and the brief's relation: first token < total within each answer (one clock); the medians are
+    those of the runs (the one median rule, stats.median)."""
+    doc = read_json(out / names.TTFT)
+    runs = doc["runs"]
+    _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
+    for i, run in enumerate(runs, 1):
+        _require(0 < _num(run["ttft_ms"], "ttft_ms") < _num(run["total_ms"], "total_ms"),
+                 f"run {i}: ttft {run['ttft_ms']} not below total {run['total_ms']}")
+        _require(isinstance(run["tokens"], int) and run["tokens"] > 0, f"run {i}: tokens {run['tokens']!r}")
+    for key, field in (("ttft_p50", "ttft_ms"), ("total_p50", "total_ms")):
+        expected = stats.median([r[field] for r in runs])
+        _require(doc[key] == expected, f"{key} {doc[key]} is not the median of the {field} ({expected})")
+    return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
+
+
+def _prefill_grows(out: Path, key: str, unit: str) -> str:
+    """Invariant: ``key`` grows 0 -> 4 -> 12 documents. For the time it is the brief's relation (long prompt >
+    short): 12 documents are many times the tokens of none, so their prefill is many times the work."""
+    rows = read_json(out / names.PREFILL)
+    expected = list(brief.PREFILL_DOC_COUNTS)
+    _require([r["docs"] for r in rows] == expected, f"docs are {[r['docs'] for r in rows]}, expected {expected}")
+    values = [_num(_known(r, key, f"{r['docs']} docs {key}"), key) for r in rows]
+    _require(values[0] < values[1] < values[2], f"{key} does not grow with documents: {values}")
+    return f"{key} " + " -> ".join(f"{v:.0f}" for v in values) + f" {unit}"
+
+
+def check_prefill(out: Path) -> str:
+    return _prefill_grows(out, "ttft_ms", "ms")
+
+
+def check_prefill_tokens(out: Path) -> str:
+    return _prefill_grows(out, "prompt_n", "tokens")
+
+
+def check_prefill_server_time(out: Path) -> str:
+    # The brief's relation on the server's own clock: prompt_ms excludes the network and the queue, so it is
+    # steadier than the client's ttft, which the brief requires to grow; an invariant like it.
+    return _prefill_grows(out, "prompt_ms", "ms")
+
+
+# How far a hit should be below the miss. The brief's relation is hit < miss (an invariant: a hit computes a
+# fraction of the tokens); how large the gap is depends on the machine (HTTP and decode overhead against prefill
+# speed) and on the model (tokenizer, chat template, the server's cache granularity), so the factors are
+# expectations: a finding when they do not hold.
+CACHE_TIME_FACTOR = 2.0  # hit first-token time below miss / 2
+CACHE_PREFIX_TIME_FACTOR = 5.0  # changed-prefix (a miss) first-token time above 5 x the hit's
+# A hit computes at most a tenth of the miss's prompt tokens; a changed prefix recomputes at least 90 % of them.
+CACHE_HIT_TOKENS_SHARE = spread_checks.CACHE_HIT_TOKENS_SHARE
+CACHE_PREFIX_TOKENS_SHARE = spread_checks.CACHE_PREFIX_TOKENS_SHARE
+
+
+def check_cache_time(out: Path) -> str:
+    """The client clock alone. Invariant (the brief's relation): a hit (identical or changed-suffix prompt) is
+    faster than the miss, the changed prefix (a miss) slower than the hit. Expectation: by the factors above."""
+    doc = read_json(out / names.CACHE)
+    f_t, s_t = _num(doc["first"]["ttft_ms"], "first.ttft_ms"), _num(doc["second"]["ttft_ms"], "second.ttft_ms")
+    missed: list[str] = []
+    _require(s_t < f_t, f"second (a cache hit) ttft {s_t:.0f} ms is not below first (a miss) {f_t:.0f} ms")
+    expect(s_t < f_t / CACHE_TIME_FACTOR, f"second ttft {s_t:.0f} ms is not below first / {CACHE_TIME_FACTOR:g} "
+           f"({f_t / CACHE_TIME_FACTOR:.0f} ms)", missed)
+    parts = [f"first {f_t:.0f} ms, second {s_t:.0f} ms"]
+    if "changed_prefix" in doc:
+        p_t = _num(doc["changed_prefix"]["ttft_ms"], "prefix.ttft_ms")
+        _require(p_t > s_t, f"changed_prefix (a miss) ttft {p_t:.0f} ms is not above the cache hit's {s_t:.0f} ms")
+        expect(p_t > CACHE_PREFIX_TIME_FACTOR * s_t, f"changed_prefix ttft {p_t:.0f} ms is not above "
+               f"{CACHE_PREFIX_TIME_FACTOR:g} x the hit's {s_t:.0f} ms", missed)
+        parts.append(f"prefix {p_t:.0f} ms")
+    if "changed_suffix" in doc:
+        x_t = _num(doc["changed_suffix"]["ttft_ms"], "suffix.ttft_ms")
+        _require(x_t < f_t, f"changed_suffix (a hit of the prefix) ttft {x_t:.0f} ms is not below first {f_t:.0f} ms")
+        expect(x_t < f_t / CACHE_TIME_FACTOR, f"changed_suffix ttft {x_t:.0f} ms is not below first / "
+               f"{CACHE_TIME_FACTOR:g} ({f_t / CACHE_TIME_FACTOR:.0f} ms)", missed)
+        parts.append(f"suffix {x_t:.0f} ms")
+    return unless_missed(", ".join(parts), missed)
+
+
+def check_cache(out: Path) -> str:
+    """The server's token counts. Invariant: the hit computed fewer tokens than the miss, the changed suffix fewer
+    than the miss, the changed prefix more than the hit. Expectation: the hit almost nothing (a tenth), the
+    changed prefix nearly everything (90 %): how much is reused depends on the server's cache and the template."""
+    doc = read_json(out / names.CACHE)
+    first, second = doc["first"], doc["second"]
+    if first.get("prompt_n") is None or second.get("prompt_n") is None:
+        _known(doc, "prompt_n", "cache prompt_n")  # the reason the step wrote for the whole file
+    f_n, s_n = _num(first["prompt_n"], "first.prompt_n"), _num(second["prompt_n"], "second.prompt_n")
+    missed: list[str] = []
+    _require(s_n < f_n, f"second prompt_n {s_n:.0f} is not below first {f_n:.0f}: no cache hit")
+    expect(s_n <= CACHE_HIT_TOKENS_SHARE * f_n, f"second prompt_n {s_n:.0f} is more than "
+           f"{CACHE_HIT_TOKENS_SHARE:.0%} of first {f_n:.0f}", missed)
+    parts = [f"first {f_n:.0f} tokens computed, second {s_n:.0f}"]
+    if "changed_prefix" in doc:
+        p_n = _num(doc["changed_prefix"]["prompt_n"], "prefix.prompt_n")
+        _require(p_n > s_n, f"changed_prefix prompt_n {p_n:.0f} is not above the hit's {s_n:.0f}: a miss reused it all")
+        expect(p_n >= CACHE_PREFIX_TOKENS_SHARE * f_n, f"changed_prefix prompt_n {p_n:.0f} is less than "
+               f"{CACHE_PREFIX_TOKENS_SHARE:.0%} of first's {f_n:.0f}", missed)
+        parts.append(f"prefix {p_n:.0f}")
+    if "changed_suffix" in doc:
+        x_n = _num(doc["changed_suffix"]["prompt_n"], "suffix.prompt_n")
+        _require(x_n < f_n, f"changed_suffix prompt_n {x_n:.0f} is not below first {f_n:.0f}: the prefix was not reused")
+        expect(x_n <= CACHE_HIT_TOKENS_SHARE * f_n, f"changed_suffix prompt_n {x_n:.0f} is more than "
+               f"{CACHE_HIT_TOKENS_SHARE:.0%} of first {f_n:.0f}", missed)
+        parts.append(f"suffix {x_n:.0f}")
+    return unless_missed(", ".join(parts), missed)
+
+
+def check_sentence(out: Path) -> str:
+    """Invariant: ttft <= first sentence <= total, the times of one answer on one clock; the first sentence is
+    the start of the text it was cut from."""
+    doc = read_json(out / names.SENTENCE)
+    t, s, total = (_num(doc[k], k) for k in ("ttft_ms", "first_sentence_ms", "total_ms"))
+    _require(t <= s <= total, f"not ttft {t:.0f} <= first_sentence {s:.0f} <= total {total:.0f}")
+    first = doc["first_sentence"]
+    _require(bool(first) and doc["text"].strip().startswith(first), "first_sentence is not the start of text")
+    if "smart_first_sentence_ms" in doc:
+        smart = _num(doc["smart_first_sentence_ms"], "smart_first_sentence_ms")
+        _require(t <= smart <= total, f"smart first sentence {smart:.0f} ms outside ttft..total")
+    return f"ttft {t:.0f} <= first sentence {s:.0f} <= total {total:.0f} ms"
+
+
+# The slack on top of two token times for the slot to go idle after the cut: the server notices a closed
+# connection only at its next token and cancels after the decode step it is in (BENCHMARKS.md, "Cancellation").
+# A time bound, so an expectation: a decode step slowed by other work on the machine, or a /slots poll that waits
+# for one, makes an honest run exceed it (a finding); the slot going idle after the close is the invariant.
+CANCEL_IDLE_SLACK_MS = 50.0
+
+
+def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float | None]:
+    """The listed chunks' times and the answer's own ms per token (mean gap between its received tokens; None
+    with fewer than two tokens)."""
+    chunks = doc["chunks"]
+    _require(isinstance(chunks, list), "cancel.json has no chunk list")
+    _require(doc["received_tokens"] == len(chunks),
+             f"received_tokens {doc['received_tokens']!r} but {len(chunks)} chunks are listed")
+    times = [_num(chunk["t_ms"], "chunk t_ms") for chunk in chunks]
+    _require(all(a <= b for a, b in zip(times, times[1:])), "cancel chunk times decrease somewhere")
+    return times, (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 2 else None
+
+
+def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
+    """When the raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish.
+    ``raw_name`` is the document's ``raw`` (with --repeat, the stream of the repeat it shows); it must name a
+    raw/cancel*.sse file, so an artifact cannot point the check elsewhere."""
+    where = raw_name if isinstance(raw_name, str) and raw_name else f"{names.RAW_DIR}/cancel.sse"
+    _require(re.fullmatch(rf"{names.RAW_DIR}/cancel[\w-]*\.sse", where) is not None,
+             f"cancel.json names {where!r} as its raw stream, not a raw/cancel*.sse file")
+    name = PurePosixPath(where).name
+    path = out / names.RAW_DIR / name
+    if not (path.exists() or path.is_symlink()):
+        return
+    raw = read_artifact_bytes(path)  # a link, FIFO or device there: an ArtifactError, never a hang
+    decoder = SSEDecoder()
+    events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
+    _require(all(event.data != "[DONE]" for event in events), f"{where} ends with [DONE]: the answer finished")
+    payloads = [loads_json(e.data, where) for e in events if e.data != "[DONE]"]
+    tokens = sum(1 for payload in payloads if _delta(payload).get("content"))
+    _require(tokens == received, f"{where} holds {tokens} content chunks, cancel.json lists {received}")
+
+
+def check_cancel_cut(out: Path) -> str:
+    """The client side alone. Invariant (a cut that cut): tokens arrived, fewer than max_tokens, the close after
+    the 0.5 s mark and after every listed token (one clock), no [DONE] in the raw stream. Expectation: the close
+    came before the whole answer would have ended at the speed of its first tokens (an extrapolation: the token
+    rate of a loaded machine changes within one answer)."""
+    doc = read_json(out / names.CANCEL)
+    received, max_tokens = doc["received_tokens"], doc["max_tokens"]
+    _require(isinstance(received, int) and 0 < received < max_tokens,
+             f"received {received} tokens of max {max_tokens}: not a cut")
+    times, token_ms = _cancel_times(doc)
+    closed = _num(doc["closed_at_ms"], "closed_at_ms")
+    cut = brief.CANCEL_CLOSE_AFTER_MS
+    _require(closed >= cut, f"closed at {closed:.0f} ms, before the {cut:.0f} ms cut")
+    _require(times[-1] <= closed, f"a token at {times[-1]:.0f} ms is listed after the close at {closed:.0f} ms")
+    _cancel_raw(out, received, doc.get("raw"))
+    missed: list[str] = []
+    if token_ms is None:
+        speed = "one token before the cut: no token time"
+    else:
+        end = times[0] + (max_tokens - 1) * token_ms
+        expect(closed < end, f"closed at {closed:.0f} ms, after the whole answer would have ended at the speed of "
+               f"its first tokens ({end:.0f} ms)", missed)
+        speed = f"{token_ms:.1f} ms per token"
+    return unless_missed(f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms ({speed})", missed)
+
+
+def check_cancel(out: Path) -> str:
+    """The server side. Invariant: its slot (or its requests-in-flight gauge) went idle after the close, not
+    before it, and its log (when ours) shows the 'cancel task' the brief names as the server's understanding.
+    Expectation: idle within two token times + CANCEL_IDLE_SLACK_MS (a time bound; see above)."""
+    doc = read_json(out / names.CANCEL)
+    idle = _num(_known(doc, "slot_idle_after_ms", "slot_idle_after_ms"), "slot_idle_after_ms")
+    _, token_ms = _cancel_times(doc)
+    _require(idle >= 0, f"slot idle {idle:.1f} ms after the close: before the close, the answer was not cut")
+    logged = doc.get("cancel_logged")
+    _require(logged is not False, "the server log shows no 'cancel task'")
+    _require(logged in (True, None), f"cancel_logged is {logged!r}, not true, false or null")
+    logged = "cancel logged" if logged else "server log not ours to read"
+    source = (doc.get("sources") or {}).get("slot_idle_after_ms", "/slots")
+    if token_ms is None:
+        raise NotCheckable(f"idle {idle:.1f} ms after the close (from {source}), {logged}; one token before the "
+                           "cut: no token time to bound the stop by")
+    bound = 2 * token_ms + CANCEL_IDLE_SLACK_MS
+    missed: list[str] = []
+    expect(idle <= bound, f"slot idle {idle:.1f} ms after the close, above two token times ({token_ms:.1f} ms each, "
+           f"from this answer) + {CANCEL_IDLE_SLACK_MS:.0f} ms = {bound:.1f} ms", missed)
+    return unless_missed(f"idle {idle:.1f} ms after the close (from {source}; limit {bound:.1f} ms = 2 x "
+                         f"{token_ms:.1f} ms + {CANCEL_IDLE_SLACK_MS:.0f}), {logged}", missed)
+
+
+PARTIALS_CHECK = "leftover .partial files (a warning, not a failure)"
+
+
+def leftover_partials(out: Path) -> list[CheckResult]:
+    """A line only when there is something to say: a ``.partial`` file holds what arrived before a request failed
+    or was interrupted. It is evidence, no result is read from it, so it is a warning and never fails a run."""
+    found = [*out.glob("*.partial"), *(out / names.RAW_DIR).glob("*.partial")]
+    partials = sorted(path for path in found if path.is_file())
+    if not partials:
+        return []
+    listed = ", ".join(f"{path.relative_to(out)} ({path.stat().st_size} bytes)" for path in partials)
+    return [CheckResult(PARTIALS_CHECK, PASS, f"warning: {len(partials)} left by a failed or interrupted request: "
+                                              f"{listed}; no result is read from them")]
+
+
+def check_report(out: Path) -> str:
+    """Invariant: report.json equals what its sources give."""
+    saved = read_json(out / names.REPORT)
+    expected = build_report(out)
+    wrong = [k for k in expected if saved.get(k) != expected[k]]
+    _require(not wrong, f"report.json differs from its sources in {', '.join(wrong)}")
+    return f"{len(expected)} values equal their sources"
+
+
+# Each check's docstring says why its relation is an invariant (FAIL when broken) or an expectation (a finding).
+SPREAD_CHECKS = (
+    Check("prefill repeats: medians, prompt_n grows in each", "prefill", spread_checks.check_prefill_repeats),
+    Check("cache repeats: medians, hit and miss in each", "cache", spread_checks.check_cache_repeats),
+    Check("sentence repeats: medians, order in each", "sentence", spread_checks.check_sentence_repeats),
+    Check("cancel repeats: median idle, each a cut", "cancel", spread_checks.check_cancel_repeats),
+)
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("one run: every file as the run wrote it", None, check_one_run),
+    Check("the run finished every step", None, check_run_finished),
+    Check("files present and well-formed", None, check_files),
+    # Invariants on what the server said of itself (status ok, a context size): the evidence the lab rests on.
+    Check("server answered (health)", "health", check_health),
+    Check("props: context size", "health", check_props),
+    Check("sse_raw: role chunk first, [DONE] last", "sse", check_sse_raw),
+    Check("chunks.jsonl matches sse_raw, times non-decreasing", "sse", check_chunks),
+    Check("ttft < total, medians right", "ttft", check_ttft),
+    Check("prefill: first token grows 0 -> 4 -> 12 docs", "prefill", check_prefill),
+    Check("prefill: prompt tokens grow 0 -> 4 -> 12 docs", "prefill", check_prefill_tokens),
+    Check("prefill: server prefill time grows 0 -> 4 -> 12 docs", "prefill", check_prefill_server_time),
+    Check("cache hit far below miss: first-token time", "cache", check_cache_time),
+    Check("cache hit far below miss: prompt tokens", "cache", check_cache),
+    Check("ttft <= first sentence <= total", "sentence", check_sentence),
+    Check("cancel cut the answer", "cancel", check_cancel_cut),
+    Check("cancel: the server stopped (slot went idle)", "cancel", check_cancel),
+    Check("report equals its sources", "report", check_report),
+    *SPREAD_CHECKS,
+    *load_checks.CHECKS,
+)
+
+
+def _result(check: Check, out: Path) -> CheckResult:
+    name = check.name
+    try:
+        return CheckResult(name, PASS, check.run(out))
+    except CheckFailed as exc:
+        return CheckResult(name, FAIL, str(exc))
+    except Finding as exc:
+        return CheckResult(name, FINDING, str(exc))
+    except NotCheckable as exc:
+        return CheckResult(name, NOT_CHECKABLE, str(exc))
+    except RecursionError:
+        return CheckResult(name, FAIL, "cannot check: an artifact is nested too deeply to be real JSON")
+    except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return CheckResult(name, FAIL, f"cannot check: {exc.__class__.__name__}: {exc}")
+
+
+NOT_RUN_CHECK = "planned steps not run in this folder"
+
+
+def _not_run(plan: _Plan | None) -> list[CheckResult]:
+    """A line only when the run planned steps that never ran here (a step run alone plans the lab's steps too;
+    a lab stopped by a failure or a kill): their relations are not checked, and this says so."""
+    if plan is None or not plan.not_run:
+        return []
+    return [CheckResult(NOT_RUN_CHECK, NOT_CHECKABLE, f"{', '.join(plan.not_run)}: planned, never run in this "
+                                                      "folder; their relations are not checked")]
+
+
+def iter_checks(out: Path) -> Iterator[CheckResult]:
+    """The checks of the steps this run ran (all of the brief's for a folder without run.json); a single FAIL
+    when run.json has a run id but no valid plan, since nothing says then which relations the run must hold."""
+    try:
+        plan = _plan(out)
+    except _BadPlan as exc:
+        yield CheckResult(PLAN_CHECK, FAIL, f"{exc}: no relation was checked")
+        return
+    steps = None if plan is None else plan.ran
+    for check in (*CHECKS, *_feature_checks(out, steps)):
+        if check.step is None or steps is None or check.step in steps:
+            yield _result(check, out)
+    yield from _not_run(plan)
+
+
+def _feature_checks(out: Path, steps: Sequence[str] | None) -> tuple[Check, ...]:
+    """Checks kept beside their feature, imported when checks run (they import this module's neighbours): those
+    of the steps the run ran, or, for a folder without run.json, those whose artifact is there."""
+    from voice_llm.tts import checks as tts
+
+    return tuple(check for step, artifact, checks in ((tts.STEP, tts.ARTIFACT, tts.CHECKS),) for check in checks
+                 if (step in steps if steps is not None else (out / artifact).is_file()))
+
+
+def run_checks(out: Path) -> list[CheckResult]:
+    if not out.is_dir():
+        raise ArtifactError(f"no artifact folder at {out}")
+    known = (names.RUN, *names.REQUIRED, names.AUDIO, names.CALL, names.LOAD)
+    # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves).
+    if not any((out / name).exists() for name in known) and any(out.iterdir()):
+        raise ArtifactError(f"{out} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
+                            "run `voice-llm lab --out` there first")
+    return [*iter_checks(out), *leftover_partials(out)]
+
+
+def counts(results: Sequence[CheckResult]) -> str:
+    """The summary line: "N passed, N findings, N not checkable, N failed"."""
+    by = {status: sum(r.status == status for r in results) for status in (PASS, FINDING, NOT_CHECKABLE, FAIL)}
+    return (f"{by[PASS]} passed, {by[FINDING]} finding{'' if by[FINDING] == 1 else 's'}, "
+            f"{by[NOT_CHECKABLE]} not checkable, {by[FAIL]} failed")

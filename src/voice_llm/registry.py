@@ -1,0 +1,143 @@
+"""The plugin seam: which capabilities this voice-llm has, and what each one contributes to the core.
+
+The core (the run folder, checks, analysis, report, the lab pipeline) imports no capability statically. It asks
+this module for the registered capabilities and resolves what they contribute by name ("module:function"), when
+it is used: so removing a package's name from :data:`CAPABILITIES` removes its steps, checks, report sections,
+metrics, key numbers, CLI flags and commands, and nothing else breaks (tests/registry/ shows it).
+
+This module is plain data and a loader: it imports nothing of voice_llm at import time. Each capability package
+exposes one value, ``CAPABILITY = Capability(...)``, in its ``__init__`` (which stays cheap to import: no
+third-party heavy module, no module of the core). Adding a capability is adding a package and one line below.
+
+Why strings and not function objects: a capability's checks and report sections import the core's check and
+report helpers; if the core imported them back, the layers would form a circle. A reference by name is resolved
+only when the core calls it, the way ``voice_llm.lab.steps`` always ran a step's module (pipecat keeps vendors
+out of the framework the same way, locust's plugins hook in by event, not by import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+# The capability packages, in the order their steps, checks and sections come after the core's.
+CAPABILITIES: tuple[str, ...] = (
+    "voice_llm.tts",
+    "voice_llm.repeats",
+    "voice_llm.load",
+)
+
+# A comma-separated list of capability names (Capability.name) to leave out, for a run without them (a machine
+# with no TTS, a test of the seam). Read each time the registry is asked.
+WITHOUT_ENV = "VOICE_LLM_WITHOUT"
+
+
+@dataclass(frozen=True)
+class StepEntry:
+    """A step of the lab a capability adds: ``module`` has ``run(ctx) -> list[Path]`` and writes ``artifacts``."""
+
+    name: str
+    title: str
+    module: str  # full module path, e.g. "voice_llm.tts.step"
+    artifacts: tuple[str, ...]
+    in_lab: bool = True  # run by `voice-llm lab`; False: only when asked (`voice-llm <name>`)
+    needs_server: bool = True
+    after: str | None = None  # the step it follows in the lab's order (None: at the end, before "report")
+    reads_kb: bool = False  # its command takes --kb
+
+
+@dataclass(frozen=True)
+class CheckEntry:
+    """A check of ``check``: ``function`` ("module:function") takes the run folder and returns the detail line of
+    a PASS, or raises CheckFailed / Finding / NotCheckable (voice_llm.checks.base). It runs when the run ran
+    ``step`` (None: always; a folder without run.json: when ``artifact`` is there)."""
+
+    name: str
+    step: str | None
+    function: str
+    artifact: str | None = None
+
+
+@dataclass(frozen=True)
+class SectionEntry:
+    """A section of report.html: ``builder`` ("module:function") takes the parsed ``artifact`` and returns a
+    chart (voice_llm.report.style.Chart) or an HTML fragment; ``after`` places it after a core section."""
+
+    name: str
+    title: str
+    artifact: str
+    builder: str
+    after: str | None = None
+    optional: bool = False  # another run's leftover of this artifact is not drawn
+
+
+@dataclass(frozen=True)
+class Capability:
+    """What one capability contributes. Every reference is a "module:function" (or a module path for steps)."""
+
+    name: str
+    summary: str
+    steps: tuple[StepEntry, ...] = ()
+    checks: tuple[CheckEntry, ...] = ()
+    sections: tuple[SectionEntry, ...] = ()
+    metrics: str | None = None  # () -> tuple of voice_llm.analysis.metrics.Metric
+    key_numbers: str | None = None  # () -> tuple of voice_llm.analysis.keynumbers.KeyNumber
+    cli: str | None = None  # (parser, command: str) -> None: adds its flags to the lab's and its steps' parsers
+    commands: str | None = None  # (subparsers) -> None: adds whole commands (`voice-llm load`)
+    options: str | None = None  # (args) -> its frozen options value, kept in StepOptions.plugins[name]
+    install: str | None = None  # () -> None: what `voice-llm install` fetches for it
+    artifacts: tuple[str, ...] = ()  # every file it may leave in OUT (check knows a run folder by them)
+    requires: tuple[str, ...] = field(default=())  # other capabilities whose public face it uses
+
+
+_disabled: set[str] = set()
+
+
+def _without() -> set[str]:
+    named = {n.strip() for n in os.environ.get(WITHOUT_ENV, "").split(",") if n.strip()}
+    return named | _disabled
+
+
+def capabilities() -> tuple[Capability, ...]:
+    """The registered capabilities that are not left out, in registry order. A capability left out takes those
+    that require it with it."""
+    without = _without()
+    found: list[Capability] = []
+    for package in CAPABILITIES:
+        capability = importlib.import_module(package).CAPABILITY
+        if capability.name in without or any(r in without for r in capability.requires):
+            continue
+        found.append(capability)
+    return tuple(found)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(c.name for c in capabilities())
+
+
+def enabled(name: str) -> bool:
+    return name in names()
+
+
+def resolve(reference: str) -> Callable[..., Any]:
+    """The function a "module:function" reference names, imported now."""
+    module, _, attribute = reference.partition(":")
+    if not attribute:
+        raise ValueError(f"not a 'module:function' reference: {reference!r}")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@contextmanager
+def without(*capability_names: str) -> Iterator[None]:
+    """Leave ``capability_names`` out while the block runs (in this process), as if they were not registered."""
+    before = set(_disabled)
+    _disabled.update(capability_names)
+    try:
+        yield
+    finally:
+        _disabled.clear()
+        _disabled.update(before)

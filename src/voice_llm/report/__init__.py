@@ -1,0 +1,1 @@
+"""Layer 3: rendering: report.html, compare.html, the capability table."""

@@ -1,0 +1,866 @@
+"""Render ``report.html``: one self-contained page of charts drawn from the saved artifacts alone.
+
+Charts are drawn with matplotlib's object API (``matplotlib.figure.Figure``, never pyplot, so there is no global
+figure state and no GUI backend is ever chosen) and inlined as SVG markup: the page needs no network, no CDN and
+no image files, and prints as vectors. A missing or malformed artifact only blanks its own section.
+
+Three ways a section can be without its chart, each said in the section itself:
+- "not available": the artifact is missing or malformed (the reason names the file and the field);
+- "no data": the step ran but saved nothing to draw (an empty list, a null or NaN where the number goes);
+  a result, not a failure;
+- "could not be drawn": the drawing code itself raised (a bug). The page is still written with every other
+  section, and then :class:`ReportIncompleteError` is raised so the command says so in one line and exits with
+  its own status (voice_llm.cli.main.EXIT_REPORT_INCOMPLETE); every measurement was saved before the page was drawn.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from voice_llm import __version__
+from voice_llm.analysis import metrics, noise
+from voice_llm.util.artifacts import (
+    AUDIO,
+    CACHE,
+    CALL,
+    CANCEL,
+    LOAD,
+    PREFILL,
+    PROPS,
+    REPORT,
+    REPORT_HTML,
+    RUN,
+    SENTENCE,
+    TTFT,
+    read_json,
+    write_bytes_atomic,
+)
+from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.checks.core import counts as check_counts
+from voice_llm.analysis.keynumbers import LABELS
+from voice_llm.analysis.keynumbers import labels as keynumbers_labels
+from voice_llm.repeats.report import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.load import report as load_report  # the call and load sections
+from voice_llm.run.meta import require_one_run
+from voice_llm.errors import ArtifactError, ReportIncompleteError
+
+# Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
+# marker ids, and text kept as <text> (smaller, selectable, searchable) instead of glyph outlines.
+_RC: dict[str, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "voice-llm",
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.axisbelow": True,  # grid behind bars, not across them
+    "grid.alpha": 0.3,
+    "legend.fontsize": 9,
+    "legend.framealpha": 0.9,
+}
+_WIDE = (10.0, 3.6)  # inches; 720 pt of SVG fills the ~1000 px column at about 1:1
+_TIME_AXIS = "time since the request was sent (ms)"
+
+# One colour per meaning, shared by every chart.
+_BLUE, _ORANGE, _GREEN, _GREY, _RED, _PURPLE = "#1f77b4", "#e67e22", "#2ca02c", "#555555", "#d62728", "#7b4ea3"
+
+# Every id and id reference matplotlib writes; prefixed per chart so five inlined SVGs never share an id.
+_SVG_ID_RE = re.compile(r'\b(id="|href="#|url\(#)([^")]+)')
+
+
+class NoDataError(ArtifactError):
+    """The step ran but saved nothing to draw: the section says "no data" with this reason."""
+
+
+@dataclass(frozen=True)
+class _Chart:
+    figure: Figure
+    caption: str
+    extra_html: str = ""
+
+
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    title: str
+    source: str
+    build: Callable[[Any], _Chart]
+    optional: bool = False  # the artifact of a command outside the lab: no section at all when it is absent
+
+
+def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Path:
+    """Write ``out/report.html`` from the artifacts in ``out`` and return its path.
+
+    Only a missing ``out`` folder is an error; a missing or malformed artifact shows "not available" in its
+    own section. ``checks`` are the results of ``voice-llm check``; ``None`` means they were not run.
+    """
+    if not out.is_dir():
+        raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
+    run = require_one_run(out)  # never draw one page from the files of different runs
+    failures: list[tuple[str, str]] = []
+    with matplotlib.rc_context(_RC):
+        # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
+        sections = [_render_section(out, section, failures) for section in _SECTIONS
+                    if not section.optional or ((out / section.source).exists() and run.belongs(section.source))]
+        sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_section_html(out), failures))
+    header = _guarded("header", "Server and key numbers",
+                      lambda: _header_html(out, _noise_html(noise.assess(out))), failures)
+    capabilities = _guarded("capabilities", "Server capabilities", lambda: _capabilities_html(out), failures)
+    page = _page(header + capabilities, _checks_html(checks), sections)
+    path = write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
+    if failures:
+        raise ReportIncompleteError(path, tuple(failures))
+    return path
+
+
+def _guarded(name: str, title: str, draw: Callable[[], str], failures: list[tuple[str, str]]) -> str:
+    """``draw()``, or, when it raises, a section that says it could not be drawn (and the failure recorded)."""
+    try:
+        return draw()
+    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the page or the run's exit
+        return _failed_section(name, title, exc, failures)
+
+
+def _failed_section(name: str, title: str, exc: Exception, failures: list[tuple[str, str]]) -> str:
+    error = f"{type(exc).__name__}: {exc}"
+    failures.append((name, error))
+    return (f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
+            f'<p class="missing">could not be drawn: {_e(error)}</p>\n</section>\n')
+
+
+# --- reading and validating artifact values ------------------------------------------------------------------
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ArtifactError(f"{where} should be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _rows(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ArtifactError(f"{where} should be a non-empty JSON list")
+    if not value:
+        raise NoDataError(f"{where} is an empty list: the step saved no measurement")
+    return value
+
+
+def _optional_number(obj: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    # bool is an int in Python, but `true` is never a valid time or count.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArtifactError(f"{where}: {key!r} should be a number, got {value!r}")
+    if not math.isfinite(value):  # NaN or infinity: the step saved no measurement here
+        raise NoDataError(f"{where}: {key!r} is {value!r}, not a measurement")
+    return float(value)
+
+
+def _number(obj: Mapping[str, Any], key: str, where: str) -> float:
+    value = _optional_number(obj, key, where)
+    if value is None:
+        if key in obj:  # null: the step measured nothing here (an all-error or empty step)
+            raise NoDataError(f"{where}: {key!r} is null")
+        raise ArtifactError(f"{where}: {key!r} is missing")
+    return value
+
+
+def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
+    """The ``[{t_ms, text}]`` chunk list of sentence.json / cancel.json, as (time, text) pairs."""
+    if not isinstance(value, list):
+        raise ArtifactError(f"{where}: 'chunks' should be a JSON list")
+    chunks = []
+    for index, item in enumerate(value):
+        row = _mapping(item, f"{where} chunks[{index}]")
+        text = row.get("text")
+        if not isinstance(text, str):
+            raise ArtifactError(f"{where} chunks[{index}]: 'text' should be a string")
+        chunks.append((_number(row, "t_ms", f"{where} chunks[{index}]"), text))
+    return chunks
+
+
+# --- formatting ----------------------------------------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    """HTML-escape anything that came from an artifact (model path, chunk text, check details...)."""
+    return html.escape(str(value), quote=True)
+
+
+def _ms(value: float) -> str:
+    # Sub-10 ms values keep a decimal so a 3.4 ms cache hit does not read as "3".
+    return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+# --- chart plumbing ------------------------------------------------------------------------------------------
+
+
+def _figure_svg(fig: Figure, prefix: str) -> str:
+    """The figure as SVG markup ready to inline in HTML: no XML prolog or doctype, ids unique to ``prefix``."""
+    buf = io.StringIO()
+    # Date=None drops the timestamp matplotlib otherwise embeds, keeping the output reproducible.
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]
+    return _SVG_ID_RE.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
+
+
+def _render_section(out: Path, section: _Section, failures: list[tuple[str, str]]) -> str:
+    try:
+        data = read_json(out / section.source)
+    except ArtifactError as exc:
+        return _missing_section_html(section, str(exc))
+    try:
+        chart = section.build(data)
+    except NoDataError as exc:
+        return _missing_section_html(section, str(exc), "no data")
+    except ArtifactError as exc:
+        return _missing_section_html(section, str(exc))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        # Validation above covers the documented shapes; this catches shapes nobody foresaw.
+        return _missing_section_html(section, f"{section.source} is malformed ({type(exc).__name__}: {exc})")
+    except Exception as exc:  # noqa: BLE001 - the drawing code raised: said in the section and after the page
+        return _failed_section(section.name, section.title, exc, failures)
+    try:
+        return chart_section_html(section.name, section.title, chart)
+    except Exception as exc:  # noqa: BLE001 - matplotlib failed to lay out or save the figure
+        return _failed_section(section.name, section.title, exc, failures)
+
+
+def chart_section_html(name: str, title: str, chart: _Chart) -> str:
+    svg = _figure_svg(chart.figure, f"chart-{name}")
+    return (
+        f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
+        f'<figure class="chart" id="chart-{name}">\n{svg}\n'
+        f"<figcaption>{_e(chart.caption)}</figcaption>\n</figure>\n{chart.extra_html}</section>\n"
+    )
+
+
+def _missing_section_html(section: _Section, reason: str, what: str = "not available") -> str:
+    return (
+        f'<section id="section-{section.name}">\n<h2>{_e(section.title)}</h2>\n'
+        f'<p class="missing">{what}: {_e(reason)}</p>\n</section>\n'
+    )
+
+
+def _vline(ax: Axes, x: float, label: str, color: str, style: str = "--") -> None:
+    ax.axvline(x, color=color, linestyle=style, linewidth=1.6, label=label)
+
+
+def _bars(ax: Axes, labels: Sequence[str], values: Sequence[float], color: str, unit: str) -> None:
+    container = ax.bar(labels, values, color=color, width=0.6)
+    # A white backing keeps a value readable where a median line crosses it.
+    ax.bar_label(container, labels=[f"{_ms(v)} {unit}" for v in values], padding=2, fontsize=9,
+                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85})
+    ax.margins(y=0.15)  # room for the value labels above the tallest bar
+
+
+# --- sentence stream -----------------------------------------------------------------------------------------
+
+
+def _sentence_chart(data: Any) -> _Chart:
+    where = SENTENCE
+    doc = _mapping(data, where)
+    ttft = _number(doc, "ttft_ms", where)
+    total = _number(doc, "total_ms", where)
+    first = _optional_number(doc, "first_sentence_ms", where)
+    smart = _optional_number(doc, "smart_first_sentence_ms", where)
+    chunks = _chunks(doc.get("chunks"), where)
+
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    if chunks:
+        times = [t for t, _ in chunks]
+        # Characters so far show both when chunks arrive (the dots) and how much text a TTS could already speak.
+        received = np.cumsum([len(text) for _, text in chunks])
+        ax.step(times, received, where="post", color=_GREY, linewidth=1)
+        ax.plot(times, received, "o", color=_GREY, markersize=3, label=f"{len(chunks)} chunks")
+    _vline(ax, ttft, f"first token: {_ms(ttft)} ms", _BLUE, "-")
+    if first is not None:
+        _vline(ax, first, f"first sentence, brief's rule: {_ms(first)} ms", _ORANGE, "--")
+    if smart is not None:
+        _vline(ax, smart, f"first sentence, smart splitter: {_ms(smart)} ms", _GREEN, ":")
+    _vline(ax, total, f"end of answer: {_ms(total)} ms", _RED, "-.")
+    ax.set_xlim(0, max([total, *(t for t, _ in chunks), 1.0]) * 1.02)  # 1 ms at least: never a zero-width axis
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(_TIME_AXIS)
+    ax.set_ylabel("characters received")
+    ax.legend(loc="upper left")
+    return _Chart(fig, _sentence_caption(ttft, first, smart, total), _sentence_text_html(doc, chunks))
+
+
+def _sentence_caption(ttft: float, first: float | None, smart: float | None, total: float) -> str:
+    tail = f"the first token came at {_ms(ttft)} ms and the answer ended at {_ms(total)} ms."
+    if first is None and smart is None:
+        return f"No whole sentence was found, so a voice assistant would wait for the end; {tail}"
+    options = []
+    if first is not None:
+        options.append(f"after {_ms(first)} ms with the brief's rule")
+    if smart is not None:
+        options.append(f"after {_ms(smart)} ms with the smart splitter")
+    return f"A voice assistant could start speaking the first sentence {' or '.join(options)}; {tail}"
+
+
+def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, str]]) -> str:
+    rows = "".join(
+        f'<tr><td class="num">{_ms(t)}</td><td><code>{_e(text)}</code></td></tr>\n' for t, text in chunks
+    )
+    return (
+        '<dl class="texts">\n'
+        f"<dt>first sentence, brief's rule</dt><dd>{_e(doc.get('first_sentence') or '—')}</dd>\n"
+        f"<dt>first sentence, smart splitter</dt><dd>{_e(doc.get('smart_first_sentence') or '—')}</dd>\n"
+        f"<dt>whole answer</dt><dd>{_e(doc.get('text') or '—')}</dd>\n</dl>\n"
+        f"<details><summary>all {len(chunks)} chunks</summary>\n"
+        '<table class="chunks"><thead><tr><th>t (ms)</th><th>text</th></tr></thead><tbody>\n'
+        f"{rows}</tbody></table>\n</details>\n"
+    )
+
+
+# --- time to first token -------------------------------------------------------------------------------------
+
+
+def _ttft_chart(data: Any) -> _Chart:
+    where = TTFT
+    doc = _mapping(data, where)
+    runs = [_mapping(run, f"{where} runs[{i}]") for i, run in enumerate(_rows(doc.get("runs"), f"{where} runs"))]
+    ttfts = [_number(run, "ttft_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    totals = [_number(run, "total_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    tokens = [_optional_number(run, "tokens", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    ttft_p50 = _number(doc, "ttft_p50", where)
+    total_p50 = _number(doc, "total_p50", where)
+
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    names = [str(i + 1) for i in range(len(runs))]
+    _bars(left, names, ttfts, _BLUE, "ms")
+    left.axhline(ttft_p50, color=_ORANGE, linestyle="--")
+    left.set_title(f"time to first token (dashed: median {_ms(ttft_p50)} ms)")
+    left.set_xlabel("run")
+    # Token counts under each run: a longer answer explains a longer total.
+    total_names = [name if n is None else f"{name}\n{_count(n)} tok" for name, n in zip(names, tokens)]
+    _bars(right, total_names, totals, _GREY, "ms")
+    right.axhline(total_p50, color=_ORANGE, linestyle="--")
+    right.set_title(f"time to the whole answer (dashed: median {_ms(total_p50)} ms)")
+    right.set_xlabel("run (answer length in tokens)")
+    for ax in (left, right):
+        ax.set_ylabel("time (ms)")
+    caption = (
+        f"Over {len(runs)} runs the first token arrived after {_ms(ttft_p50)} ms (median) "
+        f"and the whole answer after {_ms(total_p50)} ms."
+    )
+    return _Chart(fig, caption)
+
+
+# --- prefill cost --------------------------------------------------------------------------------------------
+
+
+def _fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
+    """Least-squares slope and intercept, or None when the points cannot define a line."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return None
+    slope, intercept = np.polyfit(np.asarray(x, dtype=float), np.asarray(y, dtype=float), 1)
+    return float(slope), float(intercept)
+
+
+def _rate_text(fit: tuple[float, float] | None) -> str:
+    if fit is None:
+        return "no fit: needs at least two different prompt sizes"
+    slope = fit[0]
+    if slope <= 0:
+        return f"fit slope {slope:.3f} ms/token: no positive prefill rate"
+    return f"prefill: {slope:.2f} ms/token ≈ {_count(1000 / slope)} tokens/s"
+
+
+def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> _Chart:
+    """Without the server's token counts (not llama-server): first-token time against the number of documents."""
+    points = sorted((_number(row, "docs", f"{PREFILL}[{i}]"), _number(row, "ttft_ms", f"{PREFILL}[{i}]"))
+                    for i, row in enumerate(rows))
+    docs, ttft = (list(column) for column in zip(*points))
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(docs, ttft, "s--", color=_ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
+    _prefill_axes(ax, "documents in the system prompt")
+    reason = next((r.get("unknown", {}).get("prompt_n") for r in rows if isinstance(r.get("unknown"), Mapping)), None)
+    caption = (f"{_count(docs[-1])} documents cost {_ms(ttft[-1])} ms before the first word, against {_ms(ttft[0])} ms "
+               f"with {_count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
+    return _Chart(fig, caption)
+
+
+def _prefill_chart(data: Any) -> _Chart:
+    where = PREFILL
+    rows = [_mapping(row, f"{where}[{i}]") for i, row in enumerate(_rows(data, where))]
+    # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed.
+    if any(key in row and row[key] is None for row in rows for key in ("prompt_n", "prompt_ms")):
+        return _prefill_chart_client_only(rows)
+    points = sorted(
+        (
+            _number(row, "prompt_n", f"{where}[{i}]"),
+            _number(row, "prompt_ms", f"{where}[{i}]"),
+            _number(row, "ttft_ms", f"{where}[{i}]"),
+            _number(row, "docs", f"{where}[{i}]"),
+        )
+        for i, row in enumerate(rows)
+    )
+    prompt_n, prompt_ms, ttft, docs = (list(column) for column in zip(*points))
+    fit = _fit_line(prompt_n, prompt_ms)
+
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    if fit is not None:
+        xs = np.array([0.0, max(prompt_n) * 1.05])
+        ax.plot(xs, fit[0] * xs + fit[1], color=_BLUE, linewidth=1, alpha=0.7, label="least-squares fit of prompt_ms")
+    ax.plot(prompt_n, prompt_ms, "o", color=_BLUE, markersize=7, label="prompt_ms (server prefill time)")
+    ax.plot(prompt_n, ttft, "s--", color=_ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
+    for x, y, d in zip(prompt_n, ttft, docs):
+        ax.annotate(f"{_count(d)} docs", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
+    ax.text(0.99, 0.04, _rate_text(fit), transform=ax.transAxes, ha="right", va="bottom", fontsize=10,
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
+    _prefill_axes(ax, "prompt size (prompt_n, tokens)")
+    return _Chart(fig, _prefill_caption(points[-1], fit))
+
+
+def _prefill_axes(ax: Axes, xlabel: str) -> None:
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.margins(x=0.08, y=0.12)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time (ms)")
+    ax.legend(loc="upper left")
+
+
+def _prefill_caption(largest: tuple[float, float, float, float], fit: tuple[float, float] | None) -> str:
+    prompt_n, _, ttft, docs = largest
+    sentence = f"{_count(docs)} documents ({_count(prompt_n)} prompt tokens) cost {_ms(ttft)} ms before the first word"
+    if fit is not None and fit[0] > 0:
+        sentence += f"; the server reads the prompt at about {_count(1000 / fit[0])} tokens/s"
+    return sentence + "."
+
+
+# --- prompt cache --------------------------------------------------------------------------------------------
+
+_CACHE_CASES = (
+    ("first", "first"),
+    ("second", "second\n(identical)"),
+    ("changed_suffix", "changed\nsuffix"),
+    ("changed_prefix", "changed\nprefix"),
+)
+
+
+def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> _Chart:
+    """Without the server's token counts: the first-token times alone show what the cache did."""
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    _bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), _BLUE, "ms")
+    ax.set_title("time to first token")
+    ax.set_ylabel("time (ms)")
+    ax.set_xlabel("request")
+    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    caption = (
+        f"Re-sending the same prompt got the first token after {_ms(ttft['second'])} ms instead of "
+        f"{_ms(ttft['first'])} ms; changing its end cost {_ms(ttft['changed_suffix'])} ms and changing its start "
+        f"{_ms(ttft['changed_prefix'])} ms. Token counts are not shown "
+        f"({unknown.get('prompt_n') or 'the server sent none'})."
+    )
+    return _Chart(fig, caption)
+
+
+def _cache_chart(data: Any) -> _Chart:
+    doc = _mapping(data, CACHE)
+    cases = {key: _mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
+    ttft = {key: _number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
+    if any("prompt_n" in case and case["prompt_n"] is None for case in cases.values()):
+        return _cache_chart_client_only(doc, ttft)
+    prompt_n = {key: _number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
+    cache_n = {key: _optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
+    labels = [label for _, label in _CACHE_CASES]
+
+    fig = Figure(figsize=_WIDE, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    _bars(left, labels, list(ttft.values()), _BLUE, "ms")
+    left.set_title("time to first token")
+    left.set_ylabel("time (ms)")
+    # Evaluated and reused tokens side by side: together they show what the cache saved.
+    x = np.arange(len(labels))
+    evaluated = right.bar(x - 0.2, list(prompt_n.values()), width=0.4, color=_ORANGE, label="prompt_n (evaluated)")
+    right.bar_label(evaluated, labels=[_count(v) for v in prompt_n.values()], padding=2, fontsize=9)
+    if all(v is not None for v in cache_n.values()):
+        reused = [v or 0.0 for v in cache_n.values()]
+        cached = right.bar(x + 0.2, reused, width=0.4, color=_GREEN, label="cache_n (reused from cache)")
+        right.bar_label(cached, labels=[_count(v) for v in reused], padding=2, fontsize=9)
+    right.set_xticks(x, labels)
+    right.set_title("prompt tokens")
+    right.set_ylabel("tokens")
+    # Headroom above the tallest bar so the legend never covers a bar.
+    right.set_ylim(0, max(max(prompt_n.values()), *(v or 0.0 for v in cache_n.values())) * 1.45 or 1)
+    right.legend(loc="upper center", ncols=2)
+    for ax in (left, right):
+        ax.set_xlabel("request")
+    caption = (
+        f"Re-sending the same prompt got the first token after {_ms(ttft['second'])} ms instead of "
+        f"{_ms(ttft['first'])} ms ({_count(prompt_n['second'])} of {_count(prompt_n['first'])} prompt tokens "
+        f"evaluated); changing its end cost {_ms(ttft['changed_suffix'])} ms and changing its start "
+        f"{_ms(ttft['changed_prefix'])} ms."
+    )
+    return _Chart(fig, caption)
+
+
+# --- cancellation --------------------------------------------------------------------------------------------
+
+
+def _cancel_chart(data: Any) -> _Chart:
+    where = CANCEL
+    doc = _mapping(data, where)
+    max_tokens = _number(doc, "max_tokens", where)
+    received = _number(doc, "received_tokens", where)
+    closed = _number(doc, "closed_at_ms", where)
+    idle_after = _optional_number(doc, "slot_idle_after_ms", where)
+    chunks = _chunks(doc["chunks"], where) if "chunks" in doc else []
+    idle_at = None if idle_after is None else closed + idle_after
+
+    fig = Figure(figsize=(_WIDE[0], 2.9), layout="constrained")
+    ax = fig.add_subplot()
+    # Two lanes: what the client saw, and how long the server slot stayed busy.
+    ax.barh(1, closed, left=0, height=0.5, color=_BLUE, alpha=0.25, label="client receiving")
+    if chunks:
+        ax.vlines([t for t, _ in chunks], 0.78, 1.22, color=_BLUE, linewidth=1, label=f"{len(chunks)} chunks received")
+    busy_until = closed if idle_at is None else idle_at
+    ax.barh(0, busy_until, left=0, height=0.5, color=_GREY, alpha=0.3, label="server slot busy")
+    _vline(ax, closed, f"client closed: {_ms(closed)} ms", _RED, "--")
+    if idle_at is not None:
+        _vline(ax, idle_at, f"slot idle: {_ms(idle_at)} ms", _GREEN, "-")
+    ax.set_yticks([0, 1], ["server slot", "client stream\n(request sent at 0)"])
+    ax.set_ylim(-0.6, 1.6)
+    ax.set_xlim(0, max(busy_until, 1.0) * 1.25)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel(_TIME_AXIS)
+    ax.set_title(f"{_count(received)} of {_count(max_tokens)} tokens received", loc="left")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _Chart(fig, _cancel_caption(doc, received, max_tokens, closed, idle_after))
+
+
+def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, closed: float,
+                    idle_after: float | None) -> str:
+    start = f"The client hung up at {_ms(closed)} ms after {_count(received)} of {_count(max_tokens)} tokens"
+    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    if idle_after is None and unknown.get("slot_idle_after_ms"):
+        middle = f"and {unknown['slot_idle_after_ms']}"
+    elif idle_after is None:
+        middle = "and the server slot was not seen idle afterwards"
+    else:
+        middle = f"and the server slot was idle again {_ms(idle_after)} ms later"
+    logged = doc.get("cancel_logged")
+    end = "" if not isinstance(logged, bool) else (
+        "; the server log shows the cancel" if logged else "; the server log does not show the cancel"
+    )
+    return f"{start}, {middle}{end}."
+
+
+def _audio_chart(name: str) -> Callable[[Any], _Chart]:
+    """A chart of the speak step, drawn by voice_llm.tts.report (imported when drawn: it uses this module's style)."""
+
+    def build(data: Any) -> _Chart:
+        from voice_llm.tts import report as tts_report
+
+        return getattr(tts_report, name)(_mapping(data, AUDIO))
+
+    return build
+
+
+_SECTIONS = (
+    _Section("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
+    _Section("speak", "Time to first audio: what the caller hears", AUDIO, _audio_chart("timeline_chart")),
+    _Section("firstaudio", "First audio per segmenting strategy", AUDIO, _audio_chart("ttfa_chart")),
+    _Section("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
+    _Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
+    _Section("cache", "Prompt cache", CACHE, _cache_chart),
+    _Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
+    _Section("call", "One call, six turns: does the cache keep every turn fast?", CALL,
+             lambda doc: _Chart(*load_report.call_chart(_mapping(doc, CALL))), optional=True),
+    _Section("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
+             lambda doc: _Chart(*load_report.load_chart(_mapping(doc, LOAD))), optional=True),
+)
+
+
+# --- spread over repeats, noise, run metadata ------------------------------------------------------------------
+
+_SPREAD_TITLE = "Spread over repeats"
+
+
+def _spread_section_html(out: Path) -> str:
+    series = [SpreadSeries("this run", metrics.measure_all(out), _BLUE)]
+    if not time_metrics(series):
+        return _missing_section_html(_Section("spread", _SPREAD_TITLE, "", lambda d: d), "no measured times in this folder")
+    return chart_section_html("spread", _SPREAD_TITLE, _Chart(spread_figure(series), spread_caption(series)))
+
+
+def _noise_html(assessment: Mapping[str, Any]) -> str:
+    if not assessment.get("noisy"):
+        return ('<section id="section-noise" class="quiet">\n<p>The machine was quiet enough: the load from other '
+                "processes stayed under half the cores and no number spread by more than 20 % over its repeats."
+                "</p>\n</section>\n")
+    labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in assessment.get("affected") or []]
+    reasons = "".join(f"<li>{_e(reason)}</li>\n" for reason in assessment.get("reasons") or [])
+    return (
+        '<section id="section-noise" class="noise">\n<h2>Warning: the machine was noisy during this run</h2>\n'
+        f"<p>Numbers affected: <strong>{_e('; '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
+        "(or with more <code>--repeat</code>) before trusting or comparing them.</p>\n"
+        f"<ul>\n{reasons}</ul>\n</section>\n"
+    )
+
+
+def _short_sha(value: Any) -> str:
+    return f"{value[:12]}…" if isinstance(value, str) and len(value) > 12 else str(value if value is not None else "—")
+
+
+def metadata_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) for the run's metadata table, from run.json."""
+    meta = run.get("metadata") or {}
+    server, model, kb = meta.get("server") or {}, meta.get("model") or {}, meta.get("kb") or {}
+    machine = meta.get("machine") or {}
+    size = model.get("size")
+    loads = lambda key: " / ".join(f"{v:.2f}" for v in run.get(key) or []) or "—"  # noqa: E731
+    rows = [
+        ("run id", run.get("run_id")),
+        ("voice-llm", meta.get("voice_llm")),
+        ("llama.cpp source", meta.get("llama_cpp_source") or "custom or remote server"),
+        ("server build_info", server.get("build_info")),
+        ("model", model.get("file")),
+        ("model size", f"{size / 1e6:,.1f} MB" if isinstance(size, (int, float)) else None),
+        ("model sha256", _short_sha(model.get("sha256"))),
+        ("n_ctx", server.get("n_ctx")),
+        ("slots", server.get("total_slots")),
+        ("threads", server.get("threads")),
+        ("KB", f"{kb.get('files')} files in {kb.get('dir')}, sha256 {_short_sha(kb.get('sha256'))}" if kb else None),
+        ("prompts sha256", _short_sha((meta.get("prompts") or {}).get("sha256"))),
+        ("CPU", f"{machine.get('cpu_model') or '—'}, {machine.get('cores') or '?'} cores"),
+        ("load average start (1/5/15 min)", loads("load_average_start")),
+        ("load average end (1/5/15 min)", loads("load_average_end")),
+        ("python", meta.get("python")),
+        ("started", run.get("started_at")),
+        ("ended", run.get("ended_at")),
+    ]
+    return [(label, "—" if value is None else str(value)) for label, value in rows]
+
+
+def _metadata_html(out: Path) -> str:
+    if not (out / RUN).is_file():
+        reason = "no run.json in this folder (written before run ids, or not by a lab run)"
+    else:
+        try:
+            run = _mapping(read_json(out / RUN), RUN)
+        except ArtifactError as exc:
+            reason = str(exc)
+        else:
+            body = _table([(label, f"<td>{_e(text)}</td>") for label, text in metadata_rows(run)], "meta")
+            return f'<section id="section-metadata">\n<h2>Run metadata</h2>\n{body}</section>\n'
+    return (f'<section id="section-metadata">\n<h2>Run metadata</h2>\n<p class="missing">no run metadata: '
+            f"{_e(reason)}</p>\n</section>\n")
+
+
+# --- header, checks and page ---------------------------------------------------------------------------------
+
+_KEY_NUMBERS = LABELS
+
+
+def _value_cell(value: Any, unit: str) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        shown = _ms(float(value)) if unit == "ms" else _count(value)
+        return f'<td class="num">{shown} {_e(unit)}</td>'
+    return f"<td>{_e('—' if value is None else value)}</td>"
+
+
+def _table(rows: Sequence[tuple[str, str]], css_class: str) -> str:
+    body = "".join(f"<tr><th>{_e(label)}</th>{cell}</tr>\n" for label, cell in rows)
+    return f'<table class="{css_class}"><tbody>\n{body}</tbody></table>\n'
+
+
+def _server_facts_html(out: Path) -> str:
+    try:
+        props = _mapping(read_json(out / PROPS), PROPS)
+    except ArtifactError as exc:
+        return f'<p class="missing">server facts not available: {_e(exc)}</p>\n'
+    settings = props.get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else props.get("n_ctx")
+    model_path = props.get("model_path")
+    rows = [
+        ("model", f"<td>{_e(PurePath(model_path).name if isinstance(model_path, str) else '—')}</td>"),
+        ("context (n_ctx)", _value_cell(n_ctx, "tokens")),
+        ("slots", _value_cell(props.get("total_slots"), "")),
+        ("llama.cpp build", f"<td>{_e(props.get('build_info') or '—')}</td>"),
+    ]
+    return _table(rows, "facts")
+
+
+def _key_numbers_html(out: Path) -> str:
+    try:
+        numbers = _mapping(read_json(out / REPORT), REPORT)
+    except ArtifactError as exc:
+        return f'<p class="missing">key numbers not available: {_e(exc)}</p>\n'
+    rows = []
+    found = metrics.measure_all(out)
+    labels = keynumbers_labels(out)  # "cache not disabled" where the run's server ignored cache_prompt
+    for key, value in numbers.items():
+        if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
+            continue
+        label, unit = labels.get(key, (key, ""))
+        rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
+    return _table(rows, "numbers")
+
+
+_NOT_NUMBERS = frozenset({"run_id", "schema_version"})
+# report.json's keys whose metric has another name in voice_llm.analysis.metrics.
+_SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
+
+
+def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
+    """The min..max of the samples a key number is the median of (empty for a single sample)."""
+    if measured is None or len(measured.samples) < 2 or unit != "ms":
+        return "<td></td>"
+    low, high = min(measured.samples), max(measured.samples)
+    return f'<td class="range">{_ms(low)}–{_ms(high)} over {len(measured.samples)}</td>'
+
+
+def _header_html(out: Path, banner: str = "") -> str:
+    return (
+        "<header>\n<h1>voice-llm report</h1>\n"
+        '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
+        f"drawn from the saved artifacts.</p>\n{banner}"
+        '<div class="columns">\n'
+        f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
+        f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"
+        f"</div>\n{_metadata_html(out)}</header>\n"
+    )
+
+
+def _capabilities_html(out: Path) -> str:
+    """What this server exposed and what the lab inferred (capabilities.json); nothing for an older run."""
+    from voice_llm.report.capability_table import read_capability_rows
+
+    try:
+        rows = read_capability_rows(out)
+    except ArtifactError as exc:
+        return f'<section id="section-capabilities">\n<h2>Server capabilities</h2>\n<p class="missing">{_e(exc)}</p>\n</section>\n'
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td><td>{_e(c)}</td></tr>\n" for a, b, c in rows)
+    return (
+        '<section id="section-capabilities">\n<h2>Server capabilities</h2>\n'
+        "<p>What this server exposed when probed before the steps, and what each number therefore rests on. "
+        "A number the server did not expose is null in its artifact, with the reason.</p>\n"
+        '<table class="capabilities"><thead><tr><th>probed</th><th>found</th><th>the lab\'s numbers rest on</th>'
+        f"</tr></thead><tbody>\n{body}</tbody></table>\n</section>\n"
+    )
+
+
+_STATUS_CLASS = {PASS: "pass", FAIL: "fail", NOT_CHECKABLE: "unknown", FINDING: "finding"}
+_FINDINGS_NOTE = (" A finding (FIND) is an expectation that depends on this machine or model and did not hold here, with"
+                  " its numbers; it never fails the run.")
+
+
+def _checks_html(checks: Sequence[CheckResult] | None) -> str:
+    if checks is None:
+        return '<section id="section-checks">\n<h2>Checks</h2>\n<p class="missing">checks not run</p>\n</section>\n'
+    unknown = sum(1 for c in checks if c.status == NOT_CHECKABLE)
+    rows = "".join(
+        f'<tr class="{_STATUS_CLASS[c.status]}"><td><span class="badge">{_e(c.label)}</span></td>'
+        f"<td>{_e(c.name)}</td><td>{_e(c.detail)}</td></tr>\n"
+        for c in checks
+    )
+    return (
+        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{len(checks)} checks: {_e(check_counts(checks))}{f" ({unknown} not checkable from these files)" if unknown else ""}.{_FINDINGS_NOTE if any(c.status == FINDING for c in checks) else ""}</p>\n'
+        '<table class="checks"><thead><tr><th>result</th><th>check</th><th>detail</th></tr></thead><tbody>\n'
+        f"{rows}</tbody></table>\n</section>\n"
+    )
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1a1a1a;
+  background: #fff; max-width: 1000px; margin: 0 auto; padding: 20px 24px 40px; line-height: 1.45; }
+h1 { font-size: 1.7rem; margin: 0 0 .2rem; }
+h2 { font-size: 1.2rem; margin: 1.8rem 0 .5rem; padding-bottom: .2rem; border-bottom: 1px solid #ddd; }
+.columns h2 { margin-top: .8rem; }
+.lede { color: #444; margin: 0; }
+.columns { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2rem; }
+table { border-collapse: collapse; font-size: .92rem; width: 100%; }
+th, td { text-align: left; vertical-align: top; padding: .22rem .5rem; border-bottom: 1px solid #eee; }
+th { font-weight: 600; }
+tbody th { font-weight: normal; color: #444; }
+.facts td.num { text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.badge { display: inline-block; font-weight: 700; font-size: .8rem; padding: 0 .45em; border-radius: 3px; }
+tr.pass .badge { background: #e3f5e6; color: #136c2e; }
+tr.fail .badge { background: #fde8e8; color: #a11111; }
+tr.fail td { background: #fff7f7; }
+tr.unknown .badge { background: #eeeeee; color: #444; }
+tr.finding .badge { background: #fff3d6; color: #7a4b00; }
+figure.chart { margin: 0; }
+figure.chart svg { display: block; width: 100%; height: auto; }
+figcaption { margin-top: .3rem; font-size: .98rem; }
+.missing { padding: .5rem .8rem; background: #fff4e5; border-left: 4px solid #e69500; }
+dl.texts { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; font-size: .92rem; }
+dl.texts dt { color: #444; }
+dl.texts dd { margin: 0; white-space: pre-wrap; }
+details { font-size: .9rem; margin-top: .5rem; }
+table.chunks code { white-space: pre-wrap; }
+section.noise { background: #fff4e5; border-left: 4px solid #e69500; padding: .2rem 1rem .4rem; margin-top: 1rem; }
+section.noise h2 { border: none; margin-top: .6rem; color: #8a4b00; }
+section.quiet p { color: #136c2e; }
+td.range { color: #666; font-size: .85rem; white-space: nowrap; }
+table.meta td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; word-break: break-all; }
+footer { margin-top: 2rem; color: #777; font-size: .85rem; }
+@page { margin: 14mm; }
+@media print {
+  body { max-width: none; padding: 0; font-size: 10pt; }
+  section, figure.chart, table { break-inside: avoid; }
+  details { display: none; }
+}
+"""
+
+# Lets a headless browser prove every chart really laid out: the test reads data-rendered from the dumped DOM
+# and data-box (page coordinates) to look for ink in the screenshot where each chart should be.
+_RENDER_PROBE = """
+window.addEventListener("load", function () {
+  var rendered = 0;
+  document.querySelectorAll("figure.chart").forEach(function (figure) {
+    var svg = figure.querySelector("svg");
+    if (!svg) { return; }
+    var rect = svg.getBoundingClientRect(), box = svg.getBBox();
+    if (rect.width > 0 && rect.height > 0 && box.width > 0 && box.height > 0) {
+      rendered += 1;
+      figure.setAttribute("data-box", [rect.left + window.scrollX, rect.top + window.scrollY,
+                                       rect.width, rect.height].map(Math.round).join(","));
+    }
+  });
+  document.body.setAttribute("data-rendered", String(rendered));
+});
+"""
+
+
+def _page(header: str, checks: str, sections: Sequence[str]) -> str:
+    charts = sum(section.count('<figure class="chart"') for section in sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>voice-llm report</title>\n<style>{_CSS}</style>\n<script>{_RENDER_PROBE}</script>\n</head>\n"
+        f'<body data-charts="{charts}" data-rendered="0">\n{header}{checks}{"".join(sections)}'
+        f"<footer>voice-llm {_e(__version__)}: rendered from the artifact files alone; "
+        "no server was queried.</footer>\n</body>\n</html>\n"
+    )

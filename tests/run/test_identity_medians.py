@@ -1,0 +1,131 @@
+"""One median rule for every artifact: walk the files of a lab run with two repeats (an even count, where the
+upper middle, the lower middle and their mean differ) and verify that every median field equals
+``stats.median`` of its samples; load's p50 follows the same rule."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clihelpers import cli, cli_env
+from fakeshapes import VLLM, ShapedServer
+
+from voice_llm.util.stats import median
+from voice_llm.load import stats
+from voice_llm.tts.artifact import median_run
+
+LAB_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def two_repeats(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("medians") / "out"
+    with ShapedServer(VLLM, model="m") as server:
+        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "2",
+                   env=cli_env(tmp_path_factory.mktemp("state")), timeout=LAB_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return out
+
+
+def _at(doc: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def _medians(doc: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], float, list[float]]]:
+    """(where, the median the file states, its samples) for every median in one artifact:
+    ``<field>`` beside ``<field>_min``/``_max`` over ``repeats`` (prefill, cache, sentence, cancel); ``<x>_p50``
+    over ``runs[].<x>_ms`` (ttft); ``summary.<field>.median`` over ``runs[].<field>`` (audio.json)."""
+    if isinstance(doc, list):
+        for i, row in enumerate(doc):
+            yield from _medians(row, (*path, str(i)))
+        return
+    if not isinstance(doc, Mapping):
+        return
+    repeats = doc.get("repeats")
+    if isinstance(repeats, list) and repeats:
+        yield from _beside_ranges(doc, repeats, path, ())
+    runs = doc.get("runs")
+    if isinstance(runs, list) and runs:
+        for key, value in doc.items():
+            if key.endswith("_p50"):
+                field = key[: -len("_p50")] + "_ms"
+                yield (*path, key), value, [run[field] for run in runs]
+        summary = doc.get("summary")
+        if isinstance(summary, Mapping):
+            for field, entry in summary.items():
+                yield (*path, "summary", field, "median"), entry["median"], [run[field] for run in runs]
+    for key, value in doc.items():
+        if key not in ("repeats", "runs", "summary") and isinstance(value, (Mapping, list)):
+            yield from _medians(value, (*path, key))
+
+
+def _beside_ranges(doc: Mapping[str, Any], repeats: list[Any], path: tuple[str, ...],
+                   inner: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], float, list[float]]]:
+    here = _at(doc, inner)
+    for key, value in here.items():
+        if isinstance(value, Mapping) and key != "repeats":
+            yield from _beside_ranges(doc, repeats, path, (*inner, key))
+        elif f"{key}_min" in here and value is not None:
+            yield (*path, *inner, key), value, [_at(row, inner)[key] for row in repeats]
+
+
+def _every_median_key(doc: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if isinstance(doc, list):
+        for i, row in enumerate(doc):
+            yield from _every_median_key(row, (*path, str(i)))
+    elif isinstance(doc, Mapping):
+        for key, value in doc.items():
+            if key == "median" or key.endswith("_p50"):
+                yield (*path, key)
+            if key != "repeats":
+                yield from _every_median_key(value, (*path, key))
+
+
+def test_every_median_of_the_run_is_the_one_rule(two_repeats: Path) -> None:
+    out = two_repeats
+    checked: dict[str, int] = {}
+    even_and_apart = 0
+    for path in sorted(out.glob("*.json")):
+        if path.name in ("run.json", "capabilities.json", "report.json"):
+            continue
+        doc = json.loads(path.read_text())
+        found = list(_medians(doc))
+        verified = {where for where, _, _ in found}
+        for where, stated, samples in found:
+            assert stated == median(samples), f"{path.name} {'.'.join(where)}: {stated} != median of {samples}"
+            if len(samples) % 2 == 0 and len(set(samples)) > 1:
+                even_and_apart += 1
+        # No median field escapes the walk (a new artifact's median must be verifiable the same way).
+        unverified = [w for w in _every_median_key(doc) if w not in verified]
+        assert not unverified, (path.name, unverified)
+        checked[path.name] = len(found)
+    for name in ("ttft.json", "prefill.json", "cache.json", "sentence.json", "cancel.json", "audio.json"):
+        assert checked.get(name), (name, checked)
+    # With two repeats the rule matters: the upper middle is neither the lower one nor the mean of the two.
+    assert even_and_apart > 0
+    # audio.json's WAVs are of the run whose TTFA is that median.
+    audio = json.loads((out / "audio.json").read_text())
+    for strategy in audio["strategies"].values():
+        index = median_run(strategy["runs"])
+        assert strategy["runs"][index]["ttfa_ms"] == strategy["summary"]["ttfa_ms"]["median"]
+        assert strategy["wavs"]["heard"]["run"] == index + 1
+    # report.json copies those medians unchanged.
+    report = json.loads((out / "report.json").read_text())
+    assert report["ttfa_sentences_ms"] == audio["strategies"]["sentences"]["summary"]["ttfa_ms"]["median"]
+
+
+def test_loads_p50_is_the_same_rule() -> None:
+    # Four turns: the nearest-rank p50 was the lower middle (20), the one rule says the upper middle (30).
+    samples = [{"ttft_ms": t, "first_sentence_ms": t + 100, "itl_p50_ms": t / 10, "itl_p99_ms": t / 5, "worker": "w"}
+               for t in (40.0, 10.0, 30.0, 20.0)]
+    step = stats.summarize_step(samples, slo_ms=1000.0, window_s=10.0)
+    assert step["ttft_ms"]["p50"] == median([40.0, 10.0, 30.0, 20.0]) == 30.0
+    assert step["first_sentence_ms"]["p50"] == 130.0 and step["itl_ms"]["p50"] == 3.0
+    assert stats.percentile([1.0, 2.0], 50) == 2.0 and stats.percentile([1.0, 2.0, 3.0], 50) == 2.0
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0], 90) == 4.0  # the other percentiles keep nearest rank
