@@ -86,7 +86,7 @@ class ConverseOptions:
     barge_in_after_ms: float = 500.0
     barge_in_max_tokens: int = 64
     max_tokens: int = MAX_TOKENS
-    docs: int = DEFAULT_DOCS  # KB documents in the system prompt, as in the call step
+    docs: int = 4  # KB documents in the system prompt (the call step has 12: ~400 ms per turn of prefill here)
     vad_threshold: float = vadmod.DEFAULT_THRESHOLD
     caller_length_scale: float = callermod.CALLER_LENGTH_SCALE
 
