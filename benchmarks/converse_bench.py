@@ -20,6 +20,15 @@ synthesis.
    first audio -> playback start (the player). Their sum per turn is the pipeline's own share of the live gap
    (with whatever the shared CPU added to it).
 
+3. **The matrix** (``--matrix --url URL``, a running llama-server): the converse step itself for endpoint
+   200/300/500 ms x strategy whole/sentences/clauses x preemptive off/on, each call in OUT/matrix/<setting>/
+   (converse.json, call.wav: `voice-llm check` applies), printed as mouth-to-ear median and p90, time saved and
+   tokens wasted with --preemptive, next to the floor of that setting on this machine: the endpoint as it fired
+   (endpoint - true end, median) + STT of each utterance alone + a cached first token alone + the first
+   segment's synthesis alone (each measured after the calls, the CPU otherwise idle).
+
+    python benchmarks/converse_bench.py OUT --matrix --url http://127.0.0.1:8080 [--turns N]
+
 Nothing is asserted; the numbers are printed (and with --json as JSON) for BENCHMARKS.md.
 """
 
@@ -206,13 +215,118 @@ def live_handoffs(out: Path) -> dict[str, list[float]]:
     return rows
 
 
+# --- the matrix ---------------------------------------------------------------------------------------------------
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def run_matrix(out: Path, url: str, turns: int, endpoints: Sequence[float],
+               strategies: Sequence[str]) -> list[dict[str, Any]]:
+    """Every setting's call (the converse step, real VAD, STT and TTS against ``url``), then the floor's parts
+    measured alone. Returns one row per setting."""
+    from voice_llm.api import ServerClient
+    from voice_llm.converse import step
+    from voice_llm.converse.stt import default_threads, load_transcriber
+    from voice_llm.dialogue import load_dialogue, system_prompt
+    from voice_llm.kb import default_kb_dir, load_kb
+    from voice_llm.lab.context import LabContext
+    from voice_llm.tts import load_engine
+
+    rows = []
+    for endpoint in endpoints:
+        for strategy in strategies:
+            for preemptive in (False, True):
+                label = f"{endpoint:g}ms-{strategy}-{'preemptive' if preemptive else 'endpoint'}"
+                folder = out / "matrix" / label
+                ctx = LabContext(out=folder, client=ServerClient(url), kb_dir=default_kb_dir())
+                options = step.ConverseOptions(endpoint_ms=endpoint, strategy=strategy, preemptive=preemptive,
+                                               turns=turns)
+                step.converse_step(ctx, options)
+                doc = read_json(folder / ARTIFACT)
+                heard = [t for t in doc["turns"] if t.get("gap_ms") is not None]
+                saved = [t["preemptive"]["time_saved_ms"] for t in heard
+                         if isinstance(t.get("preemptive"), dict) and t["preemptive"].get("kept")]
+                fired = [t["events"]["endpoint"] - t["events"]["speech_end"] for t in heard
+                         if t["events"].get("endpoint") is not None]
+                rows.append({"setting": label, "endpoint_ms": endpoint, "strategy": strategy, "preemptive": preemptive,
+                             "folder": str(folder),
+                             **{f"mouth_to_ear_{k}": v for k, v in doc["summary"]["mouth_to_ear_ms"].items()},
+                             "time_saved_ms": _median(saved), "tokens_wasted": doc["summary"]["tokens_wasted"],
+                             "endpoint_fired_ms": _median(fired),
+                             "first_segments": [t["reply"]["segments"][0]["text"] for t in heard
+                                                if (t.get("reply") or {}).get("segments")],
+                             "caller_wavs": [str(folder / t["caller_wav"]) for t in doc["turns"]],
+                             "stt_threads": (doc["engines"].get("stt") or {}).get("cpu_threads")})
+    # the floor's parts, each alone (the calls are over)
+    first = rows[0]
+    stt = load_transcriber("faster-whisper", first["stt_threads"] or default_threads())
+    dialogue = load_dialogue(step.ConverseOptions().dialogue)
+    stt_alone = []
+    for path, script in zip(first["caller_wavs"], dialogue.turns):
+        samples = _mono(Path(path))
+        t = time.perf_counter()
+        stt.transcribe(samples, script)
+        stt_alone.append((time.perf_counter() - t) * 1000.0)
+    ctx = LabContext(out=out / "matrix" / "alone", client=ServerClient(url), kb_dir=default_kb_dir())
+    docs = step.ConverseOptions().docs
+    system = system_prompt(dialogue, load_kb(default_kb_dir(), need=docs)[:docs] if docs else [])
+    ttft_alone = []
+    for index, line in enumerate(dialogue.turns[:turns]):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": line}]
+        for repeat in range(2):  # the second is the cached one, as a turn's prompt prefix is in the live call
+            result = ctx.request(f"alone-{index + 1}-{repeat + 1}", messages, max_tokens=4, cache_prompt=True)
+        ttft_alone.append(result.chunks[0].t_ms if result.chunks else float("nan"))
+    engine = load_engine("piper")
+    for row in rows:
+        synth = []
+        for text in row["first_segments"]:
+            t = time.perf_counter()
+            next(iter(engine.synthesize(text)))
+            synth.append((time.perf_counter() - t) * 1000.0)
+        row["stt_alone_ms"], row["ttft_alone_ms"] = _median(stt_alone), _median(ttft_alone)
+        row["first_segment_synthesis_alone_ms"] = _median(synth)
+        parts = (row["endpoint_fired_ms"], row["stt_alone_ms"], row["ttft_alone_ms"],
+                 row["first_segment_synthesis_alone_ms"])
+        row["floor_ms"] = None if None in parts else sum(parts)  # type: ignore[arg-type]
+    return rows
+
+
+def print_matrix(rows: Sequence[dict[str, Any]]) -> None:
+    def ms(value: Any) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    print(f"{'setting':<28} {'mouth-to-ear median':>19} {'p90':>6} {'saved':>6} {'wasted':>6} {'floor':>6} "
+          f"{'(endpoint + STT + 1st token + synth, alone)':>44}")
+    for r in rows:
+        print(f"{r['setting']:<28} {ms(r['mouth_to_ear_median']):>19} {ms(r['mouth_to_ear_p90']):>6} "
+              f"{ms(r['time_saved_ms']):>6} {r['tokens_wasted']:>6} {ms(r['floor_ms']):>6} "
+              f"{ms(r['endpoint_fired_ms']):>12} + {ms(r['stt_alone_ms'])} + {ms(r['ttft_alone_ms'])} + "
+              f"{ms(r['first_segment_synthesis_alone_ms'])}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", type=Path, help="a converse run folder (default: synthesize the lines)")
     parser.add_argument("--turns", type=int, default=4, help="caller lines to synthesize without OUT (default 4)")
     parser.add_argument("--rounds", type=int, default=20, help="replays of the whole line (default 20)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--matrix", action="store_true", help="run the endpoint x strategy x preemptive calls")
+    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the llama-server for --matrix")
+    parser.add_argument("--endpoints", default="200,300,500", help="--matrix endpoint settings, ms")
+    parser.add_argument("--strategies", default="whole,sentences,clauses", help="--matrix strategies")
     args = parser.parse_args(argv)
+    if args.matrix:
+        if args.out is None:
+            parser.error("--matrix needs OUT (the calls are written under OUT/matrix/)")
+        rows = run_matrix(args.out, args.url, args.turns, [float(e) for e in args.endpoints.split(",")],
+                          args.strategies.split(","))
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print_matrix(rows)
+        return 0
     turns = recorded_turns(args.out) if args.out else synthesized_turns(args.turns)
     line, offsets, frames = _line(turns)
     probabilities, vad_costs = vad_probabilities(line, frames)

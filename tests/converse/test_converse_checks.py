@@ -521,3 +521,27 @@ def test_check_runs_the_converse_checks_once_wired(call: Path) -> None:
     if not set(names) <= set(found):
         pytest.skip("converse checks not wired into voice_llm.check yet")
     assert all(found[n].status != FAIL for n in names), {n: found[n].detail for n in names}
+
+
+def test_a_true_end_moved_within_a_frame_fails_on_the_caller_wav(call: Path) -> None:
+    """Moving speech_end by 10 ms (and the gap and breakdown with it, all consistent on paper) is within the gap's
+    one-frame tolerance, but the caller WAV's last sample above its floor says otherwise, to the sample."""
+    doc = _doc(call)
+    turn = doc["turns"][0]
+    turn["events"]["speech_end"] += 10.0
+    turn["gap_ms"] -= 10.0
+    turn["breakdown_ms"]["endpoint_wait"] -= 10.0
+    doc["summary"]["mouth_to_ear_ms"] = mouth_to_ear([t["gap_ms"] for t in doc["turns"]])
+    _save(call, doc)
+    failed = _failed(call)
+    assert set(failed) == {"check_recording"} and "speech_end" in failed["check_recording"]
+
+
+def test_a_loop_behind_real_time_is_a_finding(call: Path) -> None:
+    doc = _doc(call)
+    doc["late_frames"] = 3
+    _save(call, doc)
+    assert results(call)["check_real_time"].status == FINDING
+    doc["late_frames"] = 0
+    _save(call, doc)
+    assert results(call)["check_real_time"].status == PASS

@@ -49,6 +49,7 @@ ARTIFACT = "converse.json"
 RECORDING = "converse/call.wav"
 
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
+SAMPLE_ROUNDING_MS = 1e-3  # a sample's time (a multiple of 1/16 ms) as converse.json rounds it, to 0.001 ms
 FRAME_MS = 32.0  # one VAD frame: what the recording's gap may differ from the reported one
 MOUTH_TO_EAR_TARGET_MS = 1200.0  # the issue's target at endpoint 300 ms
 MOUTH_TO_EAR_PREEMPTIVE_TARGET_MS = 800.0  # ... with --preemptive
@@ -240,6 +241,22 @@ def check_endpointing(out: Path) -> str:
                          f"(median of {len(waits)} turns)", missed)
 
 
+def check_real_time(out: Path) -> str:
+    """Expectation, a finding when it does not hold: the loop processed every frame within a frame of its due
+    time (late_frames 0). A loop that fell behind stamps its events late: the evidence stays consistent (the
+    laws above hold on the stamps), but the caller would have waited for the machine, not for the pipeline."""
+    doc = _doc(out)
+    late = doc.get("late_frames")
+    if late is None:
+        raise NotCheckable(f"{ARTIFACT} does not record late_frames")
+    _require(isinstance(late, int) and not isinstance(late, bool) and late >= 0, f"late_frames {late!r} is not a count")
+    frames = (doc.get("recording") or {}).get("frames")
+    total = f" of {int(frames) // measure.FRAME_SAMPLES}" if isinstance(frames, int) else ""
+    missed: list[str] = []
+    expect(late == 0, f"{late}{total} frames processed more than a frame late: the loop fell behind real time", missed)
+    return unless_missed(f"{late}{total} frames late", missed)
+
+
 # --- the recording --------------------------------------------------------------------------------------------
 
 
@@ -275,8 +292,9 @@ def _floors(doc: Mapping[str, Any]) -> list[int | None]:
 
 def check_recording(out: Path) -> str:
     """Law: call.wav decodes as stereo 16-bit at the stated rate with the stated frames, every turn's playback
-    lies inside it, and its caller channel is the caller WAVs, each at its caller_offset_ms (the recording is made
-    of them: derived equals source)."""
+    lies inside it, its caller channel is the caller WAVs, each at its caller_offset_ms (the recording is made
+    of them: derived equals source), and each turn's true speech_start and speech_end are its WAV's first and last
+    sample above the turn's noise floor (the run's own definition, recomputed from the samples)."""
     doc = _doc(out)
     call = _recording(out, doc)
     duration = call.ms(call.frames)
@@ -296,6 +314,14 @@ def check_recording(out: Path) -> str:
         if not np.array_equal(left, mono):
             first = int(np.flatnonzero(left != mono)[0])
             raise CheckFailed(f"{where}: the caller channel differs from {wav} at {call.ms(at + first):.1f} ms")
+        floor = turn.get("noise_floor")
+        bounds = measure.utterance_bounds(mono) if floor is None else measure.audible_bounds(mono, int(floor))
+        _require(bounds is not None, f"{where}: {wav} holds no sample above its noise floor")
+        for key, sample in (("speech_start", bounds[0]), ("speech_end", bounds[1])):  # type: ignore[index]
+            stated = _must(turn, key, where)
+            _require(_close(stated, call.ms(at + sample), SAMPLE_ROUNDING_MS),
+                     f"{where}: {key} {stated} ms, but {wav}'s {'first' if key == 'speech_start' else 'last'} sample "
+                     f"above its floor is at {call.ms(at + sample):.4f} ms")
         compared += 1
     caller = f"; caller channel = the {compared} caller WAVs" if compared else ""
     return f"{call.frames} stereo frames at {call.sample_rate} Hz ({duration:.0f} ms){caller}"
@@ -572,6 +598,7 @@ CHECKS: tuple[Check, ...] = (
     Check("converse: breakdown re-derived from the events sums to the gap", STEP, check_breakdown),
     Check("converse: events of each turn in causal order on one clock", STEP, check_event_order),
     Check("converse: endpoint after the caller's end, on time", STEP, check_endpointing),
+    Check("converse: the loop kept up with real time", STEP, check_real_time),
     Check("converse: call.wav decodes, its caller channel is the caller WAVs", STEP, check_recording),
     Check("converse: gap measured on call.wav = reported gap (one frame)", STEP, check_gap_on_recording),
     Check("converse: barge-in reactions in order, history = what was heard", STEP, check_barge_in),

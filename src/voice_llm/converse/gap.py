@@ -157,8 +157,12 @@ def _sounding_since(samples: np.ndarray, levels: Level, at: int, start: int) -> 
 
 def utterance_bounds(samples: np.ndarray) -> tuple[int, int] | None:
     """(first sample, one past the last) above the noise floor of a mono utterance; None when it is silent."""
-    levels = level(samples)
-    found = _above(samples, levels.floor, 0, len(samples))
+    return audible_bounds(samples, level(samples).floor)
+
+
+def audible_bounds(samples: np.ndarray, floor: int) -> tuple[int, int] | None:
+    """(first sample, one past the last) whose magnitude is above ``floor``; None when none is."""
+    found = _above(samples, floor, 0, len(samples))
     return (int(found[0]), int(found[-1]) + 1) if len(found) else None
 
 

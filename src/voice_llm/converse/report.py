@@ -126,6 +126,10 @@ def _waterfall_axes(ax: Axes, rows: Sequence[tuple[Mapping[str, Any], dict[str, 
             if stop is not None:
                 ax.plot([stop - zero], [y], "|", color=style._RED, markersize=14, markeredgewidth=2,
                         label=once("assistant silent"))
+        endpoint = style._optional_number(turn["events"], "endpoint", "events")
+        if endpoint is not None and abs(endpoint - t["turn_detected"]) > 0.5:  # preemptive: committed before it
+            ax.plot([endpoint - zero], [y], "|", color=style._GREY, markersize=14, markeredgewidth=2,
+                    label=once("endpoint (a preemptive reply waits for it)"))
         gap_ms = t["playback_start"] - zero
         ax.annotate(f"{style._ms(gap_ms)} ms", (gap_ms, y + 0.32), fontsize=9, ha="left", va="bottom")
         right = max(right, shown - zero)
