@@ -80,7 +80,8 @@ def test_playback_is_cut_at_the_stop_and_the_words_follow_the_samples() -> None:
     stop = {"cut_at": 1900.0, "onset_true": 1090.0, "stop_called": 1900.0, "synthesis_stopped": 1910.0}
     done = outcome(stream, segments, RATE, clock, stop=stop)
     assert done.request_sent == 1000.0 and done.playback_start == 1100.0 and done.first_audio_ready == 1100.0
-    assert [(a.segment, a.start_ms, len(a.pcm) // SAMPLE_WIDTH) for a in done.audio] == [(0, 1100.0, 600), (1, 1700.0, 200)]
+    heard = [(a.segment, a.start_ms, len(a.pcm) // SAMPLE_WIDTH) for a in done.audio]
+    assert heard == [(0, 1100.0, 600), (1, 1700.0, 200)]
     assert done.stopped is not None and done.stopped.playback_silent == 1900.0 == done.playback_end
     assert done.stopped.stream_closed == 1400.0
     assert (done.words_heard, done.words_generated) == (3, 6) and done.heard_text == "aa bbbb, cc"
@@ -176,3 +177,20 @@ def test_a_preemptive_reply_cancelled_while_held_plays_nothing_and_frees_the_slo
     assert done.stopped.slot_idle is not None and _slots_idle(ctx)
     assert done.audio == () and done.words_heard == 0 < done.words_generated and done.history_message() is None
     assert done.tokens_generated > 0  # the preemptive reply's wasted tokens
+
+
+@pytest.mark.server
+def test_a_reply_nobody_stops_is_heard_whole(ctx: LabContext, piper: TTSEngine) -> None:
+    clock = CallClock(time.perf_counter())
+    reply = start_reply(ctx, "converse-03", LONG_REPLY, piper, clock, max_tokens=20)
+    for _ in range(12000):  # a guard against a hang (60 s)
+        if reply.finished():
+            break
+        time.sleep(0.005)
+    preview = reply.tentative()
+    done = reply.wait()
+    assert preview is not None and preview.playback_end == done.playback_end and done.stopped is None
+    assert done.words_heard == done.words_generated > 0 and done.stream.finish_reason == "length"
+    message = done.history_message()
+    assert message is not None and done.text.strip().startswith(message["content"])
+    assert reply.tentative() is not None  # the preview stays readable after wait

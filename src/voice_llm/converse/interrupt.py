@@ -327,7 +327,18 @@ class LiveReply:
 
     def finished(self) -> bool:
         """The stream and the synthesis are over (the reply may still be playing: see the outcome's playback)."""
-        return not self._thread.is_alive()
+        return self._thread.ident is not None and not self._thread.is_alive()
+
+    def tentative(self) -> ReplyOutcome | None:
+        """A finished, unstopped reply's outcome as it stands if nothing stops it (when its playback will end), without
+        fixing it as :meth:`wait` does: a later :meth:`cancel` still cuts it. None while it runs, after a stop, after
+        a failure, or when it made no sound."""
+        if not self.finished() or self._result is None or self._stop_called is not None:
+            return None
+        stream, segments = self._result
+        if not any(s.audio for s in segments):
+            return None
+        return outcome(stream, segments, self.engine.sample_rate, self.clock, self._release_ms, self.held)
 
     # control
 
