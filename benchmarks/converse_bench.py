@@ -46,14 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.artifacts import inside, read_artifact_bytes, read_json
+from voice_llm.util.artifacts import inside, read_artifact_bytes, read_json
 from voice_llm.converse import caller as callermod
 from voice_llm.converse import vad as vadmod
 from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.converse.checks import ARTIFACT
 from voice_llm.converse.frames import CallerLine
 from voice_llm.converse.step import breakdown
-from voice_llm.dialogue import DEFAULT_DIALOGUE, load_dialogue
+from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.load.stats import percentile
 
 GAP_TAIL_FRAMES = 30  # frames fed after the endpoint before the next turn: the line is idle while the reply plays
@@ -226,11 +226,11 @@ def run_matrix(out: Path, url: str, turns: int, endpoints: Sequence[float],
                strategies: Sequence[str]) -> list[dict[str, Any]]:
     """Every setting's call (the converse step, real VAD, STT and TTS against ``url``), then the floor's parts
     measured alone. Returns one row per setting."""
-    from voice_llm.api import ServerClient
+    from voice_llm.client.api import ServerClient
     from voice_llm.converse import step
     from voice_llm.converse.stt import default_threads, load_transcriber
-    from voice_llm.dialogue import load_dialogue, system_prompt
-    from voice_llm.kb import default_kb_dir, load_kb
+    from voice_llm.scenario.dialogue import load_dialogue, system_prompt
+    from voice_llm.scenario.kb import default_kb_dir, load_kb
     from voice_llm.lab.context import LabContext
     from voice_llm.tts import load_engine
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.converse import step
 from voice_llm.converse.stt import STTError, ScriptTranscriber
-from voice_llm.kb import default_kb_dir
+from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab.context import LabContext
 
 pytestmark = pytest.mark.server

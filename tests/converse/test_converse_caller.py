@@ -124,7 +124,7 @@ def test_noise_floor_rises_with_background_noise() -> None:
 
 @pytest.fixture(scope="module")
 def clinic() -> list[c.Utterance]:
-    from voice_llm.dialogue import load_dialogue
+    from voice_llm.scenario.dialogue import load_dialogue
 
     utterances, voice = c.synthesize_lines(load_dialogue().turns)
     assert voice.engine == "piper" and voice.length_scale == c.CALLER_LENGTH_SCALE

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from voice_llm import check
-from voice_llm.checkbase import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.checks import core as check
+from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.converse import checks as converse_checks
 from voice_llm.converse import gap
 from voice_llm.converse.checks import BREAKDOWN, mouth_to_ear
@@ -512,14 +512,14 @@ def test_a_last_sample_after_the_cut_fails(call: Path) -> None:
 
 def test_check_runs_the_converse_checks_once_wired(call: Path) -> None:
     """`voice-llm check` on a folder holding converse.json runs these checks (the coordinator wires
-    converse.checks into voice_llm.check's feature checks, and converse.json into run_checks' known files)."""
+    converse.checks into voice_llm.checks.core's feature checks, and converse.json into run_checks' known files)."""
     try:
         found = {r.name: r for r in check.run_checks(call)}
     except Exception as exc:  # noqa: BLE001 - not wired: run_checks refuses a folder of unknown files
-        pytest.skip(f"converse checks not wired into voice_llm.check yet ({exc})")
+        pytest.skip(f"converse checks not wired into voice_llm.checks.core yet ({exc})")
     names = [c.name for c in converse_checks.CHECKS]
     if not set(names) <= set(found):
-        pytest.skip("converse checks not wired into voice_llm.check yet")
+        pytest.skip("converse checks not wired into voice_llm.checks.core yet")
     assert all(found[n].status != FAIL for n in names), {n: found[n].detail for n in names}
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.api import ServerClient
+from voice_llm.client.api import ServerClient
 from voice_llm.converse.interrupt import (
     CallClock, LiveReply, heard_prefix, history_message, outcome, start_reply, words_heard,
 )
-from voice_llm.kb import default_kb_dir
+from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab.context import LabContext
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts import TTSEngine, load_engine

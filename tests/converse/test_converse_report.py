@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from voice_llm import report_html
+from voice_llm.report import page as report_html
 from voice_llm.converse import report
 
 sys.path.insert(0, str(Path(__file__).parent))

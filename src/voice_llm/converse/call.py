@@ -123,15 +123,6 @@ class CallResult:
     error: BaseException | None = None  # the STT (or a reply) failing mid-call: the evidence so far is here
 
 
-def _tentative(reply: LiveReply) -> ReplyOutcome | None:
-    """A finished reply's playback as it stands if nothing stops it (for when the caller's next line may start).
-    Read from the reply's result without :meth:`LiveReply.wait`, which fixes the outcome for good."""
-    result = reply._result  # noqa: SLF001 - the finished reply's (stream, segments), read only
-    if result is None or not any(s.audio for s in result[1]):
-        return None
-    return outcome(result[0], result[1], reply.engine.sample_rate, reply.clock, reply._release_ms, reply.held)
-
-
 class Conversation:
     """One call. ``run()`` feeds the line until the last reply has played and returns what happened."""
 
@@ -190,7 +181,7 @@ class Conversation:
             return
         if not reply.finished():
             return
-        heard = _tentative(reply)
+        heard = reply.tentative()
         if heard is None or heard.playback_end is None:
             return
         self._schedule(index, sample_at(heard.playback_end), frame)
@@ -304,7 +295,7 @@ class Conversation:
             return False
         if not reply.finished():
             return True
-        heard = _tentative(reply)
+        heard = reply.tentative()
         return heard is not None and heard.playback_end is not None and heard.playback_end > now
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -353,7 +344,7 @@ class Conversation:
         last = self._answered(self.turns[-1])
         if last is None or last.reply is None or not last.reply.finished():
             return False
-        heard = _tentative(last.reply)
+        heard = last.reply.tentative()
         end = heard.playback_end if heard is not None and heard.playback_end is not None else last.detected_ms
         return now >= end + TAIL_MS and self.line.busy_until() <= len(self.frames) * FRAME_SAMPLES
 

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm import spread
-from voice_llm.artifacts import inside, read_artifact_bytes, read_json
-from voice_llm.checkbase import Check, CheckFailed, NotCheckable, expect, unless_missed
-from voice_llm.checkbase import finite_number as _num
-from voice_llm.checkbase import require as _require
+from voice_llm.util import stats
+from voice_llm.util.artifacts import inside, read_artifact_bytes, read_json
+from voice_llm.checks.base import Check, CheckFailed, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import finite_number as _num
+from voice_llm.checks.base import require as _require
 from voice_llm.converse import gap as measure
 from voice_llm.converse.wer import total as wer_total
 from voice_llm.converse.wer import wer as word_errors
@@ -541,7 +541,7 @@ def _gaps(doc: Mapping[str, Any]) -> list[float]:
 
 
 def mouth_to_ear(gaps: Sequence[float]) -> dict[str, Any]:
-    """The summary's mouth_to_ear_ms from the turns' gaps: the project's median (voice_llm.spread.median), the
+    """The summary's mouth_to_ear_ms from the turns' gaps: the project's median (voice_llm.util.stats.median), the
     nearest-rank p90 (voice_llm.load.stats.percentile) and the count (null median and p90 for no gap)."""
     return {"median": spread.median(gaps) if gaps else None, "p90": percentile(gaps, 90), "n": len(gaps)}
 

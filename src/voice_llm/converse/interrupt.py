@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voice_llm.capabilities import SOURCE_METRICS, SOURCE_SLOTS
+from voice_llm.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS
 from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.cancel import stop_source, wait_until_idle, wait_until_no_request
 from voice_llm.lab.context import LabContext

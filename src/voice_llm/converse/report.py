@@ -17,9 +17,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from voice_llm import report_html as style  # imported by report_html when it draws these, so no cycle
-from voice_llm import spread
-from voice_llm.artifacts import inside, read_json
+from voice_llm.report import page as style  # imported by report_html when it draws these, so no cycle
+from voice_llm.util import stats
+from voice_llm.util.artifacts import inside, read_json
 from voice_llm.converse import gap
 from voice_llm.converse.checks import ARTIFACT, RECORDING
 from voice_llm.errors import ArtifactError, OutputDirError

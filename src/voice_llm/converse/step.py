@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm.artifacts import write_json
+from voice_llm.util.artifacts import write_json
 from voice_llm.converse import caller as callermod
 from voice_llm.converse import vad as vadmod
 from voice_llm.converse.call import CallResult, CallSettings, Conversation, TurnLog, prime
@@ -25,14 +25,14 @@ from voice_llm.converse.interrupt import ReplyOutcome
 from voice_llm.converse.recording import CALL_WAV, CONVERSE_DIR, caller_wav_name, mono_wav, stereo, stereo_wav
 from voice_llm.converse.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
 from voice_llm.converse.wer import WER, total, wer
-from voice_llm.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, load_dialogue, system_prompt
+from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, load_dialogue, system_prompt
 from voice_llm.errors import ConfigError, OutputDirError
-from voice_llm.kb import load_kb
+from voice_llm.scenario.kb import load_kb
 from voice_llm.lab.context import RAW_DIR, LabContext
 from voice_llm.lab.speak import SpeakOptions, engine_for
 from voice_llm.load.stats import percentile
-from voice_llm.runmeta import threads_from_log
-from voice_llm.spread import median
+from voice_llm.run.meta import threads_from_log
+from voice_llm.util.stats import median
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
 
 CONVERSE = "converse.json"
@@ -78,7 +78,7 @@ class ConverseOptions:
     strategy: str = "clauses"
     clause_words: int = DEFAULT_CLAUSE_WORDS
     caller_audio: Path | None = None  # a folder of WAVs, one per turn; None: synthesized
-    dialogue: str = DEFAULT_DIALOGUE  # a bundled dialogue's name or a dialogue file (voice_llm.dialogue)
+    dialogue: str = DEFAULT_DIALOGUE  # a bundled dialogue's name or a dialogue file (voice_llm.scenario.dialogue)
     turns: int = DEFAULT_TURNS  # how many of the dialogue's caller lines (with --caller-audio: its WAVs, at most)
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
     # The caller talks over a long reply (up to barge_in_max_tokens): a 24-token reply's stream has ended ~0.5 s
