@@ -237,7 +237,7 @@ def check_endpointing(out: Path) -> str:
                        f"its {endpoint_ms:.0f} ms after the VAD's end", missed)
     if not waits:
         raise NotCheckable("no turn has an endpoint, a VAD end and a true end")
-    return unless_missed(f"endpoint {endpoint_ms:.0f} ms fired {spread.median(waits):.0f} ms after the true end "
+    return unless_missed(f"endpoint {endpoint_ms:.0f} ms fired {stats.median(waits):.0f} ms after the true end "
                          f"(median of {len(waits)} turns)", missed)
 
 
@@ -543,7 +543,7 @@ def _gaps(doc: Mapping[str, Any]) -> list[float]:
 def mouth_to_ear(gaps: Sequence[float]) -> dict[str, Any]:
     """The summary's mouth_to_ear_ms from the turns' gaps: the project's median (voice_llm.util.stats.median), the
     nearest-rank p90 (voice_llm.load.stats.percentile) and the count (null median and p90 for no gap)."""
-    return {"median": spread.median(gaps) if gaps else None, "p90": percentile(gaps, 90), "n": len(gaps)}
+    return {"median": stats.median(gaps) if gaps else None, "p90": percentile(gaps, 90), "n": len(gaps)}
 
 
 def _wasted(turn: Mapping[str, Any]) -> int:

@@ -172,7 +172,7 @@ def _median_parts(rows: Sequence[tuple[Mapping[str, Any], dict[str, float]]]) ->
     """The median of each span over the drawn turns, in the chain's order."""
     out = []
     for label, start, end, _, _ in _SPANS[1:]:
-        out.append(f"{label} {style._ms(spread.median([t[end] - t[start] for _, t in rows]))} ms")
+        out.append(f"{label} {style._ms(stats.median([t[end] - t[start] for _, t in rows]))} ms")
     return ", ".join(out) + " (medians)"
 
 
