@@ -5,12 +5,16 @@ A voice assistant starts text-to-speech when the first sentence is complete. Cut
 
 * :func:`first_sentence_end` — the brief's rule, literally: the index just past the first ``.``, ``!`` or ``?``
   that is immediately followed by a whitespace character. It is the baseline the lab reports.
+* :func:`first_sentence_by_rule` and :func:`first_sentence_by_splitter` — the two on a timed stream of chunks
+  (anything with ``text`` and ``t_ms``, as ``voice_llm.sse.Chunk``): the first sentence and the time of the
+  chunk that settled it. The lab's sentence step, `voice-llm call` and the Locust caller all time a first
+  sentence through these, so they agree on what it is.
 * :class:`SentenceSplitter` — an incremental splitter. ``feed(text)`` returns the sentences that the text so far
   has settled; ``flush()`` returns the rest at the end of the stream. It never emits a sentence that later text
   could contradict (no retractions), and it emits as soon as the text that follows settles the question —
   usually the next non-space character, at most the next word.
 
-Rules of the splitter (each one is a unit test in ``tests/test_sentences.py``):
+Rules of the splitter (each one is a unit test in ``tests/transport/test_sentences.py``):
 
 * A sentence ends after a run of terminal punctuation (``. ! ? …``, also "?!", "!!", ". . .") plus any closing
   quotes or brackets, when whitespace follows and the next word does not start with a lower-case letter.
@@ -45,9 +49,12 @@ of a clinic phone assistant's answers come out right.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Sentence", "SentenceSplitter", "first_sentence_end", "split_sentences"]
+__all__ = ["Sentence", "SentenceSplitter", "TimedText", "first_sentence_by_rule", "first_sentence_by_splitter",
+           "first_sentence_end", "split_sentences"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -695,3 +702,44 @@ def split_sentences(text: str) -> list[str]:
     """Split a whole text at once (the same result as feeding it in any pieces and flushing)."""
     splitter = SentenceSplitter()
     return splitter.feed(text) + splitter.flush()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a timed stream: when was the first sentence known?
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class TimedText(Protocol):
+    """A piece of a streamed answer and when it arrived (``voice_llm.sse.Chunk`` is one); a Protocol, so this
+    module stays stand-alone."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def t_ms(self) -> float: ...
+
+
+def first_sentence_by_rule(chunks: Iterable[TimedText], total_ms: float) -> tuple[str, float]:
+    """The brief's rule on a stream: the first chunk after which the concatenated text has [.!?] followed by
+    whitespace — the moment the whitespace arrives, since only then is the period known to end a sentence
+    ('3.5', 'a.m.'). Never: the whole text is one sentence, known at the end of the stream (``total_ms``)."""
+    text = ""
+    for chunk in chunks:
+        text += chunk.text
+        end = first_sentence_end(text)
+        if end is not None:
+            return text[:end].strip(), chunk.t_ms
+    return text.strip(), total_ms
+
+
+def first_sentence_by_splitter(chunks: Iterable[TimedText], total_ms: float) -> tuple[str, float]:
+    """The smart splitter fed chunk by chunk: its first emitted sentence and the time of the chunk that settled
+    it; with none before the end, what ``flush`` gives, known at ``total_ms``."""
+    splitter = SentenceSplitter()
+    for chunk in chunks:
+        done = splitter.feed(chunk.text)
+        if done:
+            return done[0], chunk.t_ms
+    rest = splitter.flush()
+    return (rest[0] if rest else ""), total_ms

@@ -25,6 +25,7 @@ URL may end in ``/v1`` as OpenAI clients write it.
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import http.client
 import io
@@ -34,6 +35,7 @@ import os
 import socket
 import ssl
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +45,10 @@ from typing import IO, Any
 # The managed server's address (voice-llm's ServerSettings uses the same host and port); repeated here only
 # because this file must run on its own.
 DEFAULT_URL = "http://127.0.0.1:8080"
+# The two files brief step 2 writes (``python sse.py``). This module stands alone, so it names them itself;
+# voice_llm.util.artifacts, the table of artifact names, takes these two from here.
+RAW_FILE = "sse_raw.txt"
+CHUNKS_FILE = "chunks.jsonl"
 CHAT_PATH = "/v1/chat/completions"
 DONE_DATA = "[DONE]"
 READ_SIZE = 65536  # at most this many bytes per read; a read returns whatever has arrived, never waits for more
@@ -762,11 +768,57 @@ def _send_request(conn: http.client.HTTPConnection, base_url: str, path: str, pa
     return sock, resp
 
 
-def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Reading, raw: IO[bytes] | None) -> None:
-    """Read and decode the body until [DONE], should_stop, the cut, or a failure (raised). Each read waits only
-    until the nearest limit (:func:`limit_reads`); past it the read raises TimeoutError."""
+
+class StreamCancel:
+    """A stop from another thread, for a caller who barges in between two tokens.
+
+    ``should_stop`` is asked only when a chunk arrives, so a stop waits for the next token (up to a second on a busy
+    machine, or the whole prefill). :meth:`cancel` shuts the reader's socket down at once instead
+    (``socket.shutdown`` is safe from another thread, unlike ``close``): the read waiting for the next token returns,
+    and the reader ends as closed early, like a ``should_stop``, never as a broken stream. llama-server sees the
+    connection go and cancels the task (tools/server/README.md: a closed connection stops the generation).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.requested_at: float | None = None  # time.perf_counter() of the first cancel()
+
+    @property
+    def requested(self) -> bool:
+        return self.requested_at is not None
+
+    def attach(self, sock: socket.socket) -> None:
+        """The reader's socket, once connected; a cancel that came first shuts it down now."""
+        with self._lock:
+            self._sock = sock
+            if self.requested_at is not None:
+                _shutdown(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self.requested_at is None:
+                self.requested_at = time.perf_counter()
+            if self._sock is not None:
+                _shutdown(self._sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed or never connected: nothing left to stop
+        pass
+
+
+def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Reading, raw: IO[bytes] | None,
+               cancel: StreamCancel | None = None) -> None:
+    """Read and decode the body until [DONE], should_stop, a cancel, the cut, or a failure (raised). Each read waits
+    only until the nearest limit (:func:`limit_reads`); past it the read raises TimeoutError."""
     decoder = SSEDecoder()
     while True:
+        if cancel is not None and cancel.requested:
+            reading.closed_early = True
+            return
         try:
             # read1, not readline: a line-oriented read drops the half line it holds when the connection
             # breaks, and these bytes must reach raw_out; read1 returns what has arrived without waiting.
@@ -775,6 +827,9 @@ def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Re
             reading.expire()  # raises unless it was the cut
             return
         except (OSError, http.client.HTTPException) as exc:
+            if cancel is not None and cancel.requested:  # our own shutdown, not the server's
+                reading.closed_early = True
+                return
             raise reading.fail(
                 StreamTruncatedError,
                 f"stream ended early: the connection to {reading.url} broke after {reading.received} bytes and "
@@ -782,6 +837,9 @@ def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Re
             ) from exc
         t_read = time.perf_counter()
         if not data_in:
+            if cancel is not None and cancel.requested:
+                reading.closed_early = True
+                return
             break
         reading.received += len(data_in)
         if raw is not None:
@@ -815,6 +873,7 @@ def run_stream(
     stop_after_ms: float | None = None,
     should_stop: Callable[[Chunk], bool] | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    cancel: StreamCancel | None = None,
 ) -> StreamResult:
     """Send one streaming chat request and decode it as the bytes arrive; return at ``data: [DONE]``.
 
@@ -823,7 +882,8 @@ def run_stream(
     without a token (content or reasoning; keep-alive comments and empty events do not count), ``deadline_s``
     the longest the whole request may take (None: no limit). ``stop_after_ms`` closes the connection that many
     ms after the request was sent; ``should_stop(chunk)`` returning True closes it after that chunk. ``on_chunk``
-    sees each content chunk as it arrives (for progress). Raises a :class:`StreamError` subclass on any failure.
+    sees each content chunk as it arrives (for progress). ``cancel`` (a :class:`StreamCancel`) lets another thread close
+    the stream at once, between tokens. Raises a :class:`StreamError` subclass on any failure.
     """
     body = chat_body(messages, max_tokens, cache_prompt, extra, model=model, include_usage=include_usage)
     conn, prefix = open_connection(base_url, timeout)
@@ -836,7 +896,9 @@ def run_stream(
         payload = json.dumps(body).encode("utf-8")
         sock, resp = _send_request(conn, base_url, prefix + CHAT_PATH, payload, api_key, reading)
         if resp is not None:
-            _read_body(resp, sock, reading, raw)
+            if cancel is not None:
+                cancel.attach(sock)
+            _read_body(resp, sock, reading, raw, cancel)
         t_end = time.perf_counter()
         closed_at = None
         if reading.closed_early:
@@ -892,8 +954,6 @@ def write_chunks_jsonl(path: str | os.PathLike[str], chunks: Iterable[Mapping[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(description="Brief step 2: stream one answer, save sse_raw.txt and chunks.jsonl.")
     parser.add_argument("--url", default=os.environ.get("VOICE_LLM_URL", DEFAULT_URL))
     parser.add_argument("--api-key", default=os.environ.get("VOICE_LLM_API_KEY"))
@@ -903,14 +963,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
                         help="give up when the whole request takes longer than this")
     args = parser.parse_args(argv)
-    raw_path = os.path.join(args.out, "sse_raw.txt")
+    raw_path = os.path.join(args.out, RAW_FILE)
     partial = raw_path + ".partial"
     try:
         os.makedirs(args.out, exist_ok=True)
         chunks, total_ms, timings = stream(list(STEP2_MESSAGES), raw_out=partial, base_url=args.url,
                                            api_key=args.api_key, timeout=args.timeout, deadline_s=args.deadline)
         os.replace(partial, raw_path)
-        write_chunks_jsonl(os.path.join(args.out, "chunks.jsonl"), chunks)
+        write_chunks_jsonl(os.path.join(args.out, CHUNKS_FILE), chunks)
     except StreamError as exc:
         size = os.path.getsize(partial) if os.path.exists(partial) else 0
         if size:

@@ -27,7 +27,7 @@ def test_a_failed_build_step_names_the_step_and_the_log(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     log.write_text("")
     with pytest.raises(ProvisionError) as info:
-        provision._run_logged("configure", ["sh", "-c", "echo CMake Error: no compiler; exit 2"], log, NullProgress())
+        provision.run_logged("configure", ["sh", "-c", "echo CMake Error: no compiler; exit 2"], log, NullProgress())
     message = str(info.value)
     assert "step 'configure'" in message and "exit 2" in message and str(log) in message
     assert "CMake Error: no compiler" in message and "CMake Error: no compiler" in log.read_text()
@@ -40,7 +40,7 @@ def test_cmake_progress_is_reported(tmp_path: Path) -> None:
         def update(self, detail: str, completed: float | None = None) -> None:
             seen.append((detail, completed))
 
-    provision._run_logged("build", ["printf", "[ 42%%] Building CXX object src/llama.cpp.o\\n"], tmp_path / "log", Recorder())
+    provision.run_logged("build", ["printf", "[ 42%%] Building CXX object src/llama.cpp.o\\n"], tmp_path / "log", Recorder())
     assert ("build: llama.cpp.o", 42.0) in seen
 
 
@@ -129,7 +129,7 @@ def _fake_build_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: 
             provision.cached_server_binary().parent.mkdir(parents=True, exist_ok=True)
             provision.cached_server_binary().write_text("#!/bin/sh\n")
 
-    monkeypatch.setattr(provision, "_run_logged", run)
+    monkeypatch.setattr(provision, "run_logged", run)
     monkeypatch.setattr(provision, "_cmake", lambda: "cmake")
     return steps
 

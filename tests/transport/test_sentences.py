@@ -12,7 +12,10 @@ import time
 
 import pytest
 
-from voice_llm.sentences import Sentence, SentenceSplitter, first_sentence_end, split_sentences
+from voice_llm.sentences import (
+    Sentence, SentenceSplitter, first_sentence_by_rule, first_sentence_by_splitter, first_sentence_end, split_sentences,
+)
+from voice_llm.sse import Chunk
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
@@ -487,3 +490,32 @@ def test_feed_is_linear(unit: str) -> None:
     best_large = min(_time_feed(large) for _ in range(3))
     # 8x the text: linear is about 8x the time, quadratic about 64x.
     assert best_large < best_small * 20 + 0.05
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a timed stream (the lab's sentence step, `voice-llm call`, the Locust caller)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _timed(*pieces: str) -> list[Chunk]:
+    return [Chunk(10.0 * (i + 1), text) for i, text in enumerate(pieces)]
+
+
+def test_the_rule_on_a_stream_is_known_when_the_whitespace_arrives() -> None:
+    chunks = _timed("It costs 3", ".5 dollars", ".", " Bring", " cash.")
+    assert first_sentence_by_rule(chunks, 99.0) == ("It costs 3.5 dollars.", 40.0)  # the space, not the period
+
+
+def test_the_rule_on_a_stream_without_a_sentence_end_is_the_whole_text_at_the_end() -> None:
+    assert first_sentence_by_rule(_timed("Yes", " please"), 99.0) == ("Yes please", 99.0)
+    assert first_sentence_by_rule([], 5.0) == ("", 5.0)
+
+
+def test_the_splitter_on_a_stream_settles_at_the_next_word() -> None:
+    chunks = _timed("See Dr", ".", " Smith", " at", " 5 p", ".m", ".", " Bring", " ID.")
+    assert first_sentence_by_splitter(chunks, 99.0) == ("See Dr. Smith at 5 p.m.", 80.0)
+    assert first_sentence_by_rule(chunks, 99.0) == ("See Dr.", 30.0)  # the brief's literal rule cuts at "Dr."
+
+
+def test_the_splitter_on_a_stream_without_an_end_flushes_at_the_end() -> None:
+    assert first_sentence_by_splitter(_timed("Hello", " there"), 99.0) == ("Hello there", 99.0)

@@ -26,14 +26,39 @@ from voice_llm import sse
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 
 
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class ServerProps:
+    """What a /props answer (or a saved props.json) says about the server: the one reader of its fields, so the
+    probe, the run's metadata, the preflight, ``status``, ``load`` and the report agree on what "the context" is.
+
+    Each field is None when the answer does not say it in the expected shape (any other JSON, a list, a string,
+    a negative or boolean number): a hostile or older server is "not said", never a traceback."""
+
+    n_ctx: int | None = None  # the context of ONE slot (llama-server divides --ctx-size by the slots)
+    total_slots: int | None = None
+    model_path: str | None = None
+    build_info: str | None = None
+
+    @classmethod
+    def parse(cls, props: Any) -> ServerProps:
+        """From the parsed JSON. ``n_ctx`` is ``default_generation_settings.n_ctx``; older servers put it at the
+        top level, read only when there is no ``default_generation_settings`` object."""
+        if not isinstance(props, dict):
+            return cls()
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
+        text = {key: value if isinstance(value := props.get(key), str) else None for key in ("model_path", "build_info")}
+        return cls(n_ctx=_positive_int(n_ctx), total_slots=_positive_int(props.get("total_slots")), **text)
+
+
 def props_n_ctx(props: Any) -> int | None:
-    """The context of one slot from a /props answer (``default_generation_settings.n_ctx``; older servers put it at
-    the top), or None when the answer does not say it as a positive whole number."""
-    if not isinstance(props, dict):
-        return None
-    settings = props.get("default_generation_settings")
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
-    return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+    """The context of one slot from a /props answer: ``ServerProps.parse(props).n_ctx``. Kept for the callers not
+    yet switched to :class:`ServerProps` (lab/preflight.py, run/meta.py); remove with the last of them."""
+    return ServerProps.parse(props).n_ctx
 
 
 @dataclass(frozen=True)
@@ -97,7 +122,12 @@ class ServerClient:
         return self.get_json("/health")[1]
 
     def props(self, cap_s: float | None = None) -> Any:
+        """The /props answer as parsed JSON (what props.json and capabilities.json record verbatim)."""
         return self.get_json("/props", cap_s=cap_s)[1]
+
+    def server_props(self, cap_s: float | None = None) -> ServerProps:
+        """The /props answer read by the one parser (:class:`ServerProps`)."""
+        return ServerProps.parse(self.props(cap_s))
 
     def slots(self) -> Any:
         return self.get_json("/slots")[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
-from voice_llm.client.api import ServerClient, props_n_ctx
+from voice_llm.client.api import ServerClient, ServerProps
 from voice_llm.util.artifacts import write_bytes_atomic
 
 # Where a measured number comes from; every artifact names one of these for each number it holds.
@@ -360,7 +360,7 @@ def probe(client: ServerClient, model: str | None = None, raw_out: Path | None =
     ids = model_ids(_json(bodies["/v1/models"])) if by_path["/v1/models"].ok else ()
     chosen, source = (model, "--model") if model else ((ids[0], "/v1/models") if ids else (None, "none"))
     props = _json(bodies["/props"]) if by_path["/props"].ok else None
-    n_ctx = props_n_ctx(props)
+    n_ctx = ServerProps.parse(props).n_ctx
     gauge = busy_gauge(bodies["/metrics"].decode("utf-8", "replace")) if by_path["/metrics"].ok else None
     stream, error = _stream_probe(client, chosen, raw_out) if silent is None else (None, f"not asked: {silent}")
     return Capabilities(

