@@ -154,7 +154,7 @@ def test_barge_in_on_a_real_server_stops_the_reply_and_keeps_only_what_was_heard
     assert stopped.stop_called <= stopped.synthesis_stopped and _slots_idle(ctx)
     assert stopped.playback_silent is not None and stopped.playback_silent <= stopped.cut_at
     assert all(piece.end_ms(done.sample_rate) <= stopped.cut_at + 1e-6 for piece in done.audio)
-    assert 0 < stopped.tokens_after_onset <= done.tokens_generated
+    assert 0 <= stopped.tokens_after_onset <= done.tokens_generated  # StreamCancel: the close needs no next token
     assert 0 < done.words_heard < done.words_generated
     heard = sum(len(p.pcm) for p in done.audio)
     assert heard < sum(len(pcm) for s in done.segments for pcm in s.pcm) or len(done.segments) < 2

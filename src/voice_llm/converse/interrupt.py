@@ -29,7 +29,7 @@ from voice_llm.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS
 from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.cancel import stop_source, wait_until_idle, wait_until_no_request
 from voice_llm.lab.context import LabContext
-from voice_llm.sse import StreamError, StreamResult
+from voice_llm.sse import StreamCancel, StreamError, StreamResult
 from voice_llm.tts.engine import SAMPLE_WIDTH, AudioChunk, TTSEngine, speakable
 from voice_llm.tts.live import SpokenSegment, speak_stoppable
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
@@ -275,6 +275,7 @@ class LiveReply:
         self.cache_prompt = cache_prompt
         self.held = hold
         self._stop = threading.Event()
+        self._cancel = StreamCancel()  # closes the stream at once, between two tokens (not at the next chunk)
         self._lock = threading.Lock()
         self._first_audio: float | None = None  # perf_counter of the first audible piece
         self._release_ms: float | None = None
@@ -301,7 +302,7 @@ class LiveReply:
             # No X-Conversation-Id header: with it llama-server keeps generating after a disconnect.
             result = self.ctx.request(self.name, self.messages, max_tokens=self.max_tokens,
                                       cache_prompt=self.cache_prompt, on_chunk=on_chunk,
-                                      should_stop=lambda _chunk: self._stop.is_set())
+                                      should_stop=lambda _chunk: self._stop.is_set(), cancel=self._cancel)
             # The server is watched from the close on, here, while the synthesis thread finishes its piece.
             self._idle = self._slot_idle(result)
             return result
@@ -353,6 +354,7 @@ class LiveReply:
             self._stop_called = time.perf_counter()
             self._cut_at, self._onset = at_ms, onset_ms
             self._stop.set()
+            self._cancel.cancel()
 
     def stop(self, at_ms: float, onset_ms: float | None = None) -> ReplyOutcome:
         self.cancel(at_ms, onset_ms)
