@@ -29,6 +29,7 @@ CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
     "voice_llm.repeats",
     "voice_llm.load",
+    "voice_llm.call",
 )
 
 # A comma-separated list of capability names (Capability.name) to leave out, for a run without them (a machine
@@ -64,12 +65,13 @@ class CheckEntry:
 
 @dataclass(frozen=True)
 class SectionEntry:
-    """A section of report.html: ``builder`` ("module:function") takes the parsed ``artifact`` and returns a
-    chart (voice_llm.report.style.Chart) or an HTML fragment; ``after`` places it after a core section."""
+    """A section of report.html: ``builder`` ("module:function") takes the parsed ``artifact`` (None: the whole
+    run folder, a voice_llm.run.folder.RunFolder) and returns a chart (voice_llm.report.style.Chart) or an HTML
+    fragment; ``after`` places it after a section drawn before it (a core one, or one registered earlier)."""
 
     name: str
     title: str
-    artifact: str
+    artifact: str | None
     builder: str
     after: str | None = None
     optional: bool = False  # another run's leftover of this artifact is not drawn

@@ -23,6 +23,8 @@ from voice_llm.run import meta as runmeta
 from voice_llm.util.artifacts import AUDIO
 from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
 from voice_llm.lab.steps import LAB_STEPS, STEPS
+from voice_llm import registry
+from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.load import stats
 from voice_llm.tts import checks as audio_checks
 
@@ -320,7 +322,7 @@ def test_a_lab_that_failed_checks_the_steps_it_reached(lab: Path) -> None:
 
 @pytest.fixture
 def load_out(tmp_path: Path) -> Path:
-    from test_load_stats import _fake_run
+    from builders import fake_load_run as _fake_run
 
     out = tmp_path / "load-out"
     out.mkdir()
@@ -334,7 +336,7 @@ def load_out(tmp_path: Path) -> Path:
     return out
 
 
-LOAD_NAMES = [c.name for c in check.CHECKS if c.step == "load"]
+LOAD_NAMES = [c.name for c in LOAD_CAPABILITY.checks if c.step == "load"]
 
 
 def load_results(out: Path) -> dict[str, CheckResult]:
@@ -395,7 +397,10 @@ def test_load_checks_raise_checks_own_exceptions() -> None:
     from voice_llm.load import checks as load_checks
 
     assert load_checks.CheckFailed is check.CheckFailed and load_checks.NotCheckable is check.NotCheckable
-    assert all(isinstance(c, check.Check) for c in load_checks.CHECKS)
+    # Every check the load capability registers resolves to a function of load.checks (the one list of names).
+    assert [name for name, _ in (*load_checks.CALL_CHECKS, *load_checks.LOAD_CHECKS)] == \
+        [entry.name for entry in LOAD_CAPABILITY.checks]
+    assert all(callable(registry.resolve(entry.function)) for entry in LOAD_CAPABILITY.checks)
 
 
 # --- the stream's shape: the protocol is the invariant, a role-only first chunk llama-server's habit ---------

@@ -18,18 +18,10 @@ from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.lab import preflight
 from voice_llm.lab.context import StepOptions
 
+from builders import big_kb
 from clihelpers import assert_clean_failure, cli
 from conftest import RunningServer, free_port
 from fakeserver import FakeServer, Reply, at, llama_events
-
-
-def big_kb(folder: Path, copies: int = 2) -> Path:
-    """The bundled KB repeated: 12 x ``copies`` documents, the first 12 the bundled ones in their order."""
-    folder.mkdir()
-    for path in sorted(default_kb_dir().glob("*.md")):
-        for copy in range(copies):
-            (folder / (f"more-{copy}-{path.name}" if copy else path.name)).write_text(path.read_text())
-    return folder
 
 
 def test_the_first_twelve_of_a_larger_kb_are_the_lab_s_documents(tmp_path: Path) -> None:

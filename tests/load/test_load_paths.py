@@ -28,6 +28,7 @@ from fakeserver import llama_events
 from voice_llm.util import procfs
 from voice_llm.checks.base import NotCheckable
 from voice_llm.load import checks
+from voice_llm.client.capabilities import PROBE_MESSAGES
 from voice_llm.load.samples import read_samples
 
 MODEL_ID = "fake-model.gguf"
@@ -144,21 +145,21 @@ def test_a_context_per_slot_too_small_for_the_call_is_refused_before_any_turn(tm
 def test_the_managed_sweeps_still_to_come_are_checked_with_the_first_server(tmp_path: Path) -> None:
     """Without --url each slot count gets its own server; a too small context of a later one (here --ctx is the
     same for both, so 4 slots get a quarter of it) is refused before the first sweep's first turn."""
-    import argparse
-
     from voice_llm.errors import ContextLimitError
     from voice_llm.load import command
 
-    args = argparse.Namespace(url=None, port=free_port(), ctx=8192, docs=12, timeout=10.0, slots=(1, 4))
-    caller_args = argparse.Namespace(dialogue="clinic", max_tokens=None, kb=None, docs=12, caller_words_per_s=2.5,
-                                     think_scale=1.0, barge_in=0.1, timeout=10.0)
-    caller, described = command.caller_config(caller_args, "", tmp_path)
+    from voice_llm.client.api import ServerClient
+
+    args = command.LoadSettings(url=None, port=free_port(), ctx=8192, docs=12, timeout=10.0, slots=(1, 4),
+                                dialogue="clinic", caller_words_per_s=2.5, think_scale=1.0, barge_in=0.1)
+    caller, described = command.caller_config(args, "", tmp_path)
     with RoutingFake(n_ctx=8192, slots=1) as fake:
-        later = [(4, command.managed_settings(argparse.Namespace(**vars(args), threads=None, api_key=None), 4).ctx // 4)]
+        later = [(4, command.managed_settings(args, 4).ctx // 4)]
         assert later == [(4, 4096)]
-        assert command.check_context(args, fake.url, None, 1, caller, described, later) is None  # 4096 per slot fits
+        client = ServerClient(fake.url, None, timeout=10.0)
+        assert command.check_context(args, client, fake.url, 1, caller, described, later) is None  # 4096 per slot fits
         with pytest.raises(ContextLimitError, match="the 4 slots sweep gives each slot 2048 tokens"):
-            command.check_context(args, fake.url, None, 1, caller, described, [(4, 2048)])
+            command.check_context(args, client, fake.url, 1, caller, described, [(4, 2048)])
     assert fake.chats == []
 
 
@@ -218,9 +219,8 @@ def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: 
 
 def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Path) -> None:
     """Whatever breaks while drawing, load.json and the CSV are written first and the exit status says so."""
-    import argparse
-
     from voice_llm.load import command
+    from voice_llm.run.meta import RunRecord
 
     calls: list[str] = []
 
@@ -229,14 +229,14 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
         assert (out / "load.json").is_file() and (out / "load_samples.csv").is_file()
         raise ValueError("Data cannot be log-scaled because all values are <= 0.")
 
-    def fake_run(args: Any, out: Path, progress: Any, run: command.LoadRun) -> command.LoadRun:
+    def fake_measure(settings: Any, out: Path, run: command.LoadRun, *rest: Any) -> None:
         run.described = {"dialogue": "clinic", "think": {"think_scale": 1.0}}
-        return run
+        run.record = RunRecord.start(out, {}, {"load": ("load.json", "load_samples.csv")})
 
-    args = argparse.Namespace(worker=False, out=tmp_path, wait=False, slo_first_sentence_ms=1000.0, step_s=1.0,
-                              warmup_s=0.0, callers=(1,), no_stop=False, master=False, workers=1, quiet=True)
+    values = {"out": tmp_path, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0, "warmup_s": 0.0,
+              "callers": (1,), "no_stop": False, "master": False, "workers": 1, "quiet": True, "docs": 0}
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(command, "run_load", fake_run)
+    monkey.setattr(command, "measure", fake_measure)
     monkey.setattr(command, "_render", broken_render)
     try:
         import contextlib
@@ -244,7 +244,7 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
 
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = command.cmd_load(args, None)
+            code = command.main(values, None)
     finally:
         monkey.undo()
     assert calls == ["render"] and code == command.EXIT_FAILED
@@ -376,7 +376,7 @@ def test_a_taken_master_port_is_one_clear_line(tmp_path: Path, env: dict[str, st
                      "--master-port", str(port), "--out", str(out), *FAST, env=env)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"cannot listen for workers on 127.0.0.1:{port}" in result.stderr
-    assert fake.chats == [] and not (out / "load.json").exists()
+    assert [c for c in fake.chats if c["messages"] != list(PROBE_MESSAGES)] == [] and not (out / "load.json").exists()
 
 
 # --- 5. the noise warning's load samples -------------------------------------------------------------------------
@@ -412,7 +412,6 @@ def test_the_sampler_reads_the_load_during_the_run_and_counts_the_server_as_its_
 def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_path: Path, env: dict[str, str]) -> None:
     """3000 tokens per slot hold the lab's longest prompt (the cache step's, ~2600 by this fake's count) but not the
     call's last turn with room for its six answers (~3050): `call` is refused by the same preflight, in seconds."""
-    from voice_llm.client.capabilities import PROBE_MESSAGES
 
     out = tmp_path / "out"
     with RoutingFake(n_ctx=3000, slots=1) as fake:

@@ -41,7 +41,7 @@ def test_a_managed_server_with_the_same_slots_is_checked_not_swept(tmp_path: Pat
                                                                    model_path: Path) -> None:
     """The managed server load would start itself (1 slot, 4096 tokens) already runs: load reuses it, and its
     preflight refuses 24 documents (about 6000 tokens) before any turn, naming the managed server's numbers."""
-    from test_preflight import big_kb
+    from builders import big_kb
 
     env = cli_env(tmp_path / "state")
     port = free_port()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -10,20 +9,10 @@ import pytest
 
 from voice_llm.errors import ArtifactError
 from voice_llm.load import checks, stats
-from voice_llm.load.command import load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, SweepPlan
 from voice_llm.load.samples import read_samples, write_samples
 
-SLO = 1000.0
+from builders import SLO, fake_load_run as _fake_run, load_sample as sample
 
-
-def sample(step: int, first: float | None, *, phase: str = "measure", error: str | None = None,
-           cancelled: bool = False, worker: str = "w1", start: float = 105.0, ttft: float = 50.0) -> dict:
-    return {"step": step, "callers": 2 ** step, "phase": phase, "worker": worker, "caller": f"{worker}/1", "call": 1,
-            "turn": 1, "start": start + step * 100, "ttft_ms": None if error else ttft, "first_sentence_ms": first,
-            "e2e_ms": None if error else 1500.0, "tokens": 0 if error else 30, "itl_p50_ms": None if error else 20.0,
-            "itl_p99_ms": None if error else 40.0, "prompt_n": 10, "cache_n": 0, "error": error,
-            "cancelled": cancelled, "prompt_ms": None if error else 31.25}
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -77,24 +66,6 @@ def test_samples_csv_from_before_the_prompt_ms_column_still_reads(tmp_path: Path
     (tmp_path / "broken.csv").write_text(written[0].replace("ttft_ms,", "") + "\n")
     with pytest.raises(ArtifactError, match="ttft_ms"):
         read_samples(tmp_path / "broken.csv")
-
-
-def _fake_run(tmp_path: Path) -> Path:
-    """load.json + CSV as the command writes them, from a made-up master result."""
-    plan = SweepPlan(caller=CallerConfig(url="http://x", system="s", turns=("a",)), callers=(1, 2), step_s=10.0)
-    rows = [sample(0, 300.0, phase="warmup", start=95.0), sample(0, 300.0), sample(0, 500.0),
-            sample(1, 400.0, worker="w2"), sample(1, 900.0), sample(1, 950.0, phase="drain", start=211.0)]
-    result = {"started": 0.0, "ended": 300.0, "workers": ["w1", "w2"], "stopped": None, "samples": rows,
-              "steps": [{"step": i, "callers": 2 ** i, "window": {"start": 100.0 + 100 * i, "end": 110.0 + 100 * i,
-                         "drain_s": 0.5}, "cpu": {"w1": {"cpu_s": 1.0, "wall_s": 10.0, "share": 0.1}},
-                         "generator_bound": False, "host": {"cpu_busy": 0.5, "loadavg_1m": 1.0, "master_cpu_s": 0.1}}
-                        for i in range(2)]}
-    sweep, samples = sweep_document(plan, result, 4, "http://x")
-    args = argparse.Namespace(slo_first_sentence_ms=SLO, step_s=10.0, warmup_s=5.0, callers=(1, 2), no_stop=False,
-                              master=False, workers=2)
-    (tmp_path / "load.json").write_text(json.dumps(load_document(args, {"dialogue": "clinic"}, [sweep])))
-    write_samples(tmp_path / "load_samples.csv", samples)
-    return tmp_path
 
 
 def test_load_checks_pass_on_a_consistent_run(tmp_path: Path) -> None:

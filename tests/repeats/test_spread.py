@@ -37,7 +37,7 @@ def test_mann_whitney_matches_the_exact_distribution() -> None:
 
 
 def _measured(key: str, samples: list[float]) -> metrics.Measured:
-    return metrics.Measured(metrics.BY_KEY[key], stats.median(samples), tuple(samples))
+    return metrics.Measured(metrics.by_key()[key], stats.median(samples), tuple(samples))
 
 
 def test_a_verdict_per_metric_in_words() -> None:

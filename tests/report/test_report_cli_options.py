@@ -1,9 +1,10 @@
 """Every command offers exactly the options it uses, shows their defaults, and the exit codes are in --help.
 
 What a command uses is read from its implementation, not from a list kept beside the parser: for a lab step, the
-StepOptions fields its module reads (``ctx.options.<field>``), its documents (``ctx.kb_dir``) and, for a step that
-asks the server, the request flags every ServerClient takes; for every other command, the ``args.<dest>`` its
-handler in cli.py reads (following the cli functions it calls), or voice_llm.load.command for `load`. Adding an
+StepOptions fields (and a capability's options, e.g. tts's engine) its module reads (``options.<field>``), its
+documents (``ctx.kb_dir``) and, for a step that asks the server, the request flags every ServerClient takes; for
+every other command, the ``args.<dest>`` its handler in cli.py reads (following the cli functions it calls), or
+for `load` (a command the load capability adds) the LoadSettings fields voice_llm.load.command reads. Adding an
 option a command ignores fails test_every_offered_option_is_used.
 """
 
@@ -19,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm import registry
 from voice_llm.cli import main as cli
 from voice_llm.lab.steps import STEPS
 from clihelpers import cli_env
 
 _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
-# StepOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds StepOptions from them).
-_STEP_OPTION_FLAGS = {"repeat": "repeat", "tts_engine": "tts", "tts_voice": "voice", "clause_words": "clause_words"}
+# StepOptions field, or tts's TTSOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds
+# StepOptions from them, voice_llm.tts.step.options_value the TTS options).
+_STEP_OPTION_FLAGS = {"repeat": "repeat", "engine": "tts", "voice": "voice", "clause_words": "clause_words"}
 # What pipeline._connect gives every ServerClient, hence every step that asks the server.
 _REQUEST_FLAGS = {"url", "port", "api_key", "model", "timeout", "deadline"}
 _EVERY_STEP = {"out", "wait", "quiet"}
@@ -65,7 +68,7 @@ def used_by(command: str) -> set[str]:
     """The dests ``command`` reads, from its implementation."""
     if command in STEPS:
         step = STEPS[command]
-        module = inspect.getsource(importlib.import_module(f"voice_llm.lab.{step.module}"))
+        module = inspect.getsource(importlib.import_module(step.module))
         used = set(_EVERY_STEP)
         used |= {_STEP_OPTION_FLAGS[f] for f in re.findall(r"options\.(\w+)", module) if f in _STEP_OPTION_FLAGS}
         if "ctx.kb_dir" in module:
@@ -75,11 +78,20 @@ def used_by(command: str) -> set[str]:
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
+    if command == "load":
+        load = importlib.import_module("voice_llm.load.command")
+        source = inspect.getsource(load)
+        dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
+        return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
+                | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)
-    if command == "load":
-        source += inspect.getsource(importlib.import_module("voice_llm.load.command"))
     used = _args_read(source)
+    if "_plugin_options(" in source:  # each capability's options value reads the flags it added (tts: --tts ...)
+        for capability in registry.capabilities():
+            if capability.options:
+                option_source = inspect.getsource(registry.resolve(capability.options))
+                used |= set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', option_source))
     if "progress" in _body(inspect.getsource(handler)):  # main makes the progress from --quiet
         used.add("quiet")
     return used

@@ -108,9 +108,9 @@ def _snapshot(out: Path) -> dict[str, bytes]:
 
 
 def test_a_renderer_that_raises_names_itself_after_the_page(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report_html, "_SECTIONS", tuple(
-        report_html._Section(s.name, s.title, s.source, _raise if s.name == "ttft" else s.build, s.optional)
-        for s in report_html._SECTIONS))
+    monkeypatch.setattr(report_html, "CORE_SECTIONS", tuple(
+        report_html.Section(s.name, s.title, s.source, _raise if s.name == "ttft" else s.build, s.optional)
+        for s in report_html.CORE_SECTIONS))
     before = _snapshot(out)
     with pytest.raises(ReportIncompleteError) as caught:
         render_report(out, None)
@@ -123,9 +123,9 @@ def test_a_renderer_that_raises_names_itself_after_the_page(out: Path, monkeypat
 
 def test_the_report_command_says_it_in_one_line_and_exits_4(out: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(report_html, "_SECTIONS", tuple(
-        report_html._Section(s.name, s.title, s.source, _raise if s.name == "ttft" else s.build, s.optional)
-        for s in report_html._SECTIONS))
+    monkeypatch.setattr(report_html, "CORE_SECTIONS", tuple(
+        report_html.Section(s.name, s.title, s.source, _raise if s.name == "ttft" else s.build, s.optional)
+        for s in report_html.CORE_SECTIONS))
     before = _snapshot(out)
     status = cli.main(["report", "--out", str(out), "-q"])
     err = capsys.readouterr().err
@@ -160,9 +160,7 @@ def _lab_that_saved_everything_but_one_chart(out: Path):
 @pytest.mark.parametrize("checks_pass", [True, False])
 def test_the_lab_prints_its_summary_then_the_one_line(out: Path, checks_pass: bool, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    import voice_llm.lab
-
-    monkeypatch.setattr(voice_llm.lab, "run_lab", _lab_that_saved_everything_but_one_chart(out))
+    monkeypatch.setattr(cli, "run_lab", _lab_that_saved_everything_but_one_chart(out))
     if checks_pass:
         monkeypatch.setattr(cli, "run_checks", lambda folder: [])
     status = cli.main(["lab", "--url", "http://127.0.0.1:9", "--out", str(out), "-q"])

@@ -17,7 +17,8 @@ from voice_llm.checks import core as check
 from voice_llm.cli import main as cli
 from voice_llm.server import lifecycle as server
 from voice_llm.util import artifacts
-from voice_llm.lab.context import LabContext, managed_log_for
+from voice_llm.lab.context import LabContext
+from voice_llm.run.session import managed_log_for
 
 from conftest import free_port
 

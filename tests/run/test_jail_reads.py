@@ -166,7 +166,7 @@ def test_an_audio_path_field_naming_a_file_elsewhere_is_a_fail(field: str, spoke
 
 
 def test_samples_csv_naming_a_file_elsewhere_is_a_fail(tmp_path: Path, env: dict[str, str]) -> None:
-    from test_load_stats import _fake_run
+    from builders import fake_load_run as _fake_run
 
     (tmp_path / "out").mkdir()
     out = _fake_run(tmp_path / "out")
@@ -178,7 +178,7 @@ def test_samples_csv_naming_a_file_elsewhere_is_a_fail(tmp_path: Path, env: dict
 
 
 def test_a_csv_field_over_the_csv_limit_is_one_fail_line(tmp_path: Path, env: dict[str, str]) -> None:
-    from test_load_stats import _fake_run
+    from builders import fake_load_run as _fake_run
 
     (tmp_path / "out").mkdir()
     out = _fake_run(tmp_path / "out")

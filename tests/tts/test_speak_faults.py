@@ -11,7 +11,7 @@ from fakeserver import FakeServer, Reply, at, llama_events
 
 from voice_llm.client.api import ServerClient
 from voice_llm.errors import NothingToSpeakError, SynthesisError
-from voice_llm.lab import speak
+from voice_llm.tts import step as speak
 from voice_llm.lab.context import LabContext
 from voice_llm.tts import AudioChunk, load_engine
 from voice_llm.tts.live import speak_live
@@ -138,7 +138,7 @@ def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: di
     from voice_llm.lab.context import StepOptions
 
     ctx = LabContext(out=tmp_path, client=ServerClient("http://127.0.0.1:1"), kb_dir=tmp_path,
-                     options=StepOptions(clause_words=7))
+                     options=StepOptions(plugins={"tts": speak.TTSOptions(clause_words=7)}))
     assert speak.options_of(ctx).clause_words == 7
     out = tmp_path / "out"
     earlier = _earlier_audio(out)

@@ -13,11 +13,12 @@ import pytest
 
 from voice_llm.util.artifacts import AUDIO, REPORT, REPORT_HTML
 from voice_llm.checks.core import FAIL, FINDING, PASS, run_checks
-from voice_llm.tts.checks import CHECKS as AUDIO_CHECKS
+from voice_llm.tts import CAPABILITY as TTS_CAPABILITY
 from voice_llm.tts.segmenting import STRATEGIES
 from voice_llm.tts.wav import read_wav
 
 pytestmark = pytest.mark.server
+AUDIO_CHECKS = TTS_CAPABILITY.checks
 AUDIO_CHECK_NAMES = [check.name for check in AUDIO_CHECKS]
 
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.analysis import metrics, noise
-from voice_llm.run import meta as runmeta
+from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats
-from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE, read_json
+from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE
 from voice_llm.errors import ArtifactError
 
 NOTICE_MS = 50.0
@@ -226,7 +226,7 @@ _META_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("python", OTHER, ("python",)),
 )
 # From audio.json (the speak step): the TTS and the strategy options.
-_AUDIO_FIELDS: tuple[tuple[str, str], ...] = (
+AUDIO_FIELDS: tuple[tuple[str, str], ...] = (
     ("TTS engine", "engine"), ("TTS voice", "voice"), ("TTS voice option", "voice_option"),
     ("TTS versions", "versions"), ("clause_words", "clause_words"), ("TTS prompt", "prompt"),
 )
@@ -234,7 +234,7 @@ _AUDIO_FIELDS: tuple[tuple[str, str], ...] = (
 _REPEATED = (PREFILL, CACHE, SENTENCE, CANCEL)
 CONCERNS: dict[str, str] = {
     **{label: concern for label, concern, _ in _META_FIELDS},
-    **{label: TTS for label, _ in _AUDIO_FIELDS},
+    **{label: TTS for label, _ in AUDIO_FIELDS},
     **{f"repeat ({name})": OTHER for name in (*_REPEATED, AUDIO)},
 }
 
@@ -252,18 +252,19 @@ def _repeats(doc: Any) -> int | None:
     return len(repeats) if isinstance(repeats, list) else None
 
 
-def setup_of(out: Path, metadata: Mapping[str, Any]) -> dict[str, Any]:
+def setup_of(out: RunFolder | Path, metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Every set-up fact of the run in ``out`` that compare names when it differs: run.json's metadata, the
     speak step's engine, voice and options (audio.json), and the repeats of each step. None: not recorded."""
+    folder = RunFolder.of(out)
     setup = {label: meta_value(metadata, path) for label, _, path in _META_FIELDS}
     docs: dict[str, Any] = {}
     for name in (*_REPEATED, AUDIO):
         try:
-            docs[name] = read_json(out / name)
+            docs[name] = folder.json(name)
         except ArtifactError:
             docs[name] = None
     audio = docs[AUDIO] if isinstance(docs[AUDIO], Mapping) else {}
-    setup.update({label: audio.get(key) for label, key in _AUDIO_FIELDS})
+    setup.update({label: audio.get(key) for label, key in AUDIO_FIELDS})
     setup.update({f"repeat ({name})": _repeats(docs[name]) for name in _REPEATED})
     setup[f"repeat ({AUDIO})"] = audio.get("repeat")
     return setup
@@ -279,12 +280,13 @@ def _depends_on(metric: metrics.Metric, differences: Sequence[tuple[str, Any, An
     return tuple(label for label, _, _ in differences if CONCERNS[label] in concerns)
 
 
-def _measurements(out: Path) -> dict[str, metrics.Measured]:
-    found = metrics.measure_all(out)
+def _measurements(folder: RunFolder) -> dict[str, metrics.Measured]:
+    found = metrics.measure_all(folder)
+    out = folder.path
     if not found:
         held = sorted(path.name for path in out.iterdir() if path.is_file())[:8] if out.is_dir() else []
         what = f"it holds {', '.join(held)}" if held else "it is empty"
-        sources = ", ".join(dict.fromkeys(m.source for m in metrics.METRICS))
+        sources = ", ".join(dict.fromkeys(m.source for m in metrics.all_metrics()))
         raise IncomparableRunsError(f"{out} has no measurement compare reads ({sources}); {what}: "
                                     "compare two folders of `voice-llm lab` or its steps")
     return found
@@ -293,11 +295,14 @@ def _measurements(out: Path) -> dict[str, metrics.Measured]:
 def _side(out: Path) -> RunSide:
     if not out.is_dir():
         raise ArtifactError(f"no run folder at {out}")
-    runmeta.require_one_run(out)  # never compare a folder that is itself a mix of runs
-    found = _measurements(out)  # a folder of another kind, or without measurements: refused even with --force
-    record = runmeta.RunRecord.load(out)
+    folder = RunFolder(out)  # each side read once
+    folder.require_known_schema()
+    folder.require_one_run()  # never compare a folder that is itself a mix of runs
+    found = _measurements(folder)  # a folder of another kind, or without measurements: refused even with --force
+    record = folder.record
     metadata = (record.doc.get("metadata") or {}) if record else {}
-    return RunSide(out, record.run_id if record else None, metadata, noise.assess(out), setup_of(out, metadata), found)
+    return RunSide(out, record.run_id if record else None, metadata, noise.assess(folder), setup_of(folder, metadata),
+                   found)
 
 
 def _refusals(a: RunSide, b: RunSide) -> list[str]:
@@ -362,7 +367,7 @@ def noise_brief(assessment: Mapping[str, Any]) -> str:
               and v > noise.SPREAD_LIMIT}
     if spread:
         widest = max(spread, key=lambda k: spread[k])
-        label = metrics.BY_KEY[widest].label if widest in metrics.BY_KEY else widest
+        label = metrics.label_of(widest)
         reasons.append(f"{len(spread)} numbers spread over {noise.SPREAD_LIMIT:.0%} across their repeats "
                        f"(widest: {label}, {spread[widest]:.0%})")
     return "; ".join(reasons)
@@ -387,7 +392,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     lines += [m.line for m in comparison.metrics]
     if comparison.only_in_one:
         lines.append("measured in one run only: " + ", ".join(
-            metrics.BY_KEY[key].label if key in metrics.BY_KEY else key for key in comparison.only_in_one))
+            metrics.label_of(key) for key in comparison.only_in_one))
     changed = [m for m in comparison.metrics if m.setup_differs and m.significant and m.audible
                 and abs(m.b - m.a) >= NOTICE_MS]
     if changed:

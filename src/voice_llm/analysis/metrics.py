@@ -3,6 +3,10 @@ the report's spread chart look at.
 
 A metric is one number of one artifact (the brief's field, which is the median) plus the samples it is the median
 of: the five ttft runs, or a step's ``repeats``. A file from before repeats gives its one value as one sample.
+
+The table is the core's metrics (:data:`CORE_METRICS`) followed by what each registered capability contributes
+(``Capability.metrics``, a "module:function" returning Metric rows: the speak step's first audio), resolved when
+asked (:func:`all_metrics`): this module imports no capability.
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util import artifacts as names
-from voice_llm.scenario import brief
-from voice_llm.util import stats
-from voice_llm.util.artifacts import read_json
+from voice_llm import registry
 from voice_llm.errors import ArtifactError
-from voice_llm.tts.segmenting import STRATEGY_LABELS
+from voice_llm.run.folder import RunFolder
+from voice_llm.scenario import brief
+from voice_llm.util import artifacts as names
+from voice_llm.util import stats
 
 
 @dataclass(frozen=True)
@@ -73,21 +77,22 @@ def pair_label(a: Measured, b: Measured) -> str:
     return f"{a.metric.label} ({a.condition_not_held or 'as asked'} in A, {b.condition_not_held or 'as asked'} in B)"
 
 
-def _num(value: Any) -> float:
+def number(value: Any) -> float:
+    """A finite number of an artifact, or an ArtifactError (a metric's reader raises it for a value it cannot use)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ArtifactError(f"not a finite number: {value!r}")
     return float(value)
 
 
-def _field(doc: Mapping[str, Any], key: str) -> tuple[float, list[float]]:
+def field(doc: Mapping[str, Any], key: str) -> tuple[float, list[float]]:
     """A brief field and its repeats' values (the field alone when the document has no repeats)."""
     repeats = doc.get("repeats")
-    samples = [_num(r[key]) for r in repeats] if isinstance(repeats, list) and repeats else [_num(doc[key])]
-    return _num(doc[key]), samples
+    samples = [number(r[key]) for r in repeats] if isinstance(repeats, list) and repeats else [number(doc[key])]
+    return number(doc[key]), samples
 
 
 def _ttft(field: str, p50: str) -> Callable[[Any], tuple[float, list[float]]]:
-    return lambda doc: (_num(doc[p50]), [_num(run[field]) for run in doc["runs"]])
+    return lambda doc: (number(doc[p50]), [number(run[field]) for run in doc["runs"]])
 
 
 def _prefill(docs: int, key: str) -> Callable[[Any], tuple[float, list[float]]]:
@@ -95,33 +100,25 @@ def _prefill(docs: int, key: str) -> Callable[[Any], tuple[float, list[float]]]:
         row = next((r for r in rows if r.get("docs") == docs), None)
         if row is None:
             raise ArtifactError(f"{names.PREFILL} has no row for {docs} documents")
-        return _field(row, key)
+        return field(row, key)
     return read
 
 
 def _cache(case: str) -> Callable[[Any], tuple[float, list[float]]]:
     def read(doc: Any) -> tuple[float, list[float]]:
         repeats = doc.get("repeats")
-        samples = [_num(r[case]["ttft_ms"]) for r in repeats] if isinstance(repeats, list) and repeats else None
-        value = _num(doc[case]["ttft_ms"])
+        samples = [number(r[case]["ttft_ms"]) for r in repeats] if isinstance(repeats, list) and repeats else None
+        value = number(doc[case]["ttft_ms"])
         return value, samples or [value]
     return read
 
 
 def _top(key: str) -> Callable[[Any], tuple[float, list[float]]]:
-    return lambda doc: _field(doc, key)
-
-
-def _ttfa(strategy: str) -> Callable[[Any], tuple[float, list[float]]]:
-    """audio.json: a strategy's median time to first audio and its runs' (voice_llm.tts.artifact)."""
-    def read(doc: Any) -> tuple[float, list[float]]:
-        found = doc["strategies"][strategy]
-        return _num(found["summary"]["ttfa_ms"]["median"]), [_num(run["ttfa_ms"]) for run in found["runs"]]
-    return read
+    return lambda doc: field(doc, key)
 
 
 _DOCS = brief.PREFILL_DOC_COUNTS
-METRICS: tuple[Metric, ...] = (
+CORE_METRICS: tuple[Metric, ...] = (
     Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50"), cache_off=True),
     Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft("total_ms", "total_p50"), cache_off=True),
     *(Metric(f"prefill_{n}docs_ttft_ms", f"first token, {n} documents", "ms", names.PREFILL, True,
@@ -137,22 +134,39 @@ METRICS: tuple[Metric, ...] = (
     Metric("first_sentence_ms", "first sentence", "ms", names.SENTENCE, True, _top("first_sentence_ms")),
     Metric("sentence_total_ms", "three-sentence answer", "ms", names.SENTENCE, False, _top("total_ms")),
     Metric("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, True, _top("slot_idle_after_ms")),
-    # What the caller hears first (the speak step); report.json's ttfa_<strategy>_ms are these medians.
-    *(Metric(f"ttfa_{s}_ms", f"first audio, {label}", "ms", names.AUDIO, True, _ttfa(s))
-      for s, label in STRATEGY_LABELS.items()),
 )
-BY_KEY = {metric.key: metric for metric in METRICS}
 
 
-def measure_all(out: Path) -> dict[str, Measured]:
-    """Every metric whose artifact is in ``out`` and readable, in the order of METRICS; a missing or malformed
-    artifact only drops its own metrics."""
+def all_metrics() -> tuple[Metric, ...]:
+    """The core's metrics, then each registered capability's (``Capability.metrics``), in registry order."""
+    found = list(CORE_METRICS)
+    for capability in registry.capabilities():
+        if capability.metrics:
+            found.extend(registry.resolve(capability.metrics)())
+    return tuple(found)
+
+
+def by_key() -> dict[str, Metric]:
+    """Every metric of :func:`all_metrics` by its key."""
+    return {metric.key: metric for metric in all_metrics()}
+
+
+def label_of(key: str) -> str:
+    """A metric's label, or its key when no registered metric has it (a capability left out)."""
+    metric = by_key().get(key)
+    return metric.label if metric else key
+
+
+def measure_all(out: RunFolder | Path) -> dict[str, Measured]:
+    """Every metric whose artifact is in ``out`` and readable, in the order of :func:`all_metrics`; a missing or
+    malformed artifact only drops its own metrics."""
+    folder = RunFolder.of(out)
     docs: dict[str, Any] = {}
     found: dict[str, Measured] = {}
-    for metric in METRICS:
+    for metric in all_metrics():
         if metric.source not in docs:
             try:
-                docs[metric.source] = read_json(out / metric.source)
+                docs[metric.source] = folder.json(metric.source)
             except ArtifactError:
                 docs[metric.source] = None
         if docs[metric.source] is None:

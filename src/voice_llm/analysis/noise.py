@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.analysis import metrics
-from voice_llm.run import meta as runmeta
+from voice_llm.run.folder import RunFolder
 from voice_llm.util import procfs
 
 LOAD_PER_CORE_LIMIT = 0.5
@@ -153,16 +153,17 @@ def _spread_noise(found: Mapping[str, metrics.Measured]) -> dict[str, float]:
     return noisy
 
 
-def assess(out: Path, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def assess(out: RunFolder | Path, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The noise verdict for the run in ``out`` (``run``: run.json's content when it is not saved yet)."""
+    folder = RunFolder.of(out)
     if run is None:
-        record = runmeta.RunRecord.load(out)
+        record = folder.record
         run = record.doc if record else {}
     cores = ((run.get("metadata") or {}).get("machine") or {}).get("cores") or os.cpu_count() or 1
     limit = LOAD_PER_CORE_LIMIT * cores
     samples = load_samples(run)
     others = max((s["load"] - s["own"] for s in samples), default=None)
-    found = metrics.measure_all(out)
+    found = metrics.measure_all(folder)
     spreads = _spread_noise(found)
     reasons = []
     affected: list[str] = []
@@ -198,7 +199,7 @@ def summary_lines(noise: Mapping[str, Any]) -> list[str]:
     """What the CLI prints: nothing for a quiet machine."""
     if not noise.get("noisy"):
         return []
-    labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in noise.get("affected") or []]
+    labels = [metrics.label_of(k) for k in noise.get("affected") or []]
     return ["warning: the machine was noisy during this run; these numbers are less trustworthy: "
             + ("; ".join(labels) or "none named"),
             *(f"  - {reason}" for reason in noise.get("reasons") or [])]

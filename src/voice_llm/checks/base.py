@@ -1,7 +1,8 @@
-"""What a check is and what it can say, at the bottom of the checks: check.py, spread_checks.py, tts/checks.py and
-load/checks.py all import it, and it imports nothing of theirs (no import cycle).
+"""What a check is and what it can say, at the bottom of the checks: voice_llm.checks.core and every capability's
+checks (tts.checks, repeats.checks, load.checks) import it, and it imports nothing of theirs (no import cycle).
 
-A check is a function of the folder OUT that returns the detail it verified, or raises:
+A check is a function of the folder OUT (a :class:`voice_llm.run.folder.RunFolder`, or its path) that returns the
+detail it verified, or raises:
 
 * :class:`CheckFailed` when an *invariant* is broken: a relation that holds on every honest run on any machine
   (times on one clock in order, a file equal to what it was derived from, token counts, a cut that cut, the
@@ -16,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 PASS = "pass"
@@ -51,7 +51,7 @@ class CheckResult:
 class Check:
     name: str
     step: str | None  # the lab step whose artifacts it reads; None: about the whole run
-    run: Callable[[Path], str]
+    run: Callable[[Any], str]  # (RunFolder | Path) -> the detail of a PASS
 
 
 class CheckFailed(Exception):

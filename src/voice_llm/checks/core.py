@@ -3,30 +3,34 @@
 Like a grader, it trusts no number on its own: it re-derives what it can from the raw evidence (chunks.jsonl
 from sse_raw.txt, medians from the runs, report.json from its sources) and checks the relations the brief
 names within one run (first token < total, long prompt > short, cache hit < no cache).
+
+The core's checks live here; every capability's (the speak step's audio, the repeats, call and load) come through
+the plugin seam (:mod:`voice_llm.registry`: CheckEntry items, resolved by name when they run), so this module
+imports no capability and a capability left out of the registry leaves no row. Each check takes the run folder
+read once (:class:`voice_llm.run.folder.RunFolder`) or a path (then it reads what it needs itself).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from voice_llm import registry
 from voice_llm.util import artifacts as names
-from voice_llm.repeats import checks as spread_checks
-from voice_llm.run import meta as runmeta
+from voice_llm.run.folder import RunFolder
 from voice_llm.scenario import brief
 from voice_llm.util import stats
-from voice_llm.util.artifacts import inside, loads_json, read_artifact_bytes, read_json, read_jsonl
+from voice_llm.util.artifacts import loads_json
 from voice_llm.checks.base import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
                                  NotCheckable, expect, finite_number, require, unless_missed)
 from voice_llm.errors import ArtifactError
 from voice_llm.analysis.keynumbers import build_report
-from voice_llm.load import checks as load_checks  # call.json, and load.json against its raw samples
 from voice_llm.sse import SSEDecoder
 
-__all__ = ["CHECKS", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
+__all__ = ["CHECKS", "capability_checks", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
            "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
 
 # The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
@@ -44,10 +48,10 @@ def _known(doc: Any, key: str, what: str) -> Any:
     return value
 
 
-def _raw_events(out: Path) -> list[dict[str, Any] | str]:
+def _raw_events(out: RunFolder | Path) -> list[dict[str, Any] | str]:
     """The data of every event in sse_raw.txt, decoded by the same rules as the live stream."""
     decoder = SSEDecoder()
-    raw = read_artifact_bytes(out / names.SSE_RAW)  # missing, a link, FIFO or device: an ArtifactError, never a hang
+    raw = RunFolder.of(out).bytes(names.SSE_RAW)  # missing, a link, FIFO or device: an ArtifactError, never a hang
     events = decoder.feed(raw) + decoder.end()
     parsed: list[dict[str, Any] | str] = []
     for event in events:
@@ -86,11 +90,11 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) and item for item in value)
 
 
-def _plan(out: Path) -> _Plan | None:
+def _plan(out: RunFolder | Path) -> _Plan | None:
     """The run's plan from run.json; None for a folder without a run.json with a run id (an older voice-llm:
     all the brief's relations, the brief's ten files). Raises _BadPlan when run.json has a run id but no valid
     plan, so that check never passes relations it did not select."""
-    record = runmeta.RunRecord.load(out)
+    record = RunFolder.of(out).record
     if record is None:
         return None
     doc = record.doc
@@ -125,42 +129,43 @@ def _plan(out: Path) -> _Plan | None:
     return _Plan(tuple(dict.fromkeys(planned)), ran, required)
 
 
-def _required(out: Path) -> list[str]:
+def _required(out: RunFolder | Path) -> list[str]:
     """The files the run's steps that ran leave (the brief's ten without a run.json)."""
     plan = _plan(out)
     return list(names.REQUIRED) if plan is None else list(plan.required)
 
 
-def check_files(out: Path) -> str:
+def check_files(out: RunFolder | Path) -> str:
     """Invariant: every file the run's steps leave is there and parses (only the steps that ran in this folder)."""
-    required = _required(out)
-    missing = [name for name in required if not inside(out, name).is_file()]  # run.json names only OUT's files
+    folder = RunFolder.of(out)
+    required = _required(folder)
+    missing = [name for name in required if not folder.file(name).is_file()]  # run.json names only OUT's files
     _require(not missing, f"missing: {', '.join(missing)}")
     for name in required:
         if name.endswith(".json"):
-            read_json(inside(out, name))
+            folder.json(name)
         elif name.endswith(".jsonl"):
-            read_jsonl(inside(out, name))
+            folder.jsonl(name)
     return f"{len(required)} files present and parse"
 
 
-def check_one_run(out: Path) -> str:
+def check_one_run(out: RunFolder | Path) -> str:
     """Invariant: every file is the bytes this run wrote (sha256 in run.json), none is another run's."""
-    found = runmeta.membership(out)
+    found = RunFolder.of(out).membership()
     if found.run_id is None:
         raise NotCheckable("no run.json with a run id (artifacts from an older voice-llm): cannot tell runs apart")
     _require(not found.mixed, "files from other runs: " + ", ".join(
         f"{name} (run {run})" for name, run in found.other_runs.items()))
     _require(not found.changed, "not as this run wrote them (changed, or left by another run): " + ", ".join(found.changed))
     _require(not found.missing, "written by the run but now missing: " + ", ".join(found.missing))
-    record = runmeta.RunRecord.load(out)
+    record = RunFolder.of(out).record
     files = len((record.doc.get("artifacts") or {}) if record else {})
     return f"run {found.run_id}: {files} files, each as the run wrote it"
 
 
-def check_run_finished(out: Path) -> str:
+def check_run_finished(out: RunFolder | Path) -> str:
     """Invariant: run.json records the end of the steps that ran, and no failure."""
-    record = runmeta.RunRecord.load(out)
+    record = RunFolder.of(out).record
     if record is None:
         raise NotCheckable("no run.json with a run id")
     failed = record.doc.get("failed_step")
@@ -171,11 +176,11 @@ def check_run_finished(out: Path) -> str:
     return f"every step finished ({', '.join(s['step'] for s in record.doc.get('steps', []))})"
 
 
-def check_health(out: Path) -> str:
+def check_health(out: RunFolder | Path) -> str:
     """The server was up: its health route answered HTTP 200 (any body: vLLM, SGLang and TGI send none), or,
     for a server with no health route (llama-cpp-python, Ollama), its model list answered and named a model.
     A body that itself says something other than "ok" contradicts the 200 and fails."""
-    health = read_json(out / names.HEALTH)
+    health = RunFolder.of(out).json(names.HEALTH)
     _require(isinstance(health, dict), f"health.json is not an object: {health!r:.120}")
     route = health.get("route")
     if route is None:  # a folder from before health.json recorded what was seen: the body of /health alone
@@ -196,8 +201,8 @@ def check_health(out: Path) -> str:
     return f"no health route ({tried or 'none answered'}); {route} answered HTTP 200 listing {', '.join(map(str, ids))}"
 
 
-def check_props(out: Path) -> str:
-    props = read_json(out / names.PROPS)
+def check_props(out: RunFolder | Path) -> str:
+    props = RunFolder.of(out).json(names.PROPS)
     settings = props.get("default_generation_settings") or {}
     unknown = props.get("unknown") or {}
     if settings.get("n_ctx") is None and "n_ctx" in unknown:
@@ -207,7 +212,7 @@ def check_props(out: Path) -> str:
     return f"n_ctx {n_ctx}, total_slots {props.get('total_slots')}"
 
 
-def check_sse_raw(out: Path) -> str:
+def check_sse_raw(out: RunFolder | Path) -> str:
     """Invariant: the stream is a finished answer in the protocol: JSON chunks, the first one the assistant's,
     content after it, ``data: [DONE]`` last. Expectation (a finding): the first chunk carries the role alone, as
     llama-server sends it; other servers put the first content in it (the server's choice, not bad evidence)."""
@@ -222,9 +227,9 @@ def check_sse_raw(out: Path) -> str:
     return unless_missed(f"{len(events)} events: role chunk first, [DONE] last", missed)
 
 
-def check_chunks(out: Path) -> str:
+def check_chunks(out: RunFolder | Path) -> str:
     """Invariant: chunks.jsonl is derived from sse_raw.txt (equal text), its times read on one clock in order."""
-    chunks = read_jsonl(out / names.CHUNKS)
+    chunks = RunFolder.of(out).jsonl(names.CHUNKS)
     _require(bool(chunks), "chunks.jsonl is empty")
     raw_text = "".join(_delta(e).get("content") or "" for e in _raw_events(out) if isinstance(e, dict))
     text = "".join(c["text"] for c in chunks)
@@ -235,10 +240,10 @@ def check_chunks(out: Path) -> str:
     return f"{len(chunks)} chunks equal sse_raw content, times {times[0]:.1f} .. {times[-1]:.1f} ms non-decreasing"
 
 
-def check_ttft(out: Path) -> str:
+def check_ttft(out: RunFolder | Path) -> str:
     """Invariant and the brief's relation: first token < total within each answer (one clock); the medians are
     those of the runs (the one median rule, stats.median)."""
-    doc = read_json(out / names.TTFT)
+    doc = RunFolder.of(out).json(names.TTFT)
     runs = doc["runs"]
     _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
     for i, run in enumerate(runs, 1):
@@ -251,10 +256,10 @@ def check_ttft(out: Path) -> str:
     return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
 
 
-def _prefill_grows(out: Path, key: str, unit: str) -> str:
+def _prefill_grows(out: RunFolder | Path, key: str, unit: str) -> str:
     """Invariant: ``key`` grows 0 -> 4 -> 12 documents. For the time it is the brief's relation (long prompt >
     short): 12 documents are many times the tokens of none, so their prefill is many times the work."""
-    rows = read_json(out / names.PREFILL)
+    rows = RunFolder.of(out).json(names.PREFILL)
     expected = list(brief.PREFILL_DOC_COUNTS)
     _require([r["docs"] for r in rows] == expected, f"docs are {[r['docs'] for r in rows]}, expected {expected}")
     values = [_num(_known(r, key, f"{r['docs']} docs {key}"), key) for r in rows]
@@ -262,15 +267,15 @@ def _prefill_grows(out: Path, key: str, unit: str) -> str:
     return f"{key} " + " -> ".join(f"{v:.0f}" for v in values) + f" {unit}"
 
 
-def check_prefill(out: Path) -> str:
+def check_prefill(out: RunFolder | Path) -> str:
     return _prefill_grows(out, "ttft_ms", "ms")
 
 
-def check_prefill_tokens(out: Path) -> str:
+def check_prefill_tokens(out: RunFolder | Path) -> str:
     return _prefill_grows(out, "prompt_n", "tokens")
 
 
-def check_prefill_server_time(out: Path) -> str:
+def check_prefill_server_time(out: RunFolder | Path) -> str:
     # The brief's relation on the server's own clock: prompt_ms excludes the network and the queue, so it is
     # steadier than the client's ttft, which the brief requires to grow; an invariant like it.
     return _prefill_grows(out, "prompt_ms", "ms")
@@ -283,14 +288,15 @@ def check_prefill_server_time(out: Path) -> str:
 CACHE_TIME_FACTOR = 2.0  # hit first-token time below miss / 2
 CACHE_PREFIX_TIME_FACTOR = 5.0  # changed-prefix (a miss) first-token time above 5 x the hit's
 # A hit computes at most a tenth of the miss's prompt tokens; a changed prefix recomputes at least 90 % of them.
-CACHE_HIT_TOKENS_SHARE = spread_checks.CACHE_HIT_TOKENS_SHARE
-CACHE_PREFIX_TOKENS_SHARE = spread_checks.CACHE_PREFIX_TOKENS_SHARE
+# The repeats' checks (voice_llm.repeats.checks) hold every repeat to the same shares.
+CACHE_HIT_TOKENS_SHARE = 0.1
+CACHE_PREFIX_TOKENS_SHARE = 0.9
 
 
-def check_cache_time(out: Path) -> str:
+def check_cache_time(out: RunFolder | Path) -> str:
     """The client clock alone. Invariant (the brief's relation): a hit (identical or changed-suffix prompt) is
     faster than the miss, the changed prefix (a miss) slower than the hit. Expectation: by the factors above."""
-    doc = read_json(out / names.CACHE)
+    doc = RunFolder.of(out).json(names.CACHE)
     f_t, s_t = _num(doc["first"]["ttft_ms"], "first.ttft_ms"), _num(doc["second"]["ttft_ms"], "second.ttft_ms")
     missed: list[str] = []
     _require(s_t < f_t, f"second (a cache hit) ttft {s_t:.0f} ms is not below first (a miss) {f_t:.0f} ms")
@@ -312,11 +318,11 @@ def check_cache_time(out: Path) -> str:
     return unless_missed(", ".join(parts), missed)
 
 
-def check_cache(out: Path) -> str:
+def check_cache(out: RunFolder | Path) -> str:
     """The server's token counts. Invariant: the hit computed fewer tokens than the miss, the changed suffix fewer
     than the miss, the changed prefix more than the hit. Expectation: the hit almost nothing (a tenth), the
     changed prefix nearly everything (90 %): how much is reused depends on the server's cache and the template."""
-    doc = read_json(out / names.CACHE)
+    doc = RunFolder.of(out).json(names.CACHE)
     first, second = doc["first"], doc["second"]
     if first.get("prompt_n") is None or second.get("prompt_n") is None:
         _known(doc, "prompt_n", "cache prompt_n")  # the reason the step wrote for the whole file
@@ -341,10 +347,10 @@ def check_cache(out: Path) -> str:
     return unless_missed(", ".join(parts), missed)
 
 
-def check_sentence(out: Path) -> str:
+def check_sentence(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first sentence <= total, the times of one answer on one clock; the first sentence is
     the start of the text it was cut from."""
-    doc = read_json(out / names.SENTENCE)
+    doc = RunFolder.of(out).json(names.SENTENCE)
     t, s, total = (_num(doc[k], k) for k in ("ttft_ms", "first_sentence_ms", "total_ms"))
     _require(t <= s <= total, f"not ttft {t:.0f} <= first_sentence {s:.0f} <= total {total:.0f}")
     first = doc["first_sentence"]
@@ -374,7 +380,7 @@ def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float | None]:
     return times, (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 2 else None
 
 
-def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
+def _cancel_raw(out: RunFolder | Path, received: int, raw_name: Any = None) -> None:
     """When the raw stream is kept, it shows the same tokens and no [DONE]: the answer did not finish.
     ``raw_name`` is the document's ``raw`` (with --repeat, the stream of the repeat it shows); it must name a
     raw/cancel*.sse file, so an artifact cannot point the check elsewhere."""
@@ -382,10 +388,10 @@ def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
     _require(re.fullmatch(rf"{names.RAW_DIR}/cancel[\w-]*\.sse", where) is not None,
              f"cancel.json names {where!r} as its raw stream, not a raw/cancel*.sse file")
     name = PurePosixPath(where).name
-    path = out / names.RAW_DIR / name
-    if not (path.exists() or path.is_symlink()):
+    folder = RunFolder.of(out)
+    if not folder.exists(f"{names.RAW_DIR}/{name}"):
         return
-    raw = read_artifact_bytes(path)  # a link, FIFO or device there: an ArtifactError, never a hang
+    raw = folder.bytes(f"{names.RAW_DIR}/{name}")  # a link, FIFO or device there: an ArtifactError, never a hang
     decoder = SSEDecoder()
     events = decoder.feed(raw)  # not end(): an event cut by the close was never dispatched to the reader either
     _require(all(event.data != "[DONE]" for event in events), f"{where} ends with [DONE]: the answer finished")
@@ -394,12 +400,12 @@ def _cancel_raw(out: Path, received: int, raw_name: Any = None) -> None:
     _require(tokens == received, f"{where} holds {tokens} content chunks, cancel.json lists {received}")
 
 
-def check_cancel_cut(out: Path) -> str:
+def check_cancel_cut(out: RunFolder | Path) -> str:
     """The client side alone. Invariant (a cut that cut): tokens arrived, fewer than max_tokens, the close after
     the 0.5 s mark and after every listed token (one clock), no [DONE] in the raw stream. Expectation: the close
     came before the whole answer would have ended at the speed of its first tokens (an extrapolation: the token
     rate of a loaded machine changes within one answer)."""
-    doc = read_json(out / names.CANCEL)
+    doc = RunFolder.of(out).json(names.CANCEL)
     received, max_tokens = doc["received_tokens"], doc["max_tokens"]
     _require(isinstance(received, int) and 0 < received < max_tokens,
              f"received {received} tokens of max {max_tokens}: not a cut")
@@ -420,11 +426,11 @@ def check_cancel_cut(out: Path) -> str:
     return unless_missed(f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms ({speed})", missed)
 
 
-def check_cancel(out: Path) -> str:
+def check_cancel(out: RunFolder | Path) -> str:
     """The server side. Invariant: its slot (or its requests-in-flight gauge) went idle after the close, not
     before it, and its log (when ours) shows the 'cancel task' the brief names as the server's understanding.
     Expectation: idle within two token times + CANCEL_IDLE_SLACK_MS (a time bound; see above)."""
-    doc = read_json(out / names.CANCEL)
+    doc = RunFolder.of(out).json(names.CANCEL)
     idle = _num(_known(doc, "slot_idle_after_ms", "slot_idle_after_ms"), "slot_idle_after_ms")
     _, token_ms = _cancel_times(doc)
     _require(idle >= 0, f"slot idle {idle:.1f} ms after the close: before the close, the answer was not cut")
@@ -447,9 +453,10 @@ def check_cancel(out: Path) -> str:
 PARTIALS_CHECK = "leftover .partial files (a warning, not a failure)"
 
 
-def leftover_partials(out: Path) -> list[CheckResult]:
+def leftover_partials(out: RunFolder | Path) -> list[CheckResult]:
     """A line only when there is something to say: a ``.partial`` file holds what arrived before a request failed
     or was interrupted. It is evidence, no result is read from it, so it is a warning and never fails a run."""
+    out = RunFolder.of(out).path
     found = [*out.glob("*.partial"), *(out / names.RAW_DIR).glob("*.partial")]
     partials = sorted(path for path in found if path.is_file())
     if not partials:
@@ -459,9 +466,9 @@ def leftover_partials(out: Path) -> list[CheckResult]:
                                               f"{listed}; no result is read from them")]
 
 
-def check_report(out: Path) -> str:
+def check_report(out: RunFolder | Path) -> str:
     """Invariant: report.json equals what its sources give."""
-    saved = read_json(out / names.REPORT)
+    saved = RunFolder.of(out).json(names.REPORT)
     expected = build_report(out)
     wrong = [k for k in expected if saved.get(k) != expected[k]]
     _require(not wrong, f"report.json differs from its sources in {', '.join(wrong)}")
@@ -469,14 +476,7 @@ def check_report(out: Path) -> str:
 
 
 # Each check's docstring says why its relation is an invariant (FAIL when broken) or an expectation (a finding).
-SPREAD_CHECKS = (
-    Check("prefill repeats: medians, prompt_n grows in each", "prefill", spread_checks.check_prefill_repeats),
-    Check("cache repeats: medians, hit and miss in each", "cache", spread_checks.check_cache_repeats),
-    Check("sentence repeats: medians, order in each", "sentence", spread_checks.check_sentence_repeats),
-    Check("cancel repeats: median idle, each a cut", "cancel", spread_checks.check_cancel_repeats),
-)
-
-
+# The core's own checks; every capability's come through the registry (capability_checks).
 CHECKS: tuple[Check, ...] = (
     Check("one run: every file as the run wrote it", None, check_one_run),
     Check("the run finished every step", None, check_run_finished),
@@ -496,12 +496,40 @@ CHECKS: tuple[Check, ...] = (
     Check("cancel cut the answer", "cancel", check_cancel_cut),
     Check("cancel: the server stopped (slot went idle)", "cancel", check_cancel),
     Check("report equals its sources", "report", check_report),
-    *SPREAD_CHECKS,
-    *load_checks.CHECKS,
 )
 
 
-def _result(check: Check, out: Path) -> CheckResult:
+def _resolved(reference: str) -> Callable[[RunFolder | Path], str]:
+    """The check a CheckEntry names, imported when it runs: a reference that does not resolve is that check's
+    FAIL ("cannot check: ..."), not a crash of the others."""
+    def run(out: RunFolder | Path) -> str:
+        return registry.resolve(reference)(out)
+    return run
+
+
+def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tuple[Check, ...]:
+    """Every registered capability's checks (voice_llm.registry.CheckEntry) that apply to this folder: those of
+    the steps the run ran (an entry without a step: always), or, for a folder without run.json, those whose
+    artifact is there (an entry without an artifact: always, as the core's)."""
+    folder = RunFolder.of(out)
+    found = []
+    for capability in registry.capabilities():
+        for entry in capability.checks:
+            if steps is not None:
+                applies = entry.step is None or entry.step in steps
+            else:
+                applies = entry.artifact is None or folder.is_file(entry.artifact)
+            if applies:
+                found.append(Check(entry.name, entry.step, _resolved(entry.function)))
+    return tuple(found)
+
+
+def known_artifacts() -> tuple[str, ...]:
+    """The files a voice-llm run folder may hold: the core's and every registered capability's."""
+    return (names.RUN, *names.REQUIRED, *(name for c in registry.capabilities() for name in c.artifacts))
+
+
+def _result(check: Check, out: RunFolder) -> CheckResult:
     name = check.name
     try:
         return CheckResult(name, PASS, check.run(out))
@@ -513,7 +541,8 @@ def _result(check: Check, out: Path) -> CheckResult:
         return CheckResult(name, NOT_CHECKABLE, str(exc))
     except RecursionError:
         return CheckResult(name, FAIL, "cannot check: an artifact is nested too deeply to be real JSON")
-    except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
+            ImportError) as exc:
         return CheckResult(name, FAIL, f"cannot check: {exc.__class__.__name__}: {exc}")
 
 
@@ -529,39 +558,37 @@ def _not_run(plan: _Plan | None) -> list[CheckResult]:
                                                       "folder; their relations are not checked")]
 
 
-def iter_checks(out: Path) -> Iterator[CheckResult]:
-    """The checks of the steps this run ran (all of the brief's for a folder without run.json); a single FAIL
-    when run.json has a run id but no valid plan, since nothing says then which relations the run must hold."""
+def iter_checks(out: RunFolder | Path) -> Iterator[CheckResult]:
+    """The checks of the steps this run ran (all of the brief's for a folder without run.json), the core's then
+    each capability's; a single FAIL when run.json has a run id but no valid plan, since nothing says then which
+    relations the run must hold."""
+    folder = RunFolder.of(out)
     try:
-        plan = _plan(out)
+        plan = _plan(folder)
     except _BadPlan as exc:
         yield CheckResult(PLAN_CHECK, FAIL, f"{exc}: no relation was checked")
         return
     steps = None if plan is None else plan.ran
-    for check in (*CHECKS, *_feature_checks(out, steps)):
-        if check.step is None or steps is None or check.step in steps:
-            yield _result(check, out)
+    core = tuple(check for check in CHECKS if check.step is None or steps is None or check.step in steps)
+    for check in (*core, *capability_checks(folder, steps)):
+        yield _result(check, folder)
     yield from _not_run(plan)
 
 
-def _feature_checks(out: Path, steps: Sequence[str] | None) -> tuple[Check, ...]:
-    """Checks kept beside their feature, imported when checks run (they import this module's neighbours): those
-    of the steps the run ran, or, for a folder without run.json, those whose artifact is there."""
-    from voice_llm.tts import checks as tts
-
-    return tuple(check for step, artifact, checks in ((tts.STEP, tts.ARTIFACT, tts.CHECKS),) for check in checks
-                 if (step in steps if steps is not None else (out / artifact).is_file()))
-
-
-def run_checks(out: Path) -> list[CheckResult]:
-    if not out.is_dir():
-        raise ArtifactError(f"no artifact folder at {out}")
-    known = (names.RUN, *names.REQUIRED, names.AUDIO, names.CALL, names.LOAD)
+def run_checks(out: RunFolder | Path) -> list[CheckResult]:
+    """Every check of the run folder ``out``, from its saved files alone, each file read once (a RunFolder).
+    A folder of a newer artifact schema than this voice-llm's is refused in one line (an ArtifactError)."""
+    folder = RunFolder.of(out)
+    path = folder.path
+    if not path.is_dir():
+        raise ArtifactError(f"no artifact folder at {path}")
+    known = known_artifacts()
     # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves).
-    if not any((out / name).exists() for name in known) and any(out.iterdir()):
-        raise ArtifactError(f"{out} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
+    if not any(folder.exists(name) for name in known) and any(path.iterdir()):
+        raise ArtifactError(f"{path} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
                             "run `voice-llm lab --out` there first")
-    return [*iter_checks(out), *leftover_partials(out)]
+    folder.require_known_schema(known)
+    return [*iter_checks(folder), *leftover_partials(folder)]
 
 
 def counts(results: Sequence[CheckResult]) -> str:

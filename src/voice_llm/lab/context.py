@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -16,40 +15,8 @@ from voice_llm.util.artifacts import RAW_DIR, create_exclusive, open_folder, ref
 from voice_llm.client.capabilities import Capabilities
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.util.progress import NullProgress, Progress
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
 
 PARTIAL_SUFFIX = ".partial"
-
-
-def _same_url(a: str, b: str) -> bool:
-    def key(url: str) -> tuple[str, str, int | None, str]:
-        parts = urllib.parse.urlsplit(url.strip())
-        return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port, parts.path.rstrip("/")
-    try:
-        return key(a) == key(b)
-    except ValueError:  # a bad port in either URL
-        return False
-
-
-def managed_log_for(url: str) -> Path | None:
-    """The log of the server answering at ``url`` when voice-llm started it and it still runs; else None.
-
-    A log in the state folder of the URL's port belongs to the server answering there only if that port's record
-    names a process that is still the one ``up`` started (pid and start time) and the record's URL is ``url``:
-    otherwise it is an earlier server's log, or no log at all, and reading it would say "no cancel logged" about a
-    server that never wrote to it.
-    """
-    from voice_llm.server import lifecycle as server  # the lifecycle module; imported here so measuring does not depend on it
-
-    try:
-        port = urllib.parse.urlsplit(url).port
-    except ValueError:
-        return None
-    record = server.read_record(port) if port is not None else None
-    if record is None or not server._is_ours(record) or not _same_url(record.url, url):
-        return None
-    log = server.log_path(port)
-    return log if log.is_file() else None
 
 
 def server_compute_ms(timings: dict[str, Any] | None) -> float:
@@ -78,14 +45,16 @@ class ComputeLedger:
 @dataclass(frozen=True)
 class StepOptions:
     """Settings a step may read beyond where to write and whom to ask. One frozen value for every step, so the
-    lab and a step run alone are configured the same way; a step ignores the fields it does not use."""
+    lab and a step run alone are configured the same way; a step ignores the fields it does not use.
+
+    The core's options are fields; a capability's are one frozen value of its own in ``plugins[name]``, built
+    from the command's flags by its ``options=`` function (voice_llm.registry); a step of a capability whose
+    value is missing (a library call that did not give one) uses that capability's defaults."""
 
     repeat: int = 3  # prefill, cache, sentence, cancel (and speak) repeat their measurement; ttft keeps 5 runs
     timeout: float = 120.0  # seconds a request may go without content (pings and comments do not count)
     deadline_s: float | None = sse.DEFAULT_DEADLINE_S  # seconds one whole request may take
-    tts_engine: str = "piper"  # speak: voice_llm.tts engine ("piper", "espeak")
-    tts_voice: str | None = None  # speak: a Piper .onnx file or an espeak-ng voice name; None: the default voice
-    clause_words: int = DEFAULT_CLAUSE_WORDS  # speak, strategy clauses: words before the first clause may end
+    plugins: Mapping[str, Any] = field(default_factory=dict)  # capability name -> its frozen options value
 
     def __post_init__(self) -> None:
         if self.repeat < 1:
@@ -94,8 +63,11 @@ class StepOptions:
             raise ConfigError(f"--timeout must be more than 0 seconds, not {self.timeout:g}")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
-        if self.clause_words < 1:
-            raise ConfigError(f"--clause-words must be at least 1, not {self.clause_words}")
+
+    def plugin(self, name: str, default: Any) -> Any:
+        """Capability ``name``'s options value, or ``default`` when none was given."""
+        value = self.plugins.get(name)
+        return default if value is None else value
 
 
 @dataclass(frozen=True)

@@ -1,41 +1,72 @@
-"""The lab's steps, in the order the lab runs them. Each is a module ``voice_llm.lab.<module>`` with
-``run(ctx) -> list[Path]`` that writes its own artifacts; each is also a subcommand of the CLI.
+"""The lab's steps, in the order the lab runs them: the brief's core steps here, and after them (or after the
+step each names) the steps the registered capabilities add (voice_llm.registry, ``Capability.steps``).
 
-A new step is one module and one entry here. ``in_lab`` steps run in ``voice-llm lab``; the others run only when
-asked (their artifacts join the run in OUT). ``artifacts`` are the files a finished step leaves, so ``check``
-knows what a run must hold.
+Each step is a module with ``run(ctx) -> list[Path]`` that writes its own artifacts, and optionally
+``prepare(options: StepOptions) -> None``, which the lab calls before it asks a server anything or writes a file
+(the speak step loads its TTS voice there, so a bad --voice leaves no file). Each step is also a subcommand of the
+CLI. ``in_lab`` steps run in ``voice-llm lab``; the others run only when asked (their artifacts join the run in
+OUT). ``artifacts`` are the files a finished step leaves, so ``check`` knows what a run must hold.
+
+The step table is read from the registry each time it is asked (:func:`steps`), so a capability left out
+(``registry.without``, VOICE_LLM_WITHOUT) takes its steps with it. ``STEPS``, ``LAB_STEPS`` and ``KB_STEPS`` are
+the same, computed when they are read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
+from voice_llm import registry
+from voice_llm.registry import StepEntry
 from voice_llm.util import artifacts as names
 
+Step = StepEntry  # one shape for a core step and a capability's
 
-@dataclass(frozen=True)
-class Step:
-    name: str
-    title: str
-    module: str
-    artifacts: tuple[str, ...]
-    in_lab: bool = True
-    needs_server: bool = True  # False: works from the files in OUT alone
+CORE_STEPS: tuple[StepEntry, ...] = (
+    StepEntry("health", "/health and /props", "voice_llm.lab.health", (names.HEALTH, names.PROPS)),
+    StepEntry("sse", "one answer read line by line", "voice_llm.lab.stream_once",
+              (names.SSE_COPY, names.SSE_RAW, names.CHUNKS)),
+    StepEntry("ttft", "first token x5, cache off", "voice_llm.lab.ttft", (names.TTFT,)),
+    StepEntry("prefill", "0 / 4 / 12 documents, cache off", "voice_llm.lab.prefill", (names.PREFILL,), reads_kb=True),
+    StepEntry("cache", "KV cache: first, second, changed suffix, changed prefix", "voice_llm.lab.cache",
+              (names.CACHE,), reads_kb=True),
+    StepEntry("sentence", "first sentence of a three-sentence answer", "voice_llm.lab.sentence", (names.SENTENCE,)),
+    StepEntry("cancel", "close the connection after 0.5 s", "voice_llm.lab.cancel", (names.CANCEL,)),
+    StepEntry("report", "report.json from the files", "voice_llm.lab.report", (names.REPORT,), needs_server=False),
+)
+LAST_CORE_STEP = "report"  # a capability's lab step with no ``after`` comes just before it
 
 
-STEPS: dict[str, Step] = {step.name: step for step in (
-    Step("health", "/health and /props", "health", (names.HEALTH, names.PROPS)),
-    Step("sse", "one answer read line by line", "stream_once", (names.SSE_COPY, names.SSE_RAW, names.CHUNKS)),
-    Step("ttft", "first token x5, cache off", "ttft", (names.TTFT,)),
-    Step("prefill", "0 / 4 / 12 documents, cache off", "prefill", (names.PREFILL,)),
-    Step("cache", "KV cache: first, second, changed suffix, changed prefix", "cache", (names.CACHE,)),
-    Step("sentence", "first sentence of a three-sentence answer", "sentence", (names.SENTENCE,)),
-    Step("speak", "time to first audio: the answer spoken while it streams", "speak", (names.AUDIO,)),
-    Step("cancel", "close the connection after 0.5 s", "cancel", (names.CANCEL,)),
-    Step("report", "report.json from the files", "report", (names.REPORT,), needs_server=False),
-    Step("call", "one call of 6 turns with 12 documents, cache on and off", "call", (names.CALL,), in_lab=False),
-)}
+def steps() -> dict[str, StepEntry]:
+    """Every step, core and registered, in the lab's order: a capability's step right after the one it names in
+    ``after`` (else before report when it runs in the lab, at the end when it runs only when asked)."""
+    order = list(CORE_STEPS)
+    for capability in registry.capabilities():
+        for entry in capability.steps:
+            at = [s.name for s in order]
+            if entry.after is not None and entry.after in at:
+                order.insert(at.index(entry.after) + 1, entry)
+            elif entry.in_lab and LAST_CORE_STEP in at:
+                order.insert(at.index(LAST_CORE_STEP), entry)
+            else:
+                order.append(entry)
+    return {entry.name: entry for entry in order}
 
-LAB_STEPS: tuple[str, ...] = tuple(name for name, step in STEPS.items() if step.in_lab)
-# Steps that read documents, so their commands take --kb.
-KB_STEPS = frozenset({"prefill", "cache", "call"})
+
+def lab_steps() -> tuple[str, ...]:
+    return tuple(name for name, step in steps().items() if step.in_lab)
+
+
+def kb_steps() -> frozenset[str]:
+    """Steps that read documents, so their commands take --kb and the lab checks the KB first."""
+    return frozenset(name for name, step in steps().items() if step.reads_kb)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "STEPS":
+        return steps()
+    if name == "LAB_STEPS":
+        return lab_steps()
+    if name == "KB_STEPS":
+        return kb_steps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Checks of call.json and of load.json against its raw samples, from the files alone.
 
-Each check returns the detail it verified or raises voice_llm.checks.base's :class:`CheckFailed` with the numbers
-that broke the relation (or :class:`NotCheckable`). load.json is recomputed from load_samples.csv with the same
+Each check takes the run folder (a RunFolder read once, or its path), returns the detail it verified or raises
+voice_llm.checks.base's :class:`CheckFailed` with the numbers that broke the relation (or :class:`NotCheckable`). load.json is recomputed from load_samples.csv with the same
 rules (voice_llm.load.stats): nearest-rank percentiles are always one of the samples, and the CSV keeps every
 float exactly, so they must agree exactly. Every relation here is an invariant: times of one turn on one clock,
 files equal to what they were derived from, token counts, the brief's cache hit < no cache; a file that measured
@@ -15,17 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.util.stats import median
-from voice_llm.util.artifacts import CALL, LOAD, LOAD_SAMPLES, inside, read_json
-from voice_llm.checks.base import Check, CheckFailed, NotCheckable, finite_number, require
-from voice_llm.load import stats
+from voice_llm.util.artifacts import CALL, LOAD, LOAD_SAMPLES
+from voice_llm.checks.base import CheckFailed, NotCheckable, finite_number, require
+from voice_llm.load import CAPABILITY, stats  # the package's own face: __init__ imports none of its modules
 from voice_llm.load.samples import read_samples
+from voice_llm.run.folder import RunFolder
 
 WINDOW_SLACK_S = 2.0  # the phase message reaches a worker a little after the master's clock changed phase
 _COMPARED = ("turns", "errors", "cancelled", "judged", "good", "goodput", "good_turns_per_s", "ttft_ms",
              "first_sentence_ms", "itl_ms", "itl_p99_max_ms", "workers")
 
 
-__all__ = ["CALL_CHECKS", "CHECKS", "CheckFailed", "LOAD_CHECKS", "NotCheckable"]
+__all__ = ["CALL_CHECKS", "CheckFailed", "LOAD_CHECKS", "NotCheckable"]
 _require = require
 # The sample columns that are times or counts: each a finite number >= 0 where present ("start" is a clock
 # reading, finite only).
@@ -37,8 +38,8 @@ _CALL_TIMES = ("ttft_ms", "first_sentence_ms", "total_ms")
 # --- call.json ------------------------------------------------------------------------------------------------
 
 
-def _runs(out: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], int]:
-    doc = read_json(out / CALL)
+def _runs(out: RunFolder | Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], int]:
+    doc = RunFolder.of(out).json(CALL)
     on, off, turns = doc["cache_on"], doc["cache_off"], len(doc["turns"])
     _require(turns > 0, f"{CALL} scripts no turn: nothing was measured")
     _require(len(on) == turns and len(off) == turns,
@@ -53,7 +54,7 @@ def _runs(out: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], 
     return on, off, turns
 
 
-def check_call_order(out: Path) -> str:
+def check_call_order(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first sentence <= total, the times of one answer on one clock."""
     on, off, turns = _runs(out)
     for label, rows in (("cache on", on), ("cache off", off)):
@@ -65,7 +66,7 @@ def check_call_order(out: Path) -> str:
     return f"ttft <= first sentence <= total in all {2 * turns} turns"
 
 
-def check_call_same_prompts(out: Path) -> str:
+def check_call_same_prompts(out: RunFolder | Path) -> str:
     """The cache-off run replays the cache-on conversation, so each turn's prompt has the same tokens:
     what the cache-on turn prefilled plus what it reused equals what the cache-off turn prefilled. Invariant:
     token counts, the same for any machine."""
@@ -81,7 +82,7 @@ def check_call_same_prompts(out: Path) -> str:
     return f"same prompts in both runs, growing {off[0]['prompt_n']} -> {off[-1]['prompt_n']} tokens"
 
 
-def check_call_cache_keeps_turns_fast(out: Path) -> str:
+def check_call_cache_keeps_turns_fast(out: RunFolder | Path) -> str:
     """Invariant (the brief's cache hit < no cache): every later cache-on turn reused tokens, and its median
     first-token time is below the cache-off turns'."""
     on, off, turns = _runs(out)
@@ -121,12 +122,12 @@ def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
             _require(finite_number(value, where) >= 0 or key == "start", f"{where} is negative: {value!r}")
 
 
-def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    doc = read_json(out / LOAD)
-    return doc, read_samples(inside(out, doc.get("samples_csv", LOAD_SAMPLES)))  # never a file outside OUT
+def _load(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    doc = RunFolder.of(out).json(LOAD)
+    return doc, read_samples(RunFolder.of(out).file(doc.get("samples_csv", LOAD_SAMPLES)))  # never outside OUT
 
 
-def _evidence(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _evidence(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """load.json and its samples, refused when they measured nothing or hold impossible numbers."""
     doc, samples = _load(out)
     sweeps = _sweeps(doc)
@@ -142,7 +143,7 @@ def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> li
     return [s for s in samples if s["slots"] == slots and s["step"] == step and s["phase"] == "measure"]
 
 
-def check_load_matches_samples(out: Path) -> str:
+def check_load_matches_samples(out: RunFolder | Path) -> str:
     """Invariant: every step of load.json is what its measured samples give (derived equals source)."""
     doc, samples = _evidence(out)
     slo = doc["slo_first_sentence_ms"]
@@ -159,10 +160,10 @@ def check_load_matches_samples(out: Path) -> str:
     return f"{count} steps recomputed from {len(samples)} raw samples"
 
 
-def check_load_verdict(out: Path) -> str:
+def check_load_verdict(out: RunFolder | Path) -> str:
     """Invariant: the verdict and the stop rule follow from load.json's steps (derived equals source). A verdict
     that rests on no measured turn at all is not checkable: there is nothing it could be wrong about."""
-    doc = read_json(out / LOAD)  # the verdict follows from load.json's steps: the raw samples are not needed
+    doc = RunFolder.of(out).json(LOAD)  # the verdict follows from load.json's steps: the raw samples are not needed
     verdicts = []
     empty = []
     for sweep in _sweeps(doc):
@@ -186,7 +187,7 @@ def check_load_verdict(out: Path) -> str:
     return "max callers: " + ", ".join(verdicts)
 
 
-def check_load_windows(out: Path) -> str:
+def check_load_windows(out: RunFolder | Path) -> str:
     """Invariant: warm-up dropped: every counted turn started inside its step's measured window, every warm-up
     turn before it. The slack is for the phase message's way to a worker; a counted turn beyond it means the
     step's numbers counted turns of another phase, whatever the cause: the evidence does not show the claim."""
@@ -205,7 +206,7 @@ def check_load_windows(out: Path) -> str:
     return f"{len(samples)} samples in their windows"
 
 
-def check_load_turn_order(out: Path) -> str:
+def check_load_turn_order(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first sentence <= end, the times of one turn on one clock."""
     _, samples = _evidence(out)
     timed = [s for s in samples if s["ttft_ms"] is not None]
@@ -217,19 +218,10 @@ def check_load_turn_order(out: Path) -> str:
     return f"ttft <= first sentence <= end in {len(timed)} turns"
 
 
-CALL_CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
-    ("call: ttft <= first sentence <= total", check_call_order),
-    ("call: both runs send the same growing prompts", check_call_same_prompts),
-    ("call: the cache keeps later turns fast", check_call_cache_keeps_turns_fast),
-)
-LOAD_CHECKS: tuple[tuple[str, Callable[[Path], str]], ...] = (
-    ("load: every step recomputed from the raw samples", check_load_matches_samples),
-    ("load: verdict and stop rule follow from the steps", check_load_verdict),
-    ("load: warm-up dropped, turns in their windows", check_load_windows),
-    ("load: ttft <= first sentence <= end per turn", check_load_turn_order),
-)
-# For voice_llm.checks.core, each with the step whose artifacts it reads: run only when the run ran the step.
-CHECKS: tuple[Check, ...] = (
-    *(Check(name, "call", run) for name, run in CALL_CHECKS),
-    *(Check(name, "load", run) for name, run in LOAD_CHECKS),
-)
+def _registered(step: str) -> tuple[tuple[str, Callable[[RunFolder | Path], str]], ...]:
+    """(name, check) of the checks voice_llm.load.CAPABILITY registers for ``step`` (the one list of names)."""
+    return tuple((e.name, globals()[e.function.rpartition(":")[2]]) for e in CAPABILITY.checks if e.step == step)
+
+
+CALL_CHECKS = _registered("call")
+LOAD_CHECKS = _registered("load")

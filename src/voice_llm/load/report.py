@@ -1,36 +1,35 @@
 """The report.html sections of `call` (one caller, cache on and off) and `load` (callers x slots, the verdict).
 
-Each builder takes the parsed artifact and returns (figure, caption, extra HTML); report_html inlines them.
+Each chart takes the parsed artifact and returns (figure, caption, extra HTML); ``call_section`` and
+``load_section`` (registered in voice_llm.load.CAPABILITY) give report.html the same as a style.Chart. Drawn in the
+one report style (voice_llm.report.style): its palette, its ms formatting.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
 
-from voice_llm.util import stats
 from voice_llm.load.stats import slots_label
+from voice_llm.report import style
+from voice_llm.report.style import BLUE, GREY, RED, SERIES, WIDE, mapping
+from voice_llm.util import stats
+from voice_llm.util.artifacts import CALL, LOAD
 
-_WIDE = (10.0, 3.6)
-_COLORS = ("#1f77b4", "#e67e22", "#2ca02c", "#7b4ea3", "#d62728", "#555555")
-_BLUE, _ORANGE, _GREY, _RED = "#1f77b4", "#e67e22", "#555555", "#d62728"
-
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f}"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f} %"
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.figure import Figure
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n'
+def call_section(doc: Any) -> style.Chart:
+    """report.html's call section, from call.json."""
+    return style.Chart(*call_chart(mapping(doc, CALL)))
+
+
+def load_section(doc: Any) -> style.Chart:
+    """report.html's load section, from load.json."""
+    return style.Chart(*load_chart(mapping(doc, LOAD)))
 
 
 # --- call -----------------------------------------------------------------------------------------------------
@@ -39,9 +38,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str)
 def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     on, off = doc["cache_on"], doc["cache_off"]
     turns = [row["turn"] for row in on]
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
-    for rows, label, color in ((off, "cache off", _GREY), (on, "cache on", _BLUE)):
+    for rows, label, color in ((off, "cache off", GREY), (on, "cache on", BLUE)):
         ax.plot(turns, [r["ttft_ms"] for r in rows], "o-", color=color, label=f"first token, {label}")
         ax.plot(turns, [r["first_sentence_ms"] if r["first_sentence_ms"] is not None else r["total_ms"] for r in rows],
                 "s--", color=color, alpha=0.6, label=f"first sentence, {label}")
@@ -55,13 +54,13 @@ def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     caption = (
         f"{len(turns)} turns with {len(doc['docs'])} documents in the system prompt; the prompt grew from "
         f"{off[0]['prompt_n']} to {off[-1]['prompt_n']} tokens. Turn 1 is a miss in both runs. Turns 2–{len(turns)}: "
-        f"first token {_ms(stats.median(later_on))} ms (median) with the cache, "
-        f"{_ms(stats.median(later_off))} ms without — the cache keeps each turn close to a short prompt "
+        f"first token {style.ms(stats.median(later_on))} ms (median) with the cache, "
+        f"{style.ms(stats.median(later_off))} ms without — the cache keeps each turn close to a short prompt "
         "only if the conversation is sent back unchanged."
-    ) if len(turns) > 1 else f"one turn: first token {_ms(on[0]['ttft_ms'])} ms with the cache."
-    rows = [[str(a["turn"]), a["user"], _ms(a["ttft_ms"]), _ms(a["first_sentence_ms"]), f"{a['prompt_n']} + {a['cache_n']}",
-             _ms(b["ttft_ms"]), _ms(b["first_sentence_ms"]), str(b["prompt_n"])] for a, b in zip(on, off)]
-    extra = _table(["turn", "caller says", "ttft on", "1st sentence on", "prefilled + cached on", "ttft off",
+    ) if len(turns) > 1 else f"one turn: first token {style.ms(on[0]['ttft_ms'])} ms with the cache."
+    rows = [[str(a["turn"]), a["user"], style.ms(a["ttft_ms"]), style.ms(a["first_sentence_ms"]), f"{a['prompt_n']} + {a['cache_n']}",
+             style.ms(b["ttft_ms"]), style.ms(b["first_sentence_ms"]), str(b["prompt_n"])] for a, b in zip(on, off)]
+    extra = style.table(["turn", "caller says", "ttft on", "1st sentence on", "prefilled + cached on", "ttft off",
                     "1st sentence off", "prefilled off"], rows, "call-turns")
     return fig, caption, extra
 
@@ -101,7 +100,7 @@ def _verdict_words(sweep: Mapping[str, Any]) -> str:
 
 
 def _no_data(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, color=_GREY)
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, color=GREY)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -109,11 +108,11 @@ def _no_data(ax: Any, text: str) -> None:
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     slo = float(doc["slo_first_sentence_ms"])
     target = float(doc["goodput_target"])
-    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    fig = style.figure((10.0, 4.0))
     left, right = fig.subplots(1, 2)
     drawn = [sweep for sweep in doc["sweeps"] if no_data_reason(sweep) is None]
     all_callers: set[int] = set()
-    for color, sweep in zip(_COLORS, drawn):
+    for color, sweep in zip(SERIES, drawn):
         steps = sweep["steps"]
         callers = [s["callers"] for s in steps]
         all_callers.update(callers)
@@ -129,8 +128,8 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
         for ax in (left, right):
             _no_data(ax, f"no data\n{reasons}")
     else:
-        left.axhline(slo, color=_RED, linestyle=":", label=f"budget {slo:.0f} ms")
-        right.axhline(100 * target, color=_RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
+        left.axhline(slo, color=RED, linestyle=":", label=f"budget {slo:.0f} ms")
+        right.axhline(100 * target, color=RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
         ticks = sorted(all_callers)
         for ax in (left, right):
             ax.set_xscale("log", base=2)
@@ -150,7 +149,7 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     caller = doc.get("caller", {})
     ended = f" The run ended early: {doc['interrupted']}." if doc.get("interrupted") else ""
     caption = (f"{verdicts}. Each caller runs the {caller.get('dialogue', '?')} call with {caller.get('docs', '?')} "
-               f"documents, thinking between turns as long as speaking takes; {_pct(caller.get('barge_in_share'))} of "
+               f"documents, thinking between turns as long as speaking takes; {style.percent(caller.get('barge_in_share'))} of "
                f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.{ended}")
     return fig, caption, _load_tables(doc)
 
@@ -166,16 +165,16 @@ def _load_tables(doc: Mapping[str, Any]) -> str:
             share = max((w["share"] for w in s["cpu"].values()), default=None)
             cpu = "–" if share is None else f"{100 * share:.0f} %" + (" generator-bound" if s["generator_bound"] else "")
             load = (s.get("host") or {}).get("loadavg_1m")
-            rows.append([str(s["callers"]), str(s["turns"]), f"{_ms(ttft['p50'])}/{_ms(ttft['p90'])}",
-                         f"{_ms(first['p50'])}/{_ms(first['p90'])}/{_ms(first['p99'])}", _ms(s["itl_ms"]["p50"]),
-                         _pct(s["goodput"]),
+            rows.append([str(s["callers"]), str(s["turns"]), f"{style.ms(ttft['p50'])}/{style.ms(ttft['p90'])}",
+                         f"{style.ms(first['p50'])}/{style.ms(first['p90'])}/{style.ms(first['p99'])}", style.ms(s["itl_ms"]["p50"]),
+                         style.percent(s["goodput"]),
                          "–" if s["good_turns_per_s"] is None else f"{s['good_turns_per_s']:.2f}",
                          str(s["errors"]), str(s["cancelled"]), cpu, "–" if load is None else f"{load:.2f}"])
         stopped = f" Stopped: {sweep['stopped']}." if sweep.get("stopped") else ""
         reason = no_data_reason(sweep)
         title = _verdict_words(sweep).replace(": ", " — ", 1)
         body = (f'<p class="missing">no data: {html.escape(reason)}</p>\n' if reason else "") + \
-            (_table(header, rows, "load-steps") if rows else "")
+            (style.table(header, rows, "load-steps") if rows else "")
         parts.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(stopped)}</p>\n" + body)
     if not parts:
         parts.append(f'<p class="missing">no data: load.json holds no sweep{_ended(doc)}</p>\n')

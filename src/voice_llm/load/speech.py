@@ -7,11 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import read_json
+from voice_llm.util.artifacts import AUDIO as AUDIO_JSON, read_json
 from voice_llm.errors import ArtifactError
 from voice_llm.load.plan import SPEECH_WORDS_PER_S
 
-AUDIO_JSON = "audio.json"
 # audio.json (the `speak` step) records each synthesized segment with its text and the audio's duration.
 _DURATION_KEYS = {"audio_ms": 1e-3, "audio_duration_ms": 1e-3, "duration_ms": 1e-3, "audio_s": 1.0,
                   "duration_s": 1.0, "audio_duration_s": 1.0}

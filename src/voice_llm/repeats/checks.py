@@ -2,7 +2,7 @@
 that hold for every single measurement (token counts, the order of times within one answer) hold in each repeat.
 
 Times compared across requests (12 documents slower than none, a miss slower than a hit) are checked on the
-medians by ``check.py``; token counts do not drift with the machine's load, so they are checked per repeat.
+medians by ``voice_llm.checks.core``; token counts do not drift with the machine's load, so they are checked per repeat.
 Every relation here is an invariant (FAIL when broken) except how far below the miss a hit's token count is,
 an expectation (a finding; see CACHE_HIT_TOKENS_SHARE).
 """
@@ -13,17 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util import artifacts as names
-from voice_llm.scenario import brief
-from voice_llm.util import stats
-from voice_llm.util.artifacts import read_json
 from voice_llm.checks.base import NotCheckable, expect, unless_missed
 from voice_llm.checks.base import require as _require
+from voice_llm.checks.core import CACHE_HIT_TOKENS_SHARE, CACHE_PREFIX_TOKENS_SHARE
+from voice_llm.run.folder import RunFolder
+from voice_llm.scenario import brief
+from voice_llm.util import artifacts as names
+from voice_llm.util import stats
 
-# Expectations on the cache's token counts, for check.py's cache check and the repeats' (check.py imports them
-# from here): a hit computes at most a tenth of the miss's prompt tokens, a changed prefix at least 90 % of them.
-CACHE_HIT_TOKENS_SHARE = 0.1
-CACHE_PREFIX_TOKENS_SHARE = 0.9
+__all__ = ["CACHE_HIT_TOKENS_SHARE", "CACHE_PREFIX_TOKENS_SHARE", "check_cache_repeats", "check_cancel_repeats",
+           "check_prefill_repeats", "check_sentence_repeats"]
 
 
 def _repeats(doc: Mapping[str, Any], where: str) -> list[Any]:
@@ -52,10 +51,10 @@ def _medians_right(doc: Mapping[str, Any], repeats: Sequence[Mapping[str, Any]],
                 _require(doc[key + suffix] == expected, f"{where} {key}{suffix} {doc[key + suffix]} is not {expected}")
 
 
-def check_prefill_repeats(out: Path) -> str:
+def check_prefill_repeats(out: RunFolder | Path) -> str:
     """Invariants: the medians and ranges are those of the repeats (stats.median); the step asked for no cache
     and the server reused none; prompt_n (a token count) grows with the documents in every repeat."""
-    rows = read_json(out / names.PREFILL)
+    rows = RunFolder.of(out).json(names.PREFILL)
     per_row = [_repeats(row, f"prefill {row.get('docs')} docs") for row in rows]
     counts = {len(r) for r in per_row}
     _require(len(counts) == 1, f"the prefill rows hold different numbers of repeats: {sorted(counts)}")
@@ -71,11 +70,11 @@ def check_prefill_repeats(out: Path) -> str:
     return f"{n} repeats; medians and ranges right; prompt_n grows in every repeat, no cache reuse"
 
 
-def check_cache_repeats(out: Path) -> str:
+def check_cache_repeats(out: RunFolder | Path) -> str:
     """Invariants: the medians are the repeats'; in every repeat the hit and the changed suffix computed fewer
     tokens than the miss, the changed prefix more than the hit. Expectation (a finding): by the shares."""
-    doc = read_json(out / names.CACHE)
-    repeats = _repeats(doc, "cache.json")
+    doc = RunFolder.of(out).json(names.CACHE)
+    repeats = _repeats(doc, names.CACHE)
     for case in ("first", "second", "changed_suffix", "changed_prefix"):
         _medians_right(doc[case], [r[case] for r in repeats], ("prompt_n", "cache_n", "ttft_ms", "total_ms"), case)
     if any(r[case].get("prompt_n") is None for r in repeats for case in ("first", "second")):
@@ -98,11 +97,11 @@ def check_cache_repeats(out: Path) -> str:
                          "(prompt_n)", missed)
 
 
-def check_sentence_repeats(out: Path) -> str:
+def check_sentence_repeats(out: RunFolder | Path) -> str:
     """Invariants: the medians are the repeats'; ttft <= first sentence <= total in each (one answer, one clock);
     the kept text is the median repeat's."""
-    doc = read_json(out / names.SENTENCE)
-    repeats = _repeats(doc, "sentence.json")
+    doc = RunFolder.of(out).json(names.SENTENCE)
+    repeats = _repeats(doc, names.SENTENCE)
     _medians_right(doc, repeats, ("ttft_ms", "first_sentence_ms", "total_ms", "smart_first_sentence_ms"), "sentence")
     for i, r in enumerate(repeats, 1):
         _require(r["ttft_ms"] <= r["first_sentence_ms"] <= r["total_ms"], f"repeat {i}: not ttft {r['ttft_ms']:.0f} "
@@ -114,11 +113,11 @@ def check_sentence_repeats(out: Path) -> str:
     return f"{len(repeats)} repeats; medians right; ttft <= first sentence <= total in every repeat"
 
 
-def check_cancel_repeats(out: Path) -> str:
+def check_cancel_repeats(out: RunFolder | Path) -> str:
     """Invariants: the median is the repeats'; each repeat is a cut (fewer tokens than max_tokens, closed after
     the 0.5 s mark) and, where the log is ours, logged. The idle time's bound is check_cancel's expectation."""
-    doc = read_json(out / names.CANCEL)
-    repeats = _repeats(doc, "cancel.json")
+    doc = RunFolder.of(out).json(names.CANCEL)
+    repeats = _repeats(doc, names.CANCEL)
     idle = [r["slot_idle_after_ms"] for r in repeats]
     observed = all(value is not None for value in idle)  # None: the server's stop was not observable
     by = "slot_idle_after_ms" if observed else "closed_at_ms"  # the step picks the median cut by this

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import CAPABILITIES, read_json
 from voice_llm.errors import ArtifactError
+from voice_llm.run.folder import RunFolder
+from voice_llm.util.artifacts import CAPABILITIES
 
 
 def _status(endpoints: Mapping[str, Any], path: str) -> str:
@@ -66,13 +67,14 @@ def capability_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def read_capability_rows(out: Path) -> list[tuple[str, str, str]] | None:
+def read_capability_rows(out: RunFolder | Path) -> list[tuple[str, str, str]] | None:
     """The rows for OUT, or None when the run has no capabilities.json (an older run). A file that is not JSON,
     or not of capabilities.json's shape, is an ArtifactError naming it (one line, never a traceback)."""
-    path = out / CAPABILITIES
-    if not path.is_file():
+    folder = RunFolder.of(out)
+    out = folder.path
+    if not folder.is_file(CAPABILITIES):
         return None
-    doc = read_json(path)
+    doc = folder.json(CAPABILITIES)
     try:
         if not isinstance(doc, Mapping):
             raise TypeError(f"should be a JSON object, got {type(doc).__name__}")

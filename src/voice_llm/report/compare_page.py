@@ -7,28 +7,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
 from voice_llm import __version__
-from voice_llm.analysis import metrics
-from voice_llm.util.artifacts import RUN, read_json, write_bytes_atomic
-from voice_llm.analysis.compare import _AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
+from voice_llm.analysis.compare import AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
 from voice_llm.errors import ArtifactError, ReportIncompleteError
-from voice_llm.report.page import (
-    _BLUE,
-    _CSS,
-    _ORANGE,
-    _RC,
-    _RENDER_PROBE,
-    _Chart,
-    _e,
-    _guarded,
-    chart_section_html,
-    metadata_rows,
-)
-from voice_llm.repeats.report import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.report import style
+from voice_llm.report.page import metadata_rows
+from voice_llm.report.spread import SpreadSeries, spread_caption, spread_figure, time_metrics
+from voice_llm.report.style import BLUE, ORANGE, Chart, chart_section_html, guarded
+from voice_llm.run.folder import RunFolder
+from voice_llm.util.artifacts import COMPARE_HTML, RUN, write_bytes_atomic
 
-COMPARE_HTML = "compare.html"
 
 _EXTRA_CSS = """
 table.verdicts td.sig { font-weight: 600; }
@@ -39,7 +28,7 @@ table.meta tr.differs td, table.meta tr.differs th { background: #fff7e0; }
 
 def _run_doc(side: RunSide) -> Mapping[str, Any]:
     try:
-        doc = read_json(side.out / RUN)
+        doc = RunFolder(side.out).json(RUN)
     except ArtifactError:
         return {}
     return doc if isinstance(doc, Mapping) else {}
@@ -48,7 +37,7 @@ def _run_doc(side: RunSide) -> Mapping[str, Any]:
 def _metadata_html(comparison: Comparison) -> str:
     left, right = metadata_rows(_run_doc(comparison.a)), metadata_rows(_run_doc(comparison.b))
     # The speak step's TTS and options, and each step's repeats: run.json does not hold them (compare.setup_of).
-    extra = [label for label, _ in _AUDIO_FIELDS] + [label for label in comparison.a.setup if label.startswith("repeat")]
+    extra = [label for label, _ in AUDIO_FIELDS] + [label for label in comparison.a.setup if label.startswith("repeat")]
     shown = lambda side, label: "—" if side.setup.get(label) is None else str(side.setup.get(label))  # noqa: E731
     left += [(label, shown(comparison.a, label)) for label in extra]
     right += [(label, shown(comparison.b, label)) for label in extra]
@@ -56,8 +45,8 @@ def _metadata_html(comparison: Comparison) -> str:
     for (label, a), (_, b) in zip(left, right):
         # Ids, times and loads always differ; flag only what changes what was measured.
         differs = a != b and label not in {"run id", "started", "ended"} and not label.startswith("load average")
-        rows.append(f'<tr class="{"differs" if differs else ""}"><th>{_e(label)}</th><td>{_e(a)}</td>'
-                    f"<td>{_e(b)}</td></tr>\n")
+        rows.append(f'<tr class="{"differs" if differs else ""}"><th>{style.esc(label)}</th><td>{style.esc(a)}</td>'
+                    f"<td>{style.esc(b)}</td></tr>\n")
     return ('<section id="section-metadata">\n<h2>Set-up of the two runs</h2>\n<table class="meta"><thead><tr>'
             "<th></th><th>A</th><th>B</th></tr></thead><tbody>\n" + "".join(rows) + "</tbody></table>\n</section>\n")
 
@@ -66,7 +55,7 @@ def _noise_html(comparison: Comparison) -> str:
     items = []
     for name, side in (("A", comparison.a), ("B", comparison.b)):
         if side.noise.get("noisy"):
-            items.append(f"<li>run {name} was noisy: {_e(noise_brief(side.noise))}</li>")
+            items.append(f"<li>run {name} was noisy: {style.esc(noise_brief(side.noise))}</li>")
         else:
             items.append(f"<li>run {name}: the machine was quiet enough</li>")
     noisy = any(side.noise.get("noisy") for side in (comparison.a, comparison.b))
@@ -84,15 +73,15 @@ def _verdicts_html(comparison: Comparison) -> str:
         ratio = "—" if m.ratio is None else f"{m.ratio:.2f}"
         sig = {True: "significant", False: "within the noise", None: "cannot tell"}[m.significant]
         rows.append(
-            f'<tr class="{"heard" if m.noticeable else ""}"><td>{_e(m.label)}</td>'
-            f'<td class="num">{m.a:,.1f} {_e(m.unit)}</td><td class="num">{m.b:,.1f} {_e(m.unit)}</td>'
-            f'<td class="num">{ratio}</td><td class="{"sig" if m.significant else ""}">{_e(sig)}'
-            f'{"<br>set-ups differ: " + _e(", ".join(m.setup_differs)) if m.setup_differs else ""}</td>'
-            f"<td>{'yes' if m.noticeable else ''}</td><td>{_e(m.line)}</td></tr>\n")
+            f'<tr class="{"heard" if m.noticeable else ""}"><td>{style.esc(m.label)}</td>'
+            f'<td class="num">{m.a:,.1f} {style.esc(m.unit)}</td><td class="num">{m.b:,.1f} {style.esc(m.unit)}</td>'
+            f'<td class="num">{ratio}</td><td class="{"sig" if m.significant else ""}">{style.esc(sig)}'
+            f'{"<br>set-ups differ: " + style.esc(", ".join(m.setup_differs)) if m.setup_differs else ""}</td>'
+            f"<td>{'yes' if m.noticeable else ''}</td><td>{style.esc(m.line)}</td></tr>\n")
     heard = [m.label for m in comparison.metrics if m.noticeable]
     return (
         '<section id="section-verdicts">\n<h2>Every metric, B against A</h2>\n'
-        f"<p>A listener would notice: <strong>{_e('; '.join(heard) or 'nothing')}</strong> (a significant change "
+        f"<p>A listener would notice: <strong>{style.esc('; '.join(heard) or 'nothing')}</strong> (a significant change "
         f"of {NOTICE_MS:.0f} ms or more in what the caller hears; a rule of thumb).</p>\n"
         '<table class="verdicts"><thead><tr><th>metric</th><th>A</th><th>B</th><th>B/A</th><th>beyond noise?</th>'
         "<th>heard?</th><th>in words</th></tr></thead><tbody>\n" + "".join(rows) + "</tbody></table>\n</section>\n"
@@ -101,23 +90,23 @@ def _verdicts_html(comparison: Comparison) -> str:
 
 def render_compare(comparison: Comparison, dest: Path | None = None) -> Path:
     """Write the comparison page (default OUT_A/compare.html) and return its path."""
-    series = [SpreadSeries("A", comparison.a.found, _BLUE), SpreadSeries("B", comparison.b.found, _ORANGE)]
+    series = [SpreadSeries("A", comparison.a.found, BLUE), SpreadSeries("B", comparison.b.found, ORANGE)]
     failures: list[tuple[str, str]] = []
-    sections = [_guarded("metadata", "Set-up of the two runs", lambda: _metadata_html(comparison), failures),
-                _guarded("noise", "Noise", lambda: _noise_html(comparison), failures),
-                _guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison), failures)]
-    with matplotlib.rc_context(_RC):
-        sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
+    sections = [guarded("metadata", "Set-up of the two runs", lambda: _metadata_html(comparison), failures),
+                guarded("noise", "Noise", lambda: _noise_html(comparison), failures),
+                guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison), failures)]
+    with style.drawing():
+        sections.append(guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
     charts = sum(section.count('<figure class="chart"') for section in sections)
-    header = (f"<header>\n<h1>voice-llm: two runs compared</h1>\n<p class=\"lede\">A: {_e(comparison.a.out)} "
-              f"(run {_e(comparison.a.run_id)})<br>B: {_e(comparison.b.out)} (run {_e(comparison.b.run_id)})</p>\n"
-              + "".join(f"<p class=\"missing\">compared with --force although {_e(r)}</p>\n" for r in comparison.forced)
+    header = (f"<header>\n<h1>voice-llm: two runs compared</h1>\n<p class=\"lede\">A: {style.esc(comparison.a.out)} "
+              f"(run {style.esc(comparison.a.run_id)})<br>B: {style.esc(comparison.b.out)} (run {style.esc(comparison.b.run_id)})</p>\n"
+              + "".join(f"<p class=\"missing\">compared with --force although {style.esc(r)}</p>\n" for r in comparison.forced)
               + "</header>\n")
     page = (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>voice-llm compare</title>\n<style>{_CSS}{_EXTRA_CSS}</style>\n<script>{_RENDER_PROBE}</script>\n"
+        f"<title>voice-llm compare</title>\n<style>{style.CSS}{_EXTRA_CSS}</style>\n<script>{style.RENDER_PROBE}</script>\n"
         f'</head>\n<body data-charts="{charts}" data-rendered="0">\n{header}{"".join(sections)}'
-        f"<footer>voice-llm {_e(__version__)}: rendered from the two runs' files alone.</footer>\n</body>\n</html>\n"
+        f"<footer>voice-llm {style.esc(__version__)}: rendered from the two runs' files alone.</footer>\n</body>\n</html>\n"
     )
     path = write_bytes_atomic(dest or comparison.a.out / COMPARE_HTML, page.encode("utf-8"))
     if failures:
@@ -132,4 +121,4 @@ def _spread_html(series: list[SpreadSeries]) -> str:
     if not time_metrics(series):
         return (f'<section id="section-spread">\n<h2>{_SPREAD_TITLE}</h2>\n<p class="missing">no data: neither run '
                 "measured a time</p>\n</section>\n")
-    return chart_section_html("spread", _SPREAD_TITLE, _Chart(spread_figure(series), spread_caption(series)))
+    return chart_section_html("spread", _SPREAD_TITLE, Chart(spread_figure(series), spread_caption(series)))

@@ -15,168 +15,76 @@ Three ways a section can be without its chart, each said in the section itself:
 
 from __future__ import annotations
 
-import html
-import io
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
-from voice_llm import __version__
+from voice_llm import __version__, registry
 from voice_llm.analysis import metrics, noise
-from voice_llm.util.artifacts import (
-    AUDIO,
-    CACHE,
-    CALL,
-    CANCEL,
-    LOAD,
-    PREFILL,
-    PROPS,
-    REPORT,
-    REPORT_HTML,
-    RUN,
-    SENTENCE,
-    TTFT,
-    read_json,
-    write_bytes_atomic,
-)
+from voice_llm.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.checks.core import counts as check_counts
-from voice_llm.analysis.keynumbers import LABELS
-from voice_llm.analysis.keynumbers import labels as keynumbers_labels
-from voice_llm.repeats.report import SpreadSeries, spread_caption, spread_figure, time_metrics
-from voice_llm.load import report as load_report  # the call and load sections
-from voice_llm.run.meta import require_one_run
 from voice_llm.errors import ArtifactError, ReportIncompleteError
+from voice_llm.report import style
+from voice_llm.report.capability_table import read_capability_rows
+from voice_llm.report.style import BLUE, GREEN, GREY, ORANGE, RED, TIME_AXIS, WIDE, Chart, NoDataError
+from voice_llm.run.folder import RunFolder
+from voice_llm.util.artifacts import (CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, RUN, SENTENCE, TTFT,
+                                      write_bytes_atomic)
 
-# Fixed SVG settings so the same artifacts always give the same bytes: a constant hash salt for clip-path and
-# marker ids, and text kept as <text> (smaller, selectable, searchable) instead of glyph outlines.
-_RC: dict[str, Any] = {
-    "svg.fonttype": "none",
-    "svg.hashsalt": "voice-llm",
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "axes.axisbelow": True,  # grid behind bars, not across them
-    "grid.alpha": 0.3,
-    "legend.fontsize": 9,
-    "legend.framealpha": 0.9,
-}
-_WIDE = (10.0, 3.6)  # inches; 720 pt of SVG fills the ~1000 px column at about 1:1
-_TIME_AXIS = "time since the request was sent (ms)"
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-# One colour per meaning, shared by every chart.
-_BLUE, _ORANGE, _GREEN, _GREY, _RED, _PURPLE = "#1f77b4", "#e67e22", "#2ca02c", "#555555", "#d62728", "#7b4ea3"
-
-# Every id and id reference matplotlib writes; prefixed per chart so five inlined SVGs never share an id.
-_SVG_ID_RE = re.compile(r'\b(id="|href="#|url\(#)([^")]+)')
-
-
-class NoDataError(ArtifactError):
-    """The step ran but saved nothing to draw: the section says "no data" with this reason."""
+__all__ = ["CORE_SECTIONS", "NoDataError", "Section", "metadata_rows", "render_report", "sections"]
 
 
 @dataclass(frozen=True)
-class _Chart:
-    figure: Figure
-    caption: str
-    extra_html: str = ""
+class Section:
+    """A section of the page: ``build`` takes the parsed ``source`` artifact (None: the whole RunFolder) and
+    returns a Chart, or the section's HTML itself."""
 
-
-@dataclass(frozen=True)
-class _Section:
     name: str
     title: str
-    source: str
-    build: Callable[[Any], _Chart]
+    source: str | None
+    build: Callable[[Any], Chart | str]
     optional: bool = False  # the artifact of a command outside the lab: no section at all when it is absent
 
 
-def render_report(out: Path, checks: Sequence[CheckResult] | None = None) -> Path:
+def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = None) -> Path:
     """Write ``out/report.html`` from the artifacts in ``out`` and return its path.
 
-    Only a missing ``out`` folder is an error; a missing or malformed artifact shows "not available" in its
-    own section. ``checks`` are the results of ``voice-llm check``; ``None`` means they were not run.
+    Only a missing ``out`` folder is an error (and a folder of a newer artifact schema, refused in one line); a
+    missing or malformed artifact shows "not available" in its own section. ``checks`` are the results of
+    ``voice-llm check``; ``None`` means they were not run. ``out`` may be the RunFolder check read: each file is
+    then parsed once for both.
     """
+    folder = RunFolder.of(out)
+    out = folder.path
     if not out.is_dir():
         raise ArtifactError(f"the output folder {out} does not exist; run `voice-llm lab` first")
-    run = require_one_run(out)  # never draw one page from the files of different runs
+    folder.require_known_schema()
+    run = folder.require_one_run()  # never draw one page from the files of different runs
     failures: list[tuple[str, str]] = []
-    with matplotlib.rc_context(_RC):
+    with style.drawing():
         # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
-        sections = [_render_section(out, section, failures) for section in _SECTIONS
-                    if not section.optional or ((out / section.source).exists() and run.belongs(section.source))]
-        sections.append(_guarded("spread", _SPREAD_TITLE, lambda: _spread_section_html(out), failures))
-    header = _guarded("header", "Server and key numbers",
-                      lambda: _header_html(out, _noise_html(noise.assess(out))), failures)
-    capabilities = _guarded("capabilities", "Server capabilities", lambda: _capabilities_html(out), failures)
-    page = _page(header + capabilities, _checks_html(checks), sections)
+        drawn = [_render_section(folder, section, failures) for section in sections()
+                 if not section.optional or section.source is None
+                 or (folder.exists(section.source) and run.belongs(section.source))]
+    header = style.guarded("header", "Server and key numbers",
+                           lambda: _header_html(folder, _noise_html(noise.assess(folder))), failures)
+    capabilities = style.guarded("capabilities", "Server capabilities", lambda: _capabilities_html(folder), failures)
+    page = _page(header + capabilities, _checks_html(checks), drawn)
     path = write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
     if failures:
         raise ReportIncompleteError(path, tuple(failures))
     return path
 
 
-def _guarded(name: str, title: str, draw: Callable[[], str], failures: list[tuple[str, str]]) -> str:
-    """``draw()``, or, when it raises, a section that says it could not be drawn (and the failure recorded)."""
-    try:
-        return draw()
-    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the page or the run's exit
-        return _failed_section(name, title, exc, failures)
-
-
-def _failed_section(name: str, title: str, exc: Exception, failures: list[tuple[str, str]]) -> str:
-    error = f"{type(exc).__name__}: {exc}"
-    failures.append((name, error))
-    return (f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
-            f'<p class="missing">could not be drawn: {_e(error)}</p>\n</section>\n')
-
-
-# --- reading and validating artifact values ------------------------------------------------------------------
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ArtifactError(f"{where} should be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _rows(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ArtifactError(f"{where} should be a non-empty JSON list")
-    if not value:
-        raise NoDataError(f"{where} is an empty list: the step saved no measurement")
-    return value
-
-
-def _optional_number(obj: Mapping[str, Any], key: str, where: str) -> float | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    # bool is an int in Python, but `true` is never a valid time or count.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ArtifactError(f"{where}: {key!r} should be a number, got {value!r}")
-    if not math.isfinite(value):  # NaN or infinity: the step saved no measurement here
-        raise NoDataError(f"{where}: {key!r} is {value!r}, not a measurement")
-    return float(value)
-
-
-def _number(obj: Mapping[str, Any], key: str, where: str) -> float:
-    value = _optional_number(obj, key, where)
-    if value is None:
-        if key in obj:  # null: the step measured nothing here (an all-error or empty step)
-            raise NoDataError(f"{where}: {key!r} is null")
-        raise ArtifactError(f"{where}: {key!r} is missing")
-    return value
+# --- reading and validating artifact values (the shared validators are voice_llm.report.style's) ----------------
 
 
 def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
@@ -185,47 +93,20 @@ def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
         raise ArtifactError(f"{where}: 'chunks' should be a JSON list")
     chunks = []
     for index, item in enumerate(value):
-        row = _mapping(item, f"{where} chunks[{index}]")
+        row = style.mapping(item, f"{where} chunks[{index}]")
         text = row.get("text")
         if not isinstance(text, str):
             raise ArtifactError(f"{where} chunks[{index}]: 'text' should be a string")
-        chunks.append((_number(row, "t_ms", f"{where} chunks[{index}]"), text))
+        chunks.append((style.number(row, "t_ms", f"{where} chunks[{index}]"), text))
     return chunks
 
 
-# --- formatting ----------------------------------------------------------------------------------------------
+# --- sections: the core's and every capability's ------------------------------------------------------------
 
 
-def _e(value: Any) -> str:
-    """HTML-escape anything that came from an artifact (model path, chunk text, check details...)."""
-    return html.escape(str(value), quote=True)
-
-
-def _ms(value: float) -> str:
-    # Sub-10 ms values keep a decimal so a 3.4 ms cache hit does not read as "3".
-    return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
-
-
-def _count(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-# --- chart plumbing ------------------------------------------------------------------------------------------
-
-
-def _figure_svg(fig: Figure, prefix: str) -> str:
-    """The figure as SVG markup ready to inline in HTML: no XML prolog or doctype, ids unique to ``prefix``."""
-    buf = io.StringIO()
-    # Date=None drops the timestamp matplotlib otherwise embeds, keeping the output reproducible.
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    svg = buf.getvalue()
-    svg = svg[svg.index("<svg") :]
-    return _SVG_ID_RE.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
-
-
-def _render_section(out: Path, section: _Section, failures: list[tuple[str, str]]) -> str:
+def _render_section(folder: RunFolder, section: Section, failures: list[tuple[str, str]]) -> str:
     try:
-        data = read_json(out / section.source)
+        data = folder if section.source is None else folder.json(section.source)
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     try:
@@ -238,96 +119,74 @@ def _render_section(out: Path, section: _Section, failures: list[tuple[str, str]
         # Validation above covers the documented shapes; this catches shapes nobody foresaw.
         return _missing_section_html(section, f"{section.source} is malformed ({type(exc).__name__}: {exc})")
     except Exception as exc:  # noqa: BLE001 - the drawing code raised: said in the section and after the page
-        return _failed_section(section.name, section.title, exc, failures)
+        return style.failed_section(section.name, section.title, exc, failures)
+    if isinstance(chart, str):  # the builder wrote its section itself
+        return chart
     try:
-        return chart_section_html(section.name, section.title, chart)
+        return style.chart_section_html(section.name, section.title, chart)
     except Exception as exc:  # noqa: BLE001 - matplotlib failed to lay out or save the figure
-        return _failed_section(section.name, section.title, exc, failures)
+        return style.failed_section(section.name, section.title, exc, failures)
 
 
-def chart_section_html(name: str, title: str, chart: _Chart) -> str:
-    svg = _figure_svg(chart.figure, f"chart-{name}")
-    return (
-        f'<section id="section-{name}">\n<h2>{_e(title)}</h2>\n'
-        f'<figure class="chart" id="chart-{name}">\n{svg}\n'
-        f"<figcaption>{_e(chart.caption)}</figcaption>\n</figure>\n{chart.extra_html}</section>\n"
-    )
-
-
-def _missing_section_html(section: _Section, reason: str, what: str = "not available") -> str:
-    return (
-        f'<section id="section-{section.name}">\n<h2>{_e(section.title)}</h2>\n'
-        f'<p class="missing">{what}: {_e(reason)}</p>\n</section>\n'
-    )
-
-
-def _vline(ax: Axes, x: float, label: str, color: str, style: str = "--") -> None:
-    ax.axvline(x, color=color, linestyle=style, linewidth=1.6, label=label)
-
-
-def _bars(ax: Axes, labels: Sequence[str], values: Sequence[float], color: str, unit: str) -> None:
-    container = ax.bar(labels, values, color=color, width=0.6)
-    # A white backing keeps a value readable where a median line crosses it.
-    ax.bar_label(container, labels=[f"{_ms(v)} {unit}" for v in values], padding=2, fontsize=9,
-                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85})
-    ax.margins(y=0.15)  # room for the value labels above the tallest bar
+def _missing_section_html(section: Section, reason: str, what: str = "not available") -> str:
+    return style.missing_section_html(section.name, section.title, reason, what)
 
 
 # --- sentence stream -----------------------------------------------------------------------------------------
 
 
-def _sentence_chart(data: Any) -> _Chart:
+def _sentence_chart(data: Any) -> Chart:
     where = SENTENCE
-    doc = _mapping(data, where)
-    ttft = _number(doc, "ttft_ms", where)
-    total = _number(doc, "total_ms", where)
-    first = _optional_number(doc, "first_sentence_ms", where)
-    smart = _optional_number(doc, "smart_first_sentence_ms", where)
+    doc = style.mapping(data, where)
+    ttft = style.number(doc, "ttft_ms", where)
+    total = style.number(doc, "total_ms", where)
+    first = style.optional_number(doc, "first_sentence_ms", where)
+    smart = style.optional_number(doc, "smart_first_sentence_ms", where)
     chunks = _chunks(doc.get("chunks"), where)
 
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     if chunks:
         times = [t for t, _ in chunks]
         # Characters so far show both when chunks arrive (the dots) and how much text a TTS could already speak.
         received = np.cumsum([len(text) for _, text in chunks])
-        ax.step(times, received, where="post", color=_GREY, linewidth=1)
-        ax.plot(times, received, "o", color=_GREY, markersize=3, label=f"{len(chunks)} chunks")
-    _vline(ax, ttft, f"first token: {_ms(ttft)} ms", _BLUE, "-")
+        ax.step(times, received, where="post", color=GREY, linewidth=1)
+        ax.plot(times, received, "o", color=GREY, markersize=3, label=f"{len(chunks)} chunks")
+    style.vline(ax, ttft, f"first token: {style.ms(ttft)} ms", BLUE, "-")
     if first is not None:
-        _vline(ax, first, f"first sentence, brief's rule: {_ms(first)} ms", _ORANGE, "--")
+        style.vline(ax, first, f"first sentence, brief's rule: {style.ms(first)} ms", ORANGE, "--")
     if smart is not None:
-        _vline(ax, smart, f"first sentence, smart splitter: {_ms(smart)} ms", _GREEN, ":")
-    _vline(ax, total, f"end of answer: {_ms(total)} ms", _RED, "-.")
+        style.vline(ax, smart, f"first sentence, smart splitter: {style.ms(smart)} ms", GREEN, ":")
+    style.vline(ax, total, f"end of answer: {style.ms(total)} ms", RED, "-.")
     ax.set_xlim(0, max([total, *(t for t, _ in chunks), 1.0]) * 1.02)  # 1 ms at least: never a zero-width axis
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(_TIME_AXIS)
+    ax.set_xlabel(TIME_AXIS)
     ax.set_ylabel("characters received")
     ax.legend(loc="upper left")
-    return _Chart(fig, _sentence_caption(ttft, first, smart, total), _sentence_text_html(doc, chunks))
+    return Chart(fig, _sentence_caption(ttft, first, smart, total), _sentence_text_html(doc, chunks))
 
 
 def _sentence_caption(ttft: float, first: float | None, smart: float | None, total: float) -> str:
-    tail = f"the first token came at {_ms(ttft)} ms and the answer ended at {_ms(total)} ms."
+    tail = f"the first token came at {style.ms(ttft)} ms and the answer ended at {style.ms(total)} ms."
     if first is None and smart is None:
         return f"No whole sentence was found, so a voice assistant would wait for the end; {tail}"
     options = []
     if first is not None:
-        options.append(f"after {_ms(first)} ms with the brief's rule")
+        options.append(f"after {style.ms(first)} ms with the brief's rule")
     if smart is not None:
-        options.append(f"after {_ms(smart)} ms with the smart splitter")
+        options.append(f"after {style.ms(smart)} ms with the smart splitter")
     return f"A voice assistant could start speaking the first sentence {' or '.join(options)}; {tail}"
 
 
 def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, str]]) -> str:
     rows = "".join(
-        f'<tr><td class="num">{_ms(t)}</td><td><code>{_e(text)}</code></td></tr>\n' for t, text in chunks
+        f'<tr><td class="num">{style.ms(t)}</td><td><code>{style.esc(text)}</code></td></tr>\n' for t, text in chunks
     )
     return (
         '<dl class="texts">\n'
-        f"<dt>first sentence, brief's rule</dt><dd>{_e(doc.get('first_sentence') or '—')}</dd>\n"
-        f"<dt>first sentence, smart splitter</dt><dd>{_e(doc.get('smart_first_sentence') or '—')}</dd>\n"
-        f"<dt>whole answer</dt><dd>{_e(doc.get('text') or '—')}</dd>\n</dl>\n"
+        f"<dt>first sentence, brief's rule</dt><dd>{style.esc(doc.get('first_sentence') or '—')}</dd>\n"
+        f"<dt>first sentence, smart splitter</dt><dd>{style.esc(doc.get('smart_first_sentence') or '—')}</dd>\n"
+        f"<dt>whole answer</dt><dd>{style.esc(doc.get('text') or '—')}</dd>\n</dl>\n"
         f"<details><summary>all {len(chunks)} chunks</summary>\n"
         '<table class="chunks"><thead><tr><th>t (ms)</th><th>text</th></tr></thead><tbody>\n'
         f"{rows}</tbody></table>\n</details>\n"
@@ -337,36 +196,36 @@ def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, st
 # --- time to first token -------------------------------------------------------------------------------------
 
 
-def _ttft_chart(data: Any) -> _Chart:
+def _ttft_chart(data: Any) -> Chart:
     where = TTFT
-    doc = _mapping(data, where)
-    runs = [_mapping(run, f"{where} runs[{i}]") for i, run in enumerate(_rows(doc.get("runs"), f"{where} runs"))]
-    ttfts = [_number(run, "ttft_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    totals = [_number(run, "total_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    tokens = [_optional_number(run, "tokens", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    ttft_p50 = _number(doc, "ttft_p50", where)
-    total_p50 = _number(doc, "total_p50", where)
+    doc = style.mapping(data, where)
+    runs = [style.mapping(run, f"{where} runs[{i}]") for i, run in enumerate(style.rows(doc.get("runs"), f"{where} runs"))]
+    ttfts = [style.number(run, "ttft_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    totals = [style.number(run, "total_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    tokens = [style.optional_number(run, "tokens", f"{where} runs[{i}]") for i, run in enumerate(runs)]
+    ttft_p50 = style.number(doc, "ttft_p50", where)
+    total_p50 = style.number(doc, "total_p50", where)
 
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     left, right = fig.subplots(1, 2)
     names = [str(i + 1) for i in range(len(runs))]
-    _bars(left, names, ttfts, _BLUE, "ms")
-    left.axhline(ttft_p50, color=_ORANGE, linestyle="--")
-    left.set_title(f"time to first token (dashed: median {_ms(ttft_p50)} ms)")
+    style.bars(left, names, ttfts, BLUE, "ms")
+    left.axhline(ttft_p50, color=ORANGE, linestyle="--")
+    left.set_title(f"time to first token (dashed: median {style.ms(ttft_p50)} ms)")
     left.set_xlabel("run")
     # Token counts under each run: a longer answer explains a longer total.
-    total_names = [name if n is None else f"{name}\n{_count(n)} tok" for name, n in zip(names, tokens)]
-    _bars(right, total_names, totals, _GREY, "ms")
-    right.axhline(total_p50, color=_ORANGE, linestyle="--")
-    right.set_title(f"time to the whole answer (dashed: median {_ms(total_p50)} ms)")
+    total_names = [name if n is None else f"{name}\n{style.count(n)} tok" for name, n in zip(names, tokens)]
+    style.bars(right, total_names, totals, GREY, "ms")
+    right.axhline(total_p50, color=ORANGE, linestyle="--")
+    right.set_title(f"time to the whole answer (dashed: median {style.ms(total_p50)} ms)")
     right.set_xlabel("run (answer length in tokens)")
     for ax in (left, right):
         ax.set_ylabel("time (ms)")
     caption = (
-        f"Over {len(runs)} runs the first token arrived after {_ms(ttft_p50)} ms (median) "
-        f"and the whole answer after {_ms(total_p50)} ms."
+        f"Over {len(runs)} runs the first token arrived after {style.ms(ttft_p50)} ms (median) "
+        f"and the whole answer after {style.ms(total_p50)} ms."
     )
-    return _Chart(fig, caption)
+    return Chart(fig, caption)
 
 
 # --- prefill cost --------------------------------------------------------------------------------------------
@@ -386,55 +245,55 @@ def _rate_text(fit: tuple[float, float] | None) -> str:
     slope = fit[0]
     if slope <= 0:
         return f"fit slope {slope:.3f} ms/token: no positive prefill rate"
-    return f"prefill: {slope:.2f} ms/token ≈ {_count(1000 / slope)} tokens/s"
+    return f"prefill: {slope:.2f} ms/token ≈ {style.count(1000 / slope)} tokens/s"
 
 
-def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> _Chart:
+def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> Chart:
     """Without the server's token counts (not llama-server): first-token time against the number of documents."""
-    points = sorted((_number(row, "docs", f"{PREFILL}[{i}]"), _number(row, "ttft_ms", f"{PREFILL}[{i}]"))
+    points = sorted((style.number(row, "docs", f"{PREFILL}[{i}]"), style.number(row, "ttft_ms", f"{PREFILL}[{i}]"))
                     for i, row in enumerate(rows))
     docs, ttft = (list(column) for column in zip(*points))
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
-    ax.plot(docs, ttft, "s--", color=_ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
+    ax.plot(docs, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
     _prefill_axes(ax, "documents in the system prompt")
     reason = next((r.get("unknown", {}).get("prompt_n") for r in rows if isinstance(r.get("unknown"), Mapping)), None)
-    caption = (f"{_count(docs[-1])} documents cost {_ms(ttft[-1])} ms before the first word, against {_ms(ttft[0])} ms "
-               f"with {_count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
-    return _Chart(fig, caption)
+    caption = (f"{style.count(docs[-1])} documents cost {style.ms(ttft[-1])} ms before the first word, against {style.ms(ttft[0])} ms "
+               f"with {style.count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
+    return Chart(fig, caption)
 
 
-def _prefill_chart(data: Any) -> _Chart:
+def _prefill_chart(data: Any) -> Chart:
     where = PREFILL
-    rows = [_mapping(row, f"{where}[{i}]") for i, row in enumerate(_rows(data, where))]
+    rows = [style.mapping(row, f"{where}[{i}]") for i, row in enumerate(style.rows(data, where))]
     # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed.
     if any(key in row and row[key] is None for row in rows for key in ("prompt_n", "prompt_ms")):
         return _prefill_chart_client_only(rows)
     points = sorted(
         (
-            _number(row, "prompt_n", f"{where}[{i}]"),
-            _number(row, "prompt_ms", f"{where}[{i}]"),
-            _number(row, "ttft_ms", f"{where}[{i}]"),
-            _number(row, "docs", f"{where}[{i}]"),
+            style.number(row, "prompt_n", f"{where}[{i}]"),
+            style.number(row, "prompt_ms", f"{where}[{i}]"),
+            style.number(row, "ttft_ms", f"{where}[{i}]"),
+            style.number(row, "docs", f"{where}[{i}]"),
         )
         for i, row in enumerate(rows)
     )
     prompt_n, prompt_ms, ttft, docs = (list(column) for column in zip(*points))
     fit = _fit_line(prompt_n, prompt_ms)
 
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
     if fit is not None:
         xs = np.array([0.0, max(prompt_n) * 1.05])
-        ax.plot(xs, fit[0] * xs + fit[1], color=_BLUE, linewidth=1, alpha=0.7, label="least-squares fit of prompt_ms")
-    ax.plot(prompt_n, prompt_ms, "o", color=_BLUE, markersize=7, label="prompt_ms (server prefill time)")
-    ax.plot(prompt_n, ttft, "s--", color=_ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
+        ax.plot(xs, fit[0] * xs + fit[1], color=BLUE, linewidth=1, alpha=0.7, label="least-squares fit of prompt_ms")
+    ax.plot(prompt_n, prompt_ms, "o", color=BLUE, markersize=7, label="prompt_ms (server prefill time)")
+    ax.plot(prompt_n, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
     for x, y, d in zip(prompt_n, ttft, docs):
-        ax.annotate(f"{_count(d)} docs", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
+        ax.annotate(f"{style.count(d)} docs", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
     ax.text(0.99, 0.04, _rate_text(fit), transform=ax.transAxes, ha="right", va="bottom", fontsize=10,
             bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
     _prefill_axes(ax, "prompt size (prompt_n, tokens)")
-    return _Chart(fig, _prefill_caption(points[-1], fit))
+    return Chart(fig, _prefill_caption(points[-1], fit))
 
 
 def _prefill_axes(ax: Axes, xlabel: str) -> None:
@@ -448,9 +307,9 @@ def _prefill_axes(ax: Axes, xlabel: str) -> None:
 
 def _prefill_caption(largest: tuple[float, float, float, float], fit: tuple[float, float] | None) -> str:
     prompt_n, _, ttft, docs = largest
-    sentence = f"{_count(docs)} documents ({_count(prompt_n)} prompt tokens) cost {_ms(ttft)} ms before the first word"
+    sentence = f"{style.count(docs)} documents ({style.count(prompt_n)} prompt tokens) cost {style.ms(ttft)} ms before the first word"
     if fit is not None and fit[0] > 0:
-        sentence += f"; the server reads the prompt at about {_count(1000 / fit[0])} tokens/s"
+        sentence += f"; the server reads the prompt at about {style.count(1000 / fit[0])} tokens/s"
     return sentence + "."
 
 
@@ -464,47 +323,47 @@ _CACHE_CASES = (
 )
 
 
-def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> _Chart:
+def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> Chart:
     """Without the server's token counts: the first-token times alone show what the cache did."""
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     ax = fig.add_subplot()
-    _bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), _BLUE, "ms")
+    style.bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), BLUE, "ms")
     ax.set_title("time to first token")
     ax.set_ylabel("time (ms)")
     ax.set_xlabel("request")
     unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
     caption = (
-        f"Re-sending the same prompt got the first token after {_ms(ttft['second'])} ms instead of "
-        f"{_ms(ttft['first'])} ms; changing its end cost {_ms(ttft['changed_suffix'])} ms and changing its start "
-        f"{_ms(ttft['changed_prefix'])} ms. Token counts are not shown "
+        f"Re-sending the same prompt got the first token after {style.ms(ttft['second'])} ms instead of "
+        f"{style.ms(ttft['first'])} ms; changing its end cost {style.ms(ttft['changed_suffix'])} ms and changing its start "
+        f"{style.ms(ttft['changed_prefix'])} ms. Token counts are not shown "
         f"({unknown.get('prompt_n') or 'the server sent none'})."
     )
-    return _Chart(fig, caption)
+    return Chart(fig, caption)
 
 
-def _cache_chart(data: Any) -> _Chart:
-    doc = _mapping(data, CACHE)
-    cases = {key: _mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
-    ttft = {key: _number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
+def _cache_chart(data: Any) -> Chart:
+    doc = style.mapping(data, CACHE)
+    cases = {key: style.mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
+    ttft = {key: style.number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
     if any("prompt_n" in case and case["prompt_n"] is None for case in cases.values()):
         return _cache_chart_client_only(doc, ttft)
-    prompt_n = {key: _number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
-    cache_n = {key: _optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
+    prompt_n = {key: style.number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
+    cache_n = {key: style.optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
     labels = [label for _, label in _CACHE_CASES]
 
-    fig = Figure(figsize=_WIDE, layout="constrained")
+    fig = style.figure(WIDE)
     left, right = fig.subplots(1, 2)
-    _bars(left, labels, list(ttft.values()), _BLUE, "ms")
+    style.bars(left, labels, list(ttft.values()), BLUE, "ms")
     left.set_title("time to first token")
     left.set_ylabel("time (ms)")
     # Evaluated and reused tokens side by side: together they show what the cache saved.
     x = np.arange(len(labels))
-    evaluated = right.bar(x - 0.2, list(prompt_n.values()), width=0.4, color=_ORANGE, label="prompt_n (evaluated)")
-    right.bar_label(evaluated, labels=[_count(v) for v in prompt_n.values()], padding=2, fontsize=9)
+    evaluated = right.bar(x - 0.2, list(prompt_n.values()), width=0.4, color=ORANGE, label="prompt_n (evaluated)")
+    right.bar_label(evaluated, labels=[style.count(v) for v in prompt_n.values()], padding=2, fontsize=9)
     if all(v is not None for v in cache_n.values()):
         reused = [v or 0.0 for v in cache_n.values()]
-        cached = right.bar(x + 0.2, reused, width=0.4, color=_GREEN, label="cache_n (reused from cache)")
-        right.bar_label(cached, labels=[_count(v) for v in reused], padding=2, fontsize=9)
+        cached = right.bar(x + 0.2, reused, width=0.4, color=GREEN, label="cache_n (reused from cache)")
+        right.bar_label(cached, labels=[style.count(v) for v in reused], padding=2, fontsize=9)
     right.set_xticks(x, labels)
     right.set_title("prompt tokens")
     right.set_ylabel("tokens")
@@ -514,58 +373,58 @@ def _cache_chart(data: Any) -> _Chart:
     for ax in (left, right):
         ax.set_xlabel("request")
     caption = (
-        f"Re-sending the same prompt got the first token after {_ms(ttft['second'])} ms instead of "
-        f"{_ms(ttft['first'])} ms ({_count(prompt_n['second'])} of {_count(prompt_n['first'])} prompt tokens "
-        f"evaluated); changing its end cost {_ms(ttft['changed_suffix'])} ms and changing its start "
-        f"{_ms(ttft['changed_prefix'])} ms."
+        f"Re-sending the same prompt got the first token after {style.ms(ttft['second'])} ms instead of "
+        f"{style.ms(ttft['first'])} ms ({style.count(prompt_n['second'])} of {style.count(prompt_n['first'])} prompt tokens "
+        f"evaluated); changing its end cost {style.ms(ttft['changed_suffix'])} ms and changing its start "
+        f"{style.ms(ttft['changed_prefix'])} ms."
     )
-    return _Chart(fig, caption)
+    return Chart(fig, caption)
 
 
 # --- cancellation --------------------------------------------------------------------------------------------
 
 
-def _cancel_chart(data: Any) -> _Chart:
+def _cancel_chart(data: Any) -> Chart:
     where = CANCEL
-    doc = _mapping(data, where)
-    max_tokens = _number(doc, "max_tokens", where)
-    received = _number(doc, "received_tokens", where)
-    closed = _number(doc, "closed_at_ms", where)
-    idle_after = _optional_number(doc, "slot_idle_after_ms", where)
+    doc = style.mapping(data, where)
+    max_tokens = style.number(doc, "max_tokens", where)
+    received = style.number(doc, "received_tokens", where)
+    closed = style.number(doc, "closed_at_ms", where)
+    idle_after = style.optional_number(doc, "slot_idle_after_ms", where)
     chunks = _chunks(doc["chunks"], where) if "chunks" in doc else []
     idle_at = None if idle_after is None else closed + idle_after
 
-    fig = Figure(figsize=(_WIDE[0], 2.9), layout="constrained")
+    fig = style.figure((WIDE[0], 2.9))
     ax = fig.add_subplot()
     # Two lanes: what the client saw, and how long the server slot stayed busy.
-    ax.barh(1, closed, left=0, height=0.5, color=_BLUE, alpha=0.25, label="client receiving")
+    ax.barh(1, closed, left=0, height=0.5, color=BLUE, alpha=0.25, label="client receiving")
     if chunks:
-        ax.vlines([t for t, _ in chunks], 0.78, 1.22, color=_BLUE, linewidth=1, label=f"{len(chunks)} chunks received")
+        ax.vlines([t for t, _ in chunks], 0.78, 1.22, color=BLUE, linewidth=1, label=f"{len(chunks)} chunks received")
     busy_until = closed if idle_at is None else idle_at
-    ax.barh(0, busy_until, left=0, height=0.5, color=_GREY, alpha=0.3, label="server slot busy")
-    _vline(ax, closed, f"client closed: {_ms(closed)} ms", _RED, "--")
+    ax.barh(0, busy_until, left=0, height=0.5, color=GREY, alpha=0.3, label="server slot busy")
+    style.vline(ax, closed, f"client closed: {style.ms(closed)} ms", RED, "--")
     if idle_at is not None:
-        _vline(ax, idle_at, f"slot idle: {_ms(idle_at)} ms", _GREEN, "-")
+        style.vline(ax, idle_at, f"slot idle: {style.ms(idle_at)} ms", GREEN, "-")
     ax.set_yticks([0, 1], ["server slot", "client stream\n(request sent at 0)"])
     ax.set_ylim(-0.6, 1.6)
     ax.set_xlim(0, max(busy_until, 1.0) * 1.25)
     ax.grid(axis="y", visible=False)
-    ax.set_xlabel(_TIME_AXIS)
-    ax.set_title(f"{_count(received)} of {_count(max_tokens)} tokens received", loc="left")
+    ax.set_xlabel(TIME_AXIS)
+    ax.set_title(f"{style.count(received)} of {style.count(max_tokens)} tokens received", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _Chart(fig, _cancel_caption(doc, received, max_tokens, closed, idle_after))
+    return Chart(fig, _cancel_caption(doc, received, max_tokens, closed, idle_after))
 
 
 def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, closed: float,
                     idle_after: float | None) -> str:
-    start = f"The client hung up at {_ms(closed)} ms after {_count(received)} of {_count(max_tokens)} tokens"
+    start = f"The client hung up at {style.ms(closed)} ms after {style.count(received)} of {style.count(max_tokens)} tokens"
     unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
     if idle_after is None and unknown.get("slot_idle_after_ms"):
         middle = f"and {unknown['slot_idle_after_ms']}"
     elif idle_after is None:
         middle = "and the server slot was not seen idle afterwards"
     else:
-        middle = f"and the server slot was idle again {_ms(idle_after)} ms later"
+        middle = f"and the server slot was idle again {style.ms(idle_after)} ms later"
     logged = doc.get("cancel_logged")
     end = "" if not isinstance(logged, bool) else (
         "; the server log shows the cancel" if logged else "; the server log does not show the cancel"
@@ -573,42 +432,43 @@ def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, 
     return f"{start}, {middle}{end}."
 
 
-def _audio_chart(name: str) -> Callable[[Any], _Chart]:
-    """A chart of the speak step, drawn by voice_llm.tts.report (imported when drawn: it uses this module's style)."""
-
-    def build(data: Any) -> _Chart:
-        from voice_llm.tts import report as tts_report
-
-        return getattr(tts_report, name)(_mapping(data, AUDIO))
-
-    return build
-
-
-_SECTIONS = (
-    _Section("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
-    _Section("speak", "Time to first audio: what the caller hears", AUDIO, _audio_chart("timeline_chart")),
-    _Section("firstaudio", "First audio per segmenting strategy", AUDIO, _audio_chart("ttfa_chart")),
-    _Section("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
-    _Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
-    _Section("cache", "Prompt cache", CACHE, _cache_chart),
-    _Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
-    _Section("call", "One call, six turns: does the cache keep every turn fast?", CALL,
-             lambda doc: _Chart(*load_report.call_chart(_mapping(doc, CALL))), optional=True),
-    _Section("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
-             lambda doc: _Chart(*load_report.load_chart(_mapping(doc, LOAD))), optional=True),
+# The core's sections, in page order; each capability's are placed among them by their ``after``.
+CORE_SECTIONS: tuple[Section, ...] = (
+    Section("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
+    Section("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
+    Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
+    Section("cache", "Prompt cache", CACHE, _cache_chart),
+    Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
 )
 
 
-# --- spread over repeats, noise, run metadata ------------------------------------------------------------------
+def _built_by(reference: str) -> Callable[[Any], Chart | str]:
+    """A capability's builder, imported when the section is drawn (a failure to import is that section's)."""
+    def build(data: Any) -> Chart | str:
+        return registry.resolve(reference)(data)
+    return build
 
-_SPREAD_TITLE = "Spread over repeats"
+
+def sections() -> tuple[Section, ...]:
+    """The page's sections: the core's, then every registered capability's (voice_llm.registry.SectionEntry)
+    in registry order, each placed right after the section its ``after`` names (at the end without one, or when
+    that section is not on the page: its capability was left out)."""
+    placed = list(CORE_SECTIONS)
+    last_after: dict[str, str] = {}  # an anchor -> the last section placed behind it (several keep their order)
+    for capability in registry.capabilities():
+        for entry in capability.sections:
+            section = Section(entry.name, entry.title, entry.artifact, _built_by(entry.builder), entry.optional)
+            names = [s.name for s in placed]
+            anchor = last_after.get(entry.after, entry.after) if entry.after else None
+            if anchor in names:
+                placed.insert(names.index(anchor) + 1, section)
+                last_after[entry.after] = entry.name
+            else:
+                placed.append(section)
+    return tuple(placed)
 
 
-def _spread_section_html(out: Path) -> str:
-    series = [SpreadSeries("this run", metrics.measure_all(out), _BLUE)]
-    if not time_metrics(series):
-        return _missing_section_html(_Section("spread", _SPREAD_TITLE, "", lambda d: d), "no measured times in this folder")
-    return chart_section_html("spread", _SPREAD_TITLE, _Chart(spread_figure(series), spread_caption(series)))
+# --- noise, run metadata ------------------------------------------------------------------------------------
 
 
 def _noise_html(assessment: Mapping[str, Any]) -> str:
@@ -616,11 +476,11 @@ def _noise_html(assessment: Mapping[str, Any]) -> str:
         return ('<section id="section-noise" class="quiet">\n<p>The machine was quiet enough: the load from other '
                 "processes stayed under half the cores and no number spread by more than 20 % over its repeats."
                 "</p>\n</section>\n")
-    labels = [metrics.BY_KEY[k].label if k in metrics.BY_KEY else k for k in assessment.get("affected") or []]
-    reasons = "".join(f"<li>{_e(reason)}</li>\n" for reason in assessment.get("reasons") or [])
+    labels = [metrics.label_of(k) for k in assessment.get("affected") or []]
+    reasons = "".join(f"<li>{style.esc(reason)}</li>\n" for reason in assessment.get("reasons") or [])
     return (
         '<section id="section-noise" class="noise">\n<h2>Warning: the machine was noisy during this run</h2>\n'
-        f"<p>Numbers affected: <strong>{_e('; '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
+        f"<p>Numbers affected: <strong>{style.esc('; '.join(labels) or 'none named')}</strong>. Rerun on a quieter machine "
         "(or with more <code>--repeat</code>) before trusting or comparing them.</p>\n"
         f"<ul>\n{reasons}</ul>\n</section>\n"
     )
@@ -660,60 +520,57 @@ def metadata_rows(run: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(label, "—" if value is None else str(value)) for label, value in rows]
 
 
-def _metadata_html(out: Path) -> str:
-    if not (out / RUN).is_file():
+def _metadata_html(out: RunFolder) -> str:
+    if not out.is_file(RUN):
         reason = "no run.json in this folder (written before run ids, or not by a lab run)"
     else:
         try:
-            run = _mapping(read_json(out / RUN), RUN)
+            run = style.mapping(out.json(RUN), RUN)
         except ArtifactError as exc:
             reason = str(exc)
         else:
-            body = _table([(label, f"<td>{_e(text)}</td>") for label, text in metadata_rows(run)], "meta")
+            body = _table([(label, f"<td>{style.esc(text)}</td>") for label, text in metadata_rows(run)], "meta")
             return f'<section id="section-metadata">\n<h2>Run metadata</h2>\n{body}</section>\n'
     return (f'<section id="section-metadata">\n<h2>Run metadata</h2>\n<p class="missing">no run metadata: '
-            f"{_e(reason)}</p>\n</section>\n")
+            f"{style.esc(reason)}</p>\n</section>\n")
 
 
 # --- header, checks and page ---------------------------------------------------------------------------------
 
-_KEY_NUMBERS = LABELS
-
-
 def _value_cell(value: Any, unit: str) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        shown = _ms(float(value)) if unit == "ms" else _count(value)
-        return f'<td class="num">{shown} {_e(unit)}</td>'
-    return f"<td>{_e('—' if value is None else value)}</td>"
+        shown = style.ms(float(value)) if unit == "ms" else style.count(value)
+        return f'<td class="num">{shown} {style.esc(unit)}</td>'
+    return f"<td>{style.esc('—' if value is None else value)}</td>"
 
 
 def _table(rows: Sequence[tuple[str, str]], css_class: str) -> str:
-    body = "".join(f"<tr><th>{_e(label)}</th>{cell}</tr>\n" for label, cell in rows)
+    body = "".join(f"<tr><th>{style.esc(label)}</th>{cell}</tr>\n" for label, cell in rows)
     return f'<table class="{css_class}"><tbody>\n{body}</tbody></table>\n'
 
 
-def _server_facts_html(out: Path) -> str:
+def _server_facts_html(out: RunFolder) -> str:
     try:
-        props = _mapping(read_json(out / PROPS), PROPS)
+        props = style.mapping(out.json(PROPS), PROPS)
     except ArtifactError as exc:
-        return f'<p class="missing">server facts not available: {_e(exc)}</p>\n'
+        return f'<p class="missing">server facts not available: {style.esc(exc)}</p>\n'
     settings = props.get("default_generation_settings")
     n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else props.get("n_ctx")
     model_path = props.get("model_path")
     rows = [
-        ("model", f"<td>{_e(PurePath(model_path).name if isinstance(model_path, str) else '—')}</td>"),
+        ("model", f"<td>{style.esc(PurePath(model_path).name if isinstance(model_path, str) else '—')}</td>"),
         ("context (n_ctx)", _value_cell(n_ctx, "tokens")),
         ("slots", _value_cell(props.get("total_slots"), "")),
-        ("llama.cpp build", f"<td>{_e(props.get('build_info') or '—')}</td>"),
+        ("llama.cpp build", f"<td>{style.esc(props.get('build_info') or '—')}</td>"),
     ]
     return _table(rows, "facts")
 
 
-def _key_numbers_html(out: Path) -> str:
+def _key_numbers_html(out: RunFolder) -> str:
     try:
-        numbers = _mapping(read_json(out / REPORT), REPORT)
+        numbers = style.mapping(out.json(REPORT), REPORT)
     except ArtifactError as exc:
-        return f'<p class="missing">key numbers not available: {_e(exc)}</p>\n'
+        return f'<p class="missing">key numbers not available: {style.esc(exc)}</p>\n'
     rows = []
     found = metrics.measure_all(out)
     labels = keynumbers_labels(out)  # "cache not disabled" where the run's server ignored cache_prompt
@@ -735,10 +592,10 @@ def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
     if measured is None or len(measured.samples) < 2 or unit != "ms":
         return "<td></td>"
     low, high = min(measured.samples), max(measured.samples)
-    return f'<td class="range">{_ms(low)}–{_ms(high)} over {len(measured.samples)}</td>'
+    return f'<td class="range">{style.ms(low)}–{style.ms(high)} over {len(measured.samples)}</td>'
 
 
-def _header_html(out: Path, banner: str = "") -> str:
+def _header_html(out: RunFolder, banner: str = "") -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
         '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
@@ -750,17 +607,15 @@ def _header_html(out: Path, banner: str = "") -> str:
     )
 
 
-def _capabilities_html(out: Path) -> str:
+def _capabilities_html(out: RunFolder) -> str:
     """What this server exposed and what the lab inferred (capabilities.json); nothing for an older run."""
-    from voice_llm.report.capability_table import read_capability_rows
-
     try:
         rows = read_capability_rows(out)
     except ArtifactError as exc:
-        return f'<section id="section-capabilities">\n<h2>Server capabilities</h2>\n<p class="missing">{_e(exc)}</p>\n</section>\n'
+        return f'<section id="section-capabilities">\n<h2>Server capabilities</h2>\n<p class="missing">{style.esc(exc)}</p>\n</section>\n'
     if not rows:
         return ""
-    body = "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td><td>{_e(c)}</td></tr>\n" for a, b, c in rows)
+    body = "".join(f"<tr><th>{style.esc(a)}</th><td>{style.esc(b)}</td><td>{style.esc(c)}</td></tr>\n" for a, b, c in rows)
     return (
         '<section id="section-capabilities">\n<h2>Server capabilities</h2>\n'
         "<p>What this server exposed when probed before the steps, and what each number therefore rests on. "
@@ -780,18 +635,18 @@ def _checks_html(checks: Sequence[CheckResult] | None) -> str:
         return '<section id="section-checks">\n<h2>Checks</h2>\n<p class="missing">checks not run</p>\n</section>\n'
     unknown = sum(1 for c in checks if c.status == NOT_CHECKABLE)
     rows = "".join(
-        f'<tr class="{_STATUS_CLASS[c.status]}"><td><span class="badge">{_e(c.label)}</span></td>'
-        f"<td>{_e(c.name)}</td><td>{_e(c.detail)}</td></tr>\n"
+        f'<tr class="{_STATUS_CLASS[c.status]}"><td><span class="badge">{style.esc(c.label)}</span></td>'
+        f"<td>{style.esc(c.name)}</td><td>{style.esc(c.detail)}</td></tr>\n"
         for c in checks
     )
     return (
-        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{len(checks)} checks: {_e(check_counts(checks))}{f" ({unknown} not checkable from these files)" if unknown else ""}.{_FINDINGS_NOTE if any(c.status == FINDING for c in checks) else ""}</p>\n'
+        f'<section id="section-checks">\n<h2>Checks</h2>\n<p>{len(checks)} checks: {style.esc(check_counts(checks))}{f" ({unknown} not checkable from these files)" if unknown else ""}.{_FINDINGS_NOTE if any(c.status == FINDING for c in checks) else ""}</p>\n'
         '<table class="checks"><thead><tr><th>result</th><th>check</th><th>detail</th></tr></thead><tbody>\n'
         f"{rows}</tbody></table>\n</section>\n"
     )
 
 
-_CSS = """
+style.CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1a1a1a;
   background: #fff; max-width: 1000px; margin: 0 auto; padding: 20px 24px 40px; line-height: 1.45; }
 h1 { font-size: 1.7rem; margin: 0 0 .2rem; }
@@ -836,7 +691,7 @@ footer { margin-top: 2rem; color: #777; font-size: .85rem; }
 
 # Lets a headless browser prove every chart really laid out: the test reads data-rendered from the dumped DOM
 # and data-box (page coordinates) to look for ink in the screenshot where each chart should be.
-_RENDER_PROBE = """
+style.RENDER_PROBE = """
 window.addEventListener("load", function () {
   var rendered = 0;
   document.querySelectorAll("figure.chart").forEach(function (figure) {
@@ -859,8 +714,8 @@ def _page(header: str, checks: str, sections: Sequence[str]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>voice-llm report</title>\n<style>{_CSS}</style>\n<script>{_RENDER_PROBE}</script>\n</head>\n"
+        f"<title>voice-llm report</title>\n<style>{style.CSS}</style>\n<script>{style.RENDER_PROBE}</script>\n</head>\n"
         f'<body data-charts="{charts}" data-rendered="0">\n{header}{checks}{"".join(sections)}'
-        f"<footer>voice-llm {_e(__version__)}: rendered from the artifact files alone; "
+        f"<footer>voice-llm {style.esc(__version__)}: rendered from the artifact files alone; "
         "no server was queried.</footer>\n</body>\n</html>\n"
     )

@@ -27,8 +27,10 @@ from urllib.parse import urlsplit
 
 from voice_llm import __version__
 from voice_llm.client.api import props_n_ctx
-from voice_llm.util.artifacts import RUN, inside, read_artifact_bytes, read_json, write_json
+from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
+from voice_llm.scenario import brief, prompts
+from voice_llm.server.provision import sha256_of
 from voice_llm.sse import server_root
 
 # 3: one median rule in every artifact (audio.json's and load.json's p50 were other middles), health.json records
@@ -37,7 +39,7 @@ SCHEMA_VERSION = 3
 RUN_ID = "run_id"
 SCHEMA = "schema_version"
 # Files that are evidence of the run but are written by other tools or after the check (never in the manifest).
-UNMANIFESTED = frozenset({RUN, "report.html", "server.log"})
+UNMANIFESTED = frozenset({RUN, REPORT_HTML, SERVER_LOG})
 
 
 class MixedRunsError(ArtifactError):
@@ -58,9 +60,7 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    from voice_llm.server.provision import sha256_of  # the one file hasher (the model's check uses it too)
-
-    return sha256_of(path)
+    return sha256_of(path)  # the one file hasher (the model's check uses it too)
 
 
 def stamp(value: Any, run_id: str) -> Any:
@@ -172,8 +172,6 @@ def threads_from_log(log: Path) -> int | None:
 def prompts_fingerprint() -> dict[str, Any]:
     """One hash over the prompts and the brief's numbers the steps use: two runs measured the same requests only
     when these match (``compare`` refuses otherwise)."""
-    from voice_llm.scenario import brief, prompts
-
     def constants(module: Any) -> dict[str, Any]:
         return {k: v for k, v in sorted(vars(module).items()) if k.isupper() and isinstance(v, (str, int, float, tuple))}
 

@@ -15,11 +15,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import AUDIO, inside, loads_json, read_artifact_bytes, read_json
-from voice_llm.checks.base import Check, NotCheckable, expect, unless_missed
+from voice_llm.util.artifacts import AUDIO, loads_json, read_artifact_bytes
+from voice_llm.checks.base import NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
+from voice_llm.run.folder import RunFolder
 from voice_llm.sse import DONE_DATA, SSEDecoder
 from voice_llm.tts.artifact import summary
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, segment_stream
@@ -29,8 +30,7 @@ from voice_llm.tts.wav import read_wav
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
 
 
-STEP = "speak"
-ARTIFACT = AUDIO
+# Registered as CheckEntry items in voice_llm.tts.CAPABILITY (run when the run ran the speak step).
 
 
 def _close(a: float, b: float, tolerance: float = TOLERANCE_MS) -> bool:
@@ -50,9 +50,9 @@ def _where(strategy: str, run: Mapping[str, Any]) -> str:
     return f"{strategy} run {run.get('run')}"
 
 
-def check_first_audio_order(out: Path) -> str:
+def check_first_audio_order(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first segment's text <= first audio, for every strategy and run (one run, one clock)."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     count = 0
     for strategy, run in _runs(doc):
         where = _where(strategy, run)
@@ -63,17 +63,18 @@ def check_first_audio_order(out: Path) -> str:
     return f"{count} runs: ttft <= first segment text <= first audio"
 
 
-def check_segments_follow_stream(out: Path) -> str:
+def check_segments_follow_stream(out: RunFolder | Path) -> str:
     """Invariant: each run's chunks are its raw stream's content, and its segments are what the strategy makes
     of them (derived files equal their source)."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     clause_words = int(doc.get("clause_words", DEFAULT_CLAUSE_WORDS))
     count = 0
     for strategy, run in _runs(doc):
         where = _where(strategy, run)
         chunks = [(_num(c["t_ms"], f"{where} chunk t_ms"), c["text"]) for c in run["chunks"]]
         _require(bool(chunks) and _close(chunks[0][0], _num(run["ttft_ms"], "ttft_ms")), f"{where}: ttft_ms is not the first chunk's time")
-        raw_text = _raw_content(inside(out, run["raw"]))  # never a file outside OUT
+        folder = RunFolder.of(out)
+        raw_text = _raw_content(folder.file(run["raw"]), folder)  # never a file outside OUT
         _require("".join(t for _, t in chunks) == raw_text == run["text"], f"{where}: chunks differ from {run['raw']}")
         derived = segment_stream(strategy, chunks, _num(run["total_ms"], "total_ms"), clause_words)
         recorded = [(s["text"], s["text_ready_ms"]) for s in run["segments"]]
@@ -83,10 +84,11 @@ def check_segments_follow_stream(out: Path) -> str:
     return f"{count} runs: chunks equal the raw streams, segments re-derived from them"
 
 
-def _raw_content(path: Path) -> str:
+def _raw_content(path: Path, folder: RunFolder | None = None) -> str:
+    """The content of a saved raw stream; read through ``folder`` (once per command) when given."""
     if not path.exists():
         raise ArtifactError(f"the raw stream {path} is missing")
-    raw = read_artifact_bytes(path)
+    raw = folder.bytes(path.relative_to(folder.path).as_posix()) if folder else read_artifact_bytes(path)
     text = ""
     for event in SSEDecoder().feed(raw):
         if event.data == DONE_DATA:
@@ -96,11 +98,11 @@ def _raw_content(path: Path) -> str:
     return text
 
 
-def check_timeline(out: Path) -> str:
+def check_timeline(out: RunFolder | Path) -> str:
     """Invariant: per segment text ready <= synthesis start <= first audio <= synthesis end, synthesis in order
     (one clock), and the playback (TTFA, stalls, end) and medians recomputed from the segments' audio equal the
     stated ones."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     for strategy, run in _runs(doc):
         where = _where(strategy, run)
         previous_end = -math.inf
@@ -125,10 +127,10 @@ def check_timeline(out: Path) -> str:
     return "segment times in order; TTFA, stalls, end and medians recomputed from the audio"
 
 
-def check_first_text_before_whole(out: Path) -> str:
+def check_first_text_before_whole(out: RunFolder | Path) -> str:
     """Invariant, on text: in every run the first segment's text is ready no later than the whole answer (its
     last chunk, total_ms, on the same clock), and the `whole` strategy's first segment is the whole answer."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     count = 0
     for strategy, run in _runs(doc):
         where = _where(strategy, run)
@@ -141,12 +143,12 @@ def check_first_text_before_whole(out: Path) -> str:
     return f"{count} runs: first segment text <= the whole answer's, whole ready at the answer's end"
 
 
-def check_whole_after_sentences(out: Path) -> str:
+def check_whole_after_sentences(out: RunFolder | Path) -> str:
     """Expectation, a finding when it does not hold: speaking sentence by sentence is heard no later than
     waiting for the whole answer. Not a law: `sentences` synthesizes its first sentence while the LLM still
     generates the rest on the same cores, `whole` synthesizes with the CPU to itself; on a machine with few
     cores the second can win. Which does is a fact about this machine (the text order is the invariant above)."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     medians = {s: doc["strategies"][s]["summary"] for s in ("whole", "sentences")}
     whole, sentences = (_num(medians[s]["ttfa_ms"]["median"], f"{s} TTFA") for s in ("whole", "sentences"))
     text_whole, text_sentences = (_num(medians[s]["first_text_ms"]["median"], f"{s} first text")
@@ -160,16 +162,16 @@ def check_whole_after_sentences(out: Path) -> str:
                          f"{text_whole:.0f} ms, sentences {text_sentences:.0f} ms (medians)", missed)
 
 
-def check_wavs(out: Path) -> str:
+def check_wavs(out: RunFolder | Path) -> str:
     """Invariant: every WAV exists, decodes, is mono 16-bit at the stated rate, and lasts what audio.json states: the first
     segment its audio_ms, the heard answer its end - TTFA (stalls as silence, one frame of rounding each)."""
-    doc = read_json(out / AUDIO)
+    doc = RunFolder.of(out).json(AUDIO)
     rate = int(_num(doc["sample_rate"], "sample_rate"))
     frame_ms = 1000.0 / rate
     count = 0
     for strategy, entry in doc["strategies"].items():
         for kind, wav in entry["wavs"].items():
-            info = read_wav(inside(out, wav["path"]))
+            info = read_wav(RunFolder.of(out).file(wav["path"]))  # never a file outside OUT
             where = f"{wav['path']}"
             _require((info.channels, info.sample_width, info.sample_rate) == (1, 2, rate),
                      f"{where}: {info.channels} ch, {8 * info.sample_width} bit, {info.sample_rate} Hz; expected mono 16-bit {rate} Hz")
@@ -184,13 +186,3 @@ def check_wavs(out: Path) -> str:
                      f"{where}: lasts {info.duration_ms:.1f} ms, run {wav['run']} says {expected:.1f} ms")
             count += 1
     return f"{count} WAVs decode and last what audio.json states"
-
-
-CHECKS: tuple[Check, ...] = (
-    Check("audio: ttft <= first segment text <= first audio", STEP, check_first_audio_order),
-    Check("audio: segments follow from the raw stream", STEP, check_segments_follow_stream),
-    Check("audio: timeline and medians follow from the segments", STEP, check_timeline),
-    Check("audio: first segment text no later than the whole answer", STEP, check_first_text_before_whole),
-    Check("audio: TTFA whole >= TTFA sentences", STEP, check_whole_after_sentences),
-    Check("audio: WAVs decode and last as stated", STEP, check_wavs),
-)

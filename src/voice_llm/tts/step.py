@@ -1,5 +1,6 @@
-"""Step speak: time to first audio. Stream the sentence step's answer and speak it through a real TTS while it
-streams, once per segmenting strategy and repeat; write audio.json and the WAVs the caller would hear.
+"""Step speak, the tts capability's step: time to first audio. Stream the sentence step's answer and speak it
+through a real TTS while it streams, once per segmenting strategy and repeat; write audio.json and the WAVs the
+caller would hear. Also what the capability adds to the CLI (its flags, its options value, `install`'s voice).
 
 Runs are interleaved (round 1: every strategy, round 2: every strategy, ...) so a drift in machine load falls on
 all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<run>.sse``.
@@ -7,18 +8,20 @@ all strategies alike. Each run's raw stream is kept as ``raw/speak-<strategy>-<r
 
 from __future__ import annotations
 
+import argparse
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from voice_llm.scenario import brief, prompts
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
-from voice_llm.errors import OutputDirError, TTSError
+from voice_llm.errors import ConfigError, OutputDirError, TTSError
+from voice_llm.lab import flags
 from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.sse import Chunk, StreamResult
-from voice_llm.tts import DEFAULT_ENGINE, TTSEngine, load_engine
+from voice_llm.tts import DEFAULT_ENGINE, ENGINES, TTSEngine, load_engine
 from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
 from voice_llm.tts.engine import SAMPLE_WIDTH
 from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
@@ -27,6 +30,24 @@ from voice_llm.tts.wav import wav_bytes
 
 MAX_TOKENS = brief.SENTENCE_MAX_TOKENS  # the sentence step's request
 DEFAULT_REPEAT = 3
+NAME = "tts"  # this capability's name: its options are StepOptions.plugins["tts"]
+# The commands that take the TTS flags: the lab (it runs speak) and the speak step alone.
+TTS_COMMANDS = frozenset({"lab", "speak"})
+
+
+@dataclass(frozen=True)
+class TTSOptions:
+    """This capability's options (the CLI's --tts, --voice, --clause-words), kept in StepOptions.plugins["tts"]."""
+
+    engine: str = DEFAULT_ENGINE  # a voice_llm.tts engine ("piper", "espeak")
+    voice: str | None = None  # a Piper .onnx file or an espeak-ng voice name; None: the engine's default voice
+    clause_words: int = DEFAULT_CLAUSE_WORDS  # strategy clauses: words before the first clause may end
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown TTS engine {self.engine!r}; choose one of: {', '.join(ENGINES)}")
+        if self.clause_words < 1:
+            raise ConfigError(f"--clause-words must be at least 1, not {self.clause_words}")
 
 
 @dataclass(frozen=True)
@@ -37,10 +58,42 @@ class SpeakOptions:
     clause_words: int = DEFAULT_CLAUSE_WORDS
 
 
+# --- what the capability contributes (voice_llm.tts.CAPABILITY) ------------------------------------------------
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of the lab and of the speak step: the engine, its voice, the clause strategy's words; the speak
+    step alone also repeats its measurement (--repeat, the core's flag)."""
+    if command == "speak":
+        flags.repeat_option(parser)
+    if command not in TTS_COMMANDS:
+        return
+    parser.add_argument("--tts", choices=ENGINES, default=TTSOptions.engine,
+                        help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
+    parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
+    parser.add_argument("--clause-words", type=flags.positive_int, default=TTSOptions.clause_words, metavar="N",
+                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
+
+
+def options_value(values: Mapping[str, Any]) -> TTSOptions:
+    """This capability's options from a command's parsed flags (those it did not offer keep their defaults)."""
+    return TTSOptions(engine=values.get("tts") or TTSOptions.engine, voice=values.get("voice"),
+                      clause_words=values.get("clause_words") or TTSOptions.clause_words)
+
+
+def install() -> str:
+    """What `voice-llm install` fetches for speak: the default voice, loaded and warmed up once to verify it."""
+    return f"voice: {load_engine().voice}"
+
+
+def tts_options(options: StepOptions) -> TTSOptions:
+    return options.plugin(NAME, TTSOptions())
+
+
 def options_from(options: StepOptions) -> SpeakOptions:
     """The step's options from the lab's (the CLI's --tts, --voice, --repeat, --clause-words)."""
-    return SpeakOptions(engine=options.tts_engine, voice=options.tts_voice, repeat=options.repeat,
-                        clause_words=options.clause_words)
+    tts = tts_options(options)
+    return SpeakOptions(engine=tts.engine, voice=tts.voice, repeat=options.repeat, clause_words=tts.clause_words)
 
 
 def options_of(ctx: LabContext) -> SpeakOptions:
@@ -56,6 +109,11 @@ def engine_for(options: SpeakOptions, deadline_s: float | None = None) -> TTSEng
     """The engine and voice the options name, loaded and warmed up once per process: the pipeline loads it before
     it asks the server anything (a bad --voice fails there, leaving no file), and the step uses the same one."""
     return _loaded(options.engine, options.voice, deadline_s)
+
+
+def prepare(options: StepOptions) -> None:
+    """Before the lab asks anything or writes a file (voice_llm.lab.steps): the engine and voice must load."""
+    engine_for(options_from(options), options.deadline_s)
 
 
 def raw_name(strategy: str, run: int) -> str:
