@@ -54,7 +54,7 @@ from voice_llm.converse.checks import ARTIFACT
 from voice_llm.converse.frames import CallerLine
 from voice_llm.converse.step import breakdown
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
-from voice_llm.load.stats import percentile
+from voice_llm.util.stats import percentile
 
 GAP_TAIL_FRAMES = 30  # frames fed after the endpoint before the next turn: the line is idle while the reply plays
 

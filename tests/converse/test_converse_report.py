@@ -11,6 +11,7 @@ import matplotlib
 import pytest
 
 from voice_llm.report import page as report_html
+from voice_llm.report import style
 from voice_llm.converse import report
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,7 +19,7 @@ from test_converse_checks import build_call  # noqa: E402  (the fixture builder 
 
 
 def _render(out: Path) -> str:
-    with matplotlib.rc_context(report_html._RC):
+    with style.drawing():
         return report.section_html(out)
 
 
@@ -29,7 +30,7 @@ def test_sections_of_a_call(tmp_path: Path) -> None:
     assert 'id="section-converse"' in html and 'id="section-converse-wave"' in html
     doc = json.loads((out / "converse.json").read_text())
     median = doc["summary"]["mouth_to_ear_ms"]["median"]
-    row = f"the caller hears the assistant {report_html._ms(median)} ms after they stop talking"
+    row = f"the caller hears the assistant {style.ms(median)} ms after they stop talking"
     assert row in html  # the summary row
     assert "The caller hears the assistant" in html  # and the caption's sentence
     for label in ("endpoint wait", "STT", "prefill", "first segment", "synthesis", "playback", "barges in"):

@@ -33,8 +33,7 @@ from voice_llm.converse.recording import PlacedAudio, sample_at, to_line_rate
 from voice_llm.converse.stt import STTError, Transcriber
 from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.context import LabContext
-from voice_llm.tts.engine import TTSEngine
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
+from voice_llm.tts import DEFAULT_CLAUSE_WORDS, TTSEngine
 
 PRE_ROLL_FRAMES = 5  # frames kept before the VAD's speech start (its onset lags the true start by 24-110 ms)
 TAIL_MS = 500  # the line is fed this long after the last reply has played, so the recording holds its end

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from voice_llm.errors import ConfigError, TTSUnavailableError
+from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
 
 SAMPLE_RATE = 16000  # Silero and Whisper both take 16 kHz mono
 SAMPLE_WIDTH = 2  # int16
@@ -149,8 +150,6 @@ class CallerVoice:
 def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_SCALE) -> tuple[list[Utterance],
                                                                                                 CallerVoice]:
     """Each line spoken by Piper's default voice at ``length_scale``, resampled to 16 kHz mono."""
-    from voice_llm.tts.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
-
     model, config = default_voice()
     try:
         from piper import PiperVoice, SynthesisConfig

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from voice_llm.util import stats
-from voice_llm.util.artifacts import inside, read_artifact_bytes, read_json
+from voice_llm.run.folder import RunFolder
+from voice_llm.util.artifacts import CONVERSE
 from voice_llm.checks.base import Check, CheckFailed, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
@@ -42,10 +43,10 @@ from voice_llm.converse import gap as measure
 from voice_llm.converse.wer import total as wer_total
 from voice_llm.converse.wer import wer as word_errors
 from voice_llm.errors import ArtifactError
-from voice_llm.load.stats import percentile
+from voice_llm.util.stats import percentile
 
 STEP = "converse"
-ARTIFACT = "converse.json"
+ARTIFACT = CONVERSE
 RECORDING = "converse/call.wav"
 
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
@@ -76,8 +77,8 @@ def _close(a: float, b: float, tolerance: float = TOLERANCE_MS) -> bool:
     return abs(a - b) <= tolerance
 
 
-def _doc(out: Path) -> Mapping[str, Any]:
-    doc = read_json(out / ARTIFACT)
+def _doc(out: RunFolder | Path) -> Mapping[str, Any]:
+    doc = RunFolder.of(out).json(ARTIFACT)
     _require(isinstance(doc, dict), f"{ARTIFACT} is not an object")
     turns = doc.get("turns")
     _require(isinstance(turns, list) and bool(turns), f"{ARTIFACT} has no turns: nothing was measured")
@@ -137,7 +138,7 @@ def _digital_silence(doc: Mapping[str, Any]) -> bool:
 # --- the breakdown and the order of events ------------------------------------------------------------------------
 
 
-def check_breakdown(out: Path) -> str:
+def check_breakdown(out: RunFolder | Path) -> str:
     """Law: each turn's gap is playback_start - speech_end, each breakdown entry is the difference of its two
     events, and the entries sum to the gap (within float rounding): the breakdown adds up to the silence the caller
     heard because each entry starts where the previous one ended."""
@@ -165,7 +166,7 @@ def check_breakdown(out: Path) -> str:
     return f"{count} turns: breakdown = event differences, summing to gap_ms"
 
 
-def check_event_order(out: Path) -> str:
+def check_event_order(out: RunFolder | Path) -> str:
     """Law: the events of each turn in the order that causes them, on one clock. The caller's true speech
     starts before it ends; the VAD sees speech start before it sees it end and commits after that (the endpointer
     counts silent frames after the first one); with synthesized caller audio (exact zeros before the speech)
@@ -211,7 +212,7 @@ def check_event_order(out: Path) -> str:
     return f"{len(doc['turns'])} turns: events in causal order on one clock"
 
 
-def check_endpointing(out: Path) -> str:
+def check_endpointing(out: RunFolder | Path) -> str:
     """Expectation, a finding when it does not hold: the pipeline committed after the caller's true end (a pause
     inside an utterance longer than the endpoint commits early: a fact of this caller and VAD, not an
     inconsistency), the VAD placed the end of speech no earlier than a frame before the true end, and the endpoint
@@ -241,7 +242,7 @@ def check_endpointing(out: Path) -> str:
                          f"(median of {len(waits)} turns)", missed)
 
 
-def check_real_time(out: Path) -> str:
+def check_real_time(out: RunFolder | Path) -> str:
     """Expectation, a finding when it does not hold: the loop processed every frame within a frame of its due
     time (late_frames 0). A loop that fell behind stamps its events late: the evidence stays consistent (the
     laws above hold on the stamps), but the caller would have waited for the machine, not for the pipeline."""
@@ -260,11 +261,11 @@ def check_real_time(out: Path) -> str:
 # --- the recording --------------------------------------------------------------------------------------------
 
 
-def _recording(out: Path, doc: Mapping[str, Any]) -> measure.Call:
+def _recording(out: RunFolder | Path, doc: Mapping[str, Any]) -> measure.Call:
     rec = doc.get("recording")
     _require(isinstance(rec, dict), f"{ARTIFACT} has no recording")
     path = rec.get("path", RECORDING)
-    call = measure.read_call(inside(out, path))  # never a file outside OUT
+    call = measure.decode_call(RunFolder.of(out).bytes(path), path)  # read once per command, never outside OUT
     rate = int(_num(_settings(doc).get("sample_rate", measure.SAMPLE_RATE), "settings.sample_rate"))
     _require(call.sample_rate == rate == rec.get("sample_rate", rate),
              f"{path}: {call.sample_rate} Hz, converse.json says {rec.get('sample_rate')} / {rate}")
@@ -290,7 +291,7 @@ def _floors(doc: Mapping[str, Any]) -> list[int | None]:
     return floors
 
 
-def check_recording(out: Path) -> str:
+def check_recording(out: RunFolder | Path) -> str:
     """Law: call.wav decodes as stereo 16-bit at the stated rate with the stated frames, every turn's playback
     lies inside it, its caller channel is the caller WAVs, each at its caller_offset_ms (the recording is made
     of them: derived equals source), and each turn's true speech_start and speech_end are its WAV's first and last
@@ -307,7 +308,7 @@ def check_recording(out: Path) -> str:
         wav = turn.get("caller_wav")
         if wav is None:
             continue
-        mono = _mono(inside(out, wav), call.sample_rate)
+        mono = _mono(RunFolder.of(out), wav, call.sample_rate)
         at = call.sample(_num(turn.get("caller_offset_ms"), f"{where} caller_offset_ms"))
         _require(at + len(mono) <= call.frames, f"{where}: {wav} at {call.ms(at):.0f} ms runs past the recording's end")
         left = call.caller[at:at + len(mono)]
@@ -327,8 +328,8 @@ def check_recording(out: Path) -> str:
     return f"{call.frames} stereo frames at {call.sample_rate} Hz ({duration:.0f} ms){caller}"
 
 
-def _mono(path: Path, rate: int) -> np.ndarray:
-    data = read_artifact_bytes(path)
+def _mono(folder: RunFolder, name: str, rate: int) -> np.ndarray:
+    data, path = folder.bytes(name), Path(name)
     try:
         with wave.open(io.BytesIO(data), "rb") as wav:
             shape = (wav.getnchannels(), wav.getsampwidth(), wav.getframerate())
@@ -340,7 +341,7 @@ def _mono(path: Path, rate: int) -> np.ndarray:
     return np.frombuffer(pcm, dtype="<i2")
 
 
-def check_gap_on_recording(out: Path) -> str:
+def check_gap_on_recording(out: RunFolder | Path) -> str:
     """Law: the gap measured on call.wav from its samples alone (end of caller energy -> start of assistant
     energy, voice_llm.converse.gap) equals each turn's gap_ms within one frame, and so do its two ends
     (speech_end, playback_start): the recording is what the line carried on the same clock, so a gap the
@@ -395,7 +396,7 @@ def _words(text: str) -> list[str]:
     return text.split()
 
 
-def check_barge_in(out: Path) -> str:
+def check_barge_in(out: RunFolder | Path) -> str:
     """Law: a barge-in comes during the assistant's playback; it is detected no earlier than a frame before its
     true onset with synthesized caller audio (nothing to trigger on before it); the stream is closed and synthesis
     stopped after it was detected, the last sample heard ends after the playback began and no later than the cut
@@ -445,7 +446,7 @@ def check_barge_in(out: Path) -> str:
     return f"{len(found)} barge-ins: reactions after the onset, history = what was heard"
 
 
-def check_silent_after_barge_in(out: Path) -> str:
+def check_silent_after_barge_in(out: RunFolder | Path) -> str:
     """Law: after a barge-in the assistant channel of call.wav is silent from the reported playback_silent on
     (within one frame) until the next turn's playback, and the caller channel carries the barge-in's true onset
     within a frame of onset_true: "stopped" is what the line carried, not what the pipeline believed."""
@@ -482,7 +483,7 @@ def check_silent_after_barge_in(out: Path) -> str:
 # --- word errors ----------------------------------------------------------------------------------------------
 
 
-def check_wer(out: Path) -> str:
+def check_wer(out: RunFolder | Path) -> str:
     """Law: every turn's word errors are what the transcript gives against the script by the run's rule
     (voice_llm.converse.wer), the summary's are their totals; the LLM was sent the transcript (recognition errors
     are part of the test), and with --stt none the transcript is the script."""
@@ -519,7 +520,7 @@ def _same_rate(stated: Any, again: float | None) -> bool:
     return isinstance(stated, (int, float)) and not isinstance(stated, bool) and _close(float(stated), again, 1e-9)
 
 
-def check_few_word_errors(out: Path) -> str:
+def check_few_word_errors(out: RunFolder | Path) -> str:
     """Expectation, a finding when it does not hold: at most a few word errors per call (the issue: tiny.en on
     the clinic lines). Recognition depends on the model and the voice, not on the evidence's consistency."""
     doc = _doc(out)
@@ -542,7 +543,7 @@ def _gaps(doc: Mapping[str, Any]) -> list[float]:
 
 def mouth_to_ear(gaps: Sequence[float]) -> dict[str, Any]:
     """The summary's mouth_to_ear_ms from the turns' gaps: the project's median (voice_llm.util.stats.median), the
-    nearest-rank p90 (voice_llm.load.stats.percentile) and the count (null median and p90 for no gap)."""
+    nearest-rank p90 (voice_llm.util.stats.percentile) and the count (null median and p90 for no gap)."""
     return {"median": stats.median(gaps) if gaps else None, "p90": percentile(gaps, 90), "n": len(gaps)}
 
 
@@ -554,7 +555,7 @@ def _wasted(turn: Mapping[str, Any]) -> int:
     return int(preemptive.get("tokens_wasted") or 0) if isinstance(preemptive, dict) else 0
 
 
-def check_summary(out: Path) -> str:
+def check_summary(out: RunFolder | Path) -> str:
     """Law: the summary is its turns': mouth-to-ear median and p90 by the project's rules over the turns' gaps
     (values really measured, so exactly equal), barge-ins counted, tokens wasted by preemptive replies and tokens
     generated after a barge-in's onset summed."""
@@ -578,7 +579,7 @@ def check_summary(out: Path) -> str:
             f"{counts['tokens_wasted']} wasted")
 
 
-def check_mouth_to_ear_target(out: Path) -> str:
+def check_mouth_to_ear_target(out: RunFolder | Path) -> str:
     """Expectation, a finding when it does not hold: the issue's target, median mouth-to-ear <= 1.2 s at one
     caller (<= 0.8 s with --preemptive). A time bound is a fact about this machine, its load and the model."""
     doc = _doc(out)

@@ -30,10 +30,8 @@ from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.cancel import stop_source, wait_until_idle, wait_until_no_request
 from voice_llm.lab.context import LabContext
 from voice_llm.sse import StreamCancel, StreamError, StreamResult
-from voice_llm.tts.engine import SAMPLE_WIDTH, AudioChunk, TTSEngine, speakable
-from voice_llm.tts.live import SpokenSegment, speak_stoppable
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS
-from voice_llm.tts.timeline import AudioPiece, playback
+from voice_llm.tts import (DEFAULT_CLAUSE_WORDS, SAMPLE_WIDTH, AudioChunk, AudioPiece, SpokenSegment, TTSEngine, playback,
+                           speak_stoppable, speakable)
 
 DEFAULT_STRATEGY = "clauses"
 

