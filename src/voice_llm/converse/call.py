@@ -37,7 +37,7 @@ from voice_llm.tts import DEFAULT_CLAUSE_WORDS, TTSEngine
 
 PRE_ROLL_FRAMES = 5  # frames kept before the VAD's speech start (its onset lags the true start by 24-110 ms)
 TAIL_MS = 500  # the line is fed this long after the last reply has played, so the recording holds its end
-MAX_WAIT_S = 60.0  # a turn that finds no endpoint (or a reply that never plays) this long after its line: an error
+MAX_WAIT_S = 600.0  # default of CallSettings.wait_s: the lab's request deadline
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class CallSettings:
     barge_in_turns: tuple[int, ...] = ()  # during the reply to these turns the caller says the next line
     barge_in_max_tokens: int = 64  # a reply the caller will talk over is a long one: the stream is live then
     barge_in_after_ms: float = 500.0  # ...this long after the reply's playback started (to the true onset)
+    # A turn that finds no endpoint, or a reply that never plays, this long after its line is an error. The
+    # request's deadline (--deadline), not a fixed minute: a loaded 2-core machine streams a token every few
+    # seconds, and a slow reply is a measurement, not a failure.
+    wait_s: float = MAX_WAIT_S
 
 
 @dataclass
@@ -371,9 +375,10 @@ class Conversation:
                 if self._finished(now):
                     break
                 last_fed = self.turns[-1].offset_ms + self.turns[-1].utterance.duration_ms
-                if now - max(last_fed, frame_ms(0)) > MAX_WAIT_S * 1000.0:
+                if now - max(last_fed, frame_ms(0)) > self.settings.wait_s * 1000.0:
                     raise MeasurementError(f"turn {self.turns[-1].utterance.index}: no reply was heard within "
-                                           f"{MAX_WAIT_S:.0f} s of the caller's line (no endpoint, or no audio)")
+                                           f"{self.settings.wait_s:.0f} s of the caller's line (no endpoint, or no "
+                                           "audio; --deadline sets this)")
                 frame += 1
         except (STTError, MeasurementError, NothingToSpeakError, OSError) as exc:
             self.error = exc
@@ -386,14 +391,14 @@ class Conversation:
     def _stop_all(self) -> None:
         now = self.call_clock.now() if self.call_clock else 0.0
         for attempt in self.attempts:
-            attempt.done.wait(MAX_WAIT_S)
+            attempt.done.wait(self.settings.wait_s)
             if attempt.reply is not None and attempt.result is None:
                 attempt.reply.cancel(now)
 
     def _result(self) -> CallResult:
         outcomes: dict[int, ReplyOutcome] = {}
         for attempt in self.attempts:
-            attempt.done.wait(MAX_WAIT_S)
+            attempt.done.wait(self.settings.wait_s)
             if attempt.reply is None:
                 continue
             try:

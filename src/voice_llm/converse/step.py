@@ -21,7 +21,7 @@ from typing import Any
 from voice_llm.util.artifacts import write_json
 from voice_llm.converse import caller as callermod
 from voice_llm.converse import vad as vadmod
-from voice_llm.converse.call import CallResult, CallSettings, Conversation, TurnLog, prime
+from voice_llm.converse.call import MAX_WAIT_S, CallResult, CallSettings, Conversation, TurnLog, prime
 from voice_llm.converse.caller import SAMPLE_RATE, CallerVoice, Utterance
 from voice_llm.converse.interrupt import ReplyOutcome
 from voice_llm.converse.recording import CALL_WAV, CONVERSE_DIR, caller_wav_name, mono_wav, stereo, stereo_wav
@@ -110,8 +110,8 @@ class ConverseOptions:
         if self.barge_in_after_ms < 0:
             raise ConfigError(f"--barge-in-after-ms must be 0 or more, not {self.barge_in_after_ms:g}")
 
-    def settings(self) -> CallSettings:
-        return CallSettings(endpoint_ms=self.endpoint_ms, preemptive=self.preemptive,
+    def settings(self, wait_s: float | None = None) -> CallSettings:
+        return CallSettings(wait_s=wait_s or MAX_WAIT_S, endpoint_ms=self.endpoint_ms, preemptive=self.preemptive,
                             preemptive_ms=self.preemptive_ms, threshold=self.vad_threshold, strategy=self.strategy,
                             clause_words=self.clause_words, max_tokens=self.max_tokens, cache_prompt=True,
                             barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms,
@@ -367,7 +367,7 @@ def converse(ctx: LabContext, options: ConverseOptions) -> tuple[dict[str, Any],
     docs = load_kb(ctx.kb_dir, need=options.docs)[:options.docs] if options.docs else []
     system = system_prompt(dialogue, docs)
     prime(ctx, system)
-    conversation = Conversation(ctx, utterances, system, engine, stt, vad, options.settings())
+    conversation = Conversation(ctx, utterances, system, engine, stt, vad, options.settings(ctx.client.deadline_s))
     ctx.progress.update(f"converse: the call ({len(utterances)} turns, real time)")
     load_start = os.getloadavg()
     result = conversation.run()
