@@ -27,6 +27,7 @@ from typing import Any
 # The capability packages, in the order their steps, checks and sections come after the core's.
 CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
+    "voice_llm.converse",
     "voice_llm.repeats",
     "voice_llm.load",
     "voice_llm.call",

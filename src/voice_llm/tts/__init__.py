@@ -6,32 +6,16 @@ stays cheap and the CLI starts fast.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from voice_llm.errors import ConfigError
 from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.tts.engine import AudioChunk, TTSEngine
-from voice_llm.tts.espeak import EspeakEngine
-from voice_llm.tts.piper import PiperEngine  # piper itself is imported when a voice is loaded
+from voice_llm.tts.engines import DEFAULT_ENGINE, ENGINES, load_engine
+from voice_llm.tts.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, PiperEngine, default_voice
 
-__all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine"]
-
-DEFAULT_ENGINE = "piper"
-ENGINES = ("piper", "espeak")
-
-
-def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
-                deadline_s: float | None = None) -> TTSEngine:
-    """Load ``name`` with ``voice`` (a Piper .onnx path, or an espeak-ng voice name; None: the default voice),
-    warmed up once so the first measured segment does not pay for loading. ``deadline_s`` bounds each run of an
-    engine that is a program of its own (espeak-ng: stopped with its process group when it runs longer); Piper
-    runs in this process."""
-    if name == "piper":
-        return PiperEngine(Path(voice).expanduser() if voice else None)
-    if name == "espeak":
-        return EspeakEngine(str(voice) if voice else None, deadline_s=deadline_s)
-    raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")
+__all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine", "SAMPLE_WIDTH", "speakable",
+           "SpokenSegment", "speak_stoppable", "DEFAULT_CLAUSE_WORDS", "STRATEGIES", "SpeakOptions", "add_voice_flags",
+           "engine_for", "options_from", "AudioPiece", "playback", "PiperEngine", "default_voice",
+           "DEFAULT_VOICE_PACKAGE", "PIPER_PACKAGE"]
 
 
 # What this capability contributes to the core (voice_llm.registry).
@@ -62,3 +46,12 @@ CAPABILITY = Capability(
     options="voice_llm.tts.step:options_value",
     install="voice_llm.tts.step:install",
 )
+
+
+# The public face another capability may use (voice_llm.converse, which requires tts, speaks its replies with the
+# speak step's engine, strategies and stoppable pipeline). Imported last: these modules import the names above.
+from voice_llm.tts.engine import SAMPLE_WIDTH, speakable  # noqa: E402
+from voice_llm.tts.live import SpokenSegment, speak_stoppable  # noqa: E402
+from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES  # noqa: E402
+from voice_llm.tts.step import SpeakOptions, add_voice_flags, engine_for, options_from  # noqa: E402
+from voice_llm.tts.timeline import AudioPiece, playback  # noqa: E402

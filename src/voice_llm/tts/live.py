@@ -77,26 +77,52 @@ class _Synthesized:
 
 
 class _SynthesisThread(threading.Thread):
-    """Synthesizes queued segments in order; ``None`` ends it. A failure is kept and later segments skipped."""
+    """Synthesizes queued segments in order; ``None`` ends it. A failure is kept and later segments skipped.
 
-    def __init__(self, engine: TTSEngine) -> None:
+    ``stop`` (set from another thread: a barge-in) is checked before each segment and after each piece the engine
+    yields: the segment in progress keeps the pieces it has, the engine's iterator is closed (espeak-ng's program
+    stopped), and no later segment is started. ``on_audio(index, chunk)`` sees each audible piece as it is made."""
+
+    def __init__(self, engine: TTSEngine, stop: threading.Event | None = None,
+                 on_audio: Callable[[int, AudioChunk], None] | None = None) -> None:
         super().__init__(name="tts-synthesis", daemon=True)
         self.engine = engine
+        self.stop = stop
+        self.on_audio = on_audio
         self.segments: queue.SimpleQueue[Segment | None] = queue.SimpleQueue()
         self.done: list[_Synthesized] = []
         self.error: BaseException | None = None
 
+    def _stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
     def run(self) -> None:
         while (segment := self.segments.get()) is not None:
-            if self.error is not None:
+            if self.error is not None or self._stopped():
                 continue  # drain the queue; the reader finishes the stream so its evidence is complete
             start = time.perf_counter()
             try:
-                chunks = tuple(self.engine.synthesize(segment.text))
+                chunks = self._synthesize(segment.text)
             except Exception as exc:  # kept and raised in the caller's thread, never lost in this one
                 self.error = exc
                 continue
             self.done.append(_Synthesized(segment, start, chunks, time.perf_counter()))
+
+    def _synthesize(self, text: str) -> tuple[AudioChunk, ...]:
+        if self.stop is None and self.on_audio is None:
+            return tuple(self.engine.synthesize(text))
+        made: list[AudioChunk] = []
+        pieces = self.engine.synthesize(text)
+        try:
+            for chunk in pieces:
+                made.append(chunk)
+                if self.on_audio is not None and chunk.frames():
+                    self.on_audio(len(self.done), chunk)
+                if self._stopped():
+                    break
+        finally:
+            getattr(pieces, "close", lambda: None)()  # stops the engine (espeak-ng's process) when cut short
+        return tuple(made)
 
 
 def _spoken(index: int, item: _Synthesized, t0: float, sample_rate: int) -> SpokenSegment:
@@ -112,21 +138,25 @@ def _spoken(index: int, item: _Synthesized, t0: float, sample_rate: int) -> Spok
     )
 
 
-def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
-               clause_words: int = DEFAULT_CLAUSE_WORDS) -> SpokenAnswer:
-    """Stream one answer through ``request(on_chunk)`` and synthesize ``strategy``'s segments while it streams."""
+def _stream_and_synthesize(engine: TTSEngine, strategy: str, request: StreamRequest, clause_words: int,
+                           stop: threading.Event | None = None,
+                           on_audio: Callable[[int, AudioChunk], None] | None = None,
+                           ) -> tuple[StreamResult, list[_Synthesized]]:
     segmenter = make_segmenter(strategy, clause_words)
-    synthesis = _SynthesisThread(engine)
+    synthesis = _SynthesisThread(engine, stop, on_audio)
 
     def on_chunk(chunk: Chunk) -> None:
+        if stop is not None and stop.is_set():
+            return  # stopped: the text still arriving before the close is never spoken
         for segment in segmenter.feed(chunk.text, chunk.t_ms):
             synthesis.segments.put(segment)
 
     synthesis.start()
     try:
         result = request(on_chunk)
-        for segment in segmenter.finish(result.total_ms):
-            synthesis.segments.put(segment)
+        if stop is None or not stop.is_set():
+            for segment in segmenter.finish(result.total_ms):
+                synthesis.segments.put(segment)
     except BaseException:
         # Ctrl-C, SIGTERM or a failed stream: the engine's program (espeak-ng) is stopped now, not waited for.
         stop_all()
@@ -138,15 +168,39 @@ def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
         if isinstance(synthesis.error, TTSError):
             raise synthesis.error
         raise SynthesisError(f"{engine.name} failed: {synthesis.error}") from synthesis.error
-    if not result.chunks or not synthesis.done:
+    return result, synthesis.done
+
+
+def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
+               clause_words: int = DEFAULT_CLAUSE_WORDS) -> SpokenAnswer:
+    """Stream one answer through ``request(on_chunk)`` and synthesize ``strategy``'s segments while it streams."""
+    result, done = _stream_and_synthesize(engine, strategy, request, clause_words)
+    if not result.chunks or not done:
         raise NothingToSpeakError(f"the answer has no speakable text: {result.text[:80]!r}")
-    if result.started_at is None:
-        raise ValueError("the stream result has no started_at: synthesis times cannot be put on its clock")
-    # The reader's own 0 (the request sent, in perf_counter seconds) puts the synthesis times on the stream's clock.
-    segments = tuple(_spoken(i, item, result.started_at, engine.sample_rate) for i, item in enumerate(synthesis.done))
+    segments = _segments_on_clock(result, done, engine.sample_rate)
     if not any(s.audio for s in segments):
         raise NothingToSpeakError(f"{engine.name} made no sound of the answer {result.text[:80]!r}")
     return SpokenAnswer(strategy, result, segments, playback(pieces(segments)))
+
+
+def speak_stoppable(engine: TTSEngine, strategy: str, request: StreamRequest, stop: threading.Event,
+                    clause_words: int = DEFAULT_CLAUSE_WORDS,
+                    on_audio: Callable[[int, AudioChunk], None] | None = None,
+                    ) -> tuple[StreamResult, tuple[SpokenSegment, ...]]:
+    """:func:`speak_live` that another thread can stop (a barge-in, a cancelled preemptive reply): once ``stop``
+    is set no more text is segmented and the synthesis thread stops after the piece it is making. ``request``
+    closes the stream itself (the reader's ``should_stop``). An answer stopped before any audio is no error here:
+    the segments may be empty, and no playback is built (the caller cuts it where the stop was)."""
+    result, done = _stream_and_synthesize(engine, strategy, request, clause_words, stop, on_audio)
+    return result, _segments_on_clock(result, done, engine.sample_rate)
+
+
+def _segments_on_clock(result: StreamResult, done: Sequence[_Synthesized],
+                       sample_rate: int) -> tuple[SpokenSegment, ...]:
+    if result.started_at is None:
+        raise ValueError("the stream result has no started_at: synthesis times cannot be put on its clock")
+    # The reader's own 0 (the request sent, in perf_counter seconds) puts the synthesis times on the stream's clock.
+    return tuple(_spoken(i, item, result.started_at, sample_rate) for i, item in enumerate(done))
 
 
 def first_audio_alone_ms(engine: TTSEngine, text: str) -> float:

@@ -21,7 +21,8 @@ from voice_llm.errors import ConfigError, OutputDirError, TTSError
 from voice_llm.lab import flags
 from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.sse import Chunk, StreamResult
-from voice_llm.tts import DEFAULT_ENGINE, ENGINES, TTSEngine, load_engine
+from voice_llm.tts.engine import TTSEngine
+from voice_llm.tts.engines import DEFAULT_ENGINE, ENGINES, load_engine
 from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
 from voice_llm.tts.engine import SAMPLE_WIDTH
 from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
@@ -66,8 +67,12 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
     step alone also repeats its measurement (--repeat, the core's flag)."""
     if command == "speak":
         flags.repeat_option(parser)
-    if command not in TTS_COMMANDS:
-        return
+    if command in TTS_COMMANDS:
+        add_voice_flags(parser)
+
+
+def add_voice_flags(parser: argparse.ArgumentParser) -> None:
+    """--tts, --voice, --clause-words: also offered by a capability that speaks with this engine (converse)."""
     parser.add_argument("--tts", choices=ENGINES, default=TTSOptions.engine,
                         help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
     parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")

@@ -51,6 +51,9 @@ REPORT_HTML = "report.html"
 RAW_DIR = "raw"  # raw/<request>.sse: every request's bytes as received
 # Not in the lab by default: one call (`voice-llm call`) and calls under load (`voice-llm load`).
 CALL = "call.json"
+CONVERSE = "converse.json"  # the caller's turn (voice_llm.converse), with call.wav and the caller WAVs under CONVERSE_DIR
+CONVERSE_DIR = "converse"
+CONVERSE_PARTIAL = "converse-partial.json"  # a call that failed midway: what was measured, beside the last good one
 LOAD = "load.json"
 LOAD_SAMPLES = "load_samples.csv"
 CAPABILITIES = "capabilities.json"  # what the server exposed, probed before the steps

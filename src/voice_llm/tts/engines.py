@@ -1,0 +1,26 @@
+"""Which TTS engines there are and how one is loaded: the table the speak step, the CLI and converse share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from voice_llm.errors import ConfigError
+from voice_llm.tts.engine import TTSEngine
+from voice_llm.tts.espeak import EspeakEngine
+from voice_llm.tts.piper import PiperEngine  # piper itself is imported when a voice is loaded
+
+DEFAULT_ENGINE = "piper"
+ENGINES = ("piper", "espeak")
+
+
+def load_engine(name: str = DEFAULT_ENGINE, voice: str | Path | None = None,
+                deadline_s: float | None = None) -> TTSEngine:
+    """Load ``name`` with ``voice`` (a Piper .onnx path, or an espeak-ng voice name; None: the default voice),
+    warmed up once so the first measured segment does not pay for loading. ``deadline_s`` bounds each run of an
+    engine that is a program of its own (espeak-ng: stopped with its process group when it runs longer); Piper
+    runs in this process."""
+    if name == "piper":
+        return PiperEngine(Path(voice).expanduser() if voice else None)
+    if name == "espeak":
+        return EspeakEngine(str(voice) if voice else None, deadline_s=deadline_s)
+    raise ConfigError(f"unknown TTS engine {name!r}; choose one of: {', '.join(ENGINES)}")
