@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -273,8 +274,7 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
 def copy_sample_out(out: Path) -> Path:
     """A complete, consistent OUT folder (tests/fixtures/sample_out) to damage."""
     out.mkdir()
-    for path in (Path(__file__).parents[1] / "fixtures" / "sample_out").iterdir():
-        (out / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "sample_out", out, dirs_exist_ok=True)
     return out
 
 

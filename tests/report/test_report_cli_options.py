@@ -64,6 +64,28 @@ def _body(source: str) -> str:
     return source.split(":\n", 1)[1] if ":\n" in source else source
 
 
+def _plugin_flags_read(command: str | None = None) -> set[str]:
+    """The flags read (``values.get("...")``) by the options values of the registered capabilities that offer flags
+    to ``command`` and of those they require (converse speaks with tts's options); None: every capability, as the
+    lab's handler builds them all."""
+    capabilities = {c.name: c for c in registry.capabilities()}
+    readers = set(capabilities)
+    if command is not None:
+        readers = set()
+        for capability in capabilities.values():
+            if capability.cli:
+                probe = argparse.ArgumentParser(add_help=False)
+                registry.resolve(capability.cli)(probe, command)
+                if probe._actions:  # noqa: SLF001 - argparse has no public list of what was added
+                    readers |= {capability.name, *capability.requires}
+    used: set[str] = set()
+    for name in readers:
+        if capabilities[name].options:
+            option_source = inspect.getsource(registry.resolve(capabilities[name].options))
+            used |= set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', option_source))
+    return used
+
+
 def used_by(command: str) -> set[str]:
     """The dests ``command`` reads, from its implementation."""
     if command in STEPS:
@@ -75,6 +97,8 @@ def used_by(command: str) -> set[str]:
             used.add("kb")
         if step.needs_server:
             used |= _REQUEST_FLAGS
+        # Every capability's options value reads the flags it added (cli._plugin_options builds them all).
+        used |= _plugin_flags_read(command)
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
@@ -88,10 +112,7 @@ def used_by(command: str) -> set[str]:
     source = _cli_source(handler)
     used = _args_read(source)
     if "_plugin_options(" in source:  # each capability's options value reads the flags it added (tts: --tts ...)
-        for capability in registry.capabilities():
-            if capability.options:
-                option_source = inspect.getsource(registry.resolve(capability.options))
-                used |= set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', option_source))
+        used |= _plugin_flags_read()
     if "progress" in _body(inspect.getsource(handler)):  # main makes the progress from --quiet
         used.add("quiet")
     return used

@@ -54,7 +54,7 @@ def edit_json(path: Path, change) -> None:
 def test_every_section_renders_a_chart_with_a_caption(out: Path) -> None:
     page = render(out)
     assert (out / REPORT_HTML).is_file()
-    assert 'data-charts="8"' in page  # the brief's five, the spread over repeats, two of the speak step
+    assert 'data-charts="10"' in page  # the brief's five, the spread, two of the speak step, two of converse
     for chart_id in CHART_IDS:
         figure = figure_html(page, chart_id)
         assert figure.lstrip().startswith("<svg"), chart_id
@@ -148,7 +148,7 @@ def test_missing_or_malformed_artifacts_blank_only_their_section(out: Path) -> N
         assert "<figure" not in section
     for chart_id in ("chart-sentence", "chart-cancel"):
         assert figure_html(page, chart_id).lstrip().startswith("<svg")
-    assert 'data-charts="5"' in page  # sentence, cancel, spread, speak, first audio
+    assert 'data-charts="7"' in page  # sentence, cancel, spread, speak, first audio, converse's two
 
 
 def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
@@ -158,12 +158,12 @@ def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
     page = render(out)
     assert "not available: sentence.json: &#x27;ttft_ms&#x27; should be a number, got &#x27;fast&#x27;" in page
     assert "not available: cancel.json should be a JSON object, got list" in page
-    assert page.count('<figure class="chart"') == 6
+    assert page.count('<figure class="chart"') == 8
 
 
 def test_empty_out_folder_still_gives_a_page(tmp_path: Path) -> None:
     page = render(tmp_path)
-    assert page.count("not available:") == 10  # eight charts, server facts, key numbers
+    assert page.count("not available:") == 12  # ten charts, server facts, key numbers
     assert '<figure class="chart"' not in page
 
 
@@ -182,7 +182,7 @@ def test_optional_values_and_degenerate_prefill(out: Path) -> None:
     edit_json(out / PREFILL, keep_only_zero_docs)
     edit_json(out / CACHE, lambda d: [case.pop("cache_n") for case in d.values()])
     page = render(out)
-    assert 'data-charts="8"' in page
+    assert 'data-charts="10"' in page
     assert "No whole sentence was found" in figure_html(page, "chart-sentence")
     assert "not seen idle" in figure_html(page, "chart-cancel")
     assert "no fit: needs at least two different prompt sizes" in figure_html(page, "chart-prefill")
@@ -227,4 +227,4 @@ def test_a_malformed_audio_json_blanks_only_the_speak_sections(out: Path) -> Non
     for name in ("speak", "firstaudio"):
         section = page[page.index(f'<section id="section-{name}">') :]
         assert "not available: audio.json is malformed" in section[: section.index("</section>")]
-    assert 'data-charts="6"' in page  # the five of the brief and the spread
+    assert 'data-charts="8"' in page  # the five of the brief, the spread and converse's two

@@ -40,7 +40,6 @@ CAPABILITY = Capability(
         SectionEntry("converse-wave", WAVE_TITLE, None, "voice_llm.converse.report:waveform_section",
                      after="converse"),
     ),
-    metrics="voice_llm.converse.numbers:metrics",
     key_numbers="voice_llm.converse.numbers:key_numbers",
     cli="voice_llm.converse.step:add_flags",
     options="voice_llm.converse.step:options_value",

@@ -156,15 +156,19 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 
 def options_value(values: Mapping[str, Any]) -> ConverseOptions:
     """This capability's options from a command's parsed flags (those it did not offer keep their defaults)."""
-    given = {key: values[key] for key in ("endpoint_ms", "preemptive_ms", "stt", "stt_threads", "strategy",
-                                          "caller_audio", "turns") if values.get(key) is not None}
-    if values.get("preemptive"):
-        given["preemptive"] = True
-    if values.get("clause_words"):
-        given["clause_words"] = values["clause_words"]
-    if given.get("caller_audio") is not None:
-        given["caller_audio"] = Path(given["caller_audio"]).expanduser()
-    return ConverseOptions(**given)
+    defaults = ConverseOptions()
+    caller_audio = values.get("caller_audio")
+    return ConverseOptions(
+        endpoint_ms=values.get("endpoint_ms") or defaults.endpoint_ms,
+        preemptive=bool(values.get("preemptive")),
+        preemptive_ms=values.get("preemptive_ms") or defaults.preemptive_ms,
+        stt=values.get("stt") or defaults.stt,
+        stt_threads=values.get("stt_threads"),
+        strategy=values.get("strategy") or defaults.strategy,
+        clause_words=values.get("clause_words") or defaults.clause_words,
+        caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
+        turns=values.get("turns") or defaults.turns,
+    )
 
 
 def install() -> str:
