@@ -4,22 +4,21 @@ with their own state folder, and stop it afterwards, like llama.cpp's own server
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakeserver import free_port
 
+from voice_llm.client.api import ServerClient
+from voice_llm.lab.context import LabContext
 from voice_llm.server import lifecycle as server, provision
 from voice_llm.server.config import ServerSettings
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+__all__ = ["RunningServer", "free_port"]  # what test modules import from here
 
 
 @pytest.fixture(scope="session")
@@ -54,22 +53,37 @@ def port() -> int:
     return free_port()
 
 
+@pytest.fixture
+def step_context(tmp_path: Path) -> Callable[..., LabContext]:
+    """Builds the context a lab step runs in, for tests that call a step (or ``ctx.request``) directly:
+    ``step_context(url)`` writes into tmp_path with tmp_path as the KB folder; ``client`` may be a stand-in for
+    ServerClient, ``out``, ``kb_dir``, ``timeout`` and any other LabContext field may be given."""
+
+    def make(url: str = "http://127.0.0.1:1", *, client: Any = None, out: Path | None = None,
+             kb_dir: Path | None = None, timeout: float | None = None, **fields: Any) -> LabContext:
+        if client is None:
+            client = ServerClient(url) if timeout is None else ServerClient(url, timeout=timeout)
+        return LabContext(out=tmp_path if out is None else out, client=client,
+                          kb_dir=tmp_path if kb_dir is None else kb_dir, **fields)
+
+    return make
+
+
 class RunningServer:
     def __init__(self, settings: ServerSettings, record: server.ServerRecord) -> None:
         self.settings = settings
         self.record = record
+        # Where its log is, fixed while the state folder it was started with is in the environment.
+        self.log: Path = server.log_path(settings.port)
 
     @property
     def url(self) -> str:
         return self.settings.url
 
-    @property
-    def log(self) -> Path:
-        return server.log_path(self.settings.port)
-
 
 @pytest.fixture
 def running_server(state_dir: Path, port: int, server_binary: Path, model_path: Path) -> Iterator[RunningServer]:
+    """A fresh server of the test's own, for tests that kill, stop or re-key it."""
     settings = ServerSettings(port=port)
     record, _ = server.up(settings, server_binary, model_path)
     try:
@@ -78,19 +92,29 @@ def running_server(state_dir: Path, port: int, server_binary: Path, model_path: 
         server.down(port)
 
 
-@pytest.fixture(scope="module")
-def module_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[RunningServer]:
-    """One server shared by a module's tests (each start costs ~1 s, but a shared one keeps the KV cache warm
-    between tests, which only tests that do not measure the cache may rely on)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VOICE_LLM_STATE", str(tmp_path_factory.mktemp("state")))
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[RunningServer]:
+    """One default server for the whole session, for tests that only send it requests (never stop, kill or
+    reconfigure it, and never rely on what its KV cache holds from an earlier test). Its record lives in a state
+    folder of its own, put in the environment only to start and to stop it, so no test's state folder sees it."""
+    state = tmp_path_factory.mktemp("shared-state")
     settings = ServerSettings(port=free_port())
-    record, _ = server.up(settings, server_binary, model_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VOICE_LLM_STATE", str(state))
+        record, _ = server.up(settings, server_binary, model_path)
+        running = RunningServer(settings, record)
     try:
-        yield RunningServer(settings, record)
+        yield running
     finally:
-        server.down(settings.port)
-        mp.undo()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VOICE_LLM_STATE", str(state))
+            server.down(settings.port)
+
+
+@pytest.fixture(scope="session")
+def module_server(shared_server: RunningServer) -> RunningServer:
+    """The session's shared server, by the name the real-server tests know it (it was one per module)."""
+    return shared_server
 
 
 @pytest.fixture(scope="session")

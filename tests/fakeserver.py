@@ -449,11 +449,15 @@ class RawServer(_TCPListener):
             client.close()
 
 
-def unused_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound and released: a connect to it is refused)."""
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound and released: a connect to it is refused, and a server
+    may take it). The suite's only one: conftest and the tests import it from here."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+unused_port = free_port  # the same port, named for tests that want a connect to be refused
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`check` reads only files: on the real lab's artifacts every check passes, and each broken relation is caught."""
+"""`check` reads only files: on the session's live lab every check passes; on a saved real run each broken
+relation is caught."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.checks.core import run_checks
+from checkfolders import clean_run
 
-pytestmark = pytest.mark.server
+from voice_llm.checks.core import run_checks
 
 
 def edit(name: str, change: Callable[[object], None]) -> Callable[[Path], None]:
@@ -76,15 +77,23 @@ TAMPERS: dict[str, tuple[Callable[[Path], None], str]] = {
 
 
 @pytest.fixture
-def lab_copy(lab_run, tmp_path: Path) -> Path:
+def live_copy(lab_run, tmp_path: Path) -> Path:
+    """A copy of the session's live lab run (that every check passes on this machine's run is the point)."""
     out, _ = lab_run
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     return copy
 
 
-def test_all_checks_pass_on_the_real_run(lab_copy: Path) -> None:
-    results = run_checks(lab_copy)
+@pytest.fixture
+def lab_copy(tmp_path: Path) -> Path:
+    """A real lab run's saved files (tests/fixtures/sample_run), clean, to break one relation in: no server."""
+    return clean_run(tmp_path / "out")
+
+
+@pytest.mark.server
+def test_all_checks_pass_on_the_real_run(live_copy: Path) -> None:
+    results = run_checks(live_copy)
     assert [r for r in results if not r.ok] == []
     # Passed, or a finding about this machine (an expectation such as which strategy is heard first): never a
     # failure, never "not checkable" on llama-server.

@@ -156,16 +156,14 @@ def test_each_count_names_its_source() -> None:
                                   "unknown": {"prompt_n": "no timings"}}
 
 
-def test_every_lab_request_names_the_model_and_asks_for_usage_where_timings_are_missing(tmp_path: Path) -> None:
+def test_every_lab_request_names_the_model_and_asks_for_usage_where_timings_are_missing(tmp_path: Path, step_context) -> None:
     from voice_llm.scenario.kb import default_kb_dir
-    from voice_llm.lab.context import LabContext
 
     with FakeServer(llama_cpp_python_like(), script_probe=True, script_props=True) as fake:
         caps = probe(ServerClient(fake.url))
     assert caps.request_options() == {"model": "smol", "include_usage": True}
     with FakeServer(plain_stream()) as fake:
-        ctx = LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=default_kb_dir(),
-                         capabilities=caps)
+        ctx = step_context(fake.url, timeout=10, kb_dir=default_kb_dir(), capabilities=caps)
         ctx.request("one", [{"role": "user", "content": "hi"}], max_tokens=8)
         body = fake.requests[-1].json
     assert body["model"] == "smol" and body["stream_options"] == {"include_usage": True}

@@ -12,7 +12,7 @@ from voice_llm.checks import core as check
 from voice_llm.client.api import JSONPoller, ServerClient
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab import cancel
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.lab.context import StepOptions
 
 from clihelpers import cli
 from conftest import RunningServer
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.server
 
 
 def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningServer, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch, step_context) -> None:
     pollers: list[JSONPoller] = []
     make_poller = ServerClient.poller
 
@@ -30,8 +30,8 @@ def test_cancel_polls_one_connection_and_check_bounds_it(module_server: RunningS
         return pollers[-1]
 
     monkeypatch.setattr(ServerClient, "poller", recorded)
-    ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=default_kb_dir(),
-                     server_log=module_server.log, options=StepOptions(repeat=2))
+    ctx = step_context(module_server.url, kb_dir=default_kb_dir(), server_log=module_server.log,
+                       options=StepOptions(repeat=2))
     cancel.run(ctx)
     doc = json.loads((tmp_path / "cancel.json").read_text())
     # Per cut (a cut the busy machine made too early is made again), one poller for the idle wait before the cut

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.client.api import ServerClient
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab import cancel
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.lab.context import StepOptions
 
 from fakeserver import FakeServer, Reply, at, llama_events
 
@@ -22,18 +21,18 @@ def numbers(count: int) -> list[str]:
     return [f"{n}," for n in range(1, count + 1)]
 
 
-def run_against(tmp_path: Path, *answers: list[tuple[float, bytes]]) -> Path:
+def run_against(step_context, *answers: list[tuple[float, bytes]]) -> Path:  # type: ignore[no-untyped-def]
     """One repeat; each answer is one attempt at the cut (warm-up, idle, the answer, idle)."""
     replies = [r for answer in answers for r in (Reply.stream(at(0.0, llama_events(["1"]))), IDLE, Reply.stream(answer), IDLE)]
     with FakeServer(replies) as fake:
-        cancel.run(LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=default_kb_dir(),
-                               options=StepOptions(repeat=1)))  # one repeat: the script has its attempts
-    return tmp_path / "cancel.json"
+        ctx = step_context(fake.url, timeout=10, kb_dir=default_kb_dir(), options=StepOptions(repeat=1))
+        cancel.run(ctx)  # one repeat: the script has its attempts
+    return ctx.out / "cancel.json"
 
 
-def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(tmp_path: Path) -> None:
+def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(step_context) -> None:
     # 256 tokens 40 ms apart: about 12 arrive before the cut at 500 ms
-    doc = json.loads(run_against(tmp_path, at(0.04, llama_events(numbers(256)))).read_text())
+    doc = json.loads(run_against(step_context, at(0.04, llama_events(numbers(256)))).read_text())
     times = [chunk["t_ms"] for chunk in doc["chunks"]]
     assert doc["received_tokens"] == len(times) >= 2
     assert doc["token_ms"] == pytest.approx((times[-1] - times[0]) / (len(times) - 1))
@@ -42,15 +41,15 @@ def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(tmp_path: Path)
     assert doc["cancel_logged"] is None  # no server log of ours
 
 
-def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path, step_context, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cancel, "CUT_RETRY_PAUSE_S", 0.0)  # the pause between attempts is not what is tested
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     with pytest.raises(MeasurementError, match="only 1 token"):
-        run_against(tmp_path, *[one_then_silence] * cancel.CUT_ATTEMPTS)
+        run_against(step_context, *[one_then_silence] * cancel.CUT_ATTEMPTS)
     assert not (tmp_path / "cancel.json").exists()
 
 
-def test_a_cut_the_busy_machine_made_too_early_is_made_again(tmp_path: Path) -> None:
+def test_a_cut_the_busy_machine_made_too_early_is_made_again(step_context) -> None:
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
-    doc = json.loads(run_against(tmp_path, one_then_silence, at(0.04, llama_events(numbers(256)))).read_text())
+    doc = json.loads(run_against(step_context, one_then_silence, at(0.04, llama_events(numbers(256)))).read_text())
     assert doc["discarded_cuts"] == 1 == doc["repeats"][0]["discarded_cuts"] and doc["received_tokens"] >= 2

@@ -25,7 +25,6 @@ from voice_llm.scenario import prompts
 from voice_llm.server import lifecycle as server
 from voice_llm.util import procfs
 from voice_llm.client.api import ServerClient
-from voice_llm.lab.context import LabContext
 
 from conftest import RunningServer
 from clihelpers import assert_clean_failure, cli
@@ -60,7 +59,7 @@ def _wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition") -> 
 
 
 def test_server_killed_mid_generation_keeps_the_bytes_and_the_earlier_artifacts(
-    running_server: RunningServer, tmp_path: Path, env: dict[str, str]
+    running_server: RunningServer, tmp_path: Path, env: dict[str, str], step_context
 ) -> None:
     out = tmp_path / "out"
     (out / "raw").mkdir(parents=True)
@@ -71,7 +70,7 @@ def test_server_killed_mid_generation_keeps_the_bytes_and_the_earlier_artifacts(
     (out / "raw" / "long.sse").write_bytes(b"data: [DONE]\n\n")
     before = _snapshot(out)
 
-    ctx = LabContext(out=out, client=ServerClient(running_server.url, timeout=WAIT_S), kb_dir=tmp_path)
+    ctx = step_context(running_server.url, timeout=WAIT_S, out=out)
     partial = out / "raw" / "long.sse.partial"
     outcome: dict[str, object] = {}
 

@@ -17,7 +17,6 @@ from voice_llm.checks import core as check
 from voice_llm.cli import main as cli
 from voice_llm.server import lifecycle as server
 from voice_llm.util import artifacts
-from voice_llm.lab.context import LabContext
 from voice_llm.run.session import managed_log_for
 
 from conftest import free_port
@@ -88,28 +87,28 @@ class ScriptedClient:
         raise self.error
 
 
-def request(tmp_path: Path, client: ScriptedClient) -> Path:
-    ctx = LabContext(out=tmp_path, client=client, kb_dir=tmp_path)  # type: ignore[arg-type]
+def request(step_context, client: ScriptedClient) -> Path:  # type: ignore[no-untyped-def]
+    ctx = step_context(client=client)
     with pytest.raises(BaseException) as caught:
         ctx.request("prefill-12docs", [{"role": "user", "content": "hi"}])
     assert caught.value is client.error or caught.value.__cause__ is client.error
-    return tmp_path / "raw" / "prefill-12docs.sse.partial"
+    return ctx.out / "raw" / "prefill-12docs.sse.partial"
 
 
-def test_an_interrupt_before_any_byte_leaves_no_empty_partial(tmp_path: Path) -> None:
-    partial = request(tmp_path, ScriptedClient(b"", KeyboardInterrupt()))
+def test_an_interrupt_before_any_byte_leaves_no_empty_partial(tmp_path: Path, step_context) -> None:
+    partial = request(step_context, ScriptedClient(b"", KeyboardInterrupt()))
     assert not partial.exists()
     assert list((tmp_path / "raw").iterdir()) == []
 
 
-def test_an_interrupt_keeps_the_bytes_that_arrived(tmp_path: Path) -> None:
-    partial = request(tmp_path, ScriptedClient(b"data: {\"choices\"", KeyboardInterrupt()))
+def test_an_interrupt_keeps_the_bytes_that_arrived(step_context) -> None:
+    partial = request(step_context, ScriptedClient(b"data: {\"choices\"", KeyboardInterrupt()))
     assert partial.read_bytes() == b"data: {\"choices\""
 
 
-def test_a_full_disk_while_saving_a_stream_names_the_file(tmp_path: Path) -> None:
+def test_a_full_disk_while_saving_a_stream_names_the_file(tmp_path: Path, step_context) -> None:
     full = OSError(errno.ENOSPC, "No space left on device")
-    ctx = LabContext(out=tmp_path, client=ScriptedClient(b"data: x", full), kb_dir=tmp_path)  # type: ignore[arg-type]
+    ctx = step_context(client=ScriptedClient(b"data: x", full))
     with pytest.raises(OSError) as caught:
         ctx.request("ttft-1", [{"role": "user", "content": "hi"}])
     assert caught.value.errno == errno.ENOSPC

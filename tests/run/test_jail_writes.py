@@ -11,9 +11,7 @@ import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
 from voice_llm.util import artifacts
-from voice_llm.client.api import ServerClient
 from voice_llm.errors import OutputDirError
-from voice_llm.lab.context import LabContext
 from voice_llm.run.lock import LOCK_NAME, locked_out
 
 from clihelpers import assert_clean_failure, cli
@@ -95,11 +93,11 @@ def test_a_raw_folder_that_is_a_link_is_refused(tmp_path: Path, env: dict[str, s
     assert list(elsewhere.iterdir()) == []
 
 
-def test_a_stale_partial_is_replaced_not_written_through(tmp_path: Path) -> None:
+def test_a_stale_partial_is_replaced_not_written_through(tmp_path: Path, step_context) -> None:
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "one.sse.partial").write_bytes(b"an earlier attempt's bytes, much longer than this one")
     with FakeServer(stream()) as fake:
-        ctx = LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=10), kb_dir=tmp_path)
+        ctx = step_context(fake.url, timeout=10)
         ctx.request("one", [{"role": "user", "content": "hi"}], max_tokens=8)
     assert (tmp_path / "raw" / "one.sse").read_bytes().rstrip().endswith(b"data: [DONE]")
     assert b"earlier attempt" not in (tmp_path / "raw" / "one.sse").read_bytes()
@@ -133,12 +131,12 @@ def test_every_atomic_writer_refuses_a_link_at_its_target(writer, tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "report.json"]  # no temp file left
 
 
-def test_wavs_never_go_through_a_linked_audio_folder(tmp_path: Path) -> None:
+def test_wavs_never_go_through_a_linked_audio_folder(tmp_path: Path, step_context) -> None:
     out = tmp_path / "out"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     plant(out / "audio", elsewhere)
-    ctx = LabContext(out=out, client=ServerClient("http://127.0.0.1:1"), kb_dir=tmp_path)
+    ctx = step_context(out=out)
     with pytest.raises(OutputDirError, match=REFUSED):
         ctx.write_bytes("audio/whole-heard.wav", b"RIFF")
     assert list(elsewhere.iterdir()) == []

@@ -112,11 +112,11 @@ def _events(raw: bytes) -> list[object]:
     return [e.data if e.data == "[DONE]" else json.loads(e.data) for e in events]
 
 
-def test_its_raw_stream_differs_from_llama_servers(lcp_lab, running_server) -> None:
+def test_its_raw_stream_differs_from_llama_servers(lcp_lab, module_server) -> None:
     """The recorded bytes of both servers, side by side: framing, first chunk, timings."""
     out, _ = lcp_lab
     lcp_raw = (out / "sse_raw.txt").read_bytes()
-    llama = probe(ServerClient(running_server.url), raw_out=out / "llama-server-probe.sse")
+    llama = probe(ServerClient(module_server.url), raw_out=out / "llama-server-probe.sse")
     llama_raw = (out / "llama-server-probe.sse").read_bytes()
     lcp_events, llama_events = _events(lcp_raw), _events(llama_raw)
     # Both: data-only events ending in a blank line, the role chunk first and [DONE] last.

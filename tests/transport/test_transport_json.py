@@ -22,7 +22,6 @@ from voice_llm.util import artifacts
 from voice_llm.client.api import ServerClient
 from voice_llm.errors import ArtifactError, MeasurementError
 from voice_llm.lab import cancel
-from voice_llm.lab.context import LabContext
 
 DEEP = ("[" * 100_000 + "]" * 100_000).encode()
 DEEP_ANSWER = Reply.body(200, DEEP, "application/json")
@@ -85,10 +84,10 @@ def test_slots_that_are_not_a_list_are_one_line(slots: object) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_a_metrics_gauge_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+def test_a_metrics_gauge_that_is_not_a_number_is_one_line(step_context) -> None:
     page = b"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing abc\n"
     with FakeServer(Reply.body(200, page, "text/plain; version=0.0.4")) as fake:
-        ctx = LabContext(out=tmp_path, client=ServerClient(fake.url, timeout=5), kb_dir=tmp_path)
+        ctx = step_context(fake.url, timeout=5)
         with pytest.raises(MeasurementError, match="not a number: 'abc'") as info:
             cancel.wait_until_no_request(ctx, "llamacpp:requests_processing", time.perf_counter())
     assert "/metrics" in str(info.value) and "\n" not in str(info.value)

@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.client.api import ServerClient
 from voice_llm.errors import NothingToSpeakError, SynthesisError
 from voice_llm.tts import step as speak
-from voice_llm.lab.context import LabContext
 from voice_llm.tts import AudioChunk, load_engine
 from voice_llm.tts.live import speak_live
 
@@ -41,10 +39,6 @@ class FailsOn:
         return self._engine.versions()
 
 
-def _context(out: Path, url: str) -> LabContext:
-    return LabContext(out=out, client=ServerClient(url), kb_dir=out)
-
-
 def _earlier_audio(out: Path) -> dict[str, bytes]:
     (out / "audio").mkdir(parents=True)
     files = {"audio.json": b'{"earlier": true}\n', "audio/whole-heard.wav": b"RIFF earlier"}
@@ -53,10 +47,10 @@ def _earlier_audio(out: Path) -> dict[str, bytes]:
     return files
 
 
-def test_synthesis_overlaps_the_stream(piper, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_synthesis_overlaps_the_stream(piper, tmp_path: Path, step_context) -> None:  # type: ignore[no-untyped-def]
     """The first sentence is being synthesized while later tokens are still arriving."""
     with FakeServer(Reply.stream(at(0.08, llama_events(ANSWER)))) as fake:
-        ctx = _context(tmp_path, fake.url)
+        ctx = step_context(fake.url)
         answer = speak_live(piper, "sentences", speak._request(ctx, "speak-sentences-1"))
     first = answer.segments[0]
     assert first.text == "Fast for 8 hours, drinking only water."
@@ -66,24 +60,24 @@ def test_synthesis_overlaps_the_stream(piper, tmp_path: Path) -> None:  # type: 
     assert (tmp_path / "raw" / "speak-sentences-1.sse").is_file()
 
 
-def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: FailsOn(piper, "medicines"))
     with FakeServer(Reply.stream(at(0.0, llama_events(ANSWER)))) as fake:
         with pytest.raises(SynthesisError, match=r"piper failed on 'Fast for 8 hours") as failure:
-            speak.run(_context(tmp_path, fake.url))
+            speak.run(step_context(fake.url))
     raw = tmp_path / "raw" / "speak-whole-1.sse"
     assert failure.value.__notes__ == [f"speak whole, run 1: the answer's stream is kept in {raw}"]
     assert b"medicines" in raw.read_bytes() and raw.read_bytes().rstrip().endswith(b"data: [DONE]")
     assert {name: (tmp_path / name).read_bytes() for name in earlier} == earlier
 
 
-def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: piper)
     with FakeServer(Reply.stream(at(0.0, llama_events(["...", " ", "!!"])))) as fake:
         with pytest.raises(NothingToSpeakError, match="no speakable text: '... !!'"):
-            speak.run(_context(tmp_path, fake.url))
+            speak.run(step_context(fake.url))
     assert (tmp_path / "raw" / "speak-whole-1.sse").read_bytes().count(b"data: ") >= 4
     assert {name: (tmp_path / name).read_bytes() for name in earlier} == earlier
 
@@ -131,14 +125,13 @@ def test_cli_nothing_speakable_keeps_the_stream(tmp_path: Path, env: dict[str, s
     assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 
-def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: dict[str, str], step_context) -> None:
     from clihelpers import assert_clean_failure, cli
     from fakeserver import unused_port
 
     from voice_llm.lab.context import StepOptions
 
-    ctx = LabContext(out=tmp_path, client=ServerClient("http://127.0.0.1:1"), kb_dir=tmp_path,
-                     options=StepOptions(plugins={"tts": speak.TTSOptions(clause_words=7)}))
+    ctx = step_context(options=StepOptions(plugins={"tts": speak.TTSOptions(clause_words=7)}))
     assert speak.options_of(ctx).clause_words == 7
     out = tmp_path / "out"
     earlier = _earlier_audio(out)

