@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.util import stats
 from voice_llm.analysis import compare
 from voice_llm.util.artifacts import AUDIO, TTFT
 from voice_llm.report.compare_page import render_compare
@@ -143,14 +144,14 @@ def _permutation_p(a: list[float], b: list[float]) -> float:
 @pytest.mark.parametrize("a, b", [([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]), ([1, 2, 2, 3, 3], [3, 4, 4, 5, 5]),
                                   ([5, 5, 6, 7, 7, 7], [5, 6, 6, 8, 9]), ([3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8])])
 def test_the_rank_test_is_exact_for_small_samples(a: list[float], b: list[float]) -> None:
-    assert compare.mann_whitney_p(a, b) == pytest.approx(_permutation_p(a, b))
+    assert stats.mann_whitney_p(a, b) == pytest.approx(_permutation_p(a, b))
 
 
 def test_the_rank_test_uses_the_normal_approximation_for_large_samples() -> None:
     # Normal approximation above EXACT_SPLITS_MAX splits: two equal samples are p = 1, apart ones tiny.
     many = [float(i % 97) for i in range(5000)]
-    assert compare.mann_whitney_p(many, many) == pytest.approx(1.0)
-    assert compare.mann_whitney_p(many, [x + 1000 for x in many]) < 1e-12
+    assert stats.mann_whitney_p(many, many) == pytest.approx(1.0)
+    assert stats.mann_whitney_p(many, [x + 1000 for x in many]) < 1e-12
 
 
 def test_a_folder_without_measurements_is_refused_in_one_line(tmp_path: Path, env: dict[str, str]) -> None:

@@ -5,7 +5,7 @@ Significance: with at least five samples a side, a two-sided Mann-Whitney U test
 the mean of their positions), computed in O(n log n) on the sample counts: one sort of the pooled values. The p
 value is exact (the distribution of the rank sum over every split of the pooled ranks, counted by dynamic
 programming, so it needs no table and no scipy) while the number of splits C(n1 + n2, n1) is at most
-EXACT_SPLITS_MAX (about ten samples a side); above that, the normal approximation with tie and continuity
+util.stats.EXACT_SPLITS_MAX (about ten samples a side); above that, the normal approximation with tie and continuity
 correction. With fewer than five samples a side the difference counts only when the two ranges (min..max) do not
 overlap; with one sample on a side it cannot tell. Token counts are exact, so any difference in them is real.
 
@@ -25,7 +25,6 @@ under a quarter of that is lost in the variation of human turn-taking itself.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,74 +39,8 @@ from voice_llm.errors import ArtifactError
 NOTICE_MS = 50.0
 ALPHA = 0.05
 RANK_TEST_MIN = 5
-EXACT_SPLITS_MAX = 200_000
-
-
 class IncomparableRunsError(ArtifactError):
     """The two runs measured different things (other prompts or documents): their numbers do not compare."""
-
-
-# --- statistics -------------------------------------------------------------------------------------------------
-
-
-def _ranked(a: Sequence[float], b: Sequence[float]) -> tuple[int, list[int], list[int]]:
-    """One sort of the pooled values: (twice the rank sum of ``a``, twice every value's midrank, the size of every
-    group of ties). Midranks doubled are whole numbers, so the exact distribution can count them."""
-    pooled = sorted([(value, 0) for value in a] + [(value, 1) for value in b], key=lambda pair: pair[0])
-    doubled: list[int] = []
-    ties: list[int] = []
-    sum_a = 0
-    i = 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        rank = i + j + 2  # twice the mean of positions i+1 .. j+1
-        ties.append(j - i + 1)
-        for k in range(i, j + 1):
-            doubled.append(rank)
-            if pooled[k][1] == 0:
-                sum_a += rank
-        i = j + 1
-    return sum_a, doubled, ties
-
-
-def _exact_tail(doubled: Sequence[int], n1: int, observed: int, mean: int) -> float:
-    """The share of the C(n, n1) splits whose doubled U is at least ``observed`` from ``mean``: a count of the
-    subsets of size n1 by their rank sum (dynamic programming over the ranks, no enumeration of splits)."""
-    counts: list[dict[int, int]] = [{0: 1}] + [{} for _ in range(n1)]
-    for rank in doubled:
-        for size in range(n1, 0, -1):
-            below, here = counts[size - 1], counts[size]
-            for total, ways in below.items():
-                here[total + rank] = here.get(total + rank, 0) + ways
-    offset = n1 * (n1 + 1)
-    extreme = sum(ways for total, ways in counts[n1].items() if abs(total - offset - mean) >= observed)
-    return extreme / math.comb(len(doubled), n1)
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (ties as midranks): exact while there are at most
-    EXACT_SPLITS_MAX splits of the pooled values, else the normal approximation with tie correction. One sort of
-    the pooled samples, so O(n log n) on the sample counts."""
-    n1, n2 = len(a), len(b)
-    if not n1 or not n2:
-        raise ValueError("the rank test needs samples on both sides")
-    sum_a, doubled, ties = _ranked(a, b)
-    # Everything doubled, so that midranks stay whole numbers: U = R1 - n1 (n1 + 1) / 2, its mean n1 n2 / 2.
-    mean = n1 * n2
-    observed = abs(sum_a - n1 * (n1 + 1) - mean)
-    if math.comb(n1 + n2, n1) <= EXACT_SPLITS_MAX:
-        return _exact_tail(doubled, n1, observed, mean)
-    total = n1 + n2
-    tie_term = sum(t ** 3 - t for t in ties)
-    sigma = math.sqrt(n1 * n2 / 12 * ((total + 1) - tie_term / (total * (total - 1))))
-    if sigma == 0:
-        return 1.0
-    return math.erfc(max(observed / 2 - 0.5, 0.0) / sigma / math.sqrt(2))
-
-
-# --- one metric ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -136,7 +69,7 @@ def _verdict(a: Sequence[float], b: Sequence[float], unit: str) -> tuple[str, fl
     if unit != "ms":
         return "exact count", None, stats.median(a) != stats.median(b)
     if len(a) >= RANK_TEST_MIN and len(b) >= RANK_TEST_MIN:
-        p = mann_whitney_p(a, b)
+        p = stats.mann_whitney_p(a, b)
         return "mann-whitney", p, p < ALPHA
     if len(a) < 2 or len(b) < 2:
         return "one sample", None, None

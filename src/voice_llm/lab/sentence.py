@@ -16,32 +16,8 @@ from voice_llm.util import stats
 from voice_llm.util.artifacts import SENTENCE
 from voice_llm.errors import MeasurementError
 from voice_llm.lab.context import LabContext
-from voice_llm.sentences import SentenceSplitter, first_sentence_end
+from voice_llm.sentences import first_sentence_by_rule, first_sentence_by_splitter
 from voice_llm.sse import Chunk
-
-
-def first_sentence_by_rule(chunks: Sequence[Chunk], total_ms: float) -> tuple[str, float]:
-    """The brief's rule: the first chunk after which the concatenated text has [.!?] followed by whitespace —
-    the moment the whitespace arrives, since only then is the period known to end a sentence ('3.5', 'a.m.').
-    Never: the whole text is one sentence, known at the end of the stream."""
-    text = ""
-    for chunk in chunks:
-        text += chunk.text
-        end = first_sentence_end(text)
-        if end is not None:
-            return text[:end].strip(), chunk.t_ms
-    return text.strip(), total_ms
-
-
-def first_sentence_by_splitter(chunks: Sequence[Chunk], total_ms: float) -> tuple[str, float]:
-    """The smart splitter fed chunk by chunk; its first emitted sentence and the chunk that settled it."""
-    splitter = SentenceSplitter()
-    for chunk in chunks:
-        done = splitter.feed(chunk.text)
-        if done:
-            return done[0], chunk.t_ms
-    rest = splitter.flush()
-    return (rest[0] if rest else ""), total_ms
 
 
 def sentence_document(chunks: Sequence[Chunk], total_ms: float) -> dict[str, Any]:

@@ -16,11 +16,11 @@ Rules (README "Calls under load"):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from voice_llm.util import stats  # standard library only, like this module
+from voice_llm.util.stats import gaps_ms, percentile  # the one nearest-rank rule; p50 is the median
 
 GOODPUT_TARGET = 0.95
 MAX_ERROR_RATE = 0.01
@@ -40,24 +40,6 @@ SAMPLE_FIELDS = (
     "ttft_ms", "first_sentence_ms", "e2e_ms", "tokens", "itl_p50_ms", "itl_p99_ms",
     "prompt_n", "cache_n", "error", "cancelled", "prompt_ms",
 )
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100): always one of the values, so it can be checked against them.
-    The 50th is the project's one median rule (voice_llm.util.stats.median: the upper middle for an even count), so
-    a p50 here is the same number as every other artifact's median of the same samples."""
-    if not values:
-        return None
-    if q == 50:
-        return stats.median(values)
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def gaps_ms(times_ms: Sequence[float]) -> list[float]:
-    """The inter-token gaps of one answer: the time between consecutive content chunks."""
-    return [later - earlier for earlier, later in zip(times_ms, times_ms[1:])]
 
 
 def _spread(values: Sequence[float]) -> dict[str, float | None]:

@@ -646,69 +646,6 @@ def _checks_html(checks: Sequence[CheckResult] | None) -> str:
     )
 
 
-style.CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1a1a1a;
-  background: #fff; max-width: 1000px; margin: 0 auto; padding: 20px 24px 40px; line-height: 1.45; }
-h1 { font-size: 1.7rem; margin: 0 0 .2rem; }
-h2 { font-size: 1.2rem; margin: 1.8rem 0 .5rem; padding-bottom: .2rem; border-bottom: 1px solid #ddd; }
-.columns h2 { margin-top: .8rem; }
-.lede { color: #444; margin: 0; }
-.columns { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2rem; }
-table { border-collapse: collapse; font-size: .92rem; width: 100%; }
-th, td { text-align: left; vertical-align: top; padding: .22rem .5rem; border-bottom: 1px solid #eee; }
-th { font-weight: 600; }
-tbody th { font-weight: normal; color: #444; }
-.facts td.num { text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-.badge { display: inline-block; font-weight: 700; font-size: .8rem; padding: 0 .45em; border-radius: 3px; }
-tr.pass .badge { background: #e3f5e6; color: #136c2e; }
-tr.fail .badge { background: #fde8e8; color: #a11111; }
-tr.fail td { background: #fff7f7; }
-tr.unknown .badge { background: #eeeeee; color: #444; }
-tr.finding .badge { background: #fff3d6; color: #7a4b00; }
-figure.chart { margin: 0; }
-figure.chart svg { display: block; width: 100%; height: auto; }
-figcaption { margin-top: .3rem; font-size: .98rem; }
-.missing { padding: .5rem .8rem; background: #fff4e5; border-left: 4px solid #e69500; }
-dl.texts { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; font-size: .92rem; }
-dl.texts dt { color: #444; }
-dl.texts dd { margin: 0; white-space: pre-wrap; }
-details { font-size: .9rem; margin-top: .5rem; }
-table.chunks code { white-space: pre-wrap; }
-section.noise { background: #fff4e5; border-left: 4px solid #e69500; padding: .2rem 1rem .4rem; margin-top: 1rem; }
-section.noise h2 { border: none; margin-top: .6rem; color: #8a4b00; }
-section.quiet p { color: #136c2e; }
-td.range { color: #666; font-size: .85rem; white-space: nowrap; }
-table.meta td { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; word-break: break-all; }
-footer { margin-top: 2rem; color: #777; font-size: .85rem; }
-@page { margin: 14mm; }
-@media print {
-  body { max-width: none; padding: 0; font-size: 10pt; }
-  section, figure.chart, table { break-inside: avoid; }
-  details { display: none; }
-}
-"""
-
-# Lets a headless browser prove every chart really laid out: the test reads data-rendered from the dumped DOM
-# and data-box (page coordinates) to look for ink in the screenshot where each chart should be.
-style.RENDER_PROBE = """
-window.addEventListener("load", function () {
-  var rendered = 0;
-  document.querySelectorAll("figure.chart").forEach(function (figure) {
-    var svg = figure.querySelector("svg");
-    if (!svg) { return; }
-    var rect = svg.getBoundingClientRect(), box = svg.getBBox();
-    if (rect.width > 0 && rect.height > 0 && box.width > 0 && box.height > 0) {
-      rendered += 1;
-      figure.setAttribute("data-box", [rect.left + window.scrollX, rect.top + window.scrollY,
-                                       rect.width, rect.height].map(Math.round).join(","));
-    }
-  });
-  document.body.setAttribute("data-rendered", String(rendered));
-});
-"""
-
-
 def _page(header: str, checks: str, sections: Sequence[str]) -> str:
     charts = sum(section.count('<figure class="chart"') for section in sections)
     return (
