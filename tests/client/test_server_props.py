@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from voice_llm.client.api import ServerProps, props_n_ctx
+from voice_llm.client.api import ServerProps
 
 LLAMA_SERVER = {
     "default_generation_settings": {"n_ctx": 1024, "temperature": 0.8},
@@ -34,7 +34,3 @@ def test_an_older_server_with_n_ctx_at_the_top() -> None:
                                    {"model_path": 3, "build_info": ["b1"]}])
 def test_any_other_shape_is_not_said_never_an_error(props: Any) -> None:
     assert ServerProps.parse(props) == ServerProps()
-
-
-def test_props_n_ctx_is_the_same_reader() -> None:
-    assert props_n_ctx(LLAMA_SERVER) == 1024 and props_n_ctx([]) is None

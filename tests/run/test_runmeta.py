@@ -147,7 +147,10 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
 
 
 def test_one_reading_of_n_ctx_from_props() -> None:
-    from voice_llm.client.api import props_n_ctx
+    from voice_llm.client.api import ServerProps
+
+    def props_n_ctx(props):  # type: ignore[no-untyped-def]
+        return ServerProps.parse(props).n_ctx
 
     assert props_n_ctx({"default_generation_settings": {"n_ctx": 4096}, "n_ctx": 8}) == 4096
     assert props_n_ctx({"n_ctx": 2048}) == 2048  # an older server puts it at the top

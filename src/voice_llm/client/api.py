@@ -55,12 +55,6 @@ class ServerProps:
         return cls(n_ctx=_positive_int(n_ctx), total_slots=_positive_int(props.get("total_slots")), **text)
 
 
-def props_n_ctx(props: Any) -> int | None:
-    """The context of one slot from a /props answer: ``ServerProps.parse(props).n_ctx``. Kept for the callers not
-    yet switched to :class:`ServerProps` (lab/preflight.py, run/meta.py); remove with the last of them."""
-    return ServerProps.parse(props).n_ctx
-
-
 @dataclass(frozen=True)
 class Answer:
     """One JSON endpoint's answer: the status, two headers, and the body (read only for an accepted status)."""

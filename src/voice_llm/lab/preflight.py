@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from voice_llm import sse
 from voice_llm.scenario import brief, prompts
-from voice_llm.client.api import ServerClient, props_n_ctx
+from voice_llm.client.api import ServerClient, ServerProps
 from voice_llm.errors import ContextLimitError
 from voice_llm.scenario.kb import KBDoc
 
@@ -90,7 +90,7 @@ def server_n_ctx(client: ServerClient) -> int | None:
     llama-server splits ``-c`` over its ``-np`` slots: `voice-llm up --slots 4` (-c 4096 -np 4) answers 1024 here,
     and /slots shows n_ctx 1024 for each of its 4 slots (seen on this project's pinned build): the limit each
     request meets."""
-    return props_n_ctx(client.props())
+    return ServerProps.parse(client.props()).n_ctx
 
 
 def count_prompt_tokens(client: ServerClient, messages: list[prompts.Message]) -> tuple[int, bool]:

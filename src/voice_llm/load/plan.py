@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from voice_llm.server.config import api_key_from_env
+from voice_llm.sse import parse_json
 
 SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
 DEFAULT_CALLERS = (1, 2, 4, 8)
@@ -44,7 +45,7 @@ class CallerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> CallerConfig:
-        data = json.loads(text)
+        data = parse_json(text)  # the one guarded parser (a config nested too deep is a ValueError, not a crash)
         data["turns"] = tuple(data["turns"])
         return cls(**data)
 
@@ -73,7 +74,7 @@ class SweepPlan:
 
     @classmethod
     def from_json(cls, text: str) -> SweepPlan:
-        data = json.loads(text)
+        data = parse_json(text)  # the one guarded parser (a config nested too deep is a ValueError, not a crash)
         caller = data.pop("caller")
         caller["turns"] = tuple(caller["turns"])
         data["callers"] = tuple(data["callers"])

@@ -10,7 +10,6 @@ travels with the exception (:class:`SweepInterrupted`, :class:`LoadError`), so t
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any
 from voice_llm.server.config import ENV_API_KEY
 from voice_llm.errors import VoiceLLMError
 from voice_llm.load.plan import SweepPlan
+from voice_llm.sse import parse_json
 
 MASTER_STOP_S = 15.0
 
@@ -77,7 +77,7 @@ def _stop_master(proc: subprocess.Popen[bytes]) -> None:
 
 def _read_result(path: Path) -> dict[str, Any] | None:
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None

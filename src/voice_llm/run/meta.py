@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from voice_llm import __version__
-from voice_llm.client.api import props_n_ctx
+from voice_llm.client.api import ServerProps
 from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, inside, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 from voice_llm.scenario import brief, prompts
@@ -194,16 +194,9 @@ class ServerFacts:
 
     @classmethod
     def from_props(cls, url: str, props: Any, **extra: Any) -> ServerFacts:
-        n_ctx = props_n_ctx(props)
-        props = props if isinstance(props, Mapping) else {}
-        return cls(
-            url=url,
-            build_info=props.get("build_info") if isinstance(props.get("build_info"), str) else None,
-            model_path=props.get("model_path") if isinstance(props.get("model_path"), str) else None,
-            n_ctx=n_ctx,
-            total_slots=props.get("total_slots") if isinstance(props.get("total_slots"), int) else None,
-            **extra,
-        )
+        parsed = ServerProps.parse(props)  # the one /props reader
+        return cls(url=url, build_info=parsed.build_info, model_path=parsed.model_path, n_ctx=parsed.n_ctx,
+                   total_slots=parsed.total_slots, **extra)
 
 
 def capability_fingerprint(capabilities: Mapping[str, Any] | None) -> str | None:
