@@ -3,6 +3,7 @@ kept, earlier audio artifacts untouched. The engine is the real Piper voice (wra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def test_synthesis_overlaps_the_stream(piper, tmp_path: Path, step_context) -> N
 def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: FailsOn(piper, "medicines"))
+    # engine_for keeps loaded engines per process: a fresh cache here, so an engine loaded by an earlier test
+    # (the session lab, converse) is not the one this test meant to replace
+    monkeypatch.setattr(speak, "_loaded", functools.lru_cache(maxsize=2)(speak._loaded.__wrapped__))
     with FakeServer(Reply.stream(at(0.0, llama_events(ANSWER)))) as fake:
         with pytest.raises(SynthesisError, match=r"piper failed on 'Fast for 8 hours") as failure:
             speak.run(step_context(fake.url))
@@ -75,6 +79,9 @@ def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.Monke
 def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: piper)
+    # engine_for keeps loaded engines per process: a fresh cache here, so an engine loaded by an earlier test
+    # (the session lab, converse) is not the one this test meant to replace
+    monkeypatch.setattr(speak, "_loaded", functools.lru_cache(maxsize=2)(speak._loaded.__wrapped__))
     with FakeServer(Reply.stream(at(0.0, llama_events(["...", " ", "!!"])))) as fake:
         with pytest.raises(NothingToSpeakError, match="no speakable text: '... !!'"):
             speak.run(step_context(fake.url))
