@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.run.folder import RunFolder
+
 from voice_llm.run import meta as runmeta
 from voice_llm.checks.core import FAIL, run_checks
 from voice_llm.errors import OutputBusyError
@@ -69,10 +71,10 @@ def test_a_file_from_another_run_is_named(tmp_path: Path) -> None:
     _write_run(a, _meta(tmp_path))
     run_b = _write_run(b, _meta(tmp_path))
     (a / "ttft.json").write_bytes((b / "ttft.json").read_bytes())
-    found = runmeta.membership(a)
+    found = RunFolder(a).membership()
     assert found.other_runs == {"ttft.json": run_b.run_id}
     with pytest.raises(runmeta.MixedRunsError, match=f"ttft.json \\(run {run_b.run_id}\\)"):
-        runmeta.require_one_run(a)
+        RunFolder(a).require_one_run()
     one_run = next(r for r in run_checks(a) if r.name.startswith("one run"))
     assert one_run.status == FAIL and "ttft.json" in one_run.detail
 
@@ -80,9 +82,9 @@ def test_a_file_from_another_run_is_named(tmp_path: Path) -> None:
 def test_raw_evidence_is_tied_by_its_hash(tmp_path: Path) -> None:
     out = tmp_path / "out"
     _write_run(out, _meta(tmp_path))
-    assert runmeta.membership(out).changed == []
+    assert RunFolder(out).membership().changed == []
     (out / "sse_raw.txt").write_bytes(b"data: [DONE]\n\n\n")
-    assert runmeta.membership(out).changed == ["sse_raw.txt"]
+    assert RunFolder(out).membership().changed == ["sse_raw.txt"]
 
 
 def _hold(out: str, ready: "multiprocessing.synchronize.Event", release: "multiprocessing.synchronize.Event") -> None:

@@ -183,7 +183,7 @@ class RunFolder:
             _refuse_unknown(name, doc)
 
     def membership(self) -> runmeta.Membership:
-        """How the files relate to run.json (:func:`voice_llm.run.meta.membership`'s rules), from the bytes read
+        """How the files relate to run.json (the one walk of the manifest), from the bytes read
         once: each file of the manifest hashed once, each JSON file's run id read by the guarded parser."""
         if self._membership is None:
             self._membership = self._compute_membership()
@@ -236,7 +236,8 @@ class RunFolder:
         return runmeta.Membership(record.run_id, other, changed, missing, frozenset(leftovers))
 
     def require_one_run(self) -> runmeta.Membership:
-        """:func:`voice_llm.run.meta.require_one_run` on the folder read once."""
+        """Raise MixedRunsError naming the files of other runs among those this run wrote or expects (report and
+        compare call this first); leftovers of another run this run never planned are skipped (Membership.belongs)."""
         found = self.membership()
         within = {name: run for name, run in found.other_runs.items() if name not in found.leftovers}
         if within:

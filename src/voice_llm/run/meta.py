@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from voice_llm import __version__
 from voice_llm.client.api import ServerProps
-from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, inside, read_artifact_bytes, read_json, write_json
+from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, read_artifact_bytes, read_json, write_json
 from voice_llm.errors import ArtifactError
 from voice_llm.scenario import brief, prompts
 from voice_llm.server.provision import sha256_of
@@ -406,67 +406,3 @@ class Membership:
     def belongs(self, name: str) -> bool:
         """May a report of this run draw from ``name``? Not when the file says it is another run's."""
         return name not in self.other_runs
-
-
-def membership(out: Path) -> Membership:
-    """Compare the run's files with run.json: every file of its manifest, and every file the run's steps should
-    leave that is on disk without being in the manifest (left by another run, or copied in)."""
-    record = RunRecord.load(out)
-    if record is None:
-        return Membership(None, {}, [], [])
-    manifest: Mapping[str, str] = record.doc.get("artifacts") or {}
-    expected = [name for name in record.doc.get("expected_artifacts") or [] if name not in manifest]
-    other: dict[str, str] = {}
-    changed: list[str] = []
-    missing: list[str] = []
-    for name in [*sorted(manifest), *expected]:
-        try:  # a name in run.json is read only inside OUT, never through a link, bounded (artifacts.inside)
-            path = inside(out, name)
-        except ArtifactError as exc:
-            raise ArtifactError(f"run.json names {name!r}, not a file of this folder: {exc}") from exc
-        if not os.path.lexists(path):
-            if name in manifest:
-                missing.append(name)
-            continue
-        data = read_artifact_bytes(path)  # a FIFO, device or huge file there: an ArtifactError naming it
-        if name.endswith(".json"):
-            try:
-                ids = run_id_of(json.loads(data))
-            except (ValueError, RecursionError):
-                ids = set()
-            foreign = sorted(ids - {record.run_id})
-            if foreign:
-                other[name] = foreign[0]
-                continue
-        if name not in manifest or sha256_bytes(data) != manifest[name]:
-            changed.append(name)
-    # Any other JSON artifact at the top of OUT that names a run: one this run did not plan (a `load` or `call`
-    # of an earlier run) is still in the folder, and a report would otherwise draw it as this run's.
-    leftovers: set[str] = set()
-    seen = set(manifest) | set(expected)
-    for path in sorted(out.glob("*.json")):
-        if path.name in seen or path.name in UNMANIFESTED or path.is_symlink() or not path.is_file():
-            continue
-        try:
-            ids = run_id_of(json.loads(path.read_bytes()))
-        except (ValueError, RecursionError, OSError):
-            continue
-        foreign = sorted(ids - {record.run_id})
-        if foreign:
-            other[path.name] = foreign[0]
-            leftovers.add(path.name)
-    return Membership(record.run_id, other, changed, missing, frozenset(leftovers))
-
-
-def require_one_run(out: Path) -> Membership:
-    """Raise :class:`MixedRunsError` naming the files of other runs among those this run wrote or expects; report
-    and compare call this first. Leftovers of another run that this run never planned do not stop them (they
-    skip those files: :meth:`Membership.belongs`); ``check`` names them."""
-    found = membership(out)
-    inside = {name: run for name, run in found.other_runs.items() if name not in found.leftovers}
-    if inside:
-        names = ", ".join(f"{name} (run {run})" for name, run in inside.items())
-        raise MixedRunsError(
-            f"{out} mixes runs: run.json is run {found.run_id}, but {names}; rerun those steps or the lab"
-        )
-    return found
