@@ -5,7 +5,7 @@ synthesis.
 
 1. **Replay, without the LLM** (no server, no STT, no synthesis). The caller turns of ``OUT/converse`` (the
    caller-NN.wav files at their caller_offset_ms) or, without OUT, the clinic dialogue's caller lines synthesized
-   as the step does (Piper, voice_llm.converse.caller) are fed through the loop's own frame path as fast as the
+   as the step does (Piper, voice_llm.speech.caller) are fed through the loop's own frame path as fast as the
    CPU allows, the path the live loop runs once per 32 ms frame: the frame cut from the caller's line
    (CallerLine.frame), kept for the utterance buffer, its Silero probability (computed once before: VAD compute
    is measured apart and excluded), the endpointer (Endpointer.push). At each endpoint, the turn's own work
@@ -47,9 +47,10 @@ from typing import Any
 import numpy as np
 
 from voice_llm.util.artifacts import inside, read_artifact_bytes, read_json
-from voice_llm.converse import caller as callermod
-from voice_llm.converse import vad as vadmod
-from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech import caller as callermod
+from voice_llm.converse.voice import synthesize_lines
+from voice_llm.speech import vad as vadmod
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.converse.checks import ARTIFACT
 from voice_llm.converse.frames import CallerLine
 from voice_llm.converse.step import breakdown
@@ -88,7 +89,7 @@ def recorded_turns(out: Path) -> list[tuple[str, np.ndarray, float]]:
 
 def synthesized_turns(count: int) -> list[tuple[str, np.ndarray, float]]:
     lines = load_dialogue(DEFAULT_DIALOGUE).turns[:count]
-    utterances, _ = callermod.synthesize_lines(lines)
+    utterances, _ = synthesize_lines(lines)
     return [(u.script, u.samples, float(u.end)) for u in utterances]
 
 
@@ -228,7 +229,7 @@ def run_matrix(out: Path, url: str, turns: int, endpoints: Sequence[float],
     measured alone. Returns one row per setting."""
     from voice_llm.client.api import ServerClient
     from voice_llm.converse import step
-    from voice_llm.converse.stt import default_threads, load_transcriber
+    from voice_llm.speech.stt import default_threads, load_transcriber
     from voice_llm.scenario.dialogue import load_dialogue, system_prompt
     from voice_llm.scenario.kb import default_kb_dir, load_kb
     from voice_llm.lab.context import LabContext

@@ -16,7 +16,7 @@ import pytest
 
 from voice_llm.client.api import ServerClient
 from voice_llm.converse import step
-from voice_llm.converse.stt import STTError, ScriptTranscriber
+from voice_llm.speech.stt import STTError, ScriptTranscriber
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab.context import LabContext
 

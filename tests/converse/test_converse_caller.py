@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_llm.converse import caller as c
+from voice_llm.speech import caller as c
+from voice_llm.converse.voice import synthesize_lines
 from voice_llm.converse.step import ConverseOptions, caller_utterances
-from voice_llm.converse.vad import SileroVAD, probabilities
+from voice_llm.speech.vad import SileroVAD, probabilities
 from voice_llm.errors import ConfigError
 
 SCRIPTS = ("one line", "two line", "three line")
@@ -126,7 +127,7 @@ def test_noise_floor_rises_with_background_noise() -> None:
 def clinic() -> list[c.Utterance]:
     from voice_llm.scenario.dialogue import load_dialogue
 
-    utterances, voice = c.synthesize_lines(load_dialogue().turns)
+    utterances, voice = synthesize_lines(load_dialogue().turns)
     assert voice.engine == "piper" and voice.length_scale == c.CALLER_LENGTH_SCALE
     return utterances
 
@@ -140,8 +141,8 @@ def test_synthesized_lines_are_16k_with_lead_silence_and_a_true_span(clinic: lis
 
 
 def test_caller_voice_is_deterministic() -> None:
-    a, _ = c.synthesize_lines(["Where do I park when I get there?"])
-    b, _ = c.synthesize_lines(["Where do I park when I get there?"])
+    a, _ = synthesize_lines(["Where do I park when I get there?"])
+    b, _ = synthesize_lines(["Where do I park when I get there?"])
     assert np.array_equal(a[0].samples, b[0].samples)
 
 
@@ -157,8 +158,8 @@ def test_silero_hears_each_line_and_not_the_lead_silence(clinic: list[c.Utteranc
 
 
 def test_whisper_transcribes_the_clinic_lines_within_a_few_words(clinic: list[c.Utterance]) -> None:
-    from voice_llm.converse.stt import load_transcriber
-    from voice_llm.converse.wer import total, wer
+    from voice_llm.speech.stt import load_transcriber
+    from voice_llm.speech.wer import total, wer
 
     stt = load_transcriber("faster-whisper", 2)
     info = stt.info()

@@ -19,7 +19,7 @@ from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResul
 from voice_llm.converse import checks as converse_checks
 from voice_llm.converse import gap
 from voice_llm.converse.checks import BREAKDOWN, mouth_to_ear
-from voice_llm.converse.wer import total, wer
+from voice_llm.speech.wer import total, wer
 
 RATE = 16000
 LEAD = 300 * RATE // 1000  # the caller WAV's leading silence, as converse/caller.py feeds it
@@ -479,11 +479,11 @@ def test_gap_rule_on_real_piper_audio() -> None:
     the recorder places it): the caller's end measured on the line is the utterance's true end to the sample, and
     the assistant's start within a frame of where its audio was placed, though Piper's first ~50 ms are below
     speech level."""
-    from voice_llm.converse import caller
+    from voice_llm.converse.voice import synthesize_lines
     from voice_llm.converse.recording import PlacedAudio, stereo, to_line_rate
     from voice_llm.tts import load_engine
 
-    utterances, _ = caller.synthesize_lines(["Hi, I'd like to book an appointment.", "Thanks, that's all."])
+    utterances, _ = synthesize_lines(["Hi, I'd like to book an appointment.", "Thanks, that's all."])
     engine = load_engine("piper")
     replies = [to_line_rate(b"".join(c.pcm for c in engine.synthesize(t)), engine.sample_rate)
                for t in ("Your appointment is confirmed.", "Hello.")]

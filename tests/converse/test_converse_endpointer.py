@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voice_llm.converse.step import breakdown
-from voice_llm.converse.vad import (ENDPOINT, PREEMPTIVE, RESUMED, SPEECH_END, SPEECH_START, Endpointer, Event)
+from voice_llm.speech.vad import (ENDPOINT, PREEMPTIVE, RESUMED, SPEECH_END, SPEECH_START, Endpointer, Event)
 from voice_llm.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from voice_llm.converse import stt
+from voice_llm.speech import stt
 from voice_llm.errors import ConfigError
 
 

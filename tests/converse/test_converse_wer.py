@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_llm.converse.wer import normalize, total, wer
+from voice_llm.speech.wer import normalize, total, wer
 
 
 def test_case_and_punctuation_do_not_count() -> None:

@@ -9,7 +9,7 @@ registering a capability is the one edit.
 
 Layers, each importing only from itself and the layers below it (lower number):
   0 errors, sse, sentences (stand-alone, standard library only), registry (plain data), util/
-  1 client/, scenario/
+  1 client/, scenario/, speech/ (speech in: VAD, STT, WER, caller audio), line/ (the wire a caller and an agent speak)
   2 server/, run/
   3 checks/, analysis/, report/
   4 lab/
@@ -42,7 +42,7 @@ PACKAGE = "voice_llm"
 # The core's layers by package (or top-level module) name under voice_llm.
 CORE_LAYERS: dict[str, int] = {
     "errors": 0, "sse": 0, "sentences": 0, "registry": 0, "util": 0,
-    "client": 1, "scenario": 1,
+    "client": 1, "scenario": 1, "speech": 1, "line": 1,
     "server": 2, "run": 2,
     "checks": 3, "analysis": 3, "report": 3,
     "lab": 4,

@@ -25,12 +25,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 import numpy as np
 
-from voice_llm.converse import vad as vadmod
-from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE, Utterance
+from voice_llm.speech import vad as vadmod
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE, Utterance
 from voice_llm.converse.frames import CallerLine, FrameClock, frame_ms
 from voice_llm.converse.interrupt import CallClock, LiveReply, ReplyOutcome, outcome
 from voice_llm.converse.recording import PlacedAudio, sample_at, to_line_rate
-from voice_llm.converse.stt import STTError, Transcriber
+from voice_llm.speech.stt import STTError, Transcriber
 from voice_llm.errors import MeasurementError, NothingToSpeakError
 from voice_llm.lab.context import LabContext
 from voice_llm.tts import DEFAULT_CLAUSE_WORDS, TTSEngine

@@ -3,7 +3,7 @@
 Nothing is taken on trust: each turn's breakdown is re-derived from its events, the gap is measured again on the
 stereo recording (end of caller energy -> start of assistant energy, :mod:`voice_llm.converse.gap`), the caller
 channel is compared with the caller WAVs it was made of, the word errors are recomputed from the transcripts with
-the run's own rule (:mod:`voice_llm.converse.wer`), the summary from the turns, and after a barge-in the
+the run's own rule (:mod:`voice_llm.speech.wer`), the summary from the turns, and after a barge-in the
 assistant channel must be silent from the reported stop on.
 
 Laws (FAIL when broken: they hold on every honest run on any machine):
@@ -40,8 +40,8 @@ from voice_llm.checks.base import Check, CheckFailed, NotCheckable, expect, unle
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.converse import gap as measure
-from voice_llm.converse.wer import total as wer_total
-from voice_llm.converse.wer import wer as word_errors
+from voice_llm.speech.wer import total as wer_total
+from voice_llm.speech.wer import wer as word_errors
 from voice_llm.errors import ArtifactError
 from voice_llm.util.stats import percentile
 
@@ -485,7 +485,7 @@ def check_silent_after_barge_in(out: RunFolder | Path) -> str:
 
 def check_wer(out: RunFolder | Path) -> str:
     """Law: every turn's word errors are what the transcript gives against the script by the run's rule
-    (voice_llm.converse.wer), the summary's are their totals; the LLM was sent the transcript (recognition errors
+    (voice_llm.speech.wer), the summary's are their totals; the LLM was sent the transcript (recognition errors
     are part of the test), and with --stt none the transcript is the script."""
     doc = _doc(out)
     parts = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 

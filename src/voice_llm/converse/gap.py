@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from voice_llm.util.artifacts import read_artifact_bytes
-from voice_llm.converse.caller import FLOOR_MAX, FLOOR_MIN, NOISE_FACTOR  # the run's floor rule: one rule, not two
-from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE  # 512 samples = 32 ms at 16 kHz: the VAD's frame
+from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, NOISE_FACTOR  # the run's floor rule: one rule, not two
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE  # 512 samples = 32 ms at 16 kHz: the VAD's frame
 from voice_llm.errors import ArtifactError
 
 ONSET_FRAMES = 2  # how far before reaching speech level an assistant sound may begin (Piper: up to ~45 ms)

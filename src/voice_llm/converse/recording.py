@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voice_llm.converse.caller import SAMPLE_RATE, SAMPLE_WIDTH, resample
+from voice_llm.speech.caller import SAMPLE_RATE, SAMPLE_WIDTH, resample
 from voice_llm.util.artifacts import CONVERSE_DIR
 
 CALL_WAV = f"{CONVERSE_DIR}/call.wav"

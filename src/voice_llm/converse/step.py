@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.util.artifacts import write_json
-from voice_llm.converse import caller as callermod
-from voice_llm.converse import vad as vadmod
+from voice_llm.speech import caller as callermod
+from voice_llm.speech import vad as vadmod
 from voice_llm.converse.call import MAX_WAIT_S, CallResult, CallSettings, Conversation, TurnLog, prime
-from voice_llm.converse.caller import SAMPLE_RATE, CallerVoice, Utterance
+from voice_llm.speech.caller import SAMPLE_RATE, Utterance
+from voice_llm.converse.voice import CallerVoice, synthesize_lines
 from voice_llm.converse.interrupt import ReplyOutcome
 from voice_llm.converse.recording import CALL_WAV, CONVERSE_DIR, caller_wav_name, mono_wav, stereo, stereo_wav
-from voice_llm.converse.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber, stt_model_line
-from voice_llm.converse.wer import WER, total, wer
+from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber, stt_model_line
+from voice_llm.speech.wer import WER, total, wer
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, load_dialogue, system_prompt
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.scenario.kb import load_kb
@@ -74,7 +75,7 @@ class ConverseOptions:
     preemptive: bool = False
     preemptive_ms: float = vadmod.DEFAULT_PREEMPTIVE_MS
     stt: str = DEFAULT_STT
-    stt_threads: int | None = None  # None: every core (see voice_llm.converse.stt.default_threads)
+    stt_threads: int | None = None  # None: every core (see voice_llm.speech.stt.default_threads)
     strategy: str = "clauses"
     clause_words: int = DEFAULT_CLAUSE_WORDS
     caller_audio: Path | None = None  # a folder of WAVs, one per turn; None: synthesized
@@ -187,7 +188,7 @@ def caller_utterances(options: ConverseOptions, scripts: tuple[str, ...],
         utterances = callermod.load_folder(options.caller_audio, scripts)[:options.turns]
         voice = None
     else:
-        utterances, voice = callermod.synthesize_lines(scripts[:options.turns], options.caller_length_scale)
+        utterances, voice = synthesize_lines(scripts[:options.turns], options.caller_length_scale)
     for utterance in utterances:
         vad.reset()
         if max(vadmod.probabilities(vad, utterance.samples), default=0.0) < options.vad_threshold:

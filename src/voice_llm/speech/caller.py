@@ -1,10 +1,10 @@
 """The caller's side of the call: each scripted line as 16 kHz mono int16 speech, and where its speech truly is.
 
-Two sources. By default the clinic call's caller lines are synthesized once per run with Piper, the project's
-default voice (joe) spoken slower (``length_scale`` 1.2) so it is not the assistant's delivery, and resampled from
-Piper's 22.05 kHz to the 16 kHz that Silero and Whisper take (PyAV's resampler, a faster-whisper dependency).
-``--caller-audio DIR`` takes the user's own recordings instead, one WAV per turn in name order; one that is not
-16-bit mono 16 kHz PCM is converted (decoded and resampled by PyAV) and the artifact says from what.
+Two sources. By default the clinic call's caller lines are synthesized once per run with Piper (the capability
+that speaks them does it: voice_llm.converse.voice) and resampled here from Piper's 22.05 kHz to the 16 kHz that
+Silero and Whisper take (PyAV's resampler, a faster-whisper dependency). ``--caller-audio DIR`` takes the user's
+own recordings instead, one WAV per turn in name order; one that is not 16-bit mono 16 kHz PCM is converted
+(decoded and resampled by PyAV) and the artifact says from what.
 
 The true start and end of an utterance come from its samples alone: the first and the last sample whose magnitude
 is above the noise floor (:func:`noise_floor`). Everything downstream (VAD, endpoint) is timed against them.
@@ -12,7 +12,6 @@ is above the noise floor (:func:`noise_floor`). Everything downstream (VAD, endp
 
 from __future__ import annotations
 
-import importlib.metadata
 import wave
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.errors import ConfigError, TTSUnavailableError
-from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
+from voice_llm.errors import ConfigError
 
 SAMPLE_RATE = 16000  # Silero and Whisper both take 16 kHz mono
 SAMPLE_WIDTH = 2  # int16
@@ -113,7 +111,7 @@ def resample(samples: np.ndarray, rate: int, channels: int = 1, fmt: str = "s16"
     return np.concatenate(out).astype(np.int16) if out else np.zeros(0, np.int16)
 
 
-def _utterance(index: int, script: str, speech: np.ndarray, source: str, converted_from: str | None,
+def utterance(index: int, script: str, speech: np.ndarray, source: str, converted_from: str | None,
                what: str) -> Utterance:
     samples = np.concatenate([np.zeros(LEAD_MS * SAMPLE_RATE // 1000, np.int16), speech.astype(np.int16)])
     floor = noise_floor(speech)
@@ -125,46 +123,6 @@ def _utterance(index: int, script: str, speech: np.ndarray, source: str, convert
         raise CallerAudioError(f"turn {index} ({what}) is {len(speech) / SAMPLE_RATE:.1f} s long; a turn may be at "
                                f"most {MAX_UTTERANCE_S:.0f} s (Whisper's window)")
     return Utterance(index, script, samples, source, converted_from, floor, span[0], span[1])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Synthesized caller
-
-
-@dataclass(frozen=True)
-class CallerVoice:
-    """What spoke the caller's lines, for the artifact's engines.caller_tts."""
-
-    engine: str
-    voice: str
-    length_scale: float
-    versions: dict[str, str]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "voice": self.voice, "length_scale": self.length_scale,
-                "noise_scale": CALLER_NOISE_SCALE, "noise_w_scale": CALLER_NOISE_W_SCALE,
-                "sample_rate_in": 22050, "resampled_to": SAMPLE_RATE, "resampler": "av.AudioResampler",
-                "versions": self.versions}
-
-
-def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_SCALE) -> tuple[list[Utterance],
-                                                                                                CallerVoice]:
-    """Each line spoken by Piper's default voice at ``length_scale``, resampled to 16 kHz mono."""
-    model, config = default_voice()
-    try:
-        from piper import PiperVoice, SynthesisConfig
-    except ImportError as exc:
-        raise TTSUnavailableError(f"Piper is not installed: pip install '{PIPER_PACKAGE}>=1.8,<1.9'") from exc
-    voice = PiperVoice.load(model, config_path=config)
-    rate = int(voice.config.sample_rate)
-    syn = SynthesisConfig(length_scale=length_scale, noise_scale=CALLER_NOISE_SCALE, noise_w_scale=CALLER_NOISE_W_SCALE)
-    utterances = []
-    for index, line in enumerate(lines, start=1):
-        pcm = b"".join(chunk.audio_int16_bytes for chunk in voice.synthesize(line, syn_config=syn))
-        speech = resample(np.frombuffer(pcm, np.int16), rate)
-        utterances.append(_utterance(index, line, speech, "synthesized", None, f"the synthesized line {index}"))
-    versions = {p: importlib.metadata.version(p) for p in (PIPER_PACKAGE, "onnxruntime", DEFAULT_VOICE_PACKAGE, "av")}
-    return utterances, CallerVoice("piper", model.stem, length_scale, versions)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,7 +205,7 @@ def load_file(path: Path, index: int, script: str) -> Utterance:
             converted = f"pcm_s{8 * width}{'u' if width == 1 else 'le'}, {channels} channel(s), {rate} Hz"
     else:
         speech, converted = _decode_any(path, what)
-    return _utterance(index, script, speech, str(path), converted, what)
+    return utterance(index, script, speech, str(path), converted, what)
 
 
 def load_folder(folder: Path, scripts: Sequence[str]) -> list[Utterance]:

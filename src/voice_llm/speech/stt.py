@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from voice_llm.converse.caller import SAMPLE_RATE
+from voice_llm.speech.caller import SAMPLE_RATE
 from voice_llm.errors import ConfigError, VoiceLLMError
 
 STT_PACKAGE = "faster-whisper"
