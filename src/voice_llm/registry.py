@@ -28,6 +28,8 @@ from typing import Any
 CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
     "voice_llm.converse",
+    "voice_llm.agent",
+    "voice_llm.dial",
     "voice_llm.repeats",
     "voice_llm.load",
     "voice_llm.call",
