@@ -31,7 +31,7 @@ from voice_llm.errors import ArtifactError
 from voice_llm.analysis.keynumbers import build_report
 from voice_llm.sse import SSEDecoder
 
-__all__ = ["CHECKS", "capability_checks", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
+__all__ = ["CHECKS", "cancel_idle_limit", "capability_checks", "left_out_checks", "ran_steps", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
            "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
 
 # The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
@@ -134,6 +134,16 @@ def _plan(out: RunFolder | Path) -> _Plan | None:
     else:
         raise _BadPlan(f"artifacts_by_step is {by_step!r:.200}, not the files of each planned step")
     return _Plan(tuple(dict.fromkeys(planned)), ran, required, interrupted)
+
+
+def ran_steps(out: RunFolder | Path) -> tuple[str, ...] | None:
+    """The steps that ran in this folder, by its run.json's plan (an interrupted step's not among them); None for a
+    folder without run.json with a run id, or whose plan is not valid (check says why): nothing tells then."""
+    try:
+        plan = _plan(out)
+    except _BadPlan:
+        return None
+    return None if plan is None else plan.ran
 
 
 def _required(out: RunFolder | Path) -> list[str]:
@@ -437,23 +447,32 @@ def check_cancel_cut(out: RunFolder | Path) -> str:
     return unless_missed(f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms ({speed})", missed)
 
 
+def cancel_idle_limit(doc: dict[str, Any]) -> tuple[float, float] | None:
+    """(the bound on the slot going idle after the close, the answer's ms per token): two token times +
+    CANCEL_IDLE_SLACK_MS, as :func:`check_cancel` holds it; None with one token before the cut. The summary's words
+    about the stop come from the same bound, so they cannot say "at once" beside a finding. CheckFailed when the
+    chunks are not a cut's."""
+    _, token_ms = _cancel_times(doc)
+    return None if token_ms is None else (2 * token_ms + CANCEL_IDLE_SLACK_MS, token_ms)
+
+
 def check_cancel(out: RunFolder | Path) -> str:
     """The server side. Invariant: its slot (or its requests-in-flight gauge) went idle after the close, not
     before it, and its log (when ours) shows the 'cancel task' the brief names as the server's understanding.
     Expectation: idle within two token times + CANCEL_IDLE_SLACK_MS (a time bound; see above)."""
     doc = RunFolder.of(out).json(names.CANCEL)
     idle = _num(_known(doc, "slot_idle_after_ms", "slot_idle_after_ms"), "slot_idle_after_ms")
-    _, token_ms = _cancel_times(doc)
+    limit = cancel_idle_limit(doc)
     _require(idle >= 0, f"slot idle {idle:.1f} ms after the close: before the close, the answer was not cut")
     logged = doc.get("cancel_logged")
     _require(logged is not False, "the server log shows no 'cancel task'")
     _require(logged in (True, None), f"cancel_logged is {logged!r}, not true, false or null")
     logged = "cancel logged" if logged else "server log not ours to read"
     source = (doc.get("sources") or {}).get("slot_idle_after_ms", "/slots")
-    if token_ms is None:
+    if limit is None:
         raise NotCheckable(f"idle {idle:.1f} ms after the close (from {source}), {logged}; one token before the "
                            "cut: no token time to bound the stop by")
-    bound = 2 * token_ms + CANCEL_IDLE_SLACK_MS
+    bound, token_ms = limit
     missed: list[str] = []
     expect(idle <= bound, f"slot idle {idle:.1f} ms after the close, above two token times ({token_ms:.1f} ms each, "
            f"from this answer) + {CANCEL_IDLE_SLACK_MS:.0f} ms = {bound:.1f} ms", missed)
