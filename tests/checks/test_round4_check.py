@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, read, reseal, sha256, write
+from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, converse_alone, planned_by_step, read, reseal, write
 
 from voice_llm import registry
 from voice_llm.checks.base import FAIL, NOT_CHECKABLE, PASS
@@ -22,7 +22,6 @@ from voice_llm.checks.core import run_checks
 from voice_llm.cli import main as cli
 from voice_llm.converse import CAPABILITY as CONVERSE
 from voice_llm.errors import ArtifactError
-from voice_llm.lab.steps import CORE_STEPS, lab_steps, steps as step_table
 from voice_llm.tts import CAPABILITY as TTS
 
 SAMPLE_OUT = FIXTURES / "sample_out"
@@ -38,28 +37,6 @@ def _check(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str
     return status, captured.out.splitlines(), captured.err
 
 
-def _converse_alone(out: Path) -> Path:
-    """A run of `voice-llm converse` alone into an empty OUT, as the step leaves it: converse.json, converse/, and
-    a run.json that plans the lab's steps too and records converse as the one step that ran."""
-    out.mkdir()
-    shutil.copy(SAMPLE_OUT / "converse.json", out)
-    shutil.copytree(SAMPLE_OUT / "converse", out / "converse")
-    run = read(clean_run(out.parent / "lab-source"), "run.json")
-    table = step_table()
-    planned = list(dict.fromkeys([*lab_steps(), "converse"]))
-    run.update(steps_planned=planned, expected_artifacts=[name for step in planned for name in table[step].artifacts],
-               artifacts_by_step={step: list(table[step].artifacts) for step in planned},
-               steps=[{"step": "converse", "wall_ms": 60000.0, "server_compute_ms": 900.0}],
-               artifacts={p.relative_to(out).as_posix(): sha256(p) for p in sorted(out.rglob("*")) if p.is_file()})
-    write(out, "run.json", run)
-    return out
-
-
-def _planned_by_step(out: Path) -> None:
-    """run.json as the current lab writes it: which step leaves which file (the saved sample predates it)."""
-    run = read(out, "run.json")
-    run["artifacts_by_step"] = {step.name: list(step.artifacts) for step in CORE_STEPS}
-    write(out, "run.json", run)
 
 
 # --- item 4: a capability left out never checks in silence -----------------------------------------------------
@@ -67,7 +44,7 @@ def _planned_by_step(out: Path) -> None:
 
 def test_a_converse_step_checked_without_converse_gives_na_lines_not_silence(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    out = _converse_alone(tmp_path / "out")
+    out = converse_alone(tmp_path / "out")
     doc = read(out, "converse.json")
     doc["turns"][0]["gap_ms"] = -250.0  # the issue's tampered copy: a negative gap
     write(out, "converse.json", doc)
@@ -99,7 +76,7 @@ def test_tts_left_out_names_the_speak_checks_and_converse_with_it(tmp_path: Path
 
 
 def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_path: Path) -> None:
-    out = _converse_alone(tmp_path / "out")
+    out = converse_alone(tmp_path / "out")
     with registry.without("converse"):
         results = run_checks(out)
     # Every converse check is named N/C; no separate line for the step, which its checks cover.
@@ -122,7 +99,7 @@ def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_pat
 @pytest.mark.parametrize("name", ["run.json", "converse.json"])
 def test_a_null_schema_version_is_refused_in_one_line(tmp_path: Path, name: str,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    out = _converse_alone(tmp_path / "out")
+    out = converse_alone(tmp_path / "out")
     doc = read(out, name)
     doc["schema_version"] = None
     write(out, name, doc)
@@ -161,7 +138,7 @@ def _interrupted_lab(out: Path, failure: str = "interrupted") -> Path:
     """A lab stopped by Ctrl-C during prefill, as the run session records it (failure "interrupted"): health, sse
     and ttft finished, prefill's file was never written, the steps after it never ran."""
     clean_run(out)
-    _planned_by_step(out)
+    planned_by_step(out)
     run = read(out, "run.json")
     for name in ("prefill.json", "cache.json", "sentence.json", "cancel.json", "report.json"):
         (out / name).unlink()

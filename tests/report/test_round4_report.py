@@ -13,29 +13,25 @@ new user would, each giving its page or its one line and exit status, earlier ar
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import types
 from pathlib import Path
 
 import pytest
 from builders import fake_load_run
-from checkfolders import FIXTURES, SAMPLE_AUDIO, SAMPLE_RUN, clean_run, read, reseal, sha256, write
+from checkfolders import SAMPLE_AUDIO, SAMPLE_RUN, clean_run, converse_alone, planned_by_step, read, reseal, write
 
 from voice_llm import registry
 from voice_llm.analysis import compare, noise
 from voice_llm.analysis.metrics import Metric, number
-from voice_llm.checks.base import FAIL, FINDING, PASS, Finding
+from voice_llm.checks.base import Finding
 from voice_llm.checks.core import check_cancel, run_checks
 from voice_llm.cli import main as cli
 from voice_llm.lab.report import findings
-from voice_llm.lab.steps import CORE_STEPS, lab_steps, steps as step_table
 from voice_llm.registry import Capability
 from voice_llm.report.compare_page import render_compare
 from voice_llm.report.page import render_report
 from voice_llm.run import meta as runmeta
-
-SAMPLE_OUT = FIXTURES / "sample_out"
 
 
 def _said(capsys: pytest.CaptureFixture[str]) -> str:
@@ -51,16 +47,10 @@ def _sections(page: str) -> list[str]:
     return [part.split('"', 1)[0] for part in page.split('<section id="section-')[1:]]
 
 
-def _planned_by_step(out: Path) -> None:
-    """run.json as the current lab writes it: which step leaves which file (the saved sample predates it)."""
-    run = read(out, "run.json")
-    run["artifacts_by_step"] = {step.name: list(step.artifacts) for step in CORE_STEPS}
-    write(out, "run.json", run)
-
 
 def _all_but_prefill_and_cache(out: Path) -> Path:
     clean_run(out)
-    _planned_by_step(out)
+    planned_by_step(out)
     run = read(out, "run.json")
     for name in ("prefill.json", "cache.json", "report.json"):
         (out / name).unlink()
@@ -69,20 +59,6 @@ def _all_but_prefill_and_cache(out: Path) -> Path:
     write(out, "run.json", run)
     return out
 
-
-def _converse_alone(out: Path) -> Path:
-    out.mkdir()
-    shutil.copy(SAMPLE_OUT / "converse.json", out)
-    shutil.copytree(SAMPLE_OUT / "converse", out / "converse")
-    run = read(SAMPLE_RUN, "run.json")
-    table = step_table()
-    planned = list(dict.fromkeys([*lab_steps(), "converse"]))
-    run.update(steps_planned=planned, expected_artifacts=[name for step in planned for name in table[step].artifacts],
-               artifacts_by_step={step: list(table[step].artifacts) for step in planned},
-               steps=[{"step": "converse", "wall_ms": 60000.0, "server_compute_ms": 900.0}],
-               artifacts={p.relative_to(out).as_posix(): sha256(p) for p in sorted(out.rglob("*")) if p.is_file()})
-    write(out, "run.json", run)
-    return out
 
 
 # --- item 18: a page of what ran ---------------------------------------------------------------------------------
@@ -106,7 +82,7 @@ def test_a_folder_of_every_step_but_prefill_and_cache_gets_its_report(
 
 
 def test_converse_alone_gets_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = _converse_alone(tmp_path / "out")
+    out = converse_alone(tmp_path / "out")
     assert cli.main(["report", "--out", str(out)]) == cli.EXIT_OK, capsys.readouterr().err
     assert read(out, "report.json")["mouth_to_ear_ms"] == read(out, "converse.json")["summary"]["mouth_to_ear_ms"]["median"]
     page = (out / "report.html").read_text()
