@@ -188,8 +188,8 @@ def check_run_finished(out: RunFolder | Path) -> str:
     failed = record.doc.get("failed_step")
     if failed is not None and record.doc.get("failure") == "interrupted":
         # Ctrl-C or SIGTERM is no inconsistent evidence: what ran is checked, what did not is not checkable.
-        raise NotCheckable(f"interrupted during step {failed} (Ctrl-C or SIGTERM): it and the steps after it did "
-                           "not run to their end; what finished before is checked")
+        raise NotCheckable(f"interrupted during step {failed} (Ctrl-C or SIGTERM): it did not run to its end; "
+                           "the steps that finished are checked")
     _require(failed is None, f"the run failed at step {failed}: {record.doc.get('failure') or 'no reason recorded'}")
     _require(record.doc.get("ended_at") is not None,
              "run.json does not record the run's end: it is still running, was killed, or could not write its end "
