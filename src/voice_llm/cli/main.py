@@ -76,8 +76,9 @@ def _capability_flags(parser: argparse.ArgumentParser, command: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-llm",
-        description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
-                    "server? Start the server, measure, save the evidence, check and report it.",
+        description="When does the caller hear the assistant after they stop talking, measured at the caller's ear "
+                    "on a real line, and how much of it is the llama.cpp server's first token and first sentence? "
+                    "Start the server, measure, save the evidence, check and report it.",
         epilog=EXIT_CODES_HELP, formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")

@@ -24,6 +24,7 @@ import numpy as np
 from voice_llm import __version__, registry
 from voice_llm.registry import SectionEntry
 from voice_llm.analysis import metrics, noise
+from voice_llm.analysis.keynumbers import headline as keynumbers_headline
 from voice_llm.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.checks.core import counts as check_counts
@@ -577,11 +578,18 @@ def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
     return f'<td class="range">{style.ms(low)}–{style.ms(high)} over {len(measured.samples)}</td>'
 
 
+# What the page answers, under its title; the line after it is the answer itself (the caller's number), above the
+# noise warning and every table.
+SUBTITLE = ("When does the caller hear the assistant after they stop talking, measured at the caller's ear on a real "
+            "line, and how much of that is the llama.cpp server's first token and first sentence: drawn from the "
+            "saved artifacts.")
+
+
 def _header_html(out: RunFolder, banner: str = "") -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
-        '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
-        f"drawn from the saved artifacts.</p>\n{banner}"
+        f'<p class="lede">{style.esc(SUBTITLE)}</p>\n'
+        f'<p class="headline" id="headline">{style.esc(keynumbers_headline(out).sentence())}</p>\n{banner}'
         '<div class="columns">\n'
         f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
         f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"
