@@ -121,22 +121,51 @@ class Capability:
 _disabled: set[str] = set()
 
 
+def _named_in_env() -> list[str]:
+    return [n.strip() for n in os.environ.get(WITHOUT_ENV, "").split(",") if n.strip()]
+
+
 def _without() -> set[str]:
-    named = {n.strip() for n in os.environ.get(WITHOUT_ENV, "").split(",") if n.strip()}
-    return named | _disabled
+    return set(_named_in_env()) | _disabled
+
+
+def registered() -> tuple[Capability, ...]:
+    """Every registered capability, also those left out."""
+    return tuple(importlib.import_module(package).CAPABILITY for package in CAPABILITIES)
+
+
+def unknown_without() -> list[str]:
+    """The names VOICE_LLM_WITHOUT gives that are no capability's (a typo, "TTS" for "tts"): the CLI refuses them
+    in one line rather than run with nothing left out."""
+    known = {c.name for c in registered()}
+    return [name for name in _named_in_env() if name not in known]
+
+
+def left_out() -> dict[str, str]:
+    """Each capability left out, with why: named in VOICE_LLM_WITHOUT (or registry.without), or it requires one
+    that is left out (followed through: a capability needing one that needs a left-out one goes too)."""
+    every = registered()
+    named = _without()
+    reasons = {c.name: f"the {c.name} capability is left out" for c in every if c.name in named}
+    changed = True
+    while changed:
+        changed = False
+        for capability in every:
+            if capability.name in reasons:
+                continue
+            missing = [r for r in capability.requires if r in reasons]
+            if missing:
+                reasons[capability.name] = (f"{capability.name} needs {', '.join(missing)}, which "
+                                            f"{'is' if len(missing) == 1 else 'are'} left out")
+                changed = True
+    return reasons
 
 
 def capabilities() -> tuple[Capability, ...]:
     """The registered capabilities that are not left out, in registry order. A capability left out takes those
     that require it with it."""
-    without = _without()
-    found: list[Capability] = []
-    for package in CAPABILITIES:
-        capability = importlib.import_module(package).CAPABILITY
-        if capability.name in without or any(r in without for r in capability.requires):
-            continue
-        found.append(capability)
-    return tuple(found)
+    out = left_out()
+    return tuple(c for c in registered() if c.name not in out)
 
 
 def names() -> tuple[str, ...]:

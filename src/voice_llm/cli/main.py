@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     _capability_flags(p, "lab")
 
     for name, step in registered_steps().items():
-        p = command(name, f"lab step: {step.title}")
+        # A step `voice-llm lab` runs says so; one it does not (call) is a step of its own, run only when asked.
+        p = command(name, f"{'lab step' if step.in_lab else 'step, not in the lab'}: {step.title}")
         flags.out_option(p)
         if step.needs_server:
             flags.request_options(p)
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--force", action="store_true", help="compare even runs of different prompts or documents")
 
+    parser.command_names = frozenset(sub.choices)  # type: ignore[attr-defined]  # what main() tells apart
     return parser
 
 
@@ -186,8 +188,37 @@ def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
+class _SaidByTheResult:
+    """`up`'s progress, without the line that ends the server's start: `up` prints that result itself, on stdout
+    (session.started_line, with the log's path), so it is said once. Every other step (a build, a download, the
+    stop before a restart) ends with its own line as before."""
+
+    SERVER_START = "Starting llama-server"  # the title voice_llm.server.lifecycle.start gives the start
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._title = ""
+
+    def start(self, title: str, total: float | None = None) -> None:
+        self._title = title
+        self._progress.start(title, total)
+
+    def update(self, detail: str, completed: float | None = None) -> None:
+        self._progress.update(detail, completed)
+
+    def finish(self, summary: str) -> None:
+        if self._title.startswith(self.SERVER_START):
+            self.finish_if_open()
+        else:
+            self._progress.finish(summary)
+
+    def finish_if_open(self) -> None:
+        getattr(self._progress, "finish_if_open", lambda: None)()
+
+
 def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
-    started = session.bring_up(_settings(args), args.server_bin, args.model, progress, restart=args.restart)
+    started = session.bring_up(_settings(args), args.server_bin, args.model, _SaidByTheResult(progress),
+                               restart=args.restart)
     print(session.started_line(started))
     if started.previous_death:
         kept = f"; its log is kept in {started.previous_log}" if started.previous_log else ""
@@ -438,9 +469,53 @@ def _stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def _without_refused() -> str | None:
+    """One line when VOICE_LLM_WITHOUT names something that is no capability (a typo would otherwise leave
+    nothing out without a word)."""
+    unknown = registry.unknown_without()
+    if not unknown:
+        return None
+    known = [c.name for c in registry.registered()]
+    close = {name: next((k for k in known if k.lower() == name.lower().strip()), None) for name in unknown}
+    hints = "".join(f"; did you mean {match!r}?" for match in close.values() if match)
+    return (f"voice-llm: {registry.WITHOUT_ENV} names no capability: {', '.join(map(repr, unknown))} "
+            f"(the capabilities: {', '.join(known)}){hints}")
+
+
+def _left_out_command(parser: argparse.ArgumentParser, command: str) -> str | None:
+    """Why ``command`` is not offered, when it is a step or command of a capability left out (VOICE_LLM_WITHOUT,
+    or one it requires left out): said in one line instead of argparse's "invalid choice"."""
+    out = registry.left_out()
+    if not out or command in getattr(parser, "command_names", ()):
+        return None
+    for capability in registry.registered():
+        if capability.name not in out:
+            continue
+        names = {step.name for step in capability.steps}
+        if capability.commands:  # the commands it would add, on a parser thrown away
+            probe = argparse.ArgumentParser().add_subparsers(parser_class=_CommandParser)
+            registry.resolve(capability.commands)(probe)
+            names |= set(probe.choices)
+        if command in names:
+            env = os.environ.get(registry.WITHOUT_ENV)
+            given = f" ({registry.WITHOUT_ENV}={env})" if env else ""
+            return f"voice-llm {command}: not available: {out[capability.name]}{given}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    args = build_parser().parse_args(argv)
+    refused = _without_refused()
+    if refused:
+        print(refused, file=sys.stderr)
+        return EXIT_USAGE
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    reason = _left_out_command(parser, argv[0]) if argv and not argv[0].startswith("-") else None
+    if reason:
+        print(reason, file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     progress = make_progress(getattr(args, "quiet", False))
     handler = COMMANDS.get(args.command) or (cmd_capability if hasattr(args, "run_command") else cmd_step)
     try:
