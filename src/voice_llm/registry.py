@@ -190,7 +190,8 @@ def resolve(reference: Reference) -> Callable[..., Any]:
     try:
         found = getattr(importlib.import_module(module), attribute, None)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not module.startswith(exc.name):  # the module exists; something it imports does not
+        missing = exc.name or ""
+        if not (module == missing or module.startswith(f"{missing}.")):  # the module is there; what it imports is not
             raise
         raise UnresolvedReference(f"{reference}: there is no module {module}") from None
     if not callable(found):

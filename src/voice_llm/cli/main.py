@@ -39,6 +39,7 @@ from voice_llm.sse import StreamError
 # The exit statuses: one table for every command (voice_llm.errors), re-exported here for the tests and callers.
 EXIT_CODES_HELP = exit_table_text()
 
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help line ("(default: ...)") unless the help already says it; the epilog's
     line breaks kept (the exit codes)."""
