@@ -31,6 +31,9 @@ _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
 _STEP_OPTION_FLAGS = {"repeat": "repeat", "engine": "tts", "voice": "voice", "clause_words": "clause_words"}
 # What pipeline._connect gives every ServerClient, hence every step that asks the server.
 _REQUEST_FLAGS = {"url", "port", "api_key", "model", "timeout", "deadline"}
+# What _lab_settings gives every step that asks the server: a run in OUT made against another server is refused
+# unless --new-run replaces it (voice_llm.run.session.Session).
+_JOINING_FLAGS = {"new_run"}
 _EVERY_STEP = {"out", "wait", "quiet"}
 
 
@@ -96,7 +99,7 @@ def used_by(command: str) -> set[str]:
         if "ctx.kb_dir" in module:
             used.add("kb")
         if step.needs_server:
-            used |= _REQUEST_FLAGS
+            used |= _REQUEST_FLAGS | _JOINING_FLAGS
         # Every capability's options value reads the flags it added (cli._plugin_options builds them all).
         used |= _plugin_flags_read(command)
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).

@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")
             p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
             flags.api_key_option(p)
+            flags.new_run_option(p)
         if step.reads_kb:
             flags.kb_option(p)
         if name in _REPEATED_STEPS:
@@ -311,7 +312,7 @@ def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None
         # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
         request_model=model if url or not hasattr(args, "ctx") else None,
         api_key=api_key_from_env(getattr(args, "api_key", None)), wait_for_out=args.wait,
-        restart_server=getattr(args, "restart", False),
+        restart_server=getattr(args, "restart", False), new_run=getattr(args, "new_run", False),
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
