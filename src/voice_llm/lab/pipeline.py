@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.checks.core import CheckResult, run_checks
-from voice_llm.errors import ConfigError
+from voice_llm.errors import ConfigError, VoiceLLMError
 from voice_llm.client.api import ServerClient
 from voice_llm.lab.context import LabContext, StepOptions
 from voice_llm.lab.preflight import check_context_fits
@@ -161,13 +161,26 @@ def _context(settings: LabSettings, live: session.Live, progress: Progress) -> L
 
 
 def prepare_steps(options: StepOptions, steps: Sequence[str]) -> None:
-    """What the options name must exist before anything is asked or written: each step's ``prepare`` hook (the
-    speak step loads its TTS engine and --voice there)."""
+    """What each planned step needs must be here before anything is asked or written: each step's ``prepare``
+    hook (voice_llm.lab.steps: the speak step loads its TTS engine and --voice there, converse finds its STT).
+    Every step is asked, so one message names all that is missing (the step that needs it in each)."""
     table = registered_steps()
+    missing: list[tuple[str, VoiceLLMError]] = []
     for name in steps:
         prepare = getattr(importlib.import_module(table[name].module), "prepare", None)
-        if prepare is not None:
+        if prepare is None:
+            continue
+        try:
             prepare(options)
+        except VoiceLLMError as exc:
+            missing.append((name, exc))
+    if len(missing) == 1:
+        name, exc = missing[0]
+        exc.add_note(f"needed by the {name} step; nothing was asked or written")
+        raise exc
+    if missing:
+        raise ConfigError("the planned steps need what is not here: " + "; ".join(
+            f"{name}: {exc}" for name, exc in missing) + "; nothing was asked or written")
 
 
 def _needs_server(steps: Sequence[str]) -> bool:
