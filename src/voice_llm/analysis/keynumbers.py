@@ -87,6 +87,12 @@ def _follow(doc: Any, path: Sequence[str | int], source: str) -> Any:
     return value
 
 
+def value_of(out: RunFolder | Path, number: KeyNumber) -> Any:
+    """``number``'s value in the run in ``out``, read from its source file (ArtifactError when it cannot be)."""
+    folder = RunFolder.of(out)
+    return _follow(folder.json(number.source), number.path, number.source)
+
+
 def build_report(out: RunFolder | Path) -> dict[str, Any]:
     """report.json's values, read from the files of the earlier steps (never from memory)."""
     folder = RunFolder.of(out)

@@ -19,6 +19,7 @@ from voice_llm.analysis import noise
 from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
 from voice_llm.lab.report import findings
+from voice_llm.lab.summary import step_numbers
 from voice_llm.report.capability_table import read_capability_rows
 from voice_llm.report.compare_page import render_compare
 from voice_llm.run import meta as runmeta, session
@@ -282,6 +283,22 @@ def _print_findings(out: Path) -> None:
         Console().print(caps)
 
 
+def _print_step_numbers(out: Path, step: str) -> None:
+    """A step alone: its key numbers, one short table as the lab's summary (voice_llm.lab.summary)."""
+    rows = step_numbers(out, step)
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"voice-llm {step} — {out}", show_lines=False)
+    table.add_column("measured")
+    table.add_column("value", justify="right")
+    for label, value in rows:
+        table.add_row(label, value)
+    Console().print(table)
+
+
 def _print_noise(out: Path, file: TextIO) -> None:
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
@@ -366,6 +383,7 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
         return cmd_report_compare(args)
 
     result = run_steps(_lab_settings(args), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    _print_step_numbers(result.out, args.command)
     for path in result.written:
         print(path)
     if result.report_html:
