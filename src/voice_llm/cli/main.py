@@ -27,7 +27,9 @@ from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
 from voice_llm.util.artifacts import REPORT, dumps_json, read_json
 from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
-from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
+from voice_llm.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
+                              EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, EXIT_USAGE, ArtifactError,
+                              ConfigError, ReportIncompleteError, VoiceLLMError, exit_table_text)
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import steps as registered_steps
 from voice_llm.run.lock import writer_of
@@ -35,23 +37,8 @@ from voice_llm.util.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2  # argparse's own status for a bad flag or value
-EXIT_CHECKS_FAILED = 3
-EXIT_REPORT_INCOMPLETE = 4  # measured and saved, but a section of report.html (or compare.html) could not be drawn
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it
-EXIT_BROKEN_PIPE = 141  # stdout was closed by the reader (`| head`): 128 + SIGPIPE, as `yes | head` ends
-
-EXIT_CODES_HELP = f"""exit status:
-  {EXIT_OK}    ok (for `check` and `lab`: every check passed or was not checkable)
-  {EXIT_FAILURE}    an error, said in one line on stderr (for `status`: no managed server runs)
-  {EXIT_USAGE}    a bad flag or flag value (usage on stderr)
-  {EXIT_CHECKS_FAILED}    `check` or `lab`: a check failed (the artifacts are kept)
-  {EXIT_REPORT_INCOMPLETE}    the measurements are saved, but a section of report.html or compare.html could not be drawn
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM); files already written are complete and kept
-  {EXIT_BROKEN_PIPE}  stdout was closed before everything was printed (e.g. `| head`); nothing else is affected
-  `load --worker` ends with the Locust worker's own status."""
+# The exit statuses: one table for every command (voice_llm.errors), re-exported here for the tests and callers.
+EXIT_CODES_HELP = exit_table_text()
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help line ("(default: ...)") unless the help already says it; the epilog's
@@ -90,8 +77,9 @@ def _capability_flags(parser: argparse.ArgumentParser, command: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-llm",
-        description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
-                    "server? Start the server, measure, save the evidence, check and report it.",
+        description="When does the caller hear the assistant after they stop talking, measured at the caller's ear "
+                    "on a real line, and how much of it is the llama.cpp server's first token and first sentence? "
+                    "Start the server, measure, save the evidence, check and report it.",
         epilog=EXIT_CODES_HELP, formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")
@@ -312,28 +300,29 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
     return not any(r.status == FAIL for r in results)
 
 
-def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
-    # A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults here.
+def _lab_settings(args: argparse.Namespace, command: str) -> LabSettings:
+    """The run's settings for ``command``: "lab" (it starts the server, or finds it running, on --port) or one
+    step's name. A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults."""
     url, port = getattr(args, "url", None), getattr(args, "port", None)
-    if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
+    lab = command == "lab"
+    if lab:  # the server it starts, or finds running, on --port (with the lab's --ctx, --slots, ...)
         server_settings = _settings(args)
-    elif url or not registered_steps()[args.command].needs_server or port is not None:
+    elif url or not registered_steps()[command].needs_server or port is not None:
         server_settings = ServerSettings(port=port or DEFAULT_PORT)
     else:  # a step with no --port or --url: the only managed server running
         server_settings = ServerSettings(port=server.resolve_port(None))
-    extra = {"steps": steps} if steps else {}
     model = getattr(args, "model", None)
     return LabSettings(
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=model,
         # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
-        request_model=model if url or not hasattr(args, "ctx") else None,
+        request_model=model if url or not lab else None,
         api_key=api_key_from_env(getattr(args, "api_key", None)), wait_for_out=args.wait,
         restart_server=getattr(args, "restart", False), new_run=getattr(args, "new_run", False),
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
-                            plugins=_plugin_options(args)), **extra,
+                            plugins=_plugin_options(args)),
     )
 
 
@@ -346,7 +335,7 @@ def _plugin_options(args: argparse.Namespace) -> dict[str, object]:
 def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    settings = _lab_settings(args)
+    settings = _lab_settings(args, "lab")
     incomplete: ReportIncompleteError | None = None
     try:
         result = run_lab(settings, progress, notify=lambda line: print(line, file=text))
@@ -382,7 +371,7 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
     if getattr(args, "compare", None) is not None:
         return cmd_report_compare(args)
 
-    result = run_steps(_lab_settings(args), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    result = run_steps(_lab_settings(args, args.command), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
     _print_step_numbers(result.out, args.command)
     for path in result.written:
         print(path)

@@ -28,7 +28,8 @@ from typing import Any
 
 from voice_llm.analysis import noise
 from voice_llm.client.api import ServerClient
-from voice_llm.errors import ConfigError, ContextLimitError, VoiceLLMError
+from voice_llm.errors import (EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, ConfigError,
+                              ContextLimitError, VoiceLLMError)
 from voice_llm.lab import flags, preflight
 from voice_llm.lab.pipeline import render
 from voice_llm.checks.core import run_checks
@@ -50,13 +51,10 @@ from voice_llm.util import procfs
 from voice_llm.util.artifacts import LOAD, LOAD_SAMPLES, write_json
 from voice_llm.util.progress import NullProgress, Progress
 
-# Exit statuses of `voice-llm load` (the CLI passes them through): every sweep reached a verdict; something failed
-# (the measurements made before are kept and the message says so); measured, but a sweep has no verdict (too few
-# judged turns: the line says how to get one); interrupted by Ctrl-C or SIGTERM (what was measured is kept).
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_NO_VERDICT = 4
-EXIT_INTERRUPTED = 130
+# Exit statuses of `voice-llm load` (the CLI passes them through) come from the one table of every command
+# (voice_llm.errors.EXIT_TABLE): EXIT_OK every sweep reached a verdict; EXIT_FAILURE something failed (what was
+# measured is kept); EXIT_REPORT_INCOMPLETE saved, but report.html could not be drawn; EXIT_NO_VERDICT measured,
+# but a sweep has no verdict; EXIT_INTERRUPTED Ctrl-C or SIGTERM (what was measured is kept).
 
 CTX_PER_SLOT = 4096  # the lab's whole context per slot: the 12-document call's last turn needs ~3500 tokens with its answers
 STEP = "load"  # its name in run.json
@@ -207,7 +205,7 @@ def main(values: Mapping[str, Any], progress: Progress) -> int:
     if result.render_error is not None:
         print(f"voice-llm load: the measurements are saved ({LOAD}, {LOAD_SAMPLES}), but report.html could not be "
               f"drawn: {result.render_error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_REPORT_INCOMPLETE
     print(f"report: {result.report_html}")
     return EXIT_OK if all(s["verdict"]["max_callers"] is not None for s in result.doc["sweeps"]) else EXIT_NO_VERDICT
 
