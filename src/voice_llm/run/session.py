@@ -320,7 +320,8 @@ def recording(record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
     try:
         yield state
     except BaseException as exc:
-        failure, error = describe(exc), exc
+        # What the work said of its own ending (load: "failed: ..., in the sweep of 4 slots") before the bare error
+        failure, error = state.failure or describe(exc), exc
         if state.step is not None and isinstance(exc, (VoiceLLMError, sse.StreamError, OSError)):
             exc.add_note(f"step {state.step}")
         raise
