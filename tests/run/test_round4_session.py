@@ -18,6 +18,7 @@ from fakeshapes import VLLM, ShapedServer
 
 from voice_llm.cli import main as cli
 from voice_llm.checks.core import run_checks
+from voice_llm.errors import EXIT_FAILURE
 
 
 def fast(**given: object) -> ShapedServer:
@@ -54,13 +55,16 @@ def old(tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]):  #
         yield out, a
 
 
-def test_a_step_against_another_server_refuses_before_its_first_request(old, capsys) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("how", ["--port", "--url"])
+def test_a_step_against_another_server_refuses_before_its_first_request(old, capsys, how: str) -> None:  # type: ignore[no-untyped-def]
+    """The issue's input: `cp -a out old; voice-llm ttft --port OTHER --out old` (here OUT holds run A)."""
     out, _ = old
     before, earlier = snapshot(out), run_id(out)
     with fast(model="model-b") as b:
-        code, printed, err = voice_llm(capsys, "ttft", "--url", b.url, "--out", str(out))
+        where = b.url if how == "--url" else b.url.rsplit(":", 1)[1]
+        code, printed, err = voice_llm(capsys, "ttft", how, where, "--out", str(out))
         asked = chats(b)
-    assert code == 1 and printed == ""
+    assert code == EXIT_FAILURE and printed == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"voice-llm ttft: {out} holds run {earlier}, made against another server (")
     assert "model_sent: 'model-a' -> 'model-b'" in err
@@ -104,3 +108,16 @@ def test_a_step_against_the_same_server_joins_without_a_word(old, capsys) -> Non
     code, _, err = voice_llm(capsys, "sentence", "--url", a.url + "/v1", "--out", str(out), "--repeat", "1")
     assert code == 0 and "new run" not in err
     assert run_id(out) == earlier
+
+
+def test_load_into_a_folder_of_another_run_refuses_before_its_first_turn(old, capsys) -> None:  # type: ignore[no-untyped-def]
+    """load goes through the same Session: the same rule, before Locust starts."""
+    out, _ = old
+    before, earlier = snapshot(out), run_id(out)
+    with fast(model="model-b") as b:
+        code, printed, err = voice_llm(capsys, "load", "--url", b.url, "--out", str(out), "--docs", "0")
+        asked = chats(b)
+    assert code == EXIT_FAILURE and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"voice-llm load: {out} holds run {earlier}, made against another")
+    assert err.rstrip().endswith("(--new-run)") and asked == 1  # the probe's stream alone: no caller ever called
+    assert snapshot(out) == before
