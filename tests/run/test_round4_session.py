@@ -121,3 +121,14 @@ def test_load_into_a_folder_of_another_run_refuses_before_its_first_turn(old, ca
     assert err.strip().splitlines()[-1].startswith(f"voice-llm load: {out} holds run {earlier}, made against another")
     assert err.rstrip().endswith("(--new-run)") and asked == 1  # the probe's stream alone: no caller ever called
     assert snapshot(out) == before
+
+
+def test_a_step_that_joins_keeps_the_failure_of_another_step(old, capsys) -> None:  # type: ignore[no-untyped-def]
+    """run.json closes the steps that ran: an earlier lab's failure in cancel stays after ttft alone succeeds."""
+    out, a = old
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**run, "failed_step": "cancel", "failure": "interrupted"}))
+    code, _, err = voice_llm(capsys, "ttft", "--url", a.url, "--out", str(out))
+    assert code == 0, err
+    after = json.loads((out / "run.json").read_text())
+    assert after["run_id"] == run["run_id"] and (after["failed_step"], after["failure"]) == ("cancel", "interrupted")

@@ -144,6 +144,7 @@ def _run_steps_in(ctx: LabContext, live: session.Live, steps: Sequence[str]) -> 
         live.state.summary = summary
     for name in steps:
         live.state.step = name
+        live.state.ran.append(name)
         paths, timing = run_step(name, ctx)
         written += paths
         # The load right after each step: the noise warning's evidence of what else ran during the run.

@@ -299,6 +299,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
                                                   if isinstance(error, KeyboardInterrupt) else f"failed: {error}")
         record = live.record
         live.state.step = STEP
+        live.state.ran.append(STEP)
         run.doc = load_document(settings, run.described, run.sweeps, run.interrupted)
         run.samples_path = write_samples(live.out / LOAD_SAMPLES, run.samples)
         record.record_file(run.samples_path)

@@ -291,6 +291,8 @@ class Recording:
 
     step: str | None = None
     failure: str | None = None
+    # the steps begun so far: run.json closes these (a failure an earlier command recorded for another step stays)
+    ran: list[str] = field(default_factory=list)
     # run.json's totals (the lab's wall and compute), asked when the block ends, however it ends
     summary: Callable[[], dict[str, Any]] | None = None
 
@@ -327,7 +329,8 @@ def recording(record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
         raise
     finally:
         failure = failure or state.failure
-        record.finish(steps, state.step if failure else None, failure, **(state.summary() if state.summary else {}))
+        record.finish(state.ran or steps, state.step if failure else None, failure,
+                      **(state.summary() if state.summary else {}))
         _keeping(error, SERVER_LOG, lambda: _save_server_log(record.out, server_log))
         if whole_run or (record.doc["artifacts"] != manifest_before and (save_if is None or save_if())):
             _keeping(error, RUN, record.save)
