@@ -32,9 +32,9 @@ def test_no_module_defines_exit_codes_of_its_own() -> None:
     found = [str(path.relative_to(ROOT)) for path in (ROOT / "src" / "voice_llm").rglob("*.py")
              if path.name != "errors.py" and own.search(path.read_text(encoding="utf-8"))]
     assert found == []
-    from voice_llm.load import command as load_command
+    from voice_llm.load import cli as load_cli
 
-    assert load_command.EXIT_NO_VERDICT is errors.EXIT_NO_VERDICT
+    assert load_cli.EXIT_NO_VERDICT is errors.EXIT_NO_VERDICT
     assert cli.EXIT_REPORT_INCOMPLETE is errors.EXIT_REPORT_INCOMPLETE
 
 

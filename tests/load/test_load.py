@@ -16,7 +16,7 @@ from conftest import free_port
 from voice_llm.call import CAPABILITY as CALL_CAPABILITY
 from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.load import stats
-from voice_llm.load.command import EXIT_NO_VERDICT
+from voice_llm.errors import EXIT_NO_VERDICT
 from voice_llm.load.samples import read_samples
 from voice_llm.sse import SSEDecoder
 

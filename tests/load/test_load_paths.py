@@ -31,6 +31,7 @@ from voice_llm.checks.base import NotCheckable
 from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.client.capabilities import PROBE_MESSAGES
 from voice_llm.load.samples import read_samples
+from voice_llm.errors import EXIT_NO_VERDICT
 
 LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
 
@@ -149,7 +150,7 @@ def test_the_managed_sweeps_still_to_come_are_checked_with_the_first_server(tmp_
     """Without --url each slot count gets its own server; a too small context of a later one (here --ctx is the
     same for both, so 4 slots get a quarter of it) is refused before the first sweep's first turn."""
     from voice_llm.errors import ContextLimitError
-    from voice_llm.load import command
+    from voice_llm.load import run as command
 
     from voice_llm.client.api import ServerClient
 
@@ -222,8 +223,10 @@ def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: 
 
 def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Path) -> None:
     """Whatever breaks while drawing, load.json and the CSV are written first and the exit status says so."""
-    from voice_llm.load import command
-    from voice_llm.run.meta import RunRecord
+    from fakeshapes import VLLM, ShapedServer
+
+    from voice_llm.errors import EXIT_REPORT_INCOMPLETE
+    from voice_llm.load import cli as command, run as loadrun
 
     calls: list[str] = []
 
@@ -232,25 +235,25 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
         assert (out / "load.json").is_file() and (out / "load_samples.csv").is_file()
         raise ValueError("Data cannot be log-scaled because all values are <= 0.")
 
-    def fake_measure(settings: Any, out: Path, run: command.LoadRun, *rest: Any) -> None:
-        run.described = {"dialogue": "clinic", "think": {"think_scale": 1.0}}
-        run.record = RunRecord.start(out, {}, {"load": ("load.json", "load_samples.csv")})
+    def no_sweep(plan: Any, settings: Any, run: loadrun.LoadRun, *rest: Any) -> None:
+        run.described = {"dialogue": "clinic", "think": {"think_scale": 1.0}}  # nothing measured, nothing failed
 
-    values = {"out": tmp_path, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0, "warmup_s": 0.0,
-              "callers": (1,), "no_stop": False, "master": False, "workers": 1, "quiet": True, "docs": 0}
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(command, "measure", fake_measure)
-    monkey.setattr(command, "_render", broken_render)
+    monkey.setattr(loadrun, "_sweep", no_sweep)
+    monkey.setattr(loadrun, "_render", broken_render)
     try:
         import contextlib
         import io
 
         err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with ShapedServer(VLLM) as fake, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            values = {"out": tmp_path, "url": fake.url, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0,
+                      "warmup_s": 0.0, "callers": (1,), "no_stop": False, "master": False, "workers": 1,
+                      "quiet": True, "docs": 0}
             code = command.main(values, None)
     finally:
         monkey.undo()
-    assert calls == ["render"] and code == command.EXIT_REPORT_INCOMPLETE
+    assert calls == ["render"] and code == EXIT_REPORT_INCOMPLETE
     (line,) = err.getvalue().strip().splitlines()
     assert "measurements are saved" in line and "log-scaled" in line
 

@@ -109,7 +109,7 @@ def test_the_load_command_never_imports_locust() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, voice_llm.cli.main, voice_llm.load.command, voice_llm.load.runner, voice_llm.load.checks, "
+    code = ("import sys, voice_llm.cli.main, voice_llm.load.cli, voice_llm.load.run, voice_llm.load.document, voice_llm.load.runner, voice_llm.load.checks, "
             "voice_llm.load.report; print('locust' in sys.modules, 'gevent' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]

