@@ -157,6 +157,29 @@ def label_of(key: str) -> str:
     return metric.label if metric else key
 
 
+def is_audible(key: str) -> bool:
+    """Does the metric ``key`` delay what the caller hears (False when no registered metric has it)?"""
+    metric = by_key().get(key)
+    return bool(metric and metric.audible)
+
+
+def unreadable(out: RunFolder | Path) -> dict[str, str]:
+    """The metrics whose artifact is in ``out`` but which cannot be read from it (key -> why, one line): what
+    :func:`measure_all` leaves out, so that a comparison can say so instead of staying silent."""
+    folder = RunFolder.of(out)
+    found: dict[str, str] = {}
+    for metric in all_metrics():
+        if not folder.exists(metric.source):
+            continue
+        try:
+            metric.read(folder.json(metric.source))
+        except ArtifactError as exc:
+            found[metric.key] = str(exc)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+            found[metric.key] = f"{metric.source} does not hold it as a number ({exc.__class__.__name__}: {exc})"
+    return found
+
+
 def measure_all(out: RunFolder | Path) -> dict[str, Measured]:
     """Every metric whose artifact is in ``out`` and readable, in the order of :func:`all_metrics`; a missing or
     malformed artifact only drops its own metrics."""
