@@ -98,9 +98,10 @@ def test_mark_is_returned_when_its_audio_has_played():
     playout.mark("m1")
     playout.push(tone(2))
     playout.mark("m2")
-    marks = [playout.pop().marks for _ in range(2 + 5)]
-    # m1 after the 3rd audio frame (tick 4), m2 after the 5th (tick 6), never earlier.
-    assert marks == [(), (), (), (), ("m1",), (), ("m2",)]
+    marks = [playout.pop().marks for _ in range(2 + 5 + 1)]
+    # m1's audio ends with the 3rd audio frame (tick 4): returned at tick 5, when that frame has played; m2 after
+    # the 5th (tick 6) at tick 7; never earlier.
+    assert marks == [(), (), (), (), (), ("m1",), (), ("m2",)]
     assert playout.counts().marks_returned == 2
 
 

@@ -6,7 +6,7 @@ step is dial against voice-llm's own agent on loopback. Heavy libraries are impo
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability
+from voice_llm.registry import Capability, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 
 # What this capability contributes to the core (voice_llm.registry).
@@ -14,5 +14,11 @@ CAPABILITY = Capability(
     name="dial",
     summary="the caller on a real line: heard mouth-to-ear and barge-in at the caller's ear, for any voice agent",
     requires=("tts",),
+    # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
+    # cli=, its settings from options= (voice_llm.dial.step)
+    steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
+                     (DIAL,), in_lab=False, needs_server=False),),
+    cli="voice_llm.dial.step:add_flags",
+    options="voice_llm.dial.step:options_value",
     artifacts=(DIAL, DIAL_DIR, DIAL_PARTIAL),
 )

@@ -14,8 +14,9 @@ What it models (LINE.md "The phone's ear", issue 27 item 2):
 - Real-time pacing. While playing, one frame per tick leaves the buffer, however fast the audio came: a burst of
   3 s sent in 10 ms is heard over 3 s. A partial last frame is padded with silence. When the buffer runs dry the
   ear goes idle again (an underrun) and the next audio waits ``jitter_ms`` again.
-- Marks. ``mark(name)`` queues a mark at the current end of the buffered audio; it is returned by the pop that
-  plays that position out (Twilio echoes a mark "when the audio before it has been played"), or by ``clear``.
+- Marks. ``mark(name)`` queues a mark at the current end of the buffered audio; it is returned by the first pop
+  after the frame that played that position out, i.e. when the audio before it has been heard to its end (Twilio
+  echoes a mark "when the audio before it has been played"), or by ``clear``.
   https://www.twilio.com/docs/voice/media-streams/websocket-messages#mark-message
 - Clear. ``clear()`` drops every buffered sample at once and returns the pending marks (Twilio echoes them).
 - A cap on buffered audio (default 120 s): samples beyond it are dropped and counted, so an agent that floods the
@@ -40,8 +41,8 @@ PLAYING = "playing"
 
 @dataclass(frozen=True)
 class Popped:
-    """What one tick played: the frame (int16, always frame_samples long), the marks whose audio has now fully
-    played, whether this tick's frame carried buffered audio, and the state changes it caused."""
+    """What one tick plays: the frame (int16, always frame_samples long), the marks whose audio has fully played
+    before this frame, whether this tick's frame carried buffered audio, and the state changes it caused."""
 
     frame: np.ndarray
     marks: tuple[str, ...]
@@ -154,6 +155,12 @@ class Playout:
         """The frame this tick plays (silence while idle or inside the jitter delay) and the marks now played."""
         tick = self._ticks
         self._ticks += 1
+        # The marks whose audio has fully played: before this frame starts, frames 0..tick-1 have been heard to
+        # their end (a mark after this frame's audio is returned by the next pop, when this frame has played).
+        marks: list[str] = []
+        while self._marks and self._marks[0][0] <= self._played:
+            marks.append(self._marks.popleft()[1])
+        self._marks_returned += len(marks)
         frame = np.zeros(self.frame_samples, np.int16)
         started = False
         taken = 0
@@ -169,10 +176,6 @@ class Playout:
             ran_dry = True
         if taken:
             self._audio_frames += 1
-        marks: list[str] = []
-        while self._marks and self._marks[0][0] <= self._played:
-            marks.append(self._marks.popleft()[1])
-        self._marks_returned += len(marks)
         return Popped(frame, tuple(marks), taken, started, ran_dry)
 
     def _take_into(self, frame: np.ndarray) -> int:
