@@ -96,7 +96,8 @@ def test_marks_are_echoed_after_their_audio_played(call):
         assert mark["t_ms"] >= mark["queued_ms"] + mark["audio_before_ms"] - FRAME_MS
     # m2's audio was cleared: echoed at the clear, long before its audio could have played
     clear = next(row for row in rows if row.get("event") == "clear")
-    assert up_marks["m2"]["t_ms"] == pytest.approx(clear["t_ms"], abs=2.0)
+    assert clear["t_ms"] <= up_marks["m2"]["t_ms"] <= clear["t_ms"] + FRAME_MS + slack(doc)
+    assert up_marks["m2"]["t_ms"] < doc["turns"][1]["heard"]["first_sound_ms"] + REPLIES[1].burst_ms - 1000
 
 
 def test_uplink_is_twilio_media_streams_in_real_time(call):

@@ -118,6 +118,7 @@ class CallLog:
     playout: dict[str, Any] = field(default_factory=dict)
     error: DialError | None = None
     hung_up_by_caller: bool = False
+    interrupted: bool = False  # Ctrl-C or SIGTERM: the step keeps the partial call, then stops as interrupted
 
     def channel(self, which: str) -> np.ndarray:
         frames = self.left if which == "left" else self.right
@@ -264,8 +265,12 @@ class _Call:
         if self.done:
             return
         received = getattr(exc, "rcvd", None)
-        how = (f"close code {received.code}{' ' + repr(received.reason) if received.reason else ''}" if received
-               else "no close frame")
+        code = received.code if received is not None else getattr(self.ws, "close_code", None)
+        reason = received.reason if received is not None else getattr(self.ws, "close_reason", None)
+        how = f"close code {code}{' ' + repr(reason) if reason else ''}" if code is not None else "no close frame"
+        if code == 1013:  # "try again later": an agent at its call limit says so in the reason
+            how += ", the agent refused the call: try again later"
+
         self.event(dir="down", event="closed", how=how)
         self.fail(f"the agent hung up mid-call {self.where()} ({how})")
 
@@ -402,6 +407,7 @@ class _Call:
             self.ws = await _connect(self.s)
         except DialError as exc:
             self.log.error = exc
+            self.count_playout()
             return self.log
         try:
             response = getattr(self.ws, "response", None)
@@ -428,7 +434,7 @@ class _Call:
             finally:
                 if not receiver.done():
                     receiver.cancel()
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await receiver
             if self.log.error is None:
                 await self.hang_up()
@@ -441,16 +447,20 @@ class _Call:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(), CLOSE_TIMEOUT_S)
-            counts = self.playout.counts()
-            self.log.playout = {
-                "frames": counts.frames, "audio_frames": counts.audio_frames, "underruns": counts.underruns,
-                "max_buffered_ms": round(counts.max_buffered_samples * 1000.0 / self.line.rate, 3),
-                "dropped_ms": round(counts.dropped_samples * 1000.0 / self.line.rate, 3),
-                "cleared_ms": round(counts.cleared_samples * 1000.0 / self.line.rate, 3),
-                "marks_returned": counts.marks_returned, "clears": counts.clears,
-                "late_frames": self.log.late_frames, "max_late_ms": round(self.log.max_late_ms, 3),
-            }
+            self.count_playout()
         return self.log
+
+    def count_playout(self) -> None:
+        counts = self.playout.counts()
+        rate = self.line.rate
+        self.log.playout = {
+            "frames": counts.frames, "audio_frames": counts.audio_frames, "underruns": counts.underruns,
+            "max_buffered_ms": round(counts.max_buffered_samples * 1000.0 / rate, 3),
+            "dropped_ms": round(counts.dropped_samples * 1000.0 / rate, 3),
+            "cleared_ms": round(counts.cleared_samples * 1000.0 / rate, 3),
+            "marks_returned": counts.marks_returned, "clears": counts.clears,
+            "late_frames": self.log.late_frames, "max_late_ms": round(self.log.max_late_ms, 3),
+        }
 
     async def open_stream(self) -> None:
         if not self.twilio:
@@ -482,6 +492,8 @@ async def _connect(settings: CallSettings) -> Any:
     except InvalidHandshake as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         said = f"HTTP {status}" if status is not None else str(exc)
+        if status is None and exc.__cause__ is not None:  # InvalidMessage: why the answer was not HTTP/1.1
+            said += f": {str(exc.__cause__)[:120]}"
         raise NotAWebSocketError(f"{url} does not answer as a WebSocket ({said}): is it the agent's stream URL?") \
             from exc
     except (TimeoutError, asyncio.TimeoutError) as exc:
@@ -498,4 +510,12 @@ def run_call(settings: CallSettings, lines: Sequence[CallerLine], recording: Liv
     if not lines:
         raise DialError("no caller line to say")
     call = _Call(settings, lines, recording, clock)
-    return asyncio.run(call.run())
+    try:
+        return asyncio.run(call.run())
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the CLI turns it: the call so far is kept, then it stops
+        call.log.interrupted = True
+        if call.log.error is None:
+            call.log.error = DialError(f"interrupted {call.where()}")
+        if not call.log.playout:
+            call.count_playout()
+        return call.log

@@ -461,9 +461,12 @@ def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any]
     doc["error"] = str(error)
     partial = ctx.path(PARTIAL_CALL_WAV)
     os.replace(live, partial)
+    ctx.record(partial)  # the run's manifest changes: run.json is saved with the failed step
     write_bytes_atomic(ctx.path(PARTIAL_EVENTS), jsonl_bytes(log.events), ctx.out)
     doc["files"] = {**doc["files"], "call_wav": PARTIAL_CALL_WAV, "events": PARTIAL_EVENTS}
     write_json(ctx.path(DIAL_PARTIAL), doc, ctx.out)
+    if log.interrupted:
+        raise KeyboardInterrupt
     if isinstance(error, DialError):
         raise DialError(f"{error} (the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial})") from None
     error.add_note(f"the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial}")
