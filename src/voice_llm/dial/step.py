@@ -230,7 +230,10 @@ def _words(stt: Any, samples: Any, rate: int, until_s: float) -> list[str] | Non
         return None
     if len(samples) == 0:
         return []
-    return [w for start, end, w in stt.words(to_rate(samples, rate, SAMPLE_RATE)) if end <= until_s + 0.02]
+    # a word counts when it was heard to its end (20 ms of rounding: Whisper's word times are 20 ms steps);
+    # punctuation Whisper emits as a word of its own is no word
+    return [w for start, end, w in stt.words(to_rate(samples, rate, SAMPLE_RATE))
+            if end <= until_s + 0.02 and any(ch.isalnum() for ch in w)]
 
 
 def measure_turns(log: CallLog, stt: Any, unknown: _Unknown) -> list[dict[str, Any]]:
