@@ -171,3 +171,23 @@ def test_a_pcm_line_at_16k(tmp_path):
     media = [row for row in rows if row.get("dir") == "up" and row["event"] == "media"]
     assert [row["frame"] for row in media] == list(range(len(media))) and "seq" not in media[0]
     assert agent.received == []  # no JSON on a PCM line
+
+
+def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
+    """--otlp: the agent's invoke_agent span per turn is matched to the turn; heard minus reported is the line
+    (the jitter buffer within a frame: the agent reports exactly its delay)."""
+    from voice_llm.dial.step import Tracing
+
+    tracing = Tracing("127.0.0.1:0")
+    with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint) as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2), tracing=tracing)
+    doc = read_json(tmp_path / "dial.json")
+    assert doc["otlp"]["bodies"] == 2 and doc["otlp"]["clock"] == "common" and not doc["otlp"]["refused"]
+    for turn, sent in zip(doc["turns"], agent.sent):
+        assert turn["agent_reported"]["latency_ms"] == pytest.approx(sent.delay_ms, abs=0.01)
+        line = turn["heard_minus_reported_ms"]
+        assert line == pytest.approx(turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        assert abs(line - JITTER_MS) <= FRAME_MS + slack(doc)
+    assert doc["summary"]["heard_minus_reported_ms"]["n"] == 2 and "agent_reported" not in doc["unknown"]
+    assert sorted(doc["files"]["otlp"]) == ["dial/otlp/" + name for name in doc["otlp"]["files"]]
+    assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])

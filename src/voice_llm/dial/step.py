@@ -19,6 +19,7 @@ import argparse
 import io
 import os
 import secrets
+import time
 import urllib.parse
 import wave
 from collections.abc import Mapping, Sequence
@@ -402,17 +403,60 @@ def _mono_wav(samples: Any, rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
-              caller: Caller | None = None) -> list[Path]:
-    """The call to ``url`` with ``options``, measured and written (see the module's docstring)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What a call needs before it is made: the caller's lines and the STT for the heard replies."""
+
+    caller: Caller
+    stt: Any
+    stt_info: Mapping[str, Any] | None
+
+
+def prepare_call(ctx: LabContext, options: DialOptions, caller: Caller | None = None) -> Prepared:
+    """The caller's lines (synthesized or loaded) and the STT, before any call: their failure writes nothing."""
     ctx.progress.update("dial: the caller's lines")
     caller = caller or caller_lines(options)
     stt = None
-    stt_info = None
     if options.stt != "none":
         ctx.progress.update("dial: loading faster-whisper for the heard replies")
         stt = load_transcriber(options.stt, options.stt_threads or default_threads())
-        stt_info = stt.info()
+    return Prepared(caller, stt, stt.info() if stt is not None else None)
+
+
+class Tracing:
+    """The OTLP/HTTP receiver of one call (voice_llm.dial.otlp), listening before the agent is started or
+    called, stamping arrivals on the call's clock (the call sets its zero)."""
+
+    def __init__(self, listen: str) -> None:
+        host, port = otlp.parse_listen(listen)
+        self.clock = callmod.ClockHolder()
+        try:
+            self.receiver = otlp.Receiver(host, port, self.clock.ms)
+        except OSError as exc:
+            raise ConfigError(f"--otlp {listen}: cannot listen there ({exc.strerror or exc})") from exc
+        self.receiver.start()
+        bound_host, bound_port = self.receiver.address
+        self.address = f"{bound_host}:{bound_port}"
+        self.stopped = False
+
+    @property
+    def endpoint(self) -> str:
+        """What an OTLP exporter is pointed at (its /v1/traces is appended by the exporter)."""
+        return f"http://{self.address}"
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.receiver.stop()
+
+
+def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
+              caller: Caller | None = None, prepared: Prepared | None = None,
+              tracing: Tracing | None = None) -> list[Path]:
+    """The call to ``url`` with ``options``, measured and written (see the module's docstring). ``tracing``: a
+    receiver already listening (the lab's converse step starts it before its agent); else --otlp starts one."""
+    prepared = prepared or prepare_call(ctx, options, caller)
+    caller, stt, stt_info = prepared.caller, prepared.stt, prepared.stt_info
     folder = ctx.path(DIAL_DIR)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -420,17 +464,20 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
     live = folder / f".call-live-{secrets.token_hex(4)}.wav"
     settings = options.call_settings(url)
+    if tracing is None and options.otlp is not None:
+        tracing = Tracing(options.otlp)
     recording = LiveRecording(live, settings.line.rate)
-    receiver, otlp_address, clock = None, "", callmod.ClockHolder()
-    if options.otlp is not None:
-        receiver, otlp_address = _start_otlp(options.otlp, clock)
     ctx.progress.update(f"dial: calling {url} ({len(caller.lines)} lines, real time)")
     try:
-        log = run_call(settings, caller.lines, recording, clock)
+        log = run_call(settings, caller.lines, recording, tracing.clock if tracing is not None else None)
     finally:
         recording.close()
-        if receiver is not None:
-            receiver.stop()
+    if tracing is not None:
+        # the agent flushes its spans at each turn's end and at hang-up: give the last export a moment to land
+        _settle(tracing)
+        tracing.stop()
+    receiver = tracing.receiver if tracing is not None else None
+    otlp_address = tracing.address if tracing is not None else ""
     unknown = _Unknown()
     rows: list[dict[str, Any]] = []
     otlp_block = None
@@ -479,16 +526,16 @@ def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any]
 # --- the agent's traces (voice_llm.dial.otlp) ---------------------------------------------------------------------
 
 
-def _start_otlp(listen: str, clock: callmod.ClockHolder) -> tuple[Any, str]:
-    """The OTLP/HTTP receiver for the call, stamping arrivals on ``clock`` (the call sets its zero)."""
-    host, port = otlp.parse_listen(listen)
-    try:
-        receiver = otlp.Receiver(host, port, clock.ms)
-    except OSError as exc:
-        raise ConfigError(f"--otlp {listen}: cannot listen there ({exc.strerror or exc})") from exc
-    receiver.start()
-    bound_host, bound_port = receiver.address
-    return receiver, f"{bound_host}:{bound_port}"
+def _settle(tracing: Tracing, quiet_s: float = 0.5, cap_s: float = 3.0) -> None:
+    """Wait until no body has arrived for ``quiet_s`` (at most ``cap_s``): the hang-up's export is in flight."""
+    end = time.monotonic() + cap_s
+    seen = len(tracing.receiver.bodies())
+    quiet_until = time.monotonic() + quiet_s
+    while time.monotonic() < min(end, quiet_until):
+        time.sleep(0.05)
+        count = len(tracing.receiver.bodies())
+        if count != seen:
+            seen, quiet_until = count, time.monotonic() + quiet_s
 
 
 def _write_otlp(ctx: LabContext, receiver: Any) -> list[str]:
