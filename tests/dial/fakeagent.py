@@ -81,7 +81,8 @@ class FakeAgent:
         self._thread.start()
 
         async def start() -> None:
-            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None)
+            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None,
+                                       close_timeout=1)
             self.port = self._server.sockets[0].getsockname()[1]
 
         asyncio.run_coroutine_threadsafe(start(), self._loop).result(5)
@@ -89,8 +90,14 @@ class FakeAgent:
 
     def __exit__(self, *exc: object) -> None:
         async def stop() -> None:
+            task = getattr(self, "task", None)
+            if task is not None:
+                task.cancel()  # a flood still being sent to a caller that hung up
             self._server.close()
-            await self._server.wait_closed()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 3)
+            except asyncio.TimeoutError:
+                pass
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
