@@ -32,12 +32,13 @@ from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
-from voice_llm.dial import call as callmod, otlp
+from voice_llm.dial import REPLACES_CONVERSE, call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
 from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE
+from voice_llm.tts import STRATEGIES
 from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
 
@@ -80,6 +81,9 @@ class DialOptions:
     stt: str = DEFAULT_STT
     stt_threads: int | None = None
     otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.dial.otlp)
+    # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
+    endpoint_ms: float | None = None
+    strategy: str | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in wire.PROTOCOLS:
@@ -147,8 +151,42 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
 
 
+CONVERSE_COMMANDS = frozenset({"lab", "converse"})
+
+
+def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The lab's and the converse step's flags: voice-llm's agent (its endpoint, STT, strategy) and the caller."""
+    group = parser.add_argument_group("the call through voice-llm's agent (converse: dial + agent on loopback)")
+    group.add_argument("--endpoint-ms", type=flags.positive_number, default=None, metavar="MS",
+                       help="the agent's silence that ends the caller's turn (default: the agent's, 300)")
+    group.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
+                       help="faster-whisper tiny.en (default) for the agent and the heard replies, or none")
+    group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
+                       help="faster-whisper's CPU threads (default: every core)")
+    group.add_argument("--strategy", choices=STRATEGIES, default=None,
+                       help="how the agent cuts its replies for speech (default: the agent's, clauses)")
+    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
+                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
+    group.add_argument("--turns", type=flags.positive_int, default=DEFAULT_TURNS, metavar="N",
+                       help=f"how many caller lines (default {DEFAULT_TURNS})")
+    if command == "converse":
+        group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
+                           help="the line to the agent: twilio (default) or pcm")
+        group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
+                           help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
+        group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+                           help="the phone's jitter delay before playout starts from idle (default 40)")
+        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=callmod.DEFAULT_BARGE_IN_TURNS,
+                           metavar="LIST", help="turns whose reply the caller cuts into (default 3; 'none')")
+
+
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line."""
+    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line; the lab's and the
+    converse step's (dial against voice-llm's agent)."""
+    if command in CONVERSE_COMMANDS:
+        if REPLACES_CONVERSE:  # else the old converse capability's flags are these commands' (voice_llm.dial)
+            add_converse_flags(parser, command)
+        return
     if command != "dial":
         return
     parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://)")
@@ -169,11 +207,14 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 
 def options_value(values: Mapping[str, Any]) -> DialOptions | None:
     """The dial options from a command's flags; None for a command that has none of them."""
-    if values.get("command") != "dial":
+    command = values.get("command")
+    if command != "dial" and not (command in CONVERSE_COMMANDS and REPLACES_CONVERSE):
         return None
     caller_audio = values.get("caller_audio")
     return DialOptions(
-        url=values.get("url"), protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        url=values.get("url") if command == "dial" else None,
+        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
         turns=values.get("turns") or DEFAULT_TURNS,
