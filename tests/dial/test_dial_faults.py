@@ -67,6 +67,12 @@ def test_an_agent_that_hangs_up_mid_call(tmp_path):
     assert doc["playout"]["frames"] >= 8
 
 
+def test_an_agent_at_its_call_limit_refuses(tmp_path):
+    with FakeAgent(REPLY, mode="refuse") as agent:
+        failing_call(tmp_path, agent.url, quick(), "the agent refused the call before turn 1", "close code 1013",
+                     "at its limit", "try again later")
+
+
 def test_an_agent_that_floods_the_line(tmp_path):
     with FakeAgent(REPLY, mode="flood", flood_s=3.0) as agent:
         doc, _ = failing_call(tmp_path, agent.url, quick(cap_s=1.0), "flooded the line", "more than 1 s")
