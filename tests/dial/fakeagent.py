@@ -98,10 +98,15 @@ class FakeAgent:
                 await asyncio.wait_for(self._server.wait_closed(), 3)
             except asyncio.TimeoutError:
                 pass
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for other in others:  # a handler still sending to a caller that left: ended, not left pending
+                other.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
     @property
     def url(self) -> str:
