@@ -228,10 +228,14 @@ def build(out: Path, plan: Plan | None = None) -> Path:
     # Uplink: connected and start before the first frame, one media per tick, stop after the last.
     event(0.0, dir="up", event="connected")
     event(0.0, dir="up", event="start")
-    late = set(range(100, 100 + plan.late_frames))
+    # A stall at frame 100 (late_frames > 0): the loop resumes 10 ms into the frame after the last late one and
+    # sends the overdue frames at once, so exactly ``late_frames`` ticks ran more than a frame late.
+    resume = 100 * FRAME_MS + FRAME_MS * plan.late_frames + 10.0 if plan.late_frames else -1.0
     for k in range(n_frames):
-        event(k * FRAME_MS + (25.0 if k in late else 0.3), dir="up", event="media", chunk=k + 1,
-              timestamp=int(k * FRAME_MS))
+        t = k * FRAME_MS + 0.3
+        if plan.late_frames and 100 <= k and t < resume:
+            t = resume + 0.01 * (k - 100)
+        event(t, dir="up", event="media", chunk=k + 1, timestamp=int(k * FRAME_MS))
     event(end_ms + 0.5, dir="up", event="stop")
     rows = [e for _, _, e in sorted(events, key=lambda x: (x[0], x[1]))]
     seq = 0
