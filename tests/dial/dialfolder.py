@@ -191,17 +191,17 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         reported = latency if plan.otlp else None
         heard_minus = None if reported is None else gap - reported
         turn: dict[str, Any] = {
-            "index": index, "script": SCRIPTS[i], "caller_wav": name,
+            "index": index, "script": SCRIPTS[i % len(SCRIPTS)], "caller_wav": name,
             "caller": {"offset_ms": offset, "speech_start_ms": start, "speech_end_ms": end},
             "heard": {"first_sound_ms": heard_start, "gap_ms": gap, "last_sound_ms": heard_end,
-                      "transcript": HEARD[i]},
+                      "transcript": HEARD[i % len(HEARD)]},
             "barge_in": None,
             "agent_reported": {"latency_ms": reported, "source": "voice-llm agent: vad_speech_end -> first_audio_sent"}
             if reported is not None else None,
             "heard_minus_reported_ms": heard_minus,
             "agent_breakdown": _breakdown(latency) if reported is not None else None,
-            "agent_transcript": AGENT_HEARD[i] if plan.otlp else None,
-            "wer": wer(SCRIPTS[i], AGENT_HEARD[i]).as_dict() if plan.otlp else None,
+            "agent_transcript": AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
+            "wer": wer(SCRIPTS[i % len(SCRIPTS)], AGENT_HEARD[i % len(AGENT_HEARD)]).as_dict() if plan.otlp else None,
         }
         if barge:
             turn["barge_in"] = {"onset_ms": None, "heard_silent_ms": heard_end, "heard_after_onset_ms": None,
