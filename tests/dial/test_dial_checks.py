@@ -44,7 +44,7 @@ def test_the_recording_measures_the_built_numbers(call: Path) -> None:
     """The re-measurement finds exactly the built times (cosines start and end on a sample)."""
     doc = load(call)
     folder = RunFolder(call)
-    found = checks.measure(checks.recording(folder), doc, [len(w) for w in checks._lengths(folder, doc)])
+    found = checks.measure(checks.recording(folder), doc, [len(w) for w in checks.caller_wavs(folder, doc)])
     for turn, seen in zip(doc["turns"], found):
         assert seen.speech_end / 8 == turn["caller"]["speech_end_ms"]
         assert seen.first_sound / 8 == turn["heard"]["first_sound_ms"]
@@ -336,3 +336,15 @@ def test_a_linked_recording_fails_without_reading_it(call: Path, tmp_path: Path)
     found = failed(call)
     for name in ("check_recording", "check_heard_gaps", "check_files"):
         assert name in found and "\n" not in found[name]
+
+
+def test_check_runs_the_registered_dial_checks(call: Path) -> None:
+    """`voice-llm check` on a folder of a dial call alone (no run.json): every dial check runs, by the names the
+    capability registers, and the built call passes them."""
+    from voice_llm import registry
+
+    entries = next(c for c in registry.capabilities() if c.name == "dial").checks
+    assert [(e.name, e.function.rsplit(":", 1)[1]) for e in entries] == [(c.name, c.run.__name__) for c in checks.CHECKS]
+    found = {r.name: r for r in core.run_checks(call)}
+    for check in checks.CHECKS:
+        assert found[check.name].status == PASS, (check.name, found[check.name].detail)

@@ -254,7 +254,7 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> 
     return found
 
 
-def _lengths(folder: RunFolder, doc: Mapping[str, Any]) -> list[np.ndarray]:
+def caller_wavs(folder: RunFolder, doc: Mapping[str, Any]) -> list[np.ndarray]:
     rate = _rate(doc)
     wavs = []
     for where, turn in _turns(doc):
@@ -424,7 +424,7 @@ def check_recording(out: RunFolder | Any) -> str:
     caller_floor, _ = _floors(doc)
     expected = np.zeros(call.frames, np.int16)
     covered = np.zeros(call.frames, bool)
-    for (where, turn), wav in zip(_turns(doc), _lengths(folder, doc)):
+    for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
         caller = _obj(turn, "caller", where)
         at = call.at(_must(caller, "offset_ms", f"{where} caller"))
         _require(abs(call.ms(at) - caller["offset_ms"]) <= SAMPLE_ROUNDING_MS,
@@ -462,7 +462,7 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     doc = _doc(folder)
     call = recording(folder, doc)
     frame = _frame_ms(doc)
-    measured = measure(call, doc, [len(w) for w in _lengths(folder, doc)])
+    measured = measure(call, doc, [len(w) for w in caller_wavs(folder, doc)])
     worst, gaps = 0.0, []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
