@@ -6,15 +6,17 @@ step is dial against voice-llm's own agent on loopback. Heavy libraries are impo
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability, CheckEntry, SectionEntry
+from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 
 # --- dial's checks, report sections, key numbers and metrics (D2: dial/checks.py, report.py, numbers.py) -------
 _CHECKS = "voice_llm.dial.checks"
-_STEP = "converse"  # the lab step that dials (dial.checks.STEP)
+# The steps that write dial.json: `voice-llm dial URL` and the lab's `converse` (dial against the built-in agent);
+# the same checks for either (dial.checks.STEPS).
+_STEPS = ("dial", "converse")
 HEARD_TITLE = "The call as heard: from the end of the caller's speech to the first sound they heard"
 WAVE_TITLE = "The call as recorded at the caller's ear (caller left, heard right)"
-_DIAL_CHECKS = tuple(CheckEntry(name, _STEP, f"{_CHECKS}:{function}", DIAL) for name, function in (
+_DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for step in _STEPS for name, function in (
     ("dial: every value in dial.json is possible", "check_values"),
     ("dial: the files in dial/ are exactly those dial.json names", "check_files"),
     ("dial: call.wav holds every frame; its caller channel is the caller WAVs", "check_recording"),
@@ -43,6 +45,12 @@ CAPABILITY = Capability(
     name="dial",
     summary="the caller on a real line: heard mouth-to-ear and barge-in at the caller's ear, for any voice agent",
     requires=("tts",),
+    # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
+    # cli=, its settings from options= (voice_llm.dial.step)
+    steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
+                     (DIAL,), in_lab=False, needs_server=False),),
+    cli="voice_llm.dial.step:add_flags",
+    options="voice_llm.dial.step:options_value",
     artifacts=(DIAL, DIAL_DIR, DIAL_PARTIAL),
     checks=_DIAL_CHECKS,
     sections=_DIAL_SECTIONS,

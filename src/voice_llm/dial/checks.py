@@ -38,7 +38,8 @@ from voice_llm.speech.wer import wer as word_errors
 from voice_llm.util import stats
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 
-STEP = "converse"  # the lab step that dials (LINE.md: the step named `converse` lives in dial)
+STEPS = ("dial", "converse")  # `voice-llm dial URL`, and the lab's step that dials the built-in agent (LINE.md)
+STEP = STEPS[0]
 ARTIFACT = DIAL
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
 SAMPLE_ROUNDING_MS = 1e-3  # a sample's time as an artifact may round it

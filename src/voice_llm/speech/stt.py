@@ -126,6 +126,19 @@ class WhisperTranscriber:
         except Exception as exc:
             raise STTError(f"faster-whisper failed: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
 
+    def words(self, samples: np.ndarray) -> list[tuple[float, float, str]]:
+        """The words of ``samples`` (16 kHz mono int16) with their times in seconds from its start: (start, end,
+        word), faster-whisper's word timestamps (cross-attention alignment). Used by the dialer to count the words a
+        caller heard before the agent went silent."""
+        try:
+            segments, _ = self._model.transcribe(samples.astype(np.float32) / 32768.0, language="en",
+                                                 beam_size=BEAM_SIZE, vad_filter=False,
+                                                 condition_on_previous_text=False, word_timestamps=True)
+            return [(float(w.start), float(w.end), w.word.strip()) for segment in segments
+                    for w in (segment.words or ()) if w.word.strip()]
+        except Exception as exc:
+            raise STTError(f"faster-whisper failed: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
+
     def info(self) -> dict[str, Any]:
         config = self.model_dir / "model.bin"
         return {"package": STT_PACKAGE, "version": importlib.metadata.version(STT_PACKAGE),
