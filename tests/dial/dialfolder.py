@@ -140,6 +140,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         (out / name).write_bytes(mono_wav(wav))
         at = sample(offset)
         left_parts.append((at, wav))
+        event(offset + 0.25, event="caller_line", turn=index, frame=round(offset / FRAME_MS))
         span = audible_span(wav, FLOOR)
         assert span is not None
         start, end = ms(at + span[0]), ms(at + span[1])
@@ -192,7 +193,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         heard_minus = None if reported is None else gap - reported
         turn: dict[str, Any] = {
             "index": index, "script": SCRIPTS[i % len(SCRIPTS)], "caller_wav": name,
-            "caller": {"offset_ms": offset, "speech_start_ms": start, "speech_end_ms": end},
+            "caller": {"offset_ms": offset, "speech_start_ms": start, "speech_end_ms": end, "floor": FLOOR,
+                       "source": "test tone", "converted_from": None},
             "heard": {"first_sound_ms": heard_start, "gap_ms": gap, "last_sound_ms": heard_end,
                       "transcript": HEARD[i % len(HEARD)]},
             "barge_in": None,
@@ -274,7 +276,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
                     "barge_in_heard_after_onset_ms": {"median": stats.median(barges) if barges else None,
                                                       "n": len(barges)},
                     "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)}},
-        "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl", "otlp": otlp_files},
+        "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl",
+                  "caller_wavs": [t["caller_wav"] for t in turns], "otlp": otlp_files},
         "otlp": {"listen": "127.0.0.1:4318", "bodies": len(otlp_files), "spans": 4 * n_turns, "refused": [],
                  "clock": "common"} if plan.otlp else None,
         "unknown": {} if plan.otlp else {"agent_reported": "the agent sent no traces (no --otlp, or none received)"},

@@ -33,7 +33,7 @@ from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
 from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span
+from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span, noise_floor
 from voice_llm.speech.wer import wer as word_errors
 from voice_llm.util import stats
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
@@ -41,8 +41,9 @@ from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 STEPS = ("dial", "converse")  # `voice-llm dial URL`, and the lab's step that dials the built-in agent (LINE.md)
 STEP = STEPS[0]
 ARTIFACT = DIAL
-TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
+TOLERANCE_MS = 1e-3  # numbers recomputed from numbers the artifact rounds to 0.001 ms (dial.measure.ms)
 SAMPLE_ROUNDING_MS = 1e-3  # a sample's time as an artifact may round it
+STAMP_MS = 1.0  # two readings of the clock for one arrival (the event and the mark's queued_ms)
 SILENT_RUN_MS = 200.0  # LINE.md: a barge-in's heard silence is the first moment it stays silent this long
 MOUTH_TO_EAR_TARGET_MS = 1200.0  # issue 27: target median at a 300 ms endpoint
 DIALER_COST_MS = 2.0  # issue 27: the dialer's own cost per frame, median
@@ -50,7 +51,7 @@ LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this ma
 PROTOCOLS = {"twilio": ("mulaw", 8000), "pcm": ("pcm16", None)}  # protocol -> (codec, the only rate, if fixed)
 UP_EVENTS = {"connected", "start", "media", "mark", "stop"}
 DOWN_EVENTS = {"media", "mark", "clear", "bad"}
-PLAYOUT_EVENTS = {"playout_start", "playout_idle"}
+PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line"}  # caller_line: a line starts (its frame)
 NOT_REPORTED = "agent's own numbers not reported"
 
 
@@ -119,6 +120,18 @@ def _rate(doc: Mapping[str, Any]) -> int:
 def _floors(doc: Mapping[str, Any]) -> tuple[int, int]:
     floor = _obj(doc, "floor")
     return (_int(floor.get("caller"), "floor.caller"), _int(floor.get("heard"), "floor.heard"))
+
+
+def line_floor(doc: Mapping[str, Any], turn: Mapping[str, Any], where: str) -> int:
+    """The floor a caller line was measured with: its own (``caller.floor``, the dialer's per-line rule) or the
+    caller channel's."""
+    caller = turn.get("caller") if isinstance(turn.get("caller"), dict) else {}
+    if caller.get("floor") is None:
+        return _floors(doc)[0]
+    floor = _int(caller.get("floor"), f"{where} caller.floor")
+    _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"{where}: caller.floor {floor} is outside the floor rule's "
+                                              f"{FLOOR_MIN}..{FLOOR_MAX}")
+    return floor
 
 
 def _events(folder: RunFolder, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -234,23 +247,31 @@ class Measured:
 
 def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> list[Measured]:
     """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
-    left; on the right the first sound at or after that speech's end, searched up to the next turn's speech end
-    (the next reply can only follow it), and the last sound of that reply before the same limit."""
-    caller_floor, heard_floor = _floors(doc)
+    left, above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
+    speech start (what sounds later answers, or is cut by, the next line), and the reply's last sound: before the
+    next line's start, or, on a barge-in, before the heard silence after the onset (the reply plays on under the
+    caller until the buffer runs dry or is cleared)."""
+    _, heard_floor = _floors(doc)
     spans = []
     for (where, turn), length in zip(_turns(doc), lengths):
         offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
         at = call.at(offset)
-        span = audible_span(call.left[at:at + length], caller_floor)
+        span = audible_span(call.left[at:at + length], line_floor(doc, turn, where))
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
-    for i, span in enumerate(spans):
+    hold = round(SILENT_RUN_MS * call.rate / 1000)
+    for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
         if span is None:
             found.append(Measured(None, None, None, None))
             continue
-        limit = next((s[1] for s in spans[i + 1:] if s is not None), call.frames)
+        limit = next((s[0] for s in spans[i + 1:] if s is not None), call.frames)
         first = first_sound(call.right, heard_floor, span[1], limit)
-        last = None if first is None else last_sound_end(call.right, heard_floor, first, limit)
+        last = None
+        if first is not None:
+            until = limit
+            if turn.get("barge_in") is not None and limit < call.frames:
+                until = silent_from(call.right, heard_floor, limit, hold) or call.frames
+            last = last_sound_end(call.right, heard_floor, first, until)
         found.append(Measured(span[0], span[1], first, last))
     return found
 
@@ -277,7 +298,6 @@ def check_values(out: RunFolder | Any) -> str:
     it began); every null agent number has its reason in ``unknown`` (LINE.md: never 0, never silent). Impossible
     evidence is a FAIL, not a finding (issue 31 item 13)."""
     doc = _doc(out)
-    _require(isinstance(doc.get("run_id"), str) and bool(doc["run_id"]), f"{ARTIFACT} has no run_id")
     line = _line(doc)
     protocol = line.get("protocol")
     _require(protocol in PROTOCOLS, f"line.protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
@@ -353,9 +373,10 @@ def check_values(out: RunFolder | Any) -> str:
 def _named(doc: Mapping[str, Any], source: str) -> set[str]:
     files = _obj(doc, "files", source)
     names = {files.get("call_wav"), files.get("events")}
-    otlp = files.get("otlp") or []
-    _require(isinstance(otlp, list), f"{source} files.otlp is not a list")
-    names.update(otlp)
+    for key in ("otlp", "caller_wavs"):
+        listed = files.get(key) or []
+        _require(isinstance(listed, list), f"{source} files.{key} is not a list")
+        names.update(listed)
     names.update(t.get("caller_wav") for t in doc.get("turns") or [] if isinstance(t, dict))
     names.discard(None)
     _require(all(isinstance(n, str) for n in names), f"{source} names a file by something other than a path")
@@ -409,9 +430,10 @@ def check_files(out: RunFolder | Any) -> str:
 def check_recording(out: RunFolder | Any) -> str:
     """Law: call.wav is stereo 16-bit at the line's rate and holds whole frames, one per tick of the call
     (playout.frames: the loop never skips a frame of the recording); its caller channel is the caller WAVs, each at
-    its offset, sample for sample, and digital silence between them (the dialer sends caller audio or silence); each
-    turn's speech_start / speech_end are its first and last sample above floor.caller on that channel (the true
-    start and end, LINE.md)."""
+    its offset, sample for sample, and digital silence between them (the dialer sends caller audio or silence); the
+    floors are the stated rule's (speech.caller.noise_floor) on the samples they were taken from (each line's own,
+    the whole heard channel); each turn's speech_start / speech_end are its first and last sample above its floor
+    (the true start and end, LINE.md)."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     call = recording(folder, doc)
@@ -422,7 +444,9 @@ def check_recording(out: RunFolder | Any) -> str:
     if _line(doc).get("echo_db") is not None:
         raise NotCheckable("the line adds the heard audio back into the caller's channel as echo: the caller channel "
                            "is not the caller WAVs alone")
-    caller_floor, _ = _floors(doc)
+    heard_floor = _floors(doc)[1]
+    _require(heard_floor == noise_floor(call.right), f"floor.heard {heard_floor}, but the floor rule on call.wav's heard "
+                                                     f"channel gives {noise_floor(call.right)}")
     expected = np.zeros(call.frames, np.int16)
     covered = np.zeros(call.frames, bool)
     for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
@@ -435,8 +459,12 @@ def check_recording(out: RunFolder | Any) -> str:
         _require(not covered[at:at + len(wav)].any(), f"{where}: {turn['caller_wav']} overlaps the previous line")
         expected[at:at + len(wav)] = wav
         covered[at:at + len(wav)] = True
+        caller_floor = line_floor(doc, turn, where)
+        if caller.get("floor") is not None:  # the line's own floor: the rule on its samples as sent
+            _require(caller_floor == noise_floor(wav), f"{where}: caller.floor {caller_floor}, the floor rule on "
+                                                       f"{turn['caller_wav']} gives {noise_floor(wav)}")
         span = audible_span(wav, caller_floor)
-        _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above floor.caller {caller_floor}")
+        _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above its floor {caller_floor}")
         for key, index in (("speech_start_ms", span[0]), ("speech_end_ms", span[1])):  # type: ignore[index]
             stated = _must(caller, key, f"{where} caller")
             _require(abs(stated - call.ms(at + index)) <= SAMPLE_ROUNDING_MS,
@@ -537,14 +565,20 @@ def check_barge_in(out: RunFolder | Any) -> str:
         _require(abs(call.ms(silent) - stated) <= frame, f"{where}: heard silent at {call.ms(silent):.1f} ms on call.wav, "
                                                          f"{stated:.1f} ms in {ARTIFACT} (more than a {frame:g} ms frame)")
         cleared = _opt(barge, "cleared_ms", f"{where} barge_in")
-        window = [t for t in clears if onset <= t <= stated + frame]
+        window = [t for t in clears if onset - frame <= t <= stated + frame]
         if cleared is None:
             _require(not window, f"{where}: cleared_ms is null, the event log has a clear at {window[:1]} ms")
         else:
             _require(any(abs(t - cleared) <= TOLERANCE_MS for t in clears),
                      f"{where}: cleared_ms {cleared} ms, no clear in the event log then")
-            _require(onset <= cleared and stated <= cleared + frame,
+            # Causal: the agent can clear only after the frame holding the onset was sent (its tick, at most one frame
+            # before the onset); the heard silence comes at the latest one frame after the clear (honoured).
+            _require(onset - frame <= cleared and stated <= cleared + frame,
                      f"{where}: clear at {cleared:.1f} ms, onset {onset:.1f}, heard silent {stated:.1f}: not in that order")
+            following_first = _opt(_part(turns[position + 1], "heard", f"turn {position + 2}"), "first_sound_ms", "heard")
+            _require(following_first is None or cleared <= following_first,
+                     f"{where}: cleared_ms {cleared:.1f} is after the next reply was heard ({following_first:.1f} ms): "
+                     "another reply's clear")
         words, count = barge.get("words_heard"), barge.get("words_heard_count")
         _require(words is None or (isinstance(words, str) and count == len(words.split())),
                  f"{where}: words_heard {words!r} counted as {count!r}")
@@ -555,8 +589,9 @@ def check_barge_in(out: RunFolder | Any) -> str:
 
 def check_event_order(out: RunFolder | Any) -> str:
     """Law: the event log is in the order things happened on one clock: each line has a finite t_ms, no line is
-    earlier than the one before it; the caller's side begins with `connected` then `start` and ends with `stop`,
-    nothing sent after the stop; every event is one the contract knows, in its direction."""
+    earlier than the one before it; the caller's side begins with `connected` then `start` and ends with `stop`
+    (Twilio), nothing sent after the stop; every event is one the contract knows, in its direction; a line starts
+    (`caller_line`) at the frame its caller.offset_ms states."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     rows = _events(folder, doc)
@@ -574,8 +609,18 @@ def check_event_order(out: RunFolder | Any) -> str:
         if direction == "up":
             _require(not up or up[-1] != "stop", f"events line {number}: {kind} sent after the stop")
             up.append(kind)
-    _require(up[:2] == ["connected", "start"], f"the caller's side begins with {up[:2]}, not connected, start")
-    _require(up[-1] == "stop", f"the caller's side ends with {up[-1]!r}, not stop")
+    if _line(doc).get("protocol") == "twilio":
+        _require(up[:2] == ["connected", "start"], f"the caller's side begins with {up[:2]}, not connected, start")
+        _require(up[-1] == "stop", f"the caller's side ends with {up[-1]!r}, not stop")
+    frame = _frame_ms(doc)
+    offsets = {turn.get("index"): (_obj(turn, "caller", where).get("offset_ms"), where) for where, turn in _turns(doc)}
+    for number, row in enumerate(rows, 1):
+        if row.get("event") != "caller_line" or row.get("turn") not in offsets:
+            continue
+        offset, where = offsets[row["turn"]]
+        tick = _int(row.get("frame"), f"events line {number} frame") * frame
+        _require(offset == tick, f"events line {number}: {where}'s line started at frame {row['frame']} ({tick:g} ms), "
+                                 f"its caller.offset_ms is {offset}")
     return f"{len(rows)} events in order over {previous / 1000:.1f} s"
 
 
@@ -688,8 +733,9 @@ def check_marks(out: RunFolder | Any) -> str:
             _require(name in sent, f"events line {number}: mark {name!r} echoed, the agent never sent it")
             queued = _num(row.get("queued_ms"), f"events line {number} queued_ms")
             ahead = _num(row.get("audio_before_ms"), f"events line {number} audio_before_ms")
-            _require(abs(queued - sent.pop(name)) <= TOLERANCE_MS, f"events line {number}: mark {name!r} queued at "
-                                                                   f"{queued} ms, it arrived at another time")
+            arrived = sent.pop(name)
+            _require(abs(queued - arrived) <= STAMP_MS, f"events line {number}: mark {name!r} queued at {queued} ms, "
+                                                        f"it arrived at {arrived} ms")
             got = max((a for at, a in arrivals if at <= queued + TOLERANCE_MS), default=0.0)
             _require(0 <= ahead <= got + TOLERANCE_MS, f"events line {number}: {ahead} ms of audio ahead of mark {name!r}, "
                                                        f"{got:.0f} ms had arrived by then")
@@ -747,13 +793,15 @@ def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
 def check_summary(out: RunFolder | Any) -> str:
     """Law: the summary is its turns': the heard gap's median (voice_llm.util.stats.median, always a measured
     value, so equal exactly), p90 and count, the barge-ins' heard-after-onset median and the line's share's median,
-    over the turns that have them (a summary of none is {"median": null, "n": 0}: report.json's key numbers follow
-    summary.<name>.median, so the block is always there)."""
+    over the turns that have them (a summary of none: {"median": null, "n": 0}; heard_minus_reported_ms may be null,
+    as LINE.md allows)."""
     doc = _doc(out)
     summary = _obj(doc, "summary")
     again = summary_of(doc)
     for key, block in again.items():
         stated = summary.get(key)
+        if stated is None and key == "heard_minus_reported_ms" and not block["n"]:
+            continue  # LINE.md: null when no turn's agent number was reported
         _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
         for field, value in block.items():
             _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
