@@ -114,3 +114,15 @@ def test_turns_that_differ_are_not_the_machines_noise(tmp_path: Path) -> None:
     assert found.spread and found.spread > noise.SPREAD_LIMIT
     reasons = noise.assess(out)["reasons"]  # the sample run's load may be a reason; the turns' spread is not
     assert not any("heard mouth-to-ear" in reason for reason in reasons), reasons
+
+
+def test_a_null_summary_block_is_a_null_key_number(tmp_path: Path) -> None:
+    """LINE.md lets dial.json write `summary.heard_minus_reported_ms: null` when the agent reported nothing: the key
+    number is then null, and report.json is still written."""
+    out = Path(shutil.copytree(FIXTURES / "sample_run", tmp_path / "a"))
+    build(out, Plan(otlp=False))
+    doc = load(out)
+    doc["summary"]["heard_minus_reported_ms"] = None
+    save(out, doc)
+    report = keynumbers.build_report(out)
+    assert report["heard_minus_reported_ms"] is None and report[numbers.HEARD_KEY] == 1020.0
