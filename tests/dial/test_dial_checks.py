@@ -343,8 +343,12 @@ def test_check_runs_the_registered_dial_checks(call: Path) -> None:
     capability registers, and the built call passes them."""
     from voice_llm import registry
 
-    entries = next(c for c in registry.capabilities() if c.name == "dial").checks
-    for step in checks.STEPS:  # the same checks for `voice-llm dial` and the lab's converse step
+    capability = next(c for c in registry.capabilities() if c.name == "dial")
+    entries = capability.checks
+    steps = [s.name for s in capability.steps if "dial.json" in s.artifacts]
+    assert "dial" in steps
+    assert {e.step for e in entries} == set(steps)  # every step writing dial.json, and only those
+    for step in steps:  # the same checks for `voice-llm dial` and (later) the lab's converse step
         assert [(e.name, e.function.rsplit(":", 1)[1]) for e in entries if e.step == step] == \
             [(c.name, c.run.__name__) for c in checks.CHECKS]
     found = {r.name: r for r in core.run_checks(call)}

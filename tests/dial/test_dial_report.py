@@ -113,3 +113,13 @@ def test_report_html_draws_both_sections_after_first_audio(tmp_path: Path) -> No
         section = re.search(rf'<section id="section-{name}">(.*?)</section>', html, re.S)
         assert section and "<svg" in section.group(1), name
     assert "The caller hears the assistant 1,020 ms after they stop talking" in html
+
+
+def test_a_folder_without_a_dial_call_gets_no_dial_section(tmp_path: Path) -> None:
+    out = Path(shutil.copytree(FIXTURES / "sample_run", tmp_path / "run"))
+    assert dial_report.waveform_section(RunFolder(out)) == ""
+    try:
+        html = page.render_report(out).read_text()
+    except ArtifactError as exc:
+        html = Path(getattr(exc, "path")).read_text()
+    assert 'id="section-dial"' not in html and 'id="section-dial-wave"' not in html

@@ -323,10 +323,13 @@ def waveform_chart(doc: Mapping[str, Any], call: checks.Recording, measured: Seq
     return style.Chart(fig, caption)
 
 
-def waveform_section(folder: RunFolder) -> style.Chart:
+def waveform_section(folder: RunFolder) -> style.Chart | str:
     """The waveform section (registered with no artifact of its own): dial.json and the recording it names, read
-    from the run folder through its jail; a missing or refused file is the section's "not available"."""
+    from the run folder through its jail; a refused file is the section's "not available". A folder without a dial
+    call of this run gets no section (as the optional "dial" section above it): the empty string."""
     folder = RunFolder.of(folder)
+    if not folder.exists(DIAL) or not folder.membership().belongs(DIAL):
+        return ""
     doc = style.mapping(folder.json(DIAL), DIAL)
     try:
         call = checks.recording(folder, doc)
