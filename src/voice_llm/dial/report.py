@@ -219,7 +219,7 @@ def _barge_axes(ax: Axes, rows: Sequence[_Row]) -> None:
     ax.set_yticks(ticks, names)
     ax.set_ylim(0.4, len(barged) + 0.6)
     ax.set_xlabel(_BARGE_AXIS)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
 def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
