@@ -64,6 +64,7 @@ class FakeAgent:
     clears: list[float] = field(default_factory=list)  # perf_counter of each clear sent
     marks_back: list[str] = field(default_factory=list)
     received: list[str] = field(default_factory=list)  # the events of the caller's text messages, in order
+    otlp: str | None = None  # http://HOST:PORT: each reply's invoke_agent span (its delay as the reported latency)
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -80,7 +81,8 @@ class FakeAgent:
         self._thread.start()
 
         async def start() -> None:
-            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None)
+            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None,
+                                       close_timeout=1)
             self.port = self._server.sockets[0].getsockname()[1]
 
         asyncio.run_coroutine_threadsafe(start(), self._loop).result(5)
@@ -88,8 +90,14 @@ class FakeAgent:
 
     def __exit__(self, *exc: object) -> None:
         async def stop() -> None:
+            task = getattr(self, "task", None)
+            if task is not None:
+                task.cancel()  # a flood still being sent to a caller that hung up
             self._server.close()
-            await self._server.wait_closed()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 3)
+            except asyncio.TimeoutError:
+                pass
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -164,6 +172,10 @@ class FakeAgent:
             if self.mode != "silent":
                 self.task = asyncio.ensure_future(self._reply(self.turn, self.last_loud))
 
+    def _export(self, turn: int, start: float, end: float) -> None:
+        assert self.otlp is not None
+        _post(self.otlp, span_body(turn, start, end))
+
     async def _reply(self, turn: int, last_loud: float) -> None:
         reply = self.replies[min(turn, len(self.replies)) - 1]
         wait = last_loud + reply.delay_ms / 1000.0 - time.perf_counter()
@@ -189,6 +201,31 @@ class FakeAgent:
         for piece in pieces:
             await self.ws.send(self._media(piece))
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
+        if self.otlp is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)
         if reply.mark and self.protocol == wire.TWILIO:
             self.pending_marks.add(reply.mark)
             await self.ws.send(wire.agent_mark(self.sid, reply.mark))
+
+
+def _epoch_ns(perf: float) -> int:
+    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+
+
+def span_body(turn: int, start: float, end: float) -> bytes:
+    """One OTLP/JSON ExportTraceServiceRequest with voice-llm's agent span for ``turn`` (ids in hex, as OTLP/JSON)."""
+    span = {"traceId": "%032x" % 1, "spanId": "%016x" % turn, "name": "invoke_agent",
+            "startTimeUnixNano": str(_epoch_ns(start)), "endTimeUnixNano": str(_epoch_ns(end)),
+            "attributes": [{"key": "voice_llm.latency.reported_ms", "value": {"doubleValue": (end - start) * 1000.0}},
+                           {"key": "voice_llm.turn.number", "value": {"intValue": str(turn)}}]}
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": []},
+                                          "scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+def _post(url: str, body: bytes) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(url + "/v1/traces", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        answer.read()
+

@@ -144,3 +144,50 @@ def test_the_dialer_keeps_up_and_says_what_it_costs(call):
     assert doc["playout"]["late_frames"] >= 0 and "late_frames" in doc["playout"]
     assert doc["agent"]["headers"].get("server", "").startswith("Python/")
     assert doc["unknown"]["agent_reported"].startswith("the agent sent no traces")
+
+
+def test_the_caller_barges_in_after_the_set_time(call):
+    doc, _, _ = call
+    first = doc["turns"][1]["heard"]["first_sound_ms"]
+    assert abs(doc["turns"][1]["barge_in"]["onset_ms"] - (first + 300.0)) <= FRAME_MS
+
+
+def test_a_pcm_line_at_16k(tmp_path):
+    """Binary 16-bit frames both ways at 16 kHz: 320 samples a frame, no marks, no clear; the same ear."""
+    with FakeAgent([Reply(120, 300)], protocol="pcm", rate=16000) as agent:
+        dial_step(context(tmp_path), fast_options(protocol="pcm", barge_in_turns=()), agent.url,
+                  caller=tones(1, rate=16000))
+    doc = read_json(tmp_path / "dial.json")
+    assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
+        "pcm", "pcm16", 16000)
+    turn, sent = doc["turns"][0], agent.sent[0]
+    assert abs(turn["heard"]["gap_ms"] - (sent.delay_ms + JITTER_MS)) <= FRAME_MS + slack(doc)
+    assert turn["heard"]["last_sound_ms"] - turn["heard"]["first_sound_ms"] == pytest.approx(300.0, abs=1.0)
+    with wave.open(str(tmp_path / "dial" / "call.wav"), "rb") as wav:
+        assert wav.getframerate() == 16000 and wav.getnframes() == doc["playout"]["frames"] * 320
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "dial" / "events.jsonl").read_text().splitlines()]
+    media = [row for row in rows if row.get("dir") == "up" and row["event"] == "media"]
+    assert [row["frame"] for row in media] == list(range(len(media))) and "seq" not in media[0]
+    assert agent.received == []  # no JSON on a PCM line
+
+
+def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
+    """--otlp: the agent's invoke_agent span per turn is matched to the turn; heard minus reported is the line
+    (the jitter buffer within a frame: the agent reports exactly its delay)."""
+    from voice_llm.dial.step import Tracing
+
+    tracing = Tracing("127.0.0.1:0")
+    with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint) as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2), tracing=tracing)
+    doc = read_json(tmp_path / "dial.json")
+    assert doc["otlp"]["bodies"] == 2 and doc["otlp"]["clock"] == "common" and not doc["otlp"]["refused"]
+    for turn, sent in zip(doc["turns"], agent.sent):
+        assert turn["agent_reported"]["latency_ms"] == pytest.approx(sent.delay_ms, abs=0.01)
+        line = turn["heard_minus_reported_ms"]
+        assert line == pytest.approx(turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        assert abs(line - JITTER_MS) <= FRAME_MS + slack(doc)
+    assert doc["summary"]["heard_minus_reported_ms"]["n"] == 2 and "agent_reported" not in doc["unknown"]
+    assert sorted(doc["files"]["otlp"]) == ["dial/otlp/" + name for name in doc["otlp"]["files"]]
+    assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])

@@ -354,3 +354,13 @@ def test_check_runs_the_registered_dial_checks(call: Path) -> None:
     found = {r.name: r for r in core.run_checks(call)}
     for check in checks.CHECKS:
         assert found[check.name].status == PASS, (check.name, found[check.name].detail)
+
+
+def test_a_file_named_under_files_belongs(call: Path) -> None:
+    """The lab's converse step keeps the agent's log as dial/agent.log: named in files, it is the step's."""
+    (call / "dial" / "agent.log").write_text("ready\n")
+    assert "dial/agent.log in dial/ but no artifact names it" in failed(call)["check_files"]
+    doc = load(call)
+    doc["files"]["agent_log"] = "dial/agent.log"
+    save(call, doc)
+    assert "check_files" not in failed(call)

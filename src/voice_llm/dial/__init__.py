@@ -6,16 +6,23 @@ step is dial against voice-llm's own agent on loopback. Heavy libraries are impo
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
+from voice_llm.registry import CAPABILITIES, Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
+
+# The lab's converse step (dial against voice-llm's agent) replaces the old converse capability's: while that one is
+# still registered, its step and its flags keep the name, and dial adds only `dial`. Removing
+# "voice_llm.converse" from registry.CAPABILITIES is all it takes to switch (voice_llm.dial.step reads this too).
+REPLACES_CONVERSE = "voice_llm.converse" not in CAPABILITIES
+CONVERSE_STEP = StepEntry("converse", "the call as heard: dial against voice-llm's agent on loopback",
+                          "voice_llm.dial.converse", (DIAL,), after="speak", reads_kb=True)
+
 
 # --- dial's checks, report sections, key numbers and metrics (D2: dial/checks.py, report.py, numbers.py) -------
 _CHECKS = "voice_llm.dial.checks"
-# The steps that write dial.json get the same checks: `voice-llm dial URL` now; when the lab's `converse` step moves
-# here (dial against the built-in agent), add it (not before: the old converse capability's step of that name
-# writes converse.json, and these checks would fail it). tests/dial/test_dial_checks.py holds every dial.json step
-# of this capability to it.
-_STEPS = ("dial",)
+# The steps that write dial.json get the same checks: `voice-llm dial URL`, and the lab's `converse` once it is dial's
+# (REPLACES_CONVERSE; before, the old converse capability's step of that name writes converse.json and these checks
+# would fail it). tests/dial/test_dial_checks.py holds every dial.json step of this capability to it.
+_STEPS = ("dial", "converse") if REPLACES_CONVERSE else ("dial",)
 HEARD_TITLE = "The call as heard: from the end of the caller's speech to the first sound they heard"
 WAVE_TITLE = "The call as recorded at the caller's ear (caller left, heard right)"
 _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for step in _STEPS for name, function in (
@@ -52,7 +59,9 @@ CAPABILITY = Capability(
     # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
     # cli=, its settings from options= (voice_llm.dial.step)
     steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
-                     (DIAL,), in_lab=False, needs_server=False),),
+                     (DIAL,), in_lab=False, needs_server=False),
+           # the lab's call: dial against voice-llm's own agent (a subprocess on loopback, on the lab's server)
+           *((CONVERSE_STEP,) if REPLACES_CONVERSE else ())),
     cli="voice_llm.dial.step:add_flags",
     options="voice_llm.dial.step:options_value",
     artifacts=(DIAL, DIAL_DIR, DIAL_PARTIAL),

@@ -353,8 +353,11 @@ class _Call:
             return
         if self.state == "hearing":
             assert turn.first_sound_tick is not None
+            # The caller starts speaking barge_in_after_ms after the reply's first heard sound: the next line's
+            # samples begin early by its own lead silence, so its speech starts then.
+            lead_ms = self.lines[turn.index].speech_start_ms if turn.index < len(self.lines) else 0.0
             if (turn.index in s.barge_in_turns and turn.index < len(self.lines)
-                    and (tick - turn.first_sound_tick) * ms >= s.barge_in_after_ms):
+                    and (tick + 1 - turn.first_sound_tick) * ms >= s.barge_in_after_ms - lead_ms):
                 turn.barged = True
                 self.start_line(tick + 1, turn.index + 1)
                 return

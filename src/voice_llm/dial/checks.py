@@ -371,10 +371,9 @@ def check_values(out: RunFolder | Any) -> str:
 
 def _named(doc: Mapping[str, Any], source: str) -> set[str]:
     files = _obj(doc, "files", source)
-    names = {files.get("call_wav"), files.get("events")}
-    for key in ("otlp", "caller_wavs"):
-        listed = files.get(key) or []
-        _require(isinstance(listed, list), f"{source} files.{key} is not a list")
+    names: set[Any] = set()
+    for key, value in files.items():  # every path the artifact lists (call_wav, events, caller_wavs, otlp, agent_log)
+        listed = value if isinstance(value, list) else [value]
         names.update(listed)
     names.update(t.get("caller_wav") for t in doc.get("turns") or [] if isinstance(t, dict))
     names.discard(None)
@@ -396,7 +395,8 @@ def _walk(folder: RunFolder, rel: str) -> Iterator[tuple[str, os.stat_result]]:
 
 def check_files(out: RunFolder | Any) -> str:
     """Law: the dial step's files are exactly those its artifact names (issue 31 item 8): every file dial.json
-    names (the recording, the event log, the caller WAVs, the agent's OTLP bodies) is a regular file inside
+    names under ``files`` and per turn (the recording, the event log, the caller WAVs, the agent's OTLP bodies, the
+    agent's log) is a regular file inside
     dial/, and dial/ holds nothing else, so a caller-05.wav left by an earlier, longer call is not certified
     beside a four-turn call (a dropped call's dial-partial.json may name its own files beside them). The OTLP
     bodies counted are the files listed."""

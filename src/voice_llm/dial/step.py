@@ -19,6 +19,7 @@ import argparse
 import io
 import os
 import secrets
+import time
 import urllib.parse
 import wave
 from collections.abc import Mapping, Sequence
@@ -31,12 +32,13 @@ from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
-from voice_llm.dial import call as callmod, otlp
+from voice_llm.dial import REPLACES_CONVERSE, call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
 from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE
+from voice_llm.tts import STRATEGIES
 from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
 
@@ -79,6 +81,9 @@ class DialOptions:
     stt: str = DEFAULT_STT
     stt_threads: int | None = None
     otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.dial.otlp)
+    # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
+    endpoint_ms: float | None = None
+    strategy: str | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in wire.PROTOCOLS:
@@ -146,8 +151,42 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
 
 
+CONVERSE_COMMANDS = frozenset({"lab", "converse"})
+
+
+def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The lab's and the converse step's flags: voice-llm's agent (its endpoint, STT, strategy) and the caller."""
+    group = parser.add_argument_group("the call through voice-llm's agent (converse: dial + agent on loopback)")
+    group.add_argument("--endpoint-ms", type=flags.positive_number, default=None, metavar="MS",
+                       help="the agent's silence that ends the caller's turn (default: the agent's, 300)")
+    group.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
+                       help="faster-whisper tiny.en (default) for the agent and the heard replies, or none")
+    group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
+                       help="faster-whisper's CPU threads (default: every core)")
+    group.add_argument("--strategy", choices=STRATEGIES, default=None,
+                       help="how the agent cuts its replies for speech (default: the agent's, clauses)")
+    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
+                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
+    group.add_argument("--turns", type=flags.positive_int, default=DEFAULT_TURNS, metavar="N",
+                       help=f"how many caller lines (default {DEFAULT_TURNS})")
+    if command == "converse":
+        group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
+                           help="the line to the agent: twilio (default) or pcm")
+        group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
+                           help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
+        group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+                           help="the phone's jitter delay before playout starts from idle (default 40)")
+        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=callmod.DEFAULT_BARGE_IN_TURNS,
+                           metavar="LIST", help="turns whose reply the caller cuts into (default 3; 'none')")
+
+
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line."""
+    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line; the lab's and the
+    converse step's (dial against voice-llm's agent)."""
+    if command in CONVERSE_COMMANDS:
+        if REPLACES_CONVERSE:  # else the old converse capability's flags are these commands' (voice_llm.dial)
+            add_converse_flags(parser, command)
+        return
     if command != "dial":
         return
     parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://)")
@@ -168,11 +207,14 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 
 def options_value(values: Mapping[str, Any]) -> DialOptions | None:
     """The dial options from a command's flags; None for a command that has none of them."""
-    if values.get("command") != "dial":
+    command = values.get("command")
+    if command != "dial" and not (command in CONVERSE_COMMANDS and REPLACES_CONVERSE):
         return None
     caller_audio = values.get("caller_audio")
     return DialOptions(
-        url=values.get("url"), protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        url=values.get("url") if command == "dial" else None,
+        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
         turns=values.get("turns") or DEFAULT_TURNS,
@@ -230,7 +272,10 @@ def _words(stt: Any, samples: Any, rate: int, until_s: float) -> list[str] | Non
         return None
     if len(samples) == 0:
         return []
-    return [w for start, end, w in stt.words(to_rate(samples, rate, SAMPLE_RATE)) if end <= until_s + 0.02]
+    # a word counts when it was heard to its end (20 ms of rounding: Whisper's word times are 20 ms steps);
+    # punctuation Whisper emits as a word of its own is no word
+    return [w for start, end, w in stt.words(to_rate(samples, rate, SAMPLE_RATE))
+            if end <= until_s + 0.02 and any(ch.isalnum() for ch in w)]
 
 
 def measure_turns(log: CallLog, stt: Any, unknown: _Unknown) -> list[dict[str, Any]]:
@@ -399,17 +444,60 @@ def _mono_wav(samples: Any, rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
-              caller: Caller | None = None) -> list[Path]:
-    """The call to ``url`` with ``options``, measured and written (see the module's docstring)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What a call needs before it is made: the caller's lines and the STT for the heard replies."""
+
+    caller: Caller
+    stt: Any
+    stt_info: Mapping[str, Any] | None
+
+
+def prepare_call(ctx: LabContext, options: DialOptions, caller: Caller | None = None) -> Prepared:
+    """The caller's lines (synthesized or loaded) and the STT, before any call: their failure writes nothing."""
     ctx.progress.update("dial: the caller's lines")
     caller = caller or caller_lines(options)
     stt = None
-    stt_info = None
     if options.stt != "none":
         ctx.progress.update("dial: loading faster-whisper for the heard replies")
         stt = load_transcriber(options.stt, options.stt_threads or default_threads())
-        stt_info = stt.info()
+    return Prepared(caller, stt, stt.info() if stt is not None else None)
+
+
+class Tracing:
+    """The OTLP/HTTP receiver of one call (voice_llm.dial.otlp), listening before the agent is started or
+    called, stamping arrivals on the call's clock (the call sets its zero)."""
+
+    def __init__(self, listen: str) -> None:
+        host, port = otlp.parse_listen(listen)
+        self.clock = callmod.ClockHolder()
+        try:
+            self.receiver = otlp.Receiver(host, port, self.clock.ms)
+        except OSError as exc:
+            raise ConfigError(f"--otlp {listen}: cannot listen there ({exc.strerror or exc})") from exc
+        self.receiver.start()
+        bound_host, bound_port = self.receiver.address
+        self.address = f"{bound_host}:{bound_port}"
+        self.stopped = False
+
+    @property
+    def endpoint(self) -> str:
+        """What an OTLP exporter is pointed at (its /v1/traces is appended by the exporter)."""
+        return f"http://{self.address}"
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.receiver.stop()
+
+
+def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
+              caller: Caller | None = None, prepared: Prepared | None = None,
+              tracing: Tracing | None = None) -> list[Path]:
+    """The call to ``url`` with ``options``, measured and written (see the module's docstring). ``tracing``: a
+    receiver already listening (the lab's converse step starts it before its agent); else --otlp starts one."""
+    prepared = prepared or prepare_call(ctx, options, caller)
+    caller, stt, stt_info = prepared.caller, prepared.stt, prepared.stt_info
     folder = ctx.path(DIAL_DIR)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -417,17 +505,20 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
     live = folder / f".call-live-{secrets.token_hex(4)}.wav"
     settings = options.call_settings(url)
+    if tracing is None and options.otlp is not None:
+        tracing = Tracing(options.otlp)
     recording = LiveRecording(live, settings.line.rate)
-    receiver, otlp_address, clock = None, "", callmod.ClockHolder()
-    if options.otlp is not None:
-        receiver, otlp_address = _start_otlp(options.otlp, clock)
     ctx.progress.update(f"dial: calling {url} ({len(caller.lines)} lines, real time)")
     try:
-        log = run_call(settings, caller.lines, recording, clock)
+        log = run_call(settings, caller.lines, recording, tracing.clock if tracing is not None else None)
     finally:
         recording.close()
-        if receiver is not None:
-            receiver.stop()
+    if tracing is not None:
+        # the agent flushes its spans at each turn's end and at hang-up: give the last export a moment to land
+        _settle(tracing)
+        tracing.stop()
+    receiver = tracing.receiver if tracing is not None else None
+    otlp_address = tracing.address if tracing is not None else ""
     unknown = _Unknown()
     rows: list[dict[str, Any]] = []
     otlp_block = None
@@ -476,16 +567,16 @@ def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any]
 # --- the agent's traces (voice_llm.dial.otlp) ---------------------------------------------------------------------
 
 
-def _start_otlp(listen: str, clock: callmod.ClockHolder) -> tuple[Any, str]:
-    """The OTLP/HTTP receiver for the call, stamping arrivals on ``clock`` (the call sets its zero)."""
-    host, port = otlp.parse_listen(listen)
-    try:
-        receiver = otlp.Receiver(host, port, clock.ms)
-    except OSError as exc:
-        raise ConfigError(f"--otlp {listen}: cannot listen there ({exc.strerror or exc})") from exc
-    receiver.start()
-    bound_host, bound_port = receiver.address
-    return receiver, f"{bound_host}:{bound_port}"
+def _settle(tracing: Tracing, quiet_s: float = 0.5, cap_s: float = 3.0) -> None:
+    """Wait until no body has arrived for ``quiet_s`` (at most ``cap_s``): the hang-up's export is in flight."""
+    end = time.monotonic() + cap_s
+    seen = len(tracing.receiver.bodies())
+    quiet_until = time.monotonic() + quiet_s
+    while time.monotonic() < min(end, quiet_until):
+        time.sleep(0.05)
+        count = len(tracing.receiver.bodies())
+        if count != seen:
+            seen, quiet_until = count, time.monotonic() + quiet_s
 
 
 def _write_otlp(ctx: LabContext, receiver: Any) -> list[str]:
