@@ -61,3 +61,20 @@ def test_a_tampered_copy_of_the_real_call_fails(real: Path, tmp_path: Path) -> N
     (out / "dial" / "caller-04.wav").write_bytes((out / "dial" / "caller-03.wav").read_bytes())
     failed = {n for n, r in results(out).items() if r.status == FAIL}
     assert {"check_heard_gaps", "check_files"} <= failed
+
+
+def test_the_agents_spans_beside_the_heard_call_hold(tmp_path: Path) -> None:
+    """--otlp: the fake agent's invoke_agent spans give each turn agent_reported; the line's share is recomputed
+    and judged (the agent reports exactly its delay: the share is the jitter delay within a frame, no finding)."""
+    from voice_llm.dial.step import Tracing
+
+    tracing = Tracing("127.0.0.1:0")
+    options = DialOptions(stt="none", lead_ms=200.0, think_ms=100.0, reply_end_ms=300.0, barge_in_turns=(),
+                          deadline_s=10.0)
+    with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint) as agent:
+        dial_step(context(tmp_path), options, agent.url, caller=tones(2), tracing=tracing)
+    found = results(tmp_path)
+    assert not {n: r.detail for n, r in found.items() if r.status == FAIL}
+    assert found["check_agent_reported"].status in (PASS, "finding")
+    assert "heard minus reported" in found["check_agent_reported"].detail
+    assert found["check_files"].status == PASS  # the OTLP bodies are named
