@@ -265,7 +265,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         "floor": {"rule": "a frame is sound when its peak |sample| > floor", "caller": FLOOR, "heard": FLOOR},
         "caller": {"source": "synthesized", "voice": {}, "script": "clinic"},
         "settings": {"turns": n_turns, "barge_in_turns": list(plan.barge_in_turns),
-                     "barge_in_after_ms": plan.barge_in_after_ms, "think_ms": 300, "reply_wait_s": 60},
+                     "barge_in_after_ms": plan.barge_in_after_ms, "think_ms": 300, "reply_wait_s": 60,
+                     "reply_end_ms": 700.0, "silent_after_ms": 200.0, "lead_ms": LEAD_MS},
         "turns": turns,
         "playout": {"frames": n_frames, "late_frames": plan.late_frames, "underruns": n_turns, "max_buffered_ms": 3000.0,
                     "dropped_ms": 0.0, "marks_returned": sum(1 for r in rows if r.get("dir") == "up"

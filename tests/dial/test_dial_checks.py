@@ -364,3 +364,22 @@ def test_a_file_named_under_files_belongs(call: Path) -> None:
     doc["files"]["agent_log"] = "dial/agent.log"
     save(call, doc)
     assert "check_files" not in failed(call)
+
+
+def test_a_barge_in_off_schedule_or_unplanned_fails(call: Path) -> None:
+    doc = load(call)
+    doc["settings"]["barge_in_after_ms"] = 300.0  # the line cut in 500 ms after the first heard sound
+    save(call, doc)
+    assert "barge_in_after_ms 300" in failed(call)["check_schedule"]
+    doc["settings"]["barge_in_after_ms"] = 500.0
+    doc["settings"]["barge_in_turns"] = [2]
+    save(call, doc)
+    assert "a barge-in on a turn settings.barge_in_turns does not name" in failed(call)["check_schedule"]
+
+
+def test_a_line_that_talks_over_the_reply_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][0]["heard"]["last_sound_ms"] += 500.0  # the reply (on paper) still playing when line 2 began
+    save(call, doc)
+    found = failed(call)
+    assert "before turn 1's reply ended" in found["check_schedule"] and "check_heard_gaps" in found

@@ -31,6 +31,7 @@ _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for s
     ("dial: call.wav holds every frame; its caller channel is the caller WAVs", "check_recording"),
     ("dial: heard gaps re-measured on call.wav = dial.json (one frame)", "check_heard_gaps"),
     ("dial: barge-in heard silence re-measured on call.wav (one frame)", "check_barge_in"),
+    ("dial: the caller spoke as scheduled", "check_schedule"),
     ("dial: events in order on the call clock", "check_event_order"),
     ("dial: uplink sequence numbers, chunks and timestamps continuous", "check_uplink"),
     ("dial: nothing heard before it arrived; every clear honoured within a frame", "check_clears"),

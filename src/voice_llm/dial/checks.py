@@ -133,6 +133,14 @@ def line_floor(doc: Mapping[str, Any], turn: Mapping[str, Any], where: str) -> i
     return floor
 
 
+def _silent_run(doc: Mapping[str, Any]) -> float:
+    """How long the heard channel must stay silent to count as a barge-in's heard silence (settings.silent_after_ms,
+    LINE.md's 200 ms when not stated)."""
+    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
+    value = settings.get("silent_after_ms")
+    return SILENT_RUN_MS if value is None else _num(value, "settings.silent_after_ms")
+
+
 def _events(folder: RunFolder, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     name = _obj(doc, "files").get("events")
     _require(isinstance(name, str), "files.events names no file")
@@ -258,7 +266,7 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> 
         span = audible_span(call.left[at:at + length], line_floor(doc, turn, where))
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
-    hold = round(SILENT_RUN_MS * call.rate / 1000)
+    hold = round(_silent_run(doc) * call.rate / 1000)
     for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
         if span is None:
             found.append(Measured(None, None, None, None))
@@ -328,6 +336,11 @@ def check_values(out: RunFolder | Any) -> str:
     for key in ("barge_in_after_ms", "think_ms"):
         _require(_num(settings.get(key), f"settings.{key}") >= 0, f"settings.{key} {settings.get(key)} is negative")
     _require(_num(settings.get("reply_wait_s"), "settings.reply_wait_s") > 0, "settings.reply_wait_s is not positive")
+    for key in ("silent_after_ms", "reply_end_ms", "deadline_s"):  # the dialer's own, where it states them
+        if settings.get(key) is not None:
+            _require(_num(settings[key], f"settings.{key}") > 0, f"settings.{key} {settings[key]} is impossible")
+    if settings.get("lead_ms") is not None:
+        _require(_num(settings["lead_ms"], "settings.lead_ms") >= 0, f"settings.lead_ms {settings['lead_ms']} is negative")
     playout = _obj(doc, "playout")
     frames = _int(playout.get("frames"), "playout.frames")
     _require(_int(playout.get("late_frames"), "playout.late_frames") <= frames,
@@ -558,8 +571,8 @@ def check_barge_in(out: RunFolder | Any) -> str:
         after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
         _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
                                                                 f"onset = {stated - onset}")
-        silent = silent_from(call.right, heard_floor, call.at(onset), round(SILENT_RUN_MS * call.rate / 1000))
-        _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {SILENT_RUN_MS:g} ms "
+        silent = silent_from(call.right, heard_floor, call.at(onset), round(_silent_run(doc) * call.rate / 1000))
+        _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
         _require(abs(call.ms(silent) - stated) <= frame, f"{where}: heard silent at {call.ms(silent):.1f} ms on call.wav, "
                                                          f"{stated:.1f} ms in {ARTIFACT} (more than a {frame:g} ms frame)")
@@ -584,6 +597,42 @@ def check_barge_in(out: RunFolder | Any) -> str:
         lines.append(f"{where}: heard {call.ms(silent) - onset:.0f} ms after the onset"
                      f"{'' if cleared is None else f', clear at +{cleared - onset:.0f} ms'}")
     return "; ".join(lines)
+
+
+def check_schedule(out: RunFolder | Any) -> str:
+    """Law: the caller spoke as its script says, so the agent was never talked over by accident: a line starts only
+    after the previous reply was heard to end (the heard channel silent reply_end_ms after its last sound) and the
+    think pause, within a frame (lines start on ticks); a barge-in line's speech starts barge_in_after_ms after the
+    reply's first heard sound, within a frame, and only on the turns settings.barge_in_turns names."""
+    doc = _doc(out)
+    settings, frame = _obj(doc, "settings"), _frame_ms(doc)
+    think = _num(settings.get("think_ms"), "settings.think_ms")
+    reply_end = settings.get("reply_end_ms")
+    planned = set(settings.get("barge_in_turns") or [])
+    after = _num(settings.get("barge_in_after_ms"), "settings.barge_in_after_ms")
+    turns = doc["turns"]
+    lines = 0
+    for position, (where, turn) in enumerate(_turns(doc)):
+        barge = _part(turn, "barge_in", where)
+        _require(barge is None or turn.get("index") in planned,
+                 f"{where}: a barge-in on a turn settings.barge_in_turns does not name ({sorted(planned)})")
+        if position + 1 >= len(turns):
+            continue
+        following = _obj(turns[position + 1], "caller", f"turn {position + 2}")
+        heard = _part(turn, "heard", where) or {}
+        first, last = _opt(heard, "first_sound_ms", f"{where} heard"), _opt(heard, "last_sound_ms", f"{where} heard")
+        if barge is not None:
+            start = _must(following, "speech_start_ms", "caller")
+            _require(first is not None and abs(start - (first + after)) <= frame,
+                     f"{where}: the barge-in line's speech starts at {start:.1f} ms, the reply was first heard at "
+                     f"{first} ms + barge_in_after_ms {after:g}")
+        elif last is not None and reply_end is not None:
+            offset = _must(following, "offset_ms", "caller")
+            earliest = last + _num(reply_end, "settings.reply_end_ms") + think
+            _require(offset >= earliest - frame, f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s "
+                                                 f"reply ended ({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}")
+        lines += 1
+    return f"{lines} lines started as scheduled (after the heard reply ended + think, or a barge-in on time)"
 
 
 def check_event_order(out: RunFolder | Any) -> str:
@@ -902,6 +951,7 @@ CHECKS: tuple[Check, ...] = (
     Check("dial: call.wav holds every frame; its caller channel is the caller WAVs", STEP, check_recording),
     Check("dial: heard gaps re-measured on call.wav = dial.json (one frame)", STEP, check_heard_gaps),
     Check("dial: barge-in heard silence re-measured on call.wav (one frame)", STEP, check_barge_in),
+    Check("dial: the caller spoke as scheduled", STEP, check_schedule),
     Check("dial: events in order on the call clock", STEP, check_event_order),
     Check("dial: uplink sequence numbers, chunks and timestamps continuous", STEP, check_uplink),
     Check("dial: nothing heard before it arrived; every clear honoured within a frame", STEP, check_clears),
