@@ -120,6 +120,9 @@ class FakeAgent:
         self.pending_marks: set[str] = set()
         self.frames = 0
         self.task: asyncio.Task | None = None
+        if self.mode == "refuse":
+            await ws.close(1013, "fake agent: at its limit of 1 call(s)")
+            return
         try:
             async for message in ws:
                 await self._take(message)

@@ -67,6 +67,12 @@ def test_an_agent_that_hangs_up_mid_call(tmp_path):
     assert doc["playout"]["frames"] >= 8
 
 
+def test_an_agent_at_its_call_limit_refuses(tmp_path):
+    with FakeAgent(REPLY, mode="refuse") as agent:
+        failing_call(tmp_path, agent.url, quick(), "the agent refused the call before turn 1", "close code 1013",
+                     "at its limit", "try again later")
+
+
 def test_an_agent_that_floods_the_line(tmp_path):
     with FakeAgent(REPLY, mode="flood", flood_s=3.0) as agent:
         doc, _ = failing_call(tmp_path, agent.url, quick(cap_s=1.0), "flooded the line", "more than 1 s")
@@ -148,3 +154,20 @@ def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
     assert (out / "dial-partial.json").is_file() and (out / "dial" / "partial-call.wav").is_file()
     run = read_json(out / "run.json")
     assert "dial.json" in run["artifacts"] and run["failed_step"] == "dial"
+
+
+def test_the_stt_failing_after_the_call_keeps_the_measurements(tmp_path):
+    from voice_llm.dial.step import Prepared
+    from voice_llm.speech.stt import STTError
+
+    class Broken:
+        def transcribe(self, samples, script):
+            raise STTError("faster-whisper failed: RuntimeError: out of memory")
+
+    with FakeAgent(REPLY) as agent:
+        with pytest.raises(STTError) as caught:
+            dial_step(context(tmp_path), quick(), agent.url, prepared=Prepared(tones(1), Broken(), None))
+    assert "dial-partial.json" in " ".join(getattr(caught.value, "__notes__", []))
+    doc = assert_partial(tmp_path, "out of memory")
+    assert doc["turns"][0]["heard"]["gap_ms"] is not None  # what was heard is measured without the words
+    assert doc["unknown"]["turns[0].heard.transcript"].startswith("not transcribed: faster-whisper failed")

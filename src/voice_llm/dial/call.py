@@ -268,11 +268,11 @@ class _Call:
         code = received.code if received is not None else getattr(self.ws, "close_code", None)
         reason = received.reason if received is not None else getattr(self.ws, "close_reason", None)
         how = f"close code {code}{' ' + repr(reason) if reason else ''}" if code is not None else "no close frame"
-        if code == 1013:  # "try again later": an agent at its call limit says so in the reason
-            how += ", the agent refused the call: try again later"
-
         self.event(dir="down", event="closed", how=how)
-        self.fail(f"the agent hung up mid-call {self.where()} ({how})")
+        if code == 1013:  # "try again later" (RFC 6455 7.4.1): an agent at its call limit says so in the reason
+            self.fail(f"the agent refused the call {self.where()} ({how}): try again later")
+        else:
+            self.fail(f"the agent hung up mid-call {self.where()} ({how})")
 
     async def take(self, message: str | bytes) -> None:
         if not self.twilio:

@@ -278,7 +278,7 @@ def _words(stt: Any, samples: Any, rate: int, until_s: float) -> list[str] | Non
             if end <= until_s + 0.02 and any(ch.isalnum() for ch in w)]
 
 
-def measure_turns(log: CallLog, stt: Any, unknown: _Unknown) -> list[dict[str, Any]]:
+def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> list[dict[str, Any]]:
     """Per turn the caller's true speech, the heard reply and any barge-in, from the two channels only."""
     rate = log.settings.line.rate
     frame = log.settings.line.frame_samples
@@ -314,7 +314,7 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown) -> list[dict[str, A
                 unknown(f"{key}.barge_in.heard_silent_ms",
                         f"the heard channel never stayed silent {SILENT_AFTER_MS:g} ms after the onset")
             if words is None:
-                unknown(f"{key}.barge_in.words_heard", "no STT (--stt none)" if stt is None
+                unknown(f"{key}.barge_in.words_heard", no_stt if stt is None
                         else "no heard silence to count words up to")
             barge = {"onset_ms": ms(next_start, rate),
                      "heard_silent_ms": ms(silent, rate) if silent is not None else None,
@@ -330,7 +330,7 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown) -> list[dict[str, A
         if first is not None and last is not None:
             transcript = _transcribe(stt, heard.samples[max(0, first - pad):min(total, last + pad)], rate)
             if transcript is None:
-                unknown(f"{key}.heard.transcript", "not transcribed (--stt none)")
+                unknown(f"{key}.heard.transcript", no_stt)
         rows.append({
             "index": turn.index, "script": line.script, "caller_wav": caller_wav_name(turn.index),
             "caller": {"offset_ms": ms(offset, rate), "speech_start_ms": ms(start, rate),
@@ -524,14 +524,14 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
     otlp_block = None
     otlp_files: list[str] = []
     error: Exception | None = log.error
-    if error is None:
-        ctx.progress.update("dial: measuring what was heard")
-        try:
-            rows = measure_turns(log, stt, unknown)
-        except STTError as exc:
-            error = exc
-    else:
-        rows = measure_turns(log, None, unknown)
+    ctx.progress.update("dial: measuring what was heard")
+    try:
+        rows = measure_turns(log, stt, unknown, "not transcribed (--stt none)")
+    except STTError as exc:
+        # the measurements stand without the words: kept, with why, beside the earlier artifacts
+        unknown = _Unknown()
+        rows = measure_turns(log, None, unknown, f"not transcribed: {exc}")
+        error = error or exc
     if receiver is not None:
         otlp_files = _write_otlp(ctx, receiver)
         otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown)
