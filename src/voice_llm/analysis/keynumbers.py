@@ -135,9 +135,13 @@ def labels(out: RunFolder | Path) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _follow(doc: Any, path: Sequence[str | int], source: str) -> Any:
+def _follow(doc: Any, path: Sequence[str | int], source: str, null_ends: bool = False) -> Any:
+    """The value at ``path``; with ``null_ends`` a null met on the way is the value (an optional step's block that
+    measured nothing, as dial.json's ``summary.heard_minus_reported_ms: null``), not a missing field."""
     value = doc
     for step in path:
+        if value is None and null_ends:
+            return None
         try:
             value = value[step]
         except (KeyError, IndexError, TypeError) as exc:
@@ -182,7 +186,7 @@ def build_report(out: RunFolder | Path) -> dict[str, Any]:
             continue
         if number.source == names.PREFILL and (not isinstance(docs[number.source], list) or not docs[number.source]):
             raise ArtifactError(f"{names.PREFILL} is not a non-empty list; rerun `voice-llm prefill`")
-        report[number.key] = _follow(docs[number.source], number.path, number.source)
+        report[number.key] = _follow(docs[number.source], number.path, number.source, number.optional)
     if unknown:
         report[UNKNOWN] = unknown
     return report

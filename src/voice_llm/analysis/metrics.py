@@ -38,6 +38,10 @@ class Metric:
     # Measured with ``cache_prompt: false``: where the artifact says the server may have ignored it, the number
     # is labelled "cache not disabled" rather than under a condition that did not hold.
     cache_off: bool = False
+    # Are the samples repeats of one measurement? Then their spread is the machine's noise (voice_llm.analysis.noise
+    # warns about it). False for samples that are different measurements by design (the turns of a call: other
+    # lines, other replies), whose spread says nothing about the machine; compare's tests use them the same way.
+    repeats: bool = True
 
 
 # Said beside a number measured with cache_prompt false on a server that may ignore it (llama-cpp-python, vLLM,
