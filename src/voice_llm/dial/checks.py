@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.checks.base import Check, CheckFailed, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import CheckFailed, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
@@ -943,22 +943,3 @@ def check_target(out: RunFolder | Any) -> str:
                                              f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms target", missed)
     return unless_missed(f"median {median:.0f} ms, p90 {p90:.0f} ms over {len(gaps)} turns (target "
                          f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms)", missed)
-
-
-CHECKS: tuple[Check, ...] = (
-    Check("dial: every value in dial.json is possible", STEP, check_values),
-    Check("dial: the files in dial/ are exactly those dial.json names", STEP, check_files),
-    Check("dial: call.wav holds every frame; its caller channel is the caller WAVs", STEP, check_recording),
-    Check("dial: heard gaps re-measured on call.wav = dial.json (one frame)", STEP, check_heard_gaps),
-    Check("dial: barge-in heard silence re-measured on call.wav (one frame)", STEP, check_barge_in),
-    Check("dial: the caller spoke as scheduled", STEP, check_schedule),
-    Check("dial: events in order on the call clock", STEP, check_event_order),
-    Check("dial: uplink sequence numbers, chunks and timestamps continuous", STEP, check_uplink),
-    Check("dial: nothing heard before it arrived; every clear honoured within a frame", STEP, check_clears),
-    Check("dial: marks echoed only after their audio played, or on a clear", STEP, check_marks),
-    Check("dial: summary recomputed from the turns", STEP, check_summary),
-    Check("dial: WER recomputed from the agent's transcripts", STEP, check_wer),
-    Check("dial: heard minus agent-reported within the line's jitter + 2 frames", STEP, check_agent_reported),
-    Check("dial: the dialer kept up with real time", STEP, check_real_time),
-    Check("dial: median heard mouth-to-ear within the 1.2 s target", STEP, check_target),
-)
