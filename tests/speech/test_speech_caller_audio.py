@@ -322,3 +322,19 @@ def test_converse_form_keeps_the_users_transcripts(tmp_path: Path) -> None:
     folder = folder_of(tmp_path, 2)
     (folder / "script.txt").write_text("mine one\nmine two\n")
     assert [u.script for u in c.load_folder_scored(folder, ("clinic one", "clinic two"))] == ["mine one", "mine two"]
+
+
+@pytest.mark.slow  # Silero
+def test_noise_without_a_voice_is_refused_by_the_vad(tmp_path: Path) -> None:
+    from voice_llm.speech.vad import SileroVAD, require_speech
+
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    noise = (np.random.default_rng(1).standard_normal(16000) * 300).astype(np.int16)
+    write_wav(folder / "caller-02.wav", noise, 16000)
+    (folder / "caller-01.wav").symlink_to(folder / "caller-02.wav")  # a link to a regular file is a file
+    audio = c.load_folder(folder)  # above the sample floor: the loader takes it
+    with pytest.raises(c.CallerAudioError) as info:
+        require_speech(audio.utterances, SileroVAD())
+    assert one_line(info) == (f"no speech detected in turn 1 ({folder / 'caller-01.wav'}: the VAD found no frame at "
+                              "or above 0.5)")
