@@ -26,6 +26,12 @@ STT_CHOICES = ("faster-whisper", "none")
 DEFAULT_STT = "faster-whisper"
 COMPUTE_TYPE = "int8"  # float32 was 0.68-0.94 s a turn here against int8's 0.35-0.58 s, at the same accuracy
 BEAM_SIZE = 1  # greedy: beam 5 added 40-70 ms for no gain on these lines
+# Whisper's window in seconds: faster-whisper pads every utterance to it before the encoder, so the encoder's cost
+# follows the window, not the utterance. 30 is Whisper's own (what it was trained on); a shorter window is set only
+# with the evidence of benchmarks/floor_bench.py (word errors on the caller lines at each length). Always passed to
+# faster-whisper explicitly: its FeatureExtractor keeps the last chunk_length it was given for later calls.
+DEFAULT_CHUNK_S = 30
+MIN_CHUNK_S = 1
 
 
 class STTError(VoiceLLMError):
@@ -96,9 +102,12 @@ class WhisperTranscriber:
 
     name = "faster-whisper"
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, chunk_s: int = DEFAULT_CHUNK_S) -> None:
         if threads < 1:
             raise ConfigError(f"--stt-threads must be at least 1, not {threads}")
+        if not MIN_CHUNK_S <= chunk_s <= DEFAULT_CHUNK_S:
+            raise ConfigError(f"the STT window must be {MIN_CHUNK_S}-{DEFAULT_CHUNK_S} s, not {chunk_s}")
+        self.chunk_s = chunk_s
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
@@ -117,7 +126,8 @@ class WhisperTranscriber:
 
     def _decode(self, audio: np.ndarray) -> str:
         segments, _ = self._model.transcribe(audio, language="en", beam_size=BEAM_SIZE, vad_filter=False,
-                                             condition_on_previous_text=False, without_timestamps=True)
+                                             condition_on_previous_text=False, without_timestamps=True,
+                                             chunk_length=self.chunk_s)
         return " ".join(segment.text.strip() for segment in segments).strip()
 
     def transcribe(self, samples: np.ndarray, script: str) -> str:
@@ -133,18 +143,19 @@ class WhisperTranscriber:
                 "model": "tiny.en", "model_package": f"{MODEL_PACKAGE}=={importlib.metadata.version(MODEL_PACKAGE)}",
                 "model_dir": str(self.model_dir), "model_sha256": sha256_of(config),
                 "compute_type": COMPUTE_TYPE, "cpu_threads": self.threads, "beam_size": BEAM_SIZE,
-                "language": "en"}
+                "language": "en", "chunk_length_s": self.chunk_s}
 
 
 @functools.lru_cache(maxsize=2)
-def _whisper(threads: int) -> WhisperTranscriber:
-    return WhisperTranscriber(threads)
+def _whisper(threads: int, chunk_s: int) -> WhisperTranscriber:
+    return WhisperTranscriber(threads, chunk_s)
 
 
-def load_transcriber(name: str, threads: int) -> Transcriber:
-    """The STT ``name`` (faster-whisper loaded and warmed once per process and thread count, or none)."""
+def load_transcriber(name: str, threads: int, chunk_s: int = DEFAULT_CHUNK_S) -> Transcriber:
+    """The STT ``name`` (faster-whisper loaded and warmed once per process, thread count and window ``chunk_s``
+    seconds, or none)."""
     if name == "none":
         return ScriptTranscriber()
     if name == "faster-whisper":
-        return _whisper(threads)
+        return _whisper(threads, chunk_s)
     raise ConfigError(f"unknown STT {name!r}; choose one of: {', '.join(STT_CHOICES)}")

