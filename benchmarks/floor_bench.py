@@ -10,8 +10,9 @@ Stages (each alone, the CPU otherwise as the machine has it; the load average is
    where the endpointer fires on those probabilities: endpoint - true end of speech, on the audio clock (frames,
    not wall time: the same on any machine).
 2. **STT**: faster-whisper tiny.en (int8, greedy) on each clinic caller line, per CTranslate2 ``cpu_threads`` and per
-   window ``chunk_length`` (30 s is Whisper's own; shorter windows give the encoder fewer frames): time, and the
-   word errors against the line (the caller lines are spoken by Piper as the dialer speaks them: joe, length 1.1,
+   encoder window (speech.stt's chunk_s: 30 s is Whisper's own and faster-whisper's only one, since it pads every
+   segment to 3000 frames; a shorter window is CTranslate2 on fewer frames): time, process CPU, and the word errors
+   against the line (the caller lines are spoken by Piper as the dialer speaks them: joe, length 1.1,
    noise off).
 3. **First token with the call's cached history**: a real llama-server (``voice-llm up --port P --threads T``,
    stopped at the end); a prime request with the clinic system prompt (4 KB docs) as the agent's warm-up, then the
@@ -274,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--llm-threads", default="2,1")
     parser.add_argument("--stt-threads", default="2,1")
     parser.add_argument("--piper-threads", default="2,1")
-    parser.add_argument("--chunks", default="30,10,8,6")
+    parser.add_argument("--chunks", default="30,10,8")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
@@ -302,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out["llm"] = []
     url = f"http://127.0.0.1:{args.port}"
     try:
-        for threads in ints(args.llm_threads):
+        for threads in ints(args.llm_threads):  # --llm-threads "": VAD and STT only
             server("up", args.port, threads)
             started = load()
             turns = measure_turns(url, lines[:args.llm_turns], voices)
@@ -310,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"load {load()}: LLM threads {threads}: first token "
                   f"{med([med(t['ttft_ms']) for t in turns])} ms", file=sys.stderr)
     finally:
-        server("down", args.port)
+        if ints(args.llm_threads):
+            server("down", args.port)
     # the floor per split: stt threads x llm threads x piper threads, at Whisper's own 30 s window
     out["floors"] = []
     for stt in out["stt"]:
@@ -352,7 +354,7 @@ def print_table(out: dict[str, Any]) -> None:
         print(f"{'first token, cached history, llama ' + str(llm['threads']) + ' thread(s)':<52} {ttft:>10} "
               f"{llm['load']:>6}   server: {prompt_n} new prompt tokens in {prompt_ms} ms")
         print(f"{'first clause after first token, llama ' + str(llm['threads']):<52} {clause:>10} {llm['load']:>6}")
-        for threads in turns[0]["piper"]:
+        for threads in (turns[0]["piper"] if turns else ()):
             over = med([t["piper"][threads]["overlapped_ms"] for t in turns])
             alone = med([t["piper"][threads]["alone_ms"] for t in turns])
             alone_cpu = med([t["piper"][threads]["alone_cpu_ms"] for t in turns])
