@@ -190,7 +190,10 @@ def first_audio_cpu(voice: Any, text: str) -> tuple[float, float]:
 def measure_turns(url: str, lines: Sequence[str], voices: dict[int, Any]) -> list[dict[str, Any]]:
     """The call's turns against ``url``: first token with the cached history, first clause, and for each Piper
     thread count, the first audio of the clause overlapped with the rest of the stream and alone afterwards.
-    Each turn is sent once per Piper setting (the overlap differs); the history is the first run's replies."""
+    Each turn is sent once per Piper setting (the overlap differs). The first send is the turn's first token (the
+    server's cache holds the history, the new line is not cached yet); a later send of the same turn finds all of
+    it cached (kept apart: ``ttft_repeat_ms``). The history takes the last send's reply, the one the server's cache
+    holds, so the next turn's prefix is cached exactly as in a call."""
     client = ServerClient(url)
     dialogue = load_dialogue()
     system = system_prompt(dialogue, load_kb(default_kb_dir(), need=DOCS)[:DOCS])
@@ -199,8 +202,8 @@ def measure_turns(url: str, lines: Sequence[str], voices: dict[int, Any]) -> lis
     rows = []
     for index, line in enumerate(lines, start=1):
         messages = history + [{"role": "user", "content": line}]
-        row: dict[str, Any] = {"turn": index, "line": line, "ttft_ms": [], "first_clause_ms": [], "piper": {},
-                               "prompt_n": [], "prompt_ms": []}
+        row: dict[str, Any] = {"turn": index, "line": line, "ttft_ms": [], "ttft_repeat_ms": [],
+                               "first_clause_ms": [], "piper": {}, "prompt_n": [], "prompt_ms": []}
         reply = None
         for threads, voice in voices.items():
             segmenter = make_segmenter("clauses")
@@ -231,16 +234,16 @@ def measure_turns(url: str, lines: Sequence[str], voices: dict[int, Any]) -> lis
                 done.set()
             done.wait(60)
             ttft = result.chunks[0].t_ms if result.chunks else None
-            row["ttft_ms"].append(ttft)
+            row["ttft_ms" if not row["ttft_ms"] else "ttft_repeat_ms"].append(ttft)
             row["first_clause_ms"].append(clause["t_ms"] - ttft if ttft is not None and "t_ms" in clause else None)
             timings = result.timings or {}
-            row["prompt_n"].append(timings.get("prompt_n"))  # tokens the server had to process: the cache worked
-            row["prompt_ms"].append(timings.get("prompt_ms"))
+            if len(row["prompt_n"]) == 0:  # the first send: the tokens the server had to process (new line only?)
+                row["prompt_n"].append(timings.get("prompt_n"))
+                row["prompt_ms"].append(timings.get("prompt_ms"))
             alone = first_audio_cpu(voice, clause["text"]) if clause.get("text") else (None, None)
             row["piper"][threads] = {"clause": clause.get("text"), "overlapped_ms": clause.get("audio_ms"),
                                      "alone_ms": alone[0], "alone_cpu_ms": alone[1], "load": load()}
-            if reply is None:
-                reply = text
+            reply = text
         row["reply"] = reply
         history = messages + [{"role": "assistant", "content": reply or ""}]
         rows.append(row)
@@ -313,15 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if ints(args.llm_threads):
             server("down", args.port)
-    # the floor per split: stt threads x llm threads x piper threads, at Whisper's own 30 s window
+    # the floor per split: stt threads and window x llm threads x piper threads
     out["floors"] = []
     for stt in out["stt"]:
-        if stt["chunk_s"] != 30:
-            continue
         for llm in out["llm"]:
             for piper_threads in voices:
                 f = floors(out["vad"], stt["ms"], llm["turns"], piper_threads)
-                out["floors"].append({"stt_threads": stt["threads"], "llm_threads": llm["threads"],
+                out["floors"].append({"stt_threads": stt["threads"], "chunk_s": stt["chunk_s"],
+                                      "llm_threads": llm["threads"],
                                       "piper_threads": piper_threads, **f})
     out["load_end"] = load()
     print_table(out)
@@ -361,9 +363,10 @@ def print_table(out: dict[str, Any]) -> None:
             print(f"{'Piper first audio, ' + str(threads) + ' thread(s), beside llama ' + str(llm['threads']):<52} "
                   f"{over:>10} {llm['load']:>6}   alone after the stream {alone} (cpu {alone_cpu})")
     print(f"{'line: one 20 ms frame + 40 ms jitter buffer':<52} {LINE_MS:>10}")
-    print(f"\n{'split (stt/llm/piper threads)':<32} {'floor plain':>12} {'speculative STT':>16} {'turns':>6}")
+    print(f"\n{'split (stt/llm/piper threads), window':<40} {'floor plain':>12} {'speculative STT':>16} {'turns':>6}")
     for f in sorted(out["floors"], key=lambda r: r["plain_ms"] or 1e9):
-        print(f"{str(f['stt_threads']) + '/' + str(f['llm_threads']) + '/' + str(f['piper_threads']):<32} "
+        split = f"{f['stt_threads']}/{f['llm_threads']}/{f['piper_threads']}, {f['chunk_s']} s"
+        print(f"{split:<40} "
               f"{f['plain_ms']:>12} {f['speculative_ms']:>16} {f['turns']:>6}")
 
 
