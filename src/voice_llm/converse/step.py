@@ -192,7 +192,7 @@ def caller_utterances(options: ConverseOptions, scripts: tuple[str, ...],
                       vad: vadmod.SileroVAD) -> tuple[list[Utterance], CallerVoice | None]:
     """The call's caller turns, checked before the call: each must hold speech the VAD hears."""
     if options.caller_audio is not None:
-        utterances = callermod.load_folder(options.caller_audio, scripts)[:options.turns]
+        utterances = callermod.load_folder_scored(options.caller_audio, scripts)[:options.turns]
         voice = None
     else:
         utterances, voice = synthesize_lines(scripts[:options.turns], options.caller_length_scale)
