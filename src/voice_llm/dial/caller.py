@@ -64,9 +64,10 @@ def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_S
     return utterances, CallerVoice("piper", model.stem, length_scale, versions)
 
 
-def load_lines(folder: Path, scripts: Sequence[str]) -> list[Utterance]:
-    """The user's own recordings, one per turn in name order (voice_llm.speech.caller.load_folder)."""
-    return speech_caller.load_folder(folder, scripts)
+def load_lines(folder: Path) -> speech_caller.CallerAudio:
+    """The user's own recordings, one per turn in name order, with the user's transcripts and barge-in plan if the
+    folder has them (voice_llm.speech.caller.load_folder)."""
+    return speech_caller.load_folder(folder)
 
 
 def to_rate(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
@@ -89,7 +90,7 @@ class CallerLine:
     """One turn's caller audio as sent: at the line's rate, through its codec once (the samples the agent gets)."""
 
     index: int  # 1-based turn number
-    script: str
+    script: str | None  # what the caller says; None: the user's audio came without a transcript
     samples: np.ndarray  # int16 at the line's rate, the utterance's lead silence included
     rate: int
     source: str  # "synthesized" or the file it came from

@@ -19,11 +19,12 @@ import argparse
 import io
 import os
 import secrets
+import sys
 import time
 import urllib.parse
 import wave
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording,
 from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
 from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
-from voice_llm.speech.caller import SAMPLE_RATE
+from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.tts import STRATEGIES
 from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
@@ -74,6 +75,10 @@ class DialOptions:
     deadline_s: float = callmod.DEFAULT_DEADLINE_S
     reply_wait_s: float | None = None
     barge_in_turns: tuple[int, ...] = callmod.DEFAULT_BARGE_IN_TURNS
+    # Whether --turns / --barge-in-turns were given: with --caller-audio, the user's folder decides otherwise
+    # (every WAV; its barge-in.txt), and what does not fit is said (speech.caller.select_turns)
+    turns_given: bool = False
+    barge_in_given: bool = False
     barge_in_after_ms: float = callmod.BARGE_IN_AFTER_MS
     think_ms: float = callmod.THINK_MS
     lead_ms: float = callmod.LEAD_MS
@@ -142,11 +147,11 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
                        help="the phone's jitter delay before playout starts from idle (default 40)")
     group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
                        help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
-    group.add_argument("--turns", type=flags.positive_int, default=DEFAULT_TURNS, metavar="N",
-                       help=f"how many caller lines (default {DEFAULT_TURNS})")
-    group.add_argument("--barge-in-turns", type=_barge_in_turns, default=callmod.DEFAULT_BARGE_IN_TURNS,
-                       metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3; "
-                                            "'none')")
+    group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
+                       help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
+    group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
+                       metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
+                                            "with --caller-audio its barge-in.txt if any; 'none')")
     group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
 
@@ -176,8 +181,9 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
                            help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
         group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
                            help="the phone's jitter delay before playout starts from idle (default 40)")
-        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=callmod.DEFAULT_BARGE_IN_TURNS,
-                           metavar="LIST", help="turns whose reply the caller cuts into (default 3; 'none')")
+        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
+                           metavar="LIST", help="turns whose reply the caller cuts into (default 3, with "
+                                                "--caller-audio its barge-in.txt if any; 'none')")
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
@@ -220,7 +226,10 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         turns=values.get("turns") or DEFAULT_TURNS,
         deadline_s=values.get("deadline") or callmod.DEFAULT_DEADLINE_S,
         reply_wait_s=values.get("reply_wait"),
-        barge_in_turns=tuple(values.get("barge_in_turns", callmod.DEFAULT_BARGE_IN_TURNS)),
+        barge_in_turns=tuple(callmod.DEFAULT_BARGE_IN_TURNS if values.get("barge_in_turns") is None
+                             else values["barge_in_turns"]),
+        turns_given=values.get("turns") is not None,
+        barge_in_given=values.get("barge_in_turns") is not None,
         stt=values.get("stt") or DEFAULT_STT, stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
     )
 
@@ -233,20 +242,27 @@ class Caller:
     lines: tuple[CallerLine, ...]
     voice: CallerVoice | None
     source: str
-    dialogue: str
+    dialogue: str | None  # the bundled script the lines are; None: the user's own audio
+    barge_in_turns: tuple[int, ...] | None = None  # None: the options' (--barge-in-turns)
+    notes: tuple[str, ...] = ()  # what the user's folder changed about the call, one line each (also on stderr)
+    folder: Mapping[str, Any] | None = None  # the user's folder as loaded (speech.caller.CallerAudio.as_dict)
 
 
 def caller_lines(options: DialOptions) -> Caller:
-    """The call's caller lines on the line (before the call: a bad folder is an error before anything is written)."""
-    dialogue = load_dialogue(options.dialogue)
+    """The call's caller lines on the line (before the call: a bad folder is an error before anything is written).
+    The user's own audio is scored against the user's own transcripts only (never the bundled script's lines), and
+    its turn count and barge-in plan come from the folder unless the flags say otherwise."""
     line = options.line_format()
     if options.caller_audio is not None:
-        utterances = load_lines(options.caller_audio, dialogue.turns)[:options.turns]
-        voice, source = None, str(options.caller_audio)
-    else:
-        utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
-        source = "synthesized"
-    return Caller(tuple(on_line(u, line) for u in utterances), voice, source, dialogue.name)
+        audio = load_lines(options.caller_audio)
+        picked = select_turns(audio, options.turns if options.turns_given else None,
+                              options.barge_in_turns if options.barge_in_given else None,
+                              default_turns=DEFAULT_TURNS, default_barge_in=callmod.DEFAULT_BARGE_IN_TURNS)
+        return Caller(tuple(on_line(u, line) for u in picked.utterances), None, str(options.caller_audio), None,
+                      picked.barge_in_turns, picked.notes, audio.as_dict())
+    dialogue = load_dialogue(options.dialogue)
+    utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
+    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name)
 
 
 # --- measuring at the ear -----------------------------------------------------------------------------------------
@@ -394,7 +410,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         "floor": {"rule": FLOOR_RULE, "caller": max((ln.floor for ln in caller.lines), default=None),
                   "heard": heard.floor},
         "caller": {"source": caller.source, "voice": caller.voice.as_dict() if caller.voice else None,
-                   "script": caller.dialogue},
+                   "script": caller.dialogue, "folder": caller.folder, "notes": list(caller.notes)},
         "settings": {"turns": len(caller.lines), "barge_in_turns": list(log.settings.barge_in_turns),
                      "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
                      "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
@@ -504,7 +520,11 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
     except OSError as exc:
         raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
     live = folder / f".call-live-{secrets.token_hex(4)}.wav"
+    if caller.barge_in_turns is not None:  # the user's folder's plan (or the flag, checked against it)
+        options = replace(options, barge_in_turns=caller.barge_in_turns)
     settings = options.call_settings(url)
+    for note in caller.notes:  # what the user's folder changed, said (and kept in dial.json's caller.notes)
+        print(f"voice-llm: {note}", file=sys.stderr)
     if tracing is None and options.otlp is not None:
         tracing = Tracing(options.otlp)
     recording = LiveRecording(live, settings.line.rate)
