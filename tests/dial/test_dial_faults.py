@@ -119,7 +119,7 @@ def test_cli_a_url_that_is_not_a_websocket(tmp_path, capsys):
     try:
         status, err = _cli(capsys, f"ws://127.0.0.1:{server.server_address[1]}/", "--out", str(tmp_path / "out"),
                            "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1",
-                           "--stt", "none", "--deadline", "3")
+                           "--barge-in-turns", "none", "--stt", "none", "--deadline", "3")
     finally:
         server.shutdown()
         server.server_close()
@@ -130,7 +130,7 @@ def test_cli_a_url_that_is_not_a_websocket(tmp_path, capsys):
 
 def test_cli_nothing_listening(tmp_path, capsys):
     status, err = _cli(capsys, f"ws://127.0.0.1:{free_port()}/", "--out", str(tmp_path / "out"),
-                       "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1", "--stt", "none")
+                       "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1", "--barge-in-turns", "none", "--stt", "none")
     assert status == 1 and len(err.strip().splitlines()) == 1 and "nothing answers at ws://127.0.0.1:" in err, err
 
 
@@ -142,7 +142,7 @@ def test_cli_not_a_ws_url_is_refused_before_anything(tmp_path, capsys):
 def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
     """A good call, then one to an agent that never answers: dial.json and dial/call.wav stay as they were."""
     out, wavs = tmp_path / "out", write_tone_wavs(tmp_path / "wavs", 1)
-    common = ["--out", str(out), "--caller-audio", str(wavs), "--turns", "1", "--stt", "none", "--deadline", "3"]
+    common = ["--out", str(out), "--caller-audio", str(wavs), "--turns", "1", "--barge-in-turns", "none", "--stt", "none", "--deadline", "3"]
     with FakeAgent(REPLY) as agent:
         status, err = _cli(capsys, agent.url, *common)
     assert status == 0, err
