@@ -488,6 +488,7 @@ class Call:
                 self.history.append({"role": "assistant", "content": heard.strip()})
         turn.committed.set()
         record = self._record(turn)
+        self.agent.records.append({"call": self.number, **record})
         reported = record["reported_ms"]
         parts = " ".join(f"{k} {v:.0f}" for k, v in (record["breakdown"] or {}).items())
         log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
@@ -650,6 +651,7 @@ class Agent:
         self.spans: SpanExport | None = None
         self.exports: set[asyncio.Future[Any]] = set()  # span exports running in the executor
         self.calls: dict[int, Call] = {}
+        self.records: list[dict[str, Any]] = []  # every finished turn's record (its breakdown), in order
         self.count = 0
         self.refused = 0
         self.port: int | None = None
@@ -739,20 +741,27 @@ def write_ready(settings: AgentSettings, doc: dict[str, Any]) -> None:
     print(line, flush=True)
 
 
+async def run_agent(agent: Agent, stop: asyncio.Event, on_ready: Callable[[dict[str, Any]], None]) -> None:
+    """Prepare, serve until ``stop`` is set, then every call closed, every span exported and the exporter closed."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(None, agent.prepare)
+        await agent.serve(stop, on_ready)
+    finally:
+        await asyncio.gather(*agent.exports, return_exceptions=True)
+        await loop.run_in_executor(None, agent.close)
+
+
 async def _main(settings: AgentSettings, engines: Engines) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    agent = Agent(settings, engines)
     try:
-        await loop.run_in_executor(None, agent.prepare)
-        await agent.serve(stop, lambda doc: write_ready(settings, doc))
+        await run_agent(Agent(settings, engines), stop, lambda doc: write_ready(settings, doc))
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        await asyncio.gather(*agent.exports, return_exceptions=True)
-        await loop.run_in_executor(None, agent.close)
 
 
 def serve(settings: AgentSettings) -> int:
