@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,9 +65,7 @@ CLOSE_BAD_DATA = 1007  # RFC 6455 7.4.1: data inconsistent with the message type
 CLOSE_TRY_AGAIN = 1013  # "try again later" (IANA WebSocket close code registry)
 CLOSE_GOING_AWAY = 1001
 JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
-BREAKDOWN = ("endpoint_wait", "stt", "request_to_first_token", "first_token_to_first_segment",
-             "segment_to_first_audio", "audio_to_sent", "handoff")
-
+EXECUTOR_THREADS = 2
 
 class AgentError(VoiceLLMError):
     """The agent cannot start (the port is taken, the LLM server does not answer, an engine does not load)."""
@@ -744,6 +743,9 @@ def write_ready(settings: AgentSettings, doc: dict[str, Any]) -> None:
 async def run_agent(agent: Agent, stop: asyncio.Event, on_ready: Callable[[dict[str, Any]], None]) -> None:
     """Prepare, serve until ``stop`` is set, then every call closed, every span exported and the exporter closed."""
     loop = asyncio.get_running_loop()
+    # A bounded pool of its own for the blocking work (priming, joining turn threads, exporting spans): the idle
+    # threads it keeps are at most these, and asyncio.run joins them at the end.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="agent-io"))
     try:
         await loop.run_in_executor(None, agent.prepare)
         await agent.serve(stop, on_ready)
