@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from agentkit import (Collector, ToneTTS, TwilioCaller, agent_threads, collector, dial, fake_engines, serving,
+from agentkit import (MS_PER_CHAR, Collector, ToneTTS, TwilioCaller, agent_threads, collector, dial, fake_engines, serving,
                       settings, silence, speech, wait_for)
 from fakeserver import FakeServer, Reply, at, llama_events
+from voice_llm.agent.server import PCM_LEAD_S
 from voice_llm.line import wire
 
 REPLY = ["Sure, I can ", "help you with that. ", "Anything ", "else today?"]
@@ -110,20 +111,46 @@ def test_marks_echoed_after_a_clear_do_not_count_as_heard() -> None:
 
 
 def test_pcm_line_sends_binary_frames_at_its_rate() -> None:
-    with FakeServer(answer(REPLY)) as fake, \
-            serving(settings(fake.url, protocol="pcm", rate=16000)) as served:
+    short = ["Okay, sure. "]
+    with FakeServer(answer(short)) as fake, serving(settings(fake.url, protocol="pcm", rate=16000)) as served:
         assert served.ready["protocol"] == "pcm" and served.ready["rate"] == 16000
         with dial(served.url) as ws:
             for frame in wire.frames(np.concatenate([speech(400, 16000), silence(500, 16000)]), 320):
                 ws.send(frame.astype("<i2").tobytes())
             got = []
-            while sum(len(b) for b in got) < 2 * 16 * 20 * len(SPOKEN.strip()) * 0.9:
+            while len(got) < len("Okay, sure.") * MS_PER_CHAR // 20:
                 message = ws.recv(timeout=5)
                 assert isinstance(message, bytes)
                 got.append(message)
             assert {len(b) for b in got} == {640}  # 20 ms of 16-bit samples at 16 kHz
-        wait_for(lambda: served.agent.records)  # the estimated end of playout passed: completed
-        assert served.agent.records[0]["end_reason"] in ("completed", "session_closed")
+            wait_for(lambda: served.agent.records)  # the estimated end of its playout passed: completed
+        assert served.agent.records[0]["end_reason"] == "completed"
+
+
+def test_pcm_barge_in_stops_the_audio_within_the_lead() -> None:
+    """A PCM line has no clear: the audio goes at most PCM_LEAD_S ahead of real time, so what is still on its way
+    after a barge-in is that much (plus what was in flight), not the rest of the reply."""
+    long = answer(["One two three four, five six seven. "] * 6)
+    with FakeServer(long) as fake, serving(settings(fake.url, protocol="pcm", rate=16000)) as served:
+        with dial(served.url) as ws:
+            for frame in wire.frames(np.concatenate([speech(400, 16000), silence(500, 16000)]), 320):
+                ws.send(frame.astype("<i2").tobytes())
+            for _ in range(10):
+                assert isinstance(ws.recv(timeout=5), bytes)
+            for frame in wire.frames(speech(300, 16000), 320):  # the caller talks over it
+                ws.send(frame.astype("<i2").tobytes())
+            wait_for(lambda: served.agent.records)
+            after = 0
+            try:
+                while True:
+                    ws.recv(timeout=0.3)
+                    after += 1
+            except TimeoutError:
+                pass
+        assert served.agent.records[0]["end_reason"] == "interrupted"
+        lead_frames = int(PCM_LEAD_S * 1000 / 20)
+        assert after <= lead_frames + 15  # the lead, and the frames sent while the 300 ms of speech arrived
+        assert 10 + after < 6 * len("One two three four, five six seven.") * MS_PER_CHAR // 20 // 3  # not the rest
 
 
 def test_a_call_beyond_max_calls_is_refused_with_1013() -> None:

@@ -5,14 +5,15 @@ shared, each behind a lock. Inbound audio (Twilio: 8 kHz mu-law ``media``; PCM: 
 rate) is resampled to 16 kHz, cut into Silero's 512-sample frames and fed through the VAD and the endpointer
 (voice_llm.speech.vad). At the endpoint a turn thread transcribes the utterance (STT lock), streams the reply from
 the LLM server through the one reader (voice_llm.sse via voice_llm.client: cache_prompt on, the call's history) and
-speaks it with tts's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent at
-once in 20 ms frames (the caller's playout paces it), with a ``mark`` after each spoken segment.
+speaks it with tts's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
+20 ms frames: on a Twilio line at once (the caller's playout paces it; a ``clear`` stops it), with a ``mark`` after
+each spoken segment; on a PCM line, which has neither marks nor clear, at most PCM_LEAD_S ahead of real time.
 
 Rules, in one place (moved from converse's call.py, adapted to a line):
 - A VAD speech start while the reply's audio may still be playing at the caller (a mark not yet echoed, a PCM
   line's estimated end not reached, or the reply still being made after its first audio) is a barge-in: ``clear``
-  is sent, the LLM stream closed (sse.StreamCancel), synthesis stopped; the history keeps only what was heard
-  (voice_llm.agent.heard).
+  is sent (Twilio), no more audio is sent, the LLM stream is closed (sse.StreamCancel), synthesis stopped; the
+  history keeps only what was heard (voice_llm.agent.heard).
 - A speech start after an endpoint whose reply has sent no audio yet means the caller went on: that reply is dropped
   and the utterance continues in the same buffer, so the next endpoint transcribes all of it.
 - Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
@@ -64,6 +65,9 @@ NO_STT_TEXT = "(the caller spoke; --stt none: no transcript)"
 CLOSE_BAD_DATA = 1007  # RFC 6455 7.4.1: data inconsistent with the message type
 CLOSE_TRY_AGAIN = 1013  # "try again later" (IANA WebSocket close code registry)
 CLOSE_GOING_AWAY = 1001
+# A PCM line has no clear: the agent sends its audio at most this far ahead of the caller's (estimated) playout, so
+# a barge-in is heard stopping within it. Twilio lines get audio as fast as it is made, and a clear.
+PCM_LEAD_S = 0.1
 JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
 EXECUTOR_THREADS = 2
 
@@ -237,6 +241,7 @@ class Call:
         self.unknown_events: set[str] = set()
         self.marks: dict[str, tuple[Turn, int]] = {}
         self.timers: list[asyncio.TimerHandle] = []
+        self.play_end = 0.0  # PCM: when the audio sent so far will have played at the caller (estimated)
 
     # -- receiving ------------------------------------------------------------------------------------------
 
@@ -433,8 +438,10 @@ class Call:
     def _barge_in(self, turn: Turn, now: float) -> None:
         turn.stop.set()
         turn.cancel.cancel()
-        self._send_now(wire.clear(self.stream_sid or "") if self.line.protocol == wire.TWILIO
-                       else json.dumps({"event": "clear"}))
+        if self.line.protocol == wire.TWILIO:
+            self._send_now(wire.clear(self.stream_sid or ""))
+        # A PCM line has no clear (binary audio only): its audio is paced PCM_LEAD_S ahead of the caller's
+        # playout (see _frames), so the caller hears at most that much (and its jitter delay) after the stop.
         self._finish(turn, "interrupted", now)
 
     def _complete(self, turn: Turn, now: float) -> None:
@@ -565,6 +572,13 @@ class Call:
     async def _frames(self, turn: Turn, frames: list[np.ndarray]) -> None:
         segment = turn.sent[-1]
         for frame in frames:
+            if self.line.protocol == wire.PCM:
+                ahead = self.play_end - time.perf_counter()
+                if ahead > PCM_LEAD_S:
+                    await asyncio.sleep(ahead - PCM_LEAD_S)
+                    if turn.state != "speaking":
+                        return  # stopped while it waited: the rest is never sent
+                self.play_end = max(self.play_end, time.perf_counter()) + len(frame) / self.line.rate
             payload = wire.encode(self.line, frame)
             await self.ws.send(wire.agent_media(self.stream_sid or "", payload) if self.line.protocol == wire.TWILIO
                                else payload)
@@ -684,6 +698,8 @@ class Agent:
                             "turn": {"vad_threshold": s.vad_threshold, "endpoint_ms": s.endpoint_ms,
                                      "strategy": s.strategy, "clause_words": s.clause_words}},
                 "versions": {**identity_versions(), **self.engines.versions},
+                "pacing": ("as synthesized; clear on a barge-in" if s.protocol == wire.TWILIO
+                           else f"at most {PCM_LEAD_S * 1000:.0f} ms ahead of real time (a PCM line has no clear)"),
                 "max_calls": s.max_calls, "otlp": s.otlp, "pid": os.getpid()}
 
     async def handle(self, ws: Any) -> None:
