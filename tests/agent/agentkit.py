@@ -94,16 +94,17 @@ def serving(agent_settings: AgentSettings, engines: Engines | None = None) -> It
             started.set()
         try:
             await run_agent(agent, box["stop"], on_ready)
-        except BaseException as exc:
+        except BaseException as exc:  # raised again in the test's thread
             box["error"] = exc
             started.set()
-            raise
 
     thread = threading.Thread(target=lambda: loop.run_until_complete(main()), name="test-agent-loop", daemon=True)
     thread.start()
     assert started.wait(10), "the agent did not start"
     if "error" in box:
         thread.join(5)
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
         raise box["error"]
     try:
         yield Served(agent, box["ready"], box["ready"]["listen"])

@@ -13,8 +13,8 @@ from websockets.exceptions import ConnectionClosed
 
 from agentkit import (MS_PER_CHAR, Collector, ToneTTS, TwilioCaller, agent_threads, collector, dial, fake_engines, serving,
                       settings, silence, speech, wait_for)
-from fakeserver import FakeServer, Reply, at, llama_events
-from voice_llm.agent.server import PCM_LEAD_S
+from fakeserver import FakeServer, Reply, at, free_port, llama_events
+from voice_llm.agent.server import PCM_LEAD_S, AgentError
 from voice_llm.line import wire
 
 REPLY = ["Sure, I can ", "help you with that. ", "Anything ", "else today?"]
@@ -257,3 +257,15 @@ def test_shutdown_mid_reply_leaves_no_thread_and_ends_the_turn_as_session_closed
         for _ in range(1000):
             ws.recv(timeout=5)
     ws.close()
+
+
+def test_a_taken_port_and_a_dead_llm_server_are_one_clear_error() -> None:
+    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url)) as served:
+        port = int(served.url.rsplit(":", 1)[1].strip("/"))
+        with pytest.raises(AgentError, match=f"cannot listen on 127.0.0.1:{port}"):
+            with serving(settings(fake.url, port=port)):
+                pass
+    with pytest.raises(AgentError, match="does not answer"):
+        with serving(settings(f"http://127.0.0.1:{free_port()}", prime=True)):
+            pass
+    assert agent_threads() == []
