@@ -86,8 +86,9 @@ def add_commands(sub: Any) -> None:
                    help="calls served at once; more are refused with close code 1013 (default 1)")
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="builtin: voice-llm's pipeline (default); pipecat: a pipecat pipeline (extra voice-llm[pipecat])")
-    p.add_argument("--turn", choices=TURNS, default="silero",
-                   help="silero: the endpoint after --endpoint-ms of silence (default); smart: pipecat's smart turn")
+    p.add_argument("--turn", choices=TURNS, default="silence",
+                   help="silence: the endpoint after --endpoint-ms of silence (default); smart: pipecat's smart turn "
+                        "(LocalSmartTurnAnalyzerV3, with --engine pipecat)")
     p.add_argument("--ready-file", type=Path, default=None, metavar="PATH",
                    help="write the ready line (JSON: listen, protocol, engines, versions, pid) here when serving")
     p.add_argument("--no-prime", action="store_true",
@@ -111,7 +112,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "docs": values["docs"] if values.get("docs") is not None else 4,
         "kb_dir": Path(values["kb"]).expanduser() if values.get("kb") else None,
         "otlp": values.get("otlp"), "max_calls": values.get("max_calls") or DEFAULT_MAX_CALLS,
-        "engine": values.get("engine") or DEFAULT_ENGINE, "turn": values.get("turn") or "silero",
+        "engine": values.get("engine") or DEFAULT_ENGINE, "turn": values.get("turn") or "silence",
         "ready_file": Path(values["ready_file"]).expanduser() if values.get("ready_file") else None,
         "prime": not values.get("no_prime"),
     }

@@ -12,7 +12,7 @@ from voice_llm.line import wire
 
 ENGINES = ("builtin", "pipecat")
 DEFAULT_ENGINE = "builtin"
-TURNS = ("silero", "smart")
+TURNS = ("silence", "smart")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 18300
 DEFAULT_MAX_CALLS = 1
@@ -48,7 +48,7 @@ class AgentSettings:
     max_calls: int = DEFAULT_MAX_CALLS
     engine: str = DEFAULT_ENGINE
     ready_file: Path | None = None
-    turn: str = "silero"  # how the turn ends: Silero silence (both engines) or pipecat's smart turn (pipecat only)
+    turn: str = "silence"  # Silero then --endpoint-ms of silence (both engines), or smart: pipecat's smart turn
     prime: bool = True  # one request with the system prompt before the first call, so its prefix is cached
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
 
@@ -69,6 +69,11 @@ class AgentSettings:
             raise ConfigError("--turn smart is pipecat's LocalSmartTurnAnalyzerV3: it needs --engine pipecat")
         if not 1 <= self.max_tokens <= 4096:
             raise ConfigError(f"--max-tokens must be 1-4096, not {self.max_tokens}")
+
+    @property
+    def llm_url(self) -> str:
+        """The LLM server's URL by the name pipecat_agent's settings give it."""
+        return self.url
 
     @property
     def line(self) -> wire.LineFormat:
