@@ -76,7 +76,8 @@ def add_commands(sub: Any) -> None:
                    help="how the replies are cut for speech (default clauses)")
     p.add_argument("--max-tokens", type=flags.positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"each reply's max_tokens (default {DEFAULT_MAX_TOKENS})")
-    p.add_argument("--dialogue", default=DEFAULT_DIALOGUE, help="the bundled dialogue (or file) whose system prompt is used")
+    p.add_argument("--dialogue", default=DEFAULT_DIALOGUE,
+                   help="the bundled dialogue (or a dialogue file) whose system prompt is used (default clinic)")
     p.add_argument("--docs", type=flags.non_negative_int, default=4, metavar="N",
                    help="KB documents in the system prompt (default 4)")
     flags.kb_option(p)
@@ -85,7 +86,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--max-calls", type=flags.positive_int, default=DEFAULT_MAX_CALLS, metavar="N",
                    help="calls served at once; more are refused with close code 1013 (default 1)")
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
-                   help="builtin: voice-llm's pipeline (default); pipecat: a pipecat pipeline (extra voice-llm[pipecat])")
+                   help="builtin: voice-llm's pipeline (default); pipecat: a pipecat pipeline "
+                        "(the extra voice-llm[pipecat])")
     p.add_argument("--turn", choices=TURNS, default="silence",
                    help="silence: the endpoint after --endpoint-ms of silence (default); smart: pipecat's smart turn "
                         "(LocalSmartTurnAnalyzerV3, with --engine pipecat)")

@@ -249,8 +249,8 @@ class Call:
         from websockets.exceptions import ConnectionClosed
 
         if self.agent.spans is not None:
-            self.span = self.agent.spans.start_call(time.perf_counter(), {"voice_llm.call.number": self.number,
-                                                                          "voice_llm.line.protocol": self.line.protocol})
+            self.span = self.agent.spans.start_call(time.perf_counter(), {
+                "voice_llm.call.number": self.number, "voice_llm.line.protocol": self.line.protocol})
         sender = asyncio.create_task(self._sender())
         try:
             async for message in self.ws:
@@ -399,8 +399,8 @@ class Call:
                 turn.events["first_audio_ready"] = chunk.ready_at
             samples = turn.resampler.push(np.frombuffer(chunk.pcm, "<i2"))  # type: ignore[union-attr]
             self.loop.call_soon_threadsafe(self.outbound.put_nowait, ("audio", turn, index, samples))
-        result, segments = speak_stoppable(self.agent.engines.tts, settings.strategy, request, turn.stop,  # type: ignore[arg-type]
-                                           settings.clause_words, on_audio)
+        tts: Any = self.agent.engines.tts  # a LockedTTS: the TTSEngine protocol, behind the shared lock
+        result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.clause_words, on_audio)
         turn.result, turn.segments = result, segments
         turn.synthesis_end = time.perf_counter()
         if result.started_at is not None:  # the reader's own stamps: one clock for the stream's events
@@ -694,7 +694,8 @@ class Agent:
         return {"listen": f"ws://{s.host}:{self.port}/", "protocol": s.protocol, "rate": s.line.rate,
                 "codec": s.line.codec, "engine": "builtin",
                 "engines": {**self.engines.engines,
-                            "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens, "cache_prompt": True},
+                            "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
+                                    "cache_prompt": True},
                             "turn": {"vad_threshold": s.vad_threshold, "endpoint_ms": s.endpoint_ms,
                                      "strategy": s.strategy, "clause_words": s.clause_words}},
                 "versions": {**identity_versions(), **self.engines.versions},
