@@ -16,12 +16,30 @@ end and at hang-up, and shut down (flushed, its thread joined) when the agent st
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 TRACES_PATH = "/v1/traces"
 FLUSH_TIMEOUT_MS = 5000
+MAX_EXPORT_LINES = 5  # an unreachable receiver is said a few times, not once per retry for the whole call
+
+
+class _ExportLog(logging.Handler):
+    """The SDK's export warnings (an unreachable receiver, a refused body) as the agent's own one-liners."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(logging.WARNING)
+        self.endpoint, self.said = endpoint, 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.said < MAX_EXPORT_LINES:
+            self.said += 1
+            more = "" if self.said < MAX_EXPORT_LINES else " (no more of these)"
+            print(f"voice-llm agent: spans to {self.endpoint}: {record.getMessage()[:240]}{more}", file=sys.stderr,
+                  flush=True)
 
 
 class Clock:
@@ -48,6 +66,12 @@ class SpanExport:
         self.provider = TracerProvider(resource=Resource.create(dict(resource)))
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=self.endpoint, timeout=5)))
         self.tracer = self.provider.get_tracer("voice_llm.agent")
+        self._log = _ExportLog(self.endpoint)
+        for name in ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk._shared_internal",
+                     "opentelemetry.sdk.trace.export"):
+            logger = logging.getLogger(name)
+            logger.addHandler(self._log)
+            logger.propagate = False
 
     def start_call(self, at: float, attributes: Mapping[str, Any]) -> Any:
         return self.tracer.start_span("voice_llm.call", start_time=self.clock.epoch_ns(at),
@@ -97,3 +121,6 @@ class SpanExport:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+        for name in ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk._shared_internal",
+                     "opentelemetry.sdk.trace.export"):
+            logging.getLogger(name).removeHandler(self._log)
