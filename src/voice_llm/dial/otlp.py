@@ -1,0 +1,433 @@
+"""The agent's own numbers, as it reports them: an OTLP/HTTP trace receiver for ``voice-llm dial --otlp HOST:PORT``.
+
+An agent (pipecat with tracing, LiveKit, voice-llm's own) exports its spans to ``POST /v1/traces`` while the call
+runs. Each body is an ``ExportTraceServiceRequest``, as ``application/x-protobuf`` or ``application/json``
+(OTLP/HTTP: https://opentelemetry.io/docs/specs/otlp/#otlphttp), decoded with ``opentelemetry-proto``'s message
+classes. Every body is kept as received (the dialer writes them to ``dial/otlp/NNNN.bin|.json``) with its arrival
+on the call clock; one that is not OTLP is answered 400 and recorded as one line in ``refused``; nothing a sender
+does stops the call.
+
+Clocks: spans carry epoch nanoseconds. ``t0_epoch_ns`` (the wall time of call-clock 0, taken by the dialer at the
+same instant as its perf_counter zero) turns them into call-clock ms. On one machine the clocks are the same
+("common"). When a span ends later than the body that carried it arrived, the sender's clock runs ahead: the
+largest such excess is the estimated offset, every span is shifted back by it, and the artifact says so.
+
+Matching: a *turn span* carries the agent's self-reported latency (pipecat ``turn`` with
+``turn.user_bot_latency_seconds``; LiveKit ``lk.e2e_latency`` on ``agent_turn``/``user_turn``; voice-llm's agent
+``invoke_agent`` with ``voice_llm.latency.reported_ms``). It belongs to the dial turn whose caller speech ended
+last at or before the span's end (a reply ends after its question and before the next question ends). A turn with
+no turn span is "not reported", never zero.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from voice_llm.util.artifacts import loads_json
+
+TRACES_PATH = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+MAX_BODY_BYTES = 4 << 20  # one export batch; a larger body is refused (413), the call goes on
+MAX_TOTAL_BYTES = 64 << 20  # what one call keeps in memory; beyond it bodies are counted and refused
+CLOCK_SLACK_MS = 2.0  # a span ending this much after its body's arrival is still "the same clock" (rounding)
+
+# Where each framework puts its self-reported per-turn latency: (span names, attribute, factor to ms, source text).
+LATENCY_SOURCES: tuple[tuple[frozenset[str], str, float, str], ...] = (
+    (frozenset({"turn"}), "turn.user_bot_latency_seconds", 1000.0, "pipecat turn.user_bot_latency_seconds"),
+    (frozenset({"agent_turn", "user_turn"}), "lk.e2e_latency", 1000.0, "LiveKit lk.e2e_latency"),
+    (frozenset({"invoke_agent"}), "voice_llm.latency.reported_ms", 1.0,
+     "voice-llm agent voice_llm.latency.reported_ms (VAD speech end -> first audio sent)"),
+)
+BREAKDOWN_PREFIX = "voice_llm.breakdown."
+# Stage spans drawn under the heard gap: pipecat's, the GenAI draft's (voice-llm's agent), LiveKit's.
+STAGE_NAMES = frozenset({"stt", "llm", "tts", "speech_to_text", "chat", "text_to_speech", "llm_node", "tts_node",
+                         "eou_detection"})
+
+
+@dataclass(frozen=True)
+class Span:
+    """One received span, flattened: ids in hex, times in epoch ns as sent, attributes as plain values."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    service: str | None
+    body: int  # the index of the body that carried it (1-based, as its file name)
+    arrival_ms: float  # when that body arrived, on the call clock
+
+
+@dataclass(frozen=True)
+class Body:
+    """One POST as received."""
+
+    index: int
+    arrival_ms: float
+    content_type: str
+    data: bytes
+    spans: int
+    refused: str | None = None
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.index:04d}.{'json' if self.content_type == JSON else 'bin'}"
+
+
+class OTLPError(ValueError):
+    """A body that is not an OTLP trace export; the message is the one line kept in ``refused``."""
+
+
+def _hex_to_b64(value: Any) -> Any:
+    # OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping expects base64
+    # (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding).
+    if not isinstance(value, str) or not value:
+        return value
+    try:
+        return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+    except ValueError as exc:
+        raise OTLPError(f"an id that is not hex: {value[:40]!r}") from exc
+
+
+def _ids_to_b64(document: Any) -> Any:
+    for resource in document.get("resourceSpans") or []:
+        for scope in (resource or {}).get("scopeSpans") or []:
+            for span in (scope or {}).get("spans") or []:
+                if not isinstance(span, dict):
+                    continue
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = _hex_to_b64(span[key])
+                for link in span.get("links") or []:
+                    for key in ("traceId", "spanId"):
+                        if isinstance(link, dict) and key in link:
+                            link[key] = _hex_to_b64(link[key])
+    return document
+
+
+def decode_request(data: bytes, content_type: str) -> Any:
+    """The ExportTraceServiceRequest in ``data``; OTLPError (one line) when it is not one."""
+    from google.protobuf import json_format
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    if content_type == PROTOBUF:
+        try:
+            return ExportTraceServiceRequest.FromString(data)
+        except (DecodeError, RuntimeWarning, ValueError) as exc:
+            raise OTLPError(f"not an OTLP protobuf ExportTraceServiceRequest ({len(data)} bytes): {exc}") from exc
+    if content_type == JSON:
+        try:
+            document = loads_json(data.decode("utf-8"), "an OTLP/JSON body")  # the guarded parser: no deep nesting
+        except Exception as exc:
+            raise OTLPError(f"not JSON ({len(data)} bytes): {str(exc)[:120]}") from exc
+        if not isinstance(document, dict):
+            raise OTLPError("an OTLP/JSON body that is not an object")
+        try:
+            return json_format.ParseDict(_ids_to_b64(document), ExportTraceServiceRequest(),
+                                         ignore_unknown_fields=True)
+        except (json_format.ParseError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            raise OTLPError(f"not an OTLP/JSON ExportTraceServiceRequest: {str(exc)[:160]}") from exc
+    raise OTLPError(f"Content-Type {content_type or 'missing'}; OTLP/HTTP is {PROTOBUF} or {JSON}")
+
+
+def _value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(v) for v in any_value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in any_value.kvlist_value.values}
+    if kind == "bytes_value":
+        return any_value.bytes_value.hex()
+    return getattr(any_value, kind)
+
+
+def flatten(request: Any, body: int, arrival_ms: float) -> list[Span]:
+    """Every span of a decoded request as a :class:`Span`."""
+    spans = []
+    for resource_spans in request.resource_spans:
+        resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
+        service = resource.get("service.name")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(Span(
+                    trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
+                    parent_id=span.parent_span_id.hex() or None, name=span.name,
+                    start_ns=int(span.start_time_unix_nano), end_ns=int(span.end_time_unix_nano),
+                    attributes={kv.key: _value(kv.value) for kv in span.attributes},
+                    service=service if isinstance(service, str) else None, body=body, arrival_ms=arrival_ms))
+    return spans
+
+
+def _response(content_type: str) -> bytes:
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    if content_type == JSON:
+        return json_format.MessageToJson(response).encode("utf-8")
+    return response.SerializeToString()
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver on ``host:port`` (port 0: any free one) for the length of a call.
+
+    ``clock`` gives the call clock in ms (the dialer's); bodies arriving before the call started get the clock's
+    value then (it may be negative). Thread-safe: the HTTP server runs in a thread of its own."""
+
+    def __init__(self, host: str, port: int, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._bodies: list[Body] = []
+        self._spans: list[Span] = []
+        self._kept_bytes = 0
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+                return  # the artifact records what arrived; nothing on the dialer's terminal
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                receiver._post(self)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._refuse(405, "OTLP/HTTP takes POST /v1/traces")
+
+            def _refuse(self, status: int, text: str) -> None:
+                payload = text.encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._handler = Handler
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _post(self, request: http.server.BaseHTTPRequestHandler) -> None:
+        arrival = self._clock()
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        path = request.path.split("?")[0]
+        try:
+            length = int(request.headers.get("Content-Length") or "")
+        except ValueError:
+            length = -1
+        if path != TRACES_PATH:
+            self._record(arrival, content_type, b"", None, f"POST {path[:60]}: OTLP traces go to {TRACES_PATH}")
+            request._refuse(404, f"not found; OTLP traces go to {TRACES_PATH}")  # type: ignore[attr-defined]
+            return
+        if length < 0:
+            self._record(arrival, content_type, b"", None, "a body without Content-Length")
+            request._refuse(411, "Content-Length required")  # type: ignore[attr-defined]
+            return
+        if length > MAX_BODY_BYTES:
+            self._record(arrival, content_type, b"", None, f"a body of {length} bytes; at most {MAX_BODY_BYTES}")
+            request.close_connection = True
+            request._refuse(413, f"at most {MAX_BODY_BYTES} bytes")  # type: ignore[attr-defined]
+            return
+        data = request.rfile.read(length)
+        try:
+            decoded = decode_request(data, content_type)
+        except OTLPError as exc:
+            self._record(arrival, content_type, data, None, str(exc))
+            request._refuse(400, str(exc))  # type: ignore[attr-defined]
+            return
+        accepted = self._record(arrival, content_type, data, decoded, None)
+        if not accepted:
+            request._refuse(413, "this call's receiver is full")  # type: ignore[attr-defined]
+            return
+        payload = _response(content_type)
+        request.send_response(200)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Content-Length", str(len(payload)))
+        request.end_headers()
+        request.wfile.write(payload)
+
+    def _record(self, arrival: float, content_type: str, data: bytes, decoded: Any, refused: str | None) -> bool:
+        with self._lock:
+            index = len(self._bodies) + 1
+            if self._kept_bytes + len(data) > MAX_TOTAL_BYTES:
+                data, refused = b"", refused or f"over {MAX_TOTAL_BYTES} bytes received in this call: not kept"
+            spans = flatten(decoded, index, arrival) if decoded is not None and refused is None else []
+            self._kept_bytes += len(data)
+            self._bodies.append(Body(index, arrival, content_type, data, len(spans),
+                                     None if refused is None else f"body {index}: {refused}"))
+            self._spans.extend(spans)
+            return refused is None
+
+    def bodies(self) -> list[Body]:
+        with self._lock:
+            return list(self._bodies)
+
+    def spans(self) -> list[Span]:
+        with self._lock:
+            return list(self._spans)
+
+    def refused(self) -> list[str]:
+        return [body.refused for body in self.bodies() if body.refused]
+
+
+# --- from spans to turns ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How the spans' epoch times were put on the call clock."""
+
+    t0_epoch_ns: int
+    offset_ms: float = 0.0  # subtracted from every span time: the sender's clock ahead of ours by this much
+
+    def ms(self, epoch_ns: int) -> float:
+        return (epoch_ns - self.t0_epoch_ns) / 1e6 - self.offset_ms
+
+    def describe(self) -> str:
+        if self.offset_ms == 0.0:
+            return "common"
+        return (f"offset estimated {self.offset_ms:.1f} ms from arrivals (a span ended after the body carrying it "
+                "arrived): every span shifted back by it")
+
+
+def clock_for(spans: Sequence[Span], t0_epoch_ns: int) -> Clock:
+    """The common clock, or the offset the arrivals show (see the module's docstring)."""
+    plain = Clock(t0_epoch_ns)
+    excess = max((plain.ms(span.end_ns) - span.arrival_ms for span in spans), default=0.0)
+    return plain if excess <= CLOCK_SLACK_MS else Clock(t0_epoch_ns, round(excess, 3))
+
+
+@dataclass(frozen=True)
+class StageSpan:
+    name: str
+    start_ms: float
+    end_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "start_ms": round(self.start_ms, 3), "end_ms": round(self.end_ms, 3)}
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the agent said of one dial turn."""
+
+    latency_ms: float
+    source: str
+    span: str  # "<name> <span id>"
+    start_ms: float
+    end_ms: float
+    breakdown: Mapping[str, float] | None
+    stages: tuple[StageSpan, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"latency_ms": round(self.latency_ms, 3), "source": self.source, "span": self.span,
+                "start_ms": round(self.start_ms, 3), "end_ms": round(self.end_ms, 3)}
+
+
+def _latency(span: Span) -> tuple[float, str] | None:
+    for names, attribute, factor, source in LATENCY_SOURCES:
+        value = span.attributes.get(attribute)
+        if span.name in names and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) * factor, source
+    return None
+
+
+def _breakdown(span: Span) -> dict[str, float] | None:
+    parts = {key[len(BREAKDOWN_PREFIX):].removesuffix("_ms"): float(value)
+             for key, value in span.attributes.items()
+             if key.startswith(BREAKDOWN_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return parts or None
+
+
+def _descendants(root: Span, spans: Sequence[Span]) -> list[Span]:
+    children: dict[str, list[Span]] = {}
+    for span in spans:
+        if span.parent_id:
+            children.setdefault(span.parent_id, []).append(span)
+    found, todo = [], [root.span_id]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.span_id)
+    return found
+
+
+def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: Clock) -> list[Reported | None]:
+    """Per dial turn (by its caller speech end on the call clock), the agent's turn span that reported on it:
+    the span belongs to the turn whose speech ended last at or before the span's end; the earliest-starting such
+    span when several do. None: not reported."""
+    found: list[Reported | None] = [None] * len(speech_ends_ms)
+    candidates = sorted((span for span in spans if _latency(span) is not None), key=lambda s: s.start_ns)
+    for span in candidates:
+        end = clock.ms(span.end_ns)
+        turn = None
+        for index, speech_end in enumerate(speech_ends_ms):
+            if speech_end is not None and speech_end <= end:
+                if turn is None or speech_end >= speech_ends_ms[turn]:  # type: ignore[operator]
+                    turn = index
+        if turn is None or found[turn] is not None:
+            continue
+        latency, source = _latency(span)  # type: ignore[misc]
+        stages = tuple(sorted((StageSpan(child.name, clock.ms(child.start_ns), clock.ms(child.end_ns))
+                               for child in _descendants(span, spans) if child.name in STAGE_NAMES),
+                              key=lambda stage: stage.start_ms))
+        found[turn] = Reported(latency, source, f"{span.name} {span.span_id}", clock.ms(span.start_ns), end,
+                               _breakdown(span), stages)
+    return found
+
+
+def summary(receiver_address: str, bodies: Sequence[Body], clock: Clock | None) -> dict[str, Any]:
+    """dial.json's ``otlp`` block."""
+    return {"listen": receiver_address, "bodies": len(bodies), "spans": sum(body.spans for body in bodies),
+            "refused": [body.refused for body in bodies if body.refused],
+            "clock": clock.describe() if clock is not None else "no spans",
+            "files": [body.file_name for body in bodies if body.data and not body.refused]}
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT``, loopback) for --otlp; ValueError with the reason."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"--otlp takes HOST:PORT, not {value!r}")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"--otlp takes HOST:PORT; {port!r} is not a port") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"--otlp port must be 0-65535, not {number}")
+    return (host.strip("[]") or "127.0.0.1"), number
+
+
+__all__ = ["Body", "Clock", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "decode_request",
+           "flatten", "match", "parse_listen", "summary"]

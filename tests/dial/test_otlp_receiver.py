@@ -1,0 +1,163 @@
+"""The OTLP/HTTP receiver of `dial --otlp`: spans sent by the real OpenTelemetry SDK exporter arrive, are kept
+raw and matched to the right turns; an agent that sends nothing is "not reported"; malformed bodies are refused with
+one line each and never stop the receiver."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from voice_llm.dial import otlp
+
+T0 = 1_700_000_000_000_000_000  # call-clock 0 in epoch ns
+
+
+def _ns(ms: float) -> int:
+    return T0 + int(ms * 1e6)
+
+
+@pytest.fixture
+def receiver():
+    clock_start = time.perf_counter()
+    with otlp.Receiver("127.0.0.1", 0, lambda: (time.perf_counter() - clock_start) * 1000.0 + 60_000.0) as r:
+        yield r
+
+
+def _export(receiver: otlp.Receiver, build, json_body: bool = False) -> None:
+    """Spans made by the OpenTelemetry SDK and sent by its OTLP/HTTP exporter, as an agent would."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    host, port = receiver.address
+    provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://{host}:{port}/v1/traces")))
+    build(provider.get_tracer("test"))
+    provider.shutdown()
+
+
+def _turn(tracer, name: str, start_ms: float, end_ms: float, attributes: dict, children=()) -> None:
+    from opentelemetry import trace
+
+    span = tracer.start_span(name, start_time=_ns(start_ms), attributes=attributes)
+    context = trace.set_span_in_context(span)
+    for child, a, b in children:
+        tracer.start_span(child, context=context, start_time=_ns(a)).end(end_time=_ns(b))
+    span.end(end_time=_ns(end_ms))
+
+
+def test_known_spans_are_matched_to_the_right_turns(receiver: otlp.Receiver) -> None:
+    speech_ends = [2000.0, 9000.0, 16000.0]
+
+    def build(tracer) -> None:
+        # pipecat's shape for turn 2, voice-llm's for turns 1 and 3; sent out of order.
+        _turn(tracer, "turn", 7000.0, 14500.0, {"turn.number": 2, "turn.user_bot_latency_seconds": 0.85},
+              children=[("stt", 9300.0, 9700.0), ("llm", 9700.0, 9800.0), ("tts", 9800.0, 9900.0)])
+        _turn(tracer, "invoke_agent", 2300.0, 6000.0, {"voice_llm.latency.reported_ms": 910.5,
+                                                      "voice_llm.breakdown.stt_ms": 400.0})
+        _turn(tracer, "invoke_agent", 16300.0, 19000.0, {"voice_llm.latency.reported_ms": 700.0})
+        _turn(tracer, "unrelated", 100.0, 200.0, {})
+
+    _export(receiver, build)
+    spans = receiver.spans()
+    assert len(spans) == 7 and {s.service for s in spans} == {"test-agent"}
+    clock = otlp.clock_for(spans, T0)
+    assert clock.describe() == "common"
+    reported = otlp.match(speech_ends, spans, clock)
+    assert [r.latency_ms if r else None for r in reported] == [910.5, 850.0, 700.0]
+    assert reported[1].source.startswith("pipecat") and reported[0].source.startswith("voice-llm")
+    assert reported[0].breakdown == {"stt": 400.0}
+    assert [s.name for s in reported[1].stages] == ["stt", "llm", "tts"]
+    assert reported[1].stages[0].start_ms == pytest.approx(9300.0, abs=0.01)
+    bodies = receiver.bodies()
+    assert bodies and all(b.data and b.refused is None for b in bodies)
+    assert otlp.summary("127.0.0.1:1", bodies, clock)["spans"] == 7
+
+
+def test_json_bodies_decode_like_protobuf(receiver: otlp.Receiver) -> None:
+    body = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "j"}}]},
+                               "scopeSpans": [{"spans": [{
+                                   "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+                                   "name": "agent_turn", "startTimeUnixNano": str(_ns(1000)),
+                                   "endTimeUnixNano": str(_ns(3000)),
+                                   "attributes": [{"key": "lk.e2e_latency", "value": {"doubleValue": 1.25}}]}]}]}]}
+    status = _post(receiver, json.dumps(body).encode(), otlp.JSON)
+    assert status == 200
+    spans = receiver.spans()
+    assert spans[0].trace_id == "5b8efff798038103d269b633813fc60c" and spans[0].service == "j"
+    assert otlp.match([500.0], spans, otlp.clock_for(spans, T0))[0].latency_ms == 1250.0
+    assert receiver.bodies()[0].file_name == "0001.json"
+
+
+def test_an_agent_that_sends_no_spans_is_not_reported(receiver: otlp.Receiver) -> None:
+    assert otlp.match([1000.0, 5000.0], receiver.spans(), otlp.Clock(T0)) == [None, None]
+    assert otlp.summary("127.0.0.1:1", receiver.bodies(), None) == {
+        "listen": "127.0.0.1:1", "bodies": 0, "spans": 0, "refused": [], "clock": "no spans", "files": []}
+
+
+def _post(receiver: otlp.Receiver, data: bytes, content_type: str | None, path: str = "/v1/traces") -> int:
+    host, port = receiver.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    headers = {"Content-Type": content_type} if content_type else {}
+    connection.request("POST", path, body=data, headers=headers)
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+@pytest.mark.parametrize("data, content_type, needle", [
+    (b"\xff\xff\xff garbage", otlp.PROTOBUF, "not an OTLP protobuf"),
+    (b"{not json", otlp.JSON, "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, otlp.JSON, "not JSON"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', otlp.JSON, "not hex"),
+    (b'{"resourceSpans": 3}', otlp.JSON, "not an OTLP/JSON"),
+    (b"hello", "text/plain", "Content-Type text/plain"),
+    (b"hello", None, "Content-Type missing"),
+])
+def test_malformed_bodies_are_refused_with_one_line_and_the_receiver_goes_on(
+        receiver: otlp.Receiver, data: bytes, content_type: str | None, needle: str) -> None:
+    assert _post(receiver, data, content_type) == 400
+    refused = receiver.refused()
+    assert len(refused) == 1 and needle in refused[0] and "\n" not in refused[0], refused
+    assert refused[0].startswith("body 1: ")
+    # and the next, good body is taken
+    _export(receiver, lambda tracer: _turn(tracer, "invoke_agent", 1.0, 2.0, {"voice_llm.latency.reported_ms": 5}))
+    assert len(receiver.spans()) == 1
+
+
+def test_wrong_path_and_size_are_refused(receiver: otlp.Receiver) -> None:
+    assert _post(receiver, b"x", otlp.PROTOBUF, path="/v1/metrics") == 404
+    host, port = receiver.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    connection.putrequest("POST", "/v1/traces")
+    connection.putheader("Content-Type", otlp.PROTOBUF)
+    connection.putheader("Content-Length", str(otlp.MAX_BODY_BYTES + 1))
+    connection.endheaders()
+    assert connection.getresponse().status == 413
+    connection.close()
+    assert [r.split(":")[0] for r in receiver.refused()] == ["body 1", "body 2"]
+
+
+def test_a_sender_clock_ahead_is_estimated_from_arrivals() -> None:
+    # A span "ending" 5 s after its body arrived: the sender's clock runs ahead; every span is shifted back.
+    span = otlp.Span("t", "s", None, "invoke_agent", _ns(10_000), _ns(11_000), {"voice_llm.latency.reported_ms": 1},
+                     None, 1, arrival_ms=6_000.0)
+    clock = otlp.clock_for([span], T0)
+    assert clock.offset_ms == pytest.approx(5000.0) and "offset estimated" in clock.describe()
+    assert clock.ms(span.end_ns) == pytest.approx(6000.0)
+
+
+@pytest.mark.parametrize("value, expected", [("127.0.0.1:4318", ("127.0.0.1", 4318)), (":0", ("127.0.0.1", 0)),
+                                             ("[::1]:9", ("::1", 9))])
+def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
+    assert otlp.parse_listen(value) == expected
+
+
+@pytest.mark.parametrize("value", ["4318", "host:port", "h:70000"])
+def test_parse_listen_refuses(value: str) -> None:
+    with pytest.raises(ValueError):
+        otlp.parse_listen(value)
