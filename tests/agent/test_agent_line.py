@@ -269,3 +269,31 @@ def test_a_taken_port_and_a_dead_llm_server_are_one_clear_error() -> None:
         with serving(settings(f"http://127.0.0.1:{free_port()}", prime=True)):
             pass
     assert agent_threads() == []
+
+
+def test_two_calls_at_once_each_keep_their_own_turns_and_history() -> None:
+    replies = [answer(["Alpha reply. "]), answer(["Beta reply. "]), answer(["Second turn. "])]
+    with FakeServer(replies) as fake, serving(settings(fake.url, max_calls=2)) as served:
+        with dial(served.url) as one, dial(served.url) as two:
+            a, b = TwilioCaller(one), TwilioCaller(two)
+            a.begin()
+            b.begin()
+            a.say(speech(400))
+            b.say(speech(400))
+            a.say(silence(500))
+            a.until("mark")
+            b.say(silence(500))
+            b.until("mark")
+            a.echo("t1-s1")
+            b.echo("t1-s1")
+            wait_for(lambda: len(served.agent.records) == 2)
+            a.say(speech(400))  # call one's second turn
+            a.say(silence(500))
+            a.until("mark")
+            wait_for(lambda: len(fake.requests) == 3)
+        first_reply = next(r["reply"] for r in served.agent.records if r["call"] == 1 and r["number"] == 1)
+        history = fake.requests[2].json["messages"]
+        assistant = [m["content"] for m in history if m["role"] == "assistant"]
+        assert assistant == [first_reply.strip()]  # call one's own reply only, not call two's
+        assert {r["call"] for r in served.agent.records} == {1, 2}
+        assert served.agent.refused == 0
