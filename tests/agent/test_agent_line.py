@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from agentkit import (MS_PER_CHAR, Collector, ToneTTS, TwilioCaller, agent_threads, collector, dial, fake_engines, serving,
                       settings, silence, speech, wait_for)
 from fakeserver import FakeServer, Reply, at, free_port, llama_events
+from voice_llm.agent import server
 from voice_llm.agent.server import PCM_LEAD_S, AgentError
 from voice_llm.line import wire
 
@@ -297,3 +299,20 @@ def test_two_calls_at_once_each_keep_their_own_turns_and_history() -> None:
         assert assistant == [first_reply.strip()]  # call one's own reply only, not call two's
         assert {r["call"] for r in served.agent.records} == {1, 2}
         assert served.agent.refused == 0
+
+
+def test_a_caller_that_echoes_no_marks_is_not_barged_in_on_long_after_the_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "MARK_SLACK_S", 0.05)  # the rule, not its second of slack
+    with FakeServer([answer(["Okay."]), answer(["Again."])]) as fake, serving(settings(fake.url)) as served:
+        with dial(served.url) as ws:
+            caller = TwilioCaller(ws)
+            caller.begin()
+            caller.say(speech(400))
+            caller.say(silence(500))
+            caller.until("mark")  # never echoed
+            time.sleep(len("Okay.") * MS_PER_CHAR / 1000 + server.MARK_SLACK_S + 0.1)
+            caller.say(speech(400))
+            caller.say(silence(500))
+            caller.until("mark")
+        assert [r["end_reason"] for r in served.agent.records][:1] == ["completed"]
+        assert not any(m["event"] == "clear" for m in caller.received)

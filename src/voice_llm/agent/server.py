@@ -68,6 +68,8 @@ CLOSE_GOING_AWAY = 1001
 # A PCM line has no clear: the agent sends its audio at most this far ahead of the caller's (estimated) playout, so
 # a barge-in is heard stopping within it. Twilio lines get audio as fast as it is made, and a clear.
 PCM_LEAD_S = 0.1
+# A Twilio mark not echoed this long after its audio should have played (by the agent's estimate) is taken as lost.
+MARK_SLACK_S = 1.0
 JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
 EXECUTOR_THREADS = 2
 
@@ -419,9 +421,11 @@ class Call:
         """Whether the caller may still hear ``turn``'s reply at ``now``."""
         if not turn.thread_ended:
             return True  # more audio may come
-        if self.line.protocol == wire.TWILIO:
-            return any(s.echoed is None for s in turn.sent)
         end = playing_until(self._sent(turn))
+        if self.line.protocol == wire.TWILIO and any(s.echoed is None for s in turn.sent):
+            # a mark not echoed yet: still playing, unless its audio should have played long ago (a caller that
+            # echoes no marks would otherwise have every next line taken for a barge-in)
+            return end is None or now < end + MARK_SLACK_S
         return end is not None and end > now
 
     def _sent(self, turn: Turn) -> list[SentSegment]:
