@@ -301,7 +301,7 @@ def test_two_calls_at_once_each_keep_their_own_turns_and_history() -> None:
         assert served.agent.refused == 0
 
 
-def test_a_caller_that_echoes_no_marks_is_not_barged_in_on_long_after_the_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_caller_that_echoes_no_marks_is_not_barged_in_long_after_the_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "MARK_SLACK_S", 0.05)  # the rule, not its second of slack
     with FakeServer([answer(["Okay."]), answer(["Again."])]) as fake, serving(settings(fake.url)) as served:
         with dial(served.url) as ws:
