@@ -76,3 +76,32 @@ def whole_heard_first(doc: dict[str, Any]) -> float:
     delay = doc["ttfa_ms"]["whole"] - doc["ttfa_ms"]["sentences"] + 100.0
     delay_synthesis(doc, "sentences", delay)
     return delay
+
+
+def planned_by_step(out: Path) -> None:
+    """run.json as the current lab writes it: which step leaves which file (the saved sample predates it)."""
+    from voice_llm.lab.steps import CORE_STEPS
+
+    run = read(out, "run.json")
+    run["artifacts_by_step"] = {step.name: list(step.artifacts) for step in CORE_STEPS}
+    write(out, "run.json", run)
+
+
+def converse_alone(out: Path) -> Path:
+    """A run of `voice-llm converse` alone into an empty OUT, as the step leaves it: converse.json, converse/ (a real
+    call, from sample_out), and a run.json that plans the lab's steps too and records converse as the one that ran."""
+    from voice_llm.lab.steps import lab_steps, steps
+
+    sample_out = FIXTURES / "sample_out"
+    out.mkdir()
+    shutil.copy(sample_out / "converse.json", out)
+    shutil.copytree(sample_out / "converse", out / "converse")
+    run = read(SAMPLE_RUN, "run.json")
+    table = steps()
+    planned = list(dict.fromkeys([*lab_steps(), "converse"]))
+    run.update(steps_planned=planned, expected_artifacts=[name for step in planned for name in table[step].artifacts],
+               artifacts_by_step={step: list(table[step].artifacts) for step in planned},
+               steps=[{"step": "converse", "wall_ms": 60000.0, "server_compute_ms": 900.0}],
+               artifacts={p.relative_to(out).as_posix(): sha256(p) for p in sorted(out.rglob("*")) if p.is_file()})
+    write(out, "run.json", run)
+    return out

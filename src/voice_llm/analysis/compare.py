@@ -306,8 +306,20 @@ def noise_brief(assessment: Mapping[str, Any]) -> str:
     return "; ".join(reasons)
 
 
-def _shown(value: Any) -> str:
-    return "(not recorded)" if value is None else repr(value)
+def shown(value: Any, missing: str = "(not recorded)", quote: bool = False) -> str:
+    """A set-up value as a person reads it (never a Python repr): a mapping as "name value, name value" (the TTS
+    versions: "piper-tts 1.8.0, onnxruntime 1.19.2"), a list joined by commas, a string as it is (in quotes with
+    ``quote``, where a line holds several: "TTS engine 'piper' -> 'espeak'")."""
+    if value is None:
+        return missing
+    if isinstance(value, str) and quote:
+        return f"'{value}'"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {shown(item, '—')}" for key, item in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(shown(item, "—") for item in value) or "none"
+    return str(value)
+
 
 
 def summary_lines(comparison: Comparison) -> list[str]:
@@ -316,7 +328,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     lines = [f"A: {a.out} (run {a.run_id or 'without id'})", f"B: {b.out} (run {b.run_id or 'without id'})"]
     lines += [f"forced past: {reason}" for reason in comparison.forced]
     if comparison.differences:
-        lines.append("set-up differs: " + "; ".join(f"{f} {_shown(x)} -> {_shown(y)}" for f, x, y in comparison.differences))
+        lines.append("set-up differs: " + "; ".join(f"{f} {shown(x, quote=True)} -> {shown(y, quote=True)}" for f, x, y in comparison.differences))
     else:
         lines.append("set-up: the same model, server build, threads, TTS, repeats and machine")
     for side, name in ((a, "A"), (b, "B")):
@@ -324,7 +336,8 @@ def summary_lines(comparison: Comparison) -> list[str]:
             lines.append(f"run {name} was noisy: {noise_brief(side.noise)}")
     lines += [m.line for m in comparison.metrics]
     if comparison.only_in_one:
-        lines.append("measured in one run only: " + ", ".join(
+        # "; " between labels: a label has commas of its own ("first token, cache miss").
+        lines.append("measured in one run only: " + "; ".join(
             metrics.label_of(key) for key in comparison.only_in_one))
     changed = [m for m in comparison.metrics if m.setup_differs and m.significant and m.audible
                 and abs(m.b - m.a) >= NOTICE_MS]

@@ -87,17 +87,37 @@ def _follow(doc: Any, path: Sequence[str | int], source: str) -> Any:
     return value
 
 
+# report.json's ``unknown``: why a brief's field is null (as every artifact says why it left a number null).
+UNKNOWN = "unknown"
+_ABSENT = object()
+
+
+def not_run_reason(source: str) -> str:
+    return f"{source} is not in this folder: its step did not run here"
+
+
 def build_report(out: RunFolder | Path) -> dict[str, Any]:
-    """report.json's values, read from the files of the earlier steps (never from memory)."""
+    """report.json's values, read from the files of the earlier steps (never from memory). A brief's field whose
+    file is not in the folder (a run of some steps: every step but prefill and cache, converse alone) is null with
+    the reason in ``unknown``, so a partial run has a report of what it measured; a file there but unreadable is
+    refused (an ArtifactError naming it), and ``check`` says which files the steps that ran must have left."""
     folder = RunFolder.of(out)
     report: dict[str, Any] = {}
+    unknown: dict[str, str] = {}
     docs: dict[str, Any] = {}
     for number in all_key_numbers():
         if number.source not in docs:
-            if number.optional and not folder.is_file(number.source):
+            absent = not folder.exists(number.source)  # a link or FIFO there is read, and refused, by folder.json
+            if absent and number.optional:
                 continue
-            docs[number.source] = folder.json(number.source)
+            docs[number.source] = _ABSENT if absent else folder.json(number.source)
+        if docs[number.source] is _ABSENT:
+            report[number.key] = None
+            unknown[number.key] = not_run_reason(number.source)
+            continue
         if number.source == names.PREFILL and (not isinstance(docs[number.source], list) or not docs[number.source]):
             raise ArtifactError(f"{names.PREFILL} is not a non-empty list; rerun `voice-llm prefill`")
         report[number.key] = _follow(docs[number.source], number.path, number.source)
+    if unknown:
+        report[UNKNOWN] = unknown
     return report

@@ -12,6 +12,7 @@ read once (:class:`voice_llm.run.folder.RunFolder`) or a path (then it reads wha
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from voice_llm.errors import ArtifactError
 from voice_llm.analysis.keynumbers import build_report
 from voice_llm.sse import SSEDecoder
 
-__all__ = ["CHECKS", "capability_checks", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
+__all__ = ["CHECKS", "cancel_idle_limit", "capability_checks", "left_out_checks", "ran_steps", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
            "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
 
 # The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
@@ -80,6 +81,9 @@ class _Plan:
     planned: tuple[str, ...]
     ran: tuple[str, ...]  # planned steps that ran or failed, in the plan's order
     required: tuple[str, ...]  # the files the steps in ``ran`` leave
+    # The step a Ctrl-C or SIGTERM stopped (run.json: failure "interrupted"), when it had not finished before in
+    # this run: it did not run to its end, so it is not in ``ran`` (its relations are not checkable, not failed).
+    interrupted: str | None = None
 
     @property
     def not_run(self) -> tuple[str, ...]:
@@ -114,7 +118,10 @@ def _plan(out: RunFolder | Path) -> _Plan | None:
     stray = sorted((done | ({failed} if failed else set())) - set(planned))
     if stray:
         raise _BadPlan(f"steps {', '.join(stray)} ran but are not in steps_planned {planned}")
-    ran = tuple(step for step in dict.fromkeys(planned) if step in done or step == failed)
+    # Interrupted (session.describe writes "interrupted"): the files of a step cut short are kept, complete or as
+    # .partial, and prove nothing about its relations; a failure of any other kind is the run's failure.
+    interrupted = failed if failed and doc.get("failure") == "interrupted" and failed not in done else None
+    ran = tuple(step for step in dict.fromkeys(planned) if step in done or (step == failed and step != interrupted))
     by_step = doc.get("artifacts_by_step")
     if by_step is None:  # a run.json from before artifacts_by_step: every expected file, as before
         required = tuple(expected)
@@ -126,7 +133,17 @@ def _plan(out: RunFolder | Path) -> _Plan | None:
             raise _BadPlan(f"artifacts_by_step names files not in expected_artifacts: {', '.join(extra)}")
     else:
         raise _BadPlan(f"artifacts_by_step is {by_step!r:.200}, not the files of each planned step")
-    return _Plan(tuple(dict.fromkeys(planned)), ran, required)
+    return _Plan(tuple(dict.fromkeys(planned)), ran, required, interrupted)
+
+
+def ran_steps(out: RunFolder | Path) -> tuple[str, ...] | None:
+    """The steps that ran in this folder, by its run.json's plan (an interrupted step's not among them); None for a
+    folder without run.json with a run id, or whose plan is not valid (check says why): nothing tells then."""
+    try:
+        plan = _plan(out)
+    except _BadPlan:
+        return None
+    return None if plan is None else plan.ran
 
 
 def _required(out: RunFolder | Path) -> list[str]:
@@ -169,6 +186,10 @@ def check_run_finished(out: RunFolder | Path) -> str:
     if record is None:
         raise NotCheckable("no run.json with a run id")
     failed = record.doc.get("failed_step")
+    if failed is not None and record.doc.get("failure") == "interrupted":
+        # Ctrl-C or SIGTERM is no inconsistent evidence: what ran is checked, what did not is not checkable.
+        raise NotCheckable(f"interrupted during step {failed} (Ctrl-C or SIGTERM): it did not run to its end; "
+                           "the steps that finished are checked")
     _require(failed is None, f"the run failed at step {failed}: {record.doc.get('failure') or 'no reason recorded'}")
     _require(record.doc.get("ended_at") is not None,
              "run.json does not record the run's end: it is still running, was killed, or could not write its end "
@@ -426,23 +447,32 @@ def check_cancel_cut(out: RunFolder | Path) -> str:
     return unless_missed(f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms ({speed})", missed)
 
 
+def cancel_idle_limit(doc: dict[str, Any]) -> tuple[float, float] | None:
+    """(the bound on the slot going idle after the close, the answer's ms per token): two token times +
+    CANCEL_IDLE_SLACK_MS, as :func:`check_cancel` holds it; None with one token before the cut. The summary's words
+    about the stop come from the same bound, so they cannot say "at once" beside a finding. CheckFailed when the
+    chunks are not a cut's."""
+    _, token_ms = _cancel_times(doc)
+    return None if token_ms is None else (2 * token_ms + CANCEL_IDLE_SLACK_MS, token_ms)
+
+
 def check_cancel(out: RunFolder | Path) -> str:
     """The server side. Invariant: its slot (or its requests-in-flight gauge) went idle after the close, not
     before it, and its log (when ours) shows the 'cancel task' the brief names as the server's understanding.
     Expectation: idle within two token times + CANCEL_IDLE_SLACK_MS (a time bound; see above)."""
     doc = RunFolder.of(out).json(names.CANCEL)
     idle = _num(_known(doc, "slot_idle_after_ms", "slot_idle_after_ms"), "slot_idle_after_ms")
-    _, token_ms = _cancel_times(doc)
+    limit = cancel_idle_limit(doc)
     _require(idle >= 0, f"slot idle {idle:.1f} ms after the close: before the close, the answer was not cut")
     logged = doc.get("cancel_logged")
     _require(logged is not False, "the server log shows no 'cancel task'")
     _require(logged in (True, None), f"cancel_logged is {logged!r}, not true, false or null")
     logged = "cancel logged" if logged else "server log not ours to read"
     source = (doc.get("sources") or {}).get("slot_idle_after_ms", "/slots")
-    if token_ms is None:
+    if limit is None:
         raise NotCheckable(f"idle {idle:.1f} ms after the close (from {source}), {logged}; one token before the "
                            "cut: no token time to bound the stop by")
-    bound = 2 * token_ms + CANCEL_IDLE_SLACK_MS
+    bound, token_ms = limit
     missed: list[str] = []
     expect(idle <= bound, f"slot idle {idle:.1f} ms after the close, above two token times ({token_ms:.1f} ms each, "
            f"from this answer) + {CANCEL_IDLE_SLACK_MS:.0f} ms = {bound:.1f} ms", missed)
@@ -451,6 +481,7 @@ def check_cancel(out: RunFolder | Path) -> str:
 
 
 PARTIALS_CHECK = "leftover .partial files (a warning, not a failure)"
+NOTHING_FINISHED_CHECK = "a step finished in this folder"
 
 
 def leftover_partials(out: RunFolder | Path) -> list[CheckResult]:
@@ -464,6 +495,13 @@ def leftover_partials(out: RunFolder | Path) -> list[CheckResult]:
     listed = ", ".join(f"{path.relative_to(out)} ({path.stat().st_size} bytes)" for path in partials)
     return [CheckResult(PARTIALS_CHECK, PASS, f"warning: {len(partials)} left by a failed or interrupted request: "
                                               f"{listed}; no result is read from them")]
+
+
+def _kept_streams(out: Path) -> list[Path]:
+    """raw/<request>.sse.partial: the bytes of a request a step made, kept when it was stopped before its end
+    (voice_llm.lab.context); no other tool leaves them, so they make OUT a run folder."""
+    raw = out / names.RAW_DIR
+    return [path for path in raw.glob("*.sse.partial") if path.is_file()] if raw.is_dir() and not raw.is_symlink() else []
 
 
 def check_report(out: RunFolder | Path) -> str:
@@ -507,6 +545,14 @@ def _resolved(reference: str) -> Callable[[RunFolder | Path], str]:
     return run
 
 
+def _applies(entry: registry.CheckEntry, folder: RunFolder, steps: Sequence[str] | None) -> bool:
+    """Does a capability's check apply here: its step ran (an entry without a step: always), or, for a folder
+    without run.json, its artifact is there (an entry without an artifact: always, as the core's)?"""
+    if steps is not None:
+        return entry.step is None or entry.step in steps
+    return entry.artifact is None or folder.is_file(entry.artifact)
+
+
 def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tuple[Check, ...]:
     """Every registered capability's checks (voice_llm.registry.CheckEntry) that apply to this folder: those of
     the steps the run ran (an entry without a step: always), or, for a folder without run.json, those whose
@@ -515,18 +561,53 @@ def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tup
     found = []
     for capability in registry.capabilities():
         for entry in capability.checks:
-            if steps is not None:
-                applies = entry.step is None or entry.step in steps
-            else:
-                applies = entry.artifact is None or folder.is_file(entry.artifact)
-            if applies:
+            if _applies(entry, folder, steps):
                 found.append(Check(entry.name, entry.step, _resolved(entry.function)))
     return tuple(found)
 
 
+def _left_out() -> tuple[registry.Capability, ...]:
+    """The capabilities of the registry this voice-llm runs without (VOICE_LLM_WITHOUT, registry.without), each
+    with the ones that require it."""
+    on = set(registry.names())
+    every = (importlib.import_module(package).CAPABILITY for package in registry.CAPABILITIES)
+    return tuple(capability for capability in every if capability.name not in on)
+
+
+def _why_left_out(capability: registry.Capability, left_out: Sequence[registry.Capability]) -> str:
+    names_out = {c.name for c in left_out}
+    needed = [name for name in capability.requires if name in names_out]
+    by = f"left out with {', '.join(needed)}, which it requires" if needed else f"left out ({registry.WITHOUT_ENV})"
+    return f"not checkable: capability {capability.name} {by}"
+
+
+def left_out_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> list[CheckResult]:
+    """A step of this folder whose capability is left out is never checked in silence: an N/C line for each check
+    it would have had (those that apply, as :func:`capability_checks` selects them), and one for a step that ran
+    whose capability has no check of its own, so a left-out capability cannot make a folder pass unchecked."""
+    folder = RunFolder.of(out)
+    left_out = _left_out()
+    found: list[CheckResult] = []
+    for capability in left_out:
+        why = _why_left_out(capability, left_out)
+        applied = [entry for entry in capability.checks if _applies(entry, folder, steps)]
+        found += [CheckResult(entry.name, NOT_CHECKABLE, f"{why}; its relation is not checked") for entry in applied]
+        checked = {entry.step for entry in applied}
+        if steps is not None:
+            ran = [step.name for step in capability.steps if step.name in steps and step.name not in checked]
+        else:
+            ran = [step.name for step in capability.steps if step.name not in checked
+                   and any(folder.exists(name) for name in step.artifacts)]
+        found += [CheckResult(f"{step}: its files", NOT_CHECKABLE, f"{why}; step {step} ran in this folder and is "
+                              "not checked") for step in ran]
+    return found
+
+
 def known_artifacts() -> tuple[str, ...]:
-    """The files a voice-llm run folder may hold: the core's and every registered capability's."""
-    return (names.RUN, *names.REQUIRED, *(name for c in registry.capabilities() for name in c.artifacts))
+    """The files a voice-llm run folder may hold: the core's and every registered capability's (one left out too:
+    its files still make a run folder, whose checks say they were left out)."""
+    every = (*registry.capabilities(), *_left_out())
+    return (names.RUN, *names.REQUIRED, *(name for c in every for name in c.artifacts))
 
 
 def _result(check: Check, out: RunFolder) -> CheckResult:
@@ -543,7 +624,21 @@ def _result(check: Check, out: RunFolder) -> CheckResult:
         return CheckResult(name, FAIL, "cannot check: an artifact is nested too deeply to be real JSON")
     except (ArtifactError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
             ImportError) as exc:
-        return CheckResult(name, FAIL, f"cannot check: {exc.__class__.__name__}: {exc}")
+        return CheckResult(name, FAIL, f"cannot check: {_said(exc)}")
+
+
+def _said(exc: BaseException) -> str:
+    """What stopped a check, in words (never an exception's class name): an ArtifactError's message names the file
+    and why; the others are a field missing or of the wrong shape in an artifact, or the check's code not loading."""
+    if isinstance(exc, ArtifactError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
+    if isinstance(exc, KeyError):
+        return f"an artifact has no field {exc.args[0]!r}" if exc.args else "an artifact lacks a field"
+    if isinstance(exc, ImportError):
+        return f"the check's code did not load ({exc})"
+    return f"an artifact's value has the wrong shape ({exc})"
 
 
 NOT_RUN_CHECK = "planned steps not run in this folder"
@@ -554,8 +649,9 @@ def _not_run(plan: _Plan | None) -> list[CheckResult]:
     a lab stopped by a failure or a kill): their relations are not checked, and this says so."""
     if plan is None or not plan.not_run:
         return []
+    cut = f" ({plan.interrupted} was interrupted before its end)" if plan.interrupted else ""
     return [CheckResult(NOT_RUN_CHECK, NOT_CHECKABLE, f"{', '.join(plan.not_run)}: planned, never run in this "
-                                                      "folder; their relations are not checked")]
+                                                      f"folder{cut}; their relations are not checked")]
 
 
 def iter_checks(out: RunFolder | Path) -> Iterator[CheckResult]:
@@ -572,6 +668,7 @@ def iter_checks(out: RunFolder | Path) -> Iterator[CheckResult]:
     core = tuple(check for check in CHECKS if check.step is None or steps is None or check.step in steps)
     for check in (*core, *capability_checks(folder, steps)):
         yield _result(check, folder)
+    yield from left_out_checks(folder, steps)
     yield from _not_run(plan)
 
 
@@ -583,12 +680,20 @@ def run_checks(out: RunFolder | Path) -> list[CheckResult]:
     if not path.is_dir():
         raise ArtifactError(f"no artifact folder at {path}")
     known = known_artifacts()
-    # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves).
-    if not any(folder.exists(name) for name in known) and any(path.iterdir()):
+    # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves);
+    # a folder holding only streams a stopped request kept (raw/*.partial) is a run folder where nothing finished.
+    kept = _kept_streams(path)
+    if not any(folder.exists(name) for name in known) and any(path.iterdir()) and not kept:
         raise ArtifactError(f"{path} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
                             "run `voice-llm lab --out` there first")
     folder.require_known_schema(known)
-    return [*iter_checks(folder), *leftover_partials(folder)]
+    partials = leftover_partials(folder)
+    if kept and not any(folder.exists(name) for name in known):
+        # Only the .partial streams of a step stopped before its artifact (a Ctrl-C in `voice-llm sentence` into an
+        # empty OUT): a run folder where nothing finished, not a run whose files are missing.
+        return [CheckResult(NOTHING_FINISHED_CHECK, NOT_CHECKABLE, "no step finished in this folder (no run.json, "
+                            "no step's file): there is nothing to check yet"), *partials]
+    return [*iter_checks(folder), *partials]
 
 
 def counts(results: Sequence[CheckResult]) -> str:

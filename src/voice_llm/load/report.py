@@ -99,6 +99,12 @@ def _verdict_words(sweep: Mapping[str, Any]) -> str:
     return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
 
 
+def _max_callers(sweep: Mapping[str, Any]) -> str:
+    """The legend's verdict: a number, or "no verdict" (never "max callers None") when no step had enough turns."""
+    found = sweep["verdict"].get("max_callers")
+    return "no verdict" if found is None else f"max callers {found}"
+
+
 def _no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, color=GREY)
     ax.set_xticks([])
@@ -120,7 +126,7 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
         left.plot(callers, [s["first_sentence_ms"]["p90"] for s in steps], "o-", color=color, label=f"{label}: p90")
         left.plot(callers, [s["first_sentence_ms"]["p50"] for s in steps], "o--", color=color, alpha=0.6, label=f"{label}: p50")
         right.plot(callers, [100 * s["goodput"] if s["goodput"] is not None else None for s in steps], "o-",
-                   color=color, label=f"{label}: max callers {sweep['verdict']['max_callers']}")
+                   color=color, label=f"{label}: {_max_callers(sweep)}")
     shown = [v for sw in drawn for s in sw["steps"] for v in s["first_sentence_ms"].values() if v]
     if not drawn or not shown:
         reasons = "; ".join(f"{_sweep_label(sw)}: {no_data_reason(sw) or 'no first sentence in any turn'}"

@@ -9,7 +9,7 @@ from typing import Any
 
 
 from voice_llm import __version__
-from voice_llm.analysis.compare import AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief
+from voice_llm.analysis.compare import AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief, shown
 from voice_llm.errors import ArtifactError, ReportIncompleteError
 from voice_llm.report import style
 from voice_llm.report.page import metadata_rows
@@ -38,9 +38,9 @@ def _metadata_html(comparison: Comparison) -> str:
     left, right = metadata_rows(_run_doc(comparison.a)), metadata_rows(_run_doc(comparison.b))
     # The speak step's TTS and options, and each step's repeats: run.json does not hold them (compare.setup_of).
     extra = [label for label, _ in AUDIO_FIELDS] + [label for label in comparison.a.setup if label.startswith("repeat")]
-    shown = lambda side, label: "—" if side.setup.get(label) is None else str(side.setup.get(label))  # noqa: E731
-    left += [(label, shown(comparison.a, label)) for label in extra]
-    right += [(label, shown(comparison.b, label)) for label in extra]
+    value = lambda side, label: shown(side.setup.get(label), "—")  # noqa: E731 - as a person reads it, not a repr
+    left += [(label, value(comparison.a, label)) for label in extra]
+    right += [(label, value(comparison.b, label)) for label in extra]
     rows = []
     for (label, a), (_, b) in zip(left, right):
         # Ids, times and loads always differ; flag only what changes what was measured.

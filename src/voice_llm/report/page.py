@@ -27,6 +27,7 @@ from voice_llm.analysis import metrics, noise
 from voice_llm.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.checks.core import counts as check_counts
+from voice_llm.checks.core import ran_steps
 from voice_llm.errors import ArtifactError, ReportIncompleteError
 from voice_llm.report import style
 from voice_llm.report.capability_table import read_capability_rows
@@ -69,13 +70,24 @@ def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = 
     folder.require_known_schema()
     run = folder.require_one_run()  # never draw one page from the files of different runs
     failures: list[tuple[str, str]] = []
+    ran = ran_steps(folder)
+    not_run: list[str] = []  # the steps whose sections are left out: they did not run in this folder
+    drawn = []
     with style.drawing():
-        # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
-        drawn = [_render_section(folder, section, failures) for section in sections()
-                 if not section.optional or section.source is None
-                 or (folder.exists(section.source) and run.belongs(section.source))]
+        for section in sections():
+            # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
+            if section.optional and section.source is not None and not (
+                    folder.exists(section.source) and run.belongs(section.source)):
+                continue
+            step = _step_not_run(folder, section, ran)
+            if step is not None:
+                not_run.append(step)
+                continue
+            drawn.append(_render_section(folder, section, failures))
+    not_run = _in_plan_order(folder, not_run)
     header = style.guarded("header", "Server and key numbers",
-                           lambda: _header_html(folder, _noise_html(noise.assess(folder))), failures)
+                           lambda: _header_html(folder, _noise_html(noise.assess(folder)) + _not_run_html(not_run),
+                                                ran), failures)
     capabilities = style.guarded("capabilities", "Server capabilities", lambda: _capabilities_html(folder), failures)
     page = _page(header + capabilities, _checks_html(checks), drawn)
     path = write_bytes_atomic(out / REPORT_HTML, page.encode("utf-8"))
@@ -130,6 +142,64 @@ def _render_section(folder: RunFolder, section: Section, failures: list[tuple[st
 
 def _missing_section_html(section: Section, reason: str, what: str = "not available") -> str:
     return style.missing_section_html(section.name, section.title, reason, what)
+
+
+# --- what ran here: a page draws the sections it has data for and names the steps that did not run -------------
+
+
+def _producers(folder: RunFolder, source: str) -> list[str]:
+    """The steps that leave ``source``: run.json's plan (artifacts_by_step), else the registered capabilities' steps;
+    a core file no plan names is its step's own name (ttft.json: ttft)."""
+    record = folder.record
+    by_step = record.doc.get("artifacts_by_step") if record is not None else None
+    found = [step for step, files in by_step.items() if isinstance(files, list) and source in files] \
+        if isinstance(by_step, Mapping) else []
+    found += [step.name for c in registry.capabilities() for step in c.steps if source in step.artifacts]
+    return list(dict.fromkeys(found)) or [PurePath(source).stem]
+
+
+def _section_steps() -> dict[str, tuple[str, ...]]:
+    """Each capability's section (by name) -> that capability's steps (none: it draws from every step's files)."""
+    return {entry.name: tuple(step.name for step in c.steps) for c in registry.capabilities() for entry in c.sections}
+
+
+def _step_not_run(folder: RunFolder, section: Section, ran: Sequence[str] | None) -> str | None:
+    """The step whose data ``section`` draws when that step did not run in this folder (its section is left out and
+    the step named), else None. Without a plan (no run.json: an older folder) every section is drawn or says why
+    not; a step that ran but whose file is gone keeps its section, which says "not available"."""
+    if ran is None:
+        return None
+    if section.source is None:
+        steps = _section_steps().get(section.name, ())
+        if steps:
+            return steps[0] if not any(step in ran for step in steps) else None
+        # A section of no step of its own draws from every step's numbers (the spread): it has data when one of
+        # the metrics' files is here; else it is left out with the steps named.
+        sources = list(dict.fromkeys(m.source for m in metrics.all_metrics()))
+        if any(folder.exists(source) for source in sources):
+            return None
+        return _producers(folder, sources[0])[0] if sources else None
+    if folder.exists(section.source):
+        return None
+    producers = _producers(folder, section.source)
+    return None if any(step in ran for step in producers) else producers[0]
+
+
+def _in_plan_order(folder: RunFolder, steps: Sequence[str]) -> list[str]:
+    """Each step once, in the order of run.json's plan (steps it does not plan after them)."""
+    record = folder.record
+    planned = record.doc.get("steps_planned") if record is not None else None
+    order = [step for step in planned if isinstance(step, str)] if isinstance(planned, list) else []
+    unique = list(dict.fromkeys(steps))
+    return sorted(unique, key=lambda step: (order.index(step) if step in order else len(order), unique.index(step)))
+
+
+def _not_run_html(steps: Sequence[str]) -> str:
+    if not steps:
+        return ""
+    listed = ", ".join(steps)
+    return (f'<p class="notrun" id="not-run">Not run in this folder: <strong>{style.esc(listed)}</strong>; their '
+            "sections are left out (run those steps with <code>--out</code> here to add them).</p>\n")
 
 
 # --- sentence stream -----------------------------------------------------------------------------------------
@@ -549,7 +619,10 @@ def _table(rows: Sequence[tuple[str, str]], css_class: str) -> str:
     return f'<table class="{css_class}"><tbody>\n{body}</tbody></table>\n'
 
 
-def _server_facts_html(out: RunFolder) -> str:
+def _server_facts_html(out: RunFolder, ran: Sequence[str] | None = None) -> str:
+    if ran is not None and "health" not in ran and not out.exists(PROPS):
+        return ('<p class="notrun">the health step did not run in this folder: the server is named in the run '
+                "metadata below</p>\n")
     try:
         props = style.mapping(out.json(PROPS), PROPS)
     except ArtifactError as exc:
@@ -566,7 +639,10 @@ def _server_facts_html(out: RunFolder) -> str:
     return _table(rows, "facts")
 
 
-def _key_numbers_html(out: RunFolder) -> str:
+def _key_numbers_html(out: RunFolder, ran: Sequence[str] | None = None) -> str:
+    if ran is not None and "report" not in ran and not out.exists(REPORT):
+        return ('<p class="notrun">the report step did not run in this folder (<code>voice-llm report --out</code> '
+                "writes report.json from the files here)</p>\n")
     try:
         numbers = style.mapping(out.json(REPORT), REPORT)
     except ArtifactError as exc:
@@ -574,10 +650,13 @@ def _key_numbers_html(out: RunFolder) -> str:
     rows = []
     found = metrics.measure_all(out)
     labels = keynumbers_labels(out)  # "cache not disabled" where the run's server ignored cache_prompt
+    unknown = numbers.get("unknown") if isinstance(numbers.get("unknown"), Mapping) else {}
     for key, value in numbers.items():
         if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
             continue
         label, unit = labels.get(key, (key, ""))
+        if value is None and isinstance(unknown.get(key), str):  # a step not run here: the page names it once
+            continue
         rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
     return _table(rows, "numbers")
 
@@ -595,14 +674,14 @@ def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
     return f'<td class="range">{style.ms(low)}–{style.ms(high)} over {len(measured.samples)}</td>'
 
 
-def _header_html(out: RunFolder, banner: str = "") -> str:
+def _header_html(out: RunFolder, banner: str = "", ran: Sequence[str] | None = None) -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
         '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
         f"drawn from the saved artifacts.</p>\n{banner}"
         '<div class="columns">\n'
-        f"<div><h2>Server</h2>\n{_server_facts_html(out)}</div>\n"
-        f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out)}</div>\n"
+        f"<div><h2>Server</h2>\n{_server_facts_html(out, ran)}</div>\n"
+        f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out, ran)}</div>\n"
         f"</div>\n{_metadata_html(out)}</header>\n"
     )
 

@@ -30,7 +30,7 @@ from voice_llm.errors import ArtifactError
 from voice_llm.run import meta as runmeta
 from voice_llm.util.artifacts import RUN, inside, loads_json, read_artifact_bytes
 
-__all__ = ["RunFolder", "UnknownSchemaError", "schema_of"]
+__all__ = ["RunFolder", "UnknownSchemaError", "schema_of", "states_schema"]
 
 
 class UnknownSchemaError(ArtifactError):
@@ -38,8 +38,9 @@ class UnknownSchemaError(ArtifactError):
 
 
 def schema_of(doc: Any) -> Any:
-    """The ``schema_version`` an artifact states, or None (a file from before versions). A list artifact
-    (prefill.json) states it in each row: the first row whose version is not a known number, else the newest."""
+    """The ``schema_version`` an artifact states, or None (a file from before versions, or one stating null:
+    :func:`states_schema` tells them apart). A list artifact (prefill.json) states it in each row: the first row
+    whose version is not a known number, else the newest."""
     if isinstance(doc, Mapping):
         return doc.get(runmeta.SCHEMA)
     if not isinstance(doc, list):
@@ -49,12 +50,20 @@ def schema_of(doc: Any) -> Any:
     return odd[0] if odd else max(found, default=None)
 
 
+def states_schema(doc: Any) -> bool:
+    """Does the artifact (or any row of a list artifact) have a ``schema_version`` key at all, whatever its value?
+    Only a missing key means a file from before versions; ``"schema_version": null`` is a file that states none."""
+    rows = doc if isinstance(doc, list) else [doc]
+    return any(isinstance(row, Mapping) and runmeta.SCHEMA in row for row in rows)
+
+
 def _refuse_unknown(name: str, doc: Any) -> None:
     version = schema_of(doc)
-    if version is None:
-        return
+    if version is None and not states_schema(doc):
+        return  # no key: a file from before schema versions, read as before
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise UnknownSchemaError(f"{name} states schema_version {version!r}, not a version voice-llm knows")
+        stated = "null" if version is None else repr(version)  # null is no version: only a missing key is old
+        raise UnknownSchemaError(f"{name} states schema_version {stated}, not a version voice-llm knows")
     if version > runmeta.SCHEMA_VERSION:
         raise UnknownSchemaError(
             f"{name} was written by a newer voice-llm (artifact schema {version}; this one reads up to "
@@ -64,13 +73,15 @@ def _refuse_unknown(name: str, doc: Any) -> None:
 class RunFolder:
     """One run folder, each file read, parsed and hashed at most once. ``path`` is OUT."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, record: runmeta.RunRecord | None = None) -> None:
+        """``record``: the run's record as a command holds it before it saves run.json (the report step checks
+        the folder against the run.json it is about to write, not against the one on disk)."""
         self.path = path
         self._bytes: dict[str, bytes | ArtifactError] = {}
         self._docs: dict[str, Any] = {}
         self._doc_errors: dict[str, ArtifactError] = {}
         self._sha: dict[str, str] = {}
-        self._record: runmeta.RunRecord | None | bool = False  # False: not read yet
+        self._record: runmeta.RunRecord | None | bool = False if record is None else record  # False: not read yet
         self._membership: runmeta.Membership | None = None
 
     @classmethod
@@ -235,11 +246,13 @@ class RunFolder:
                 leftovers.add(path.name)
         return runmeta.Membership(record.run_id, other, changed, missing, frozenset(leftovers))
 
-    def require_one_run(self) -> runmeta.Membership:
+    def require_one_run(self, replacing: Iterable[str] = ()) -> runmeta.Membership:
         """Raise MixedRunsError naming the files of other runs among those this run wrote or expects (report and
-        compare call this first); leftovers of another run this run never planned are skipped (Membership.belongs)."""
+        compare call this first); leftovers of another run this run never planned are skipped (Membership.belongs),
+        and so are the files ``replacing`` names (the report step is about to write report.json anew)."""
         found = self.membership()
-        within = {name: run for name, run in found.other_runs.items() if name not in found.leftovers}
+        skipped = {*found.leftovers, *replacing}
+        within = {name: run for name, run in found.other_runs.items() if name not in skipped}
         if within:
             listed = ", ".join(f"{name} (run {run})" for name, run in within.items())
             raise runmeta.MixedRunsError(

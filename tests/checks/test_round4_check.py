@@ -1,0 +1,217 @@
+"""Round 4 (issue 31) on `check`: the exact bad inputs found by adversarial testing, each giving its one line and
+exit status, the folder left as it was.
+
+- item 4: a step present in the folder whose capability is left out gives N/C lines, never silence (converse, tts);
+- item 10: ``"schema_version": null`` is refused; only a missing key means a file from before versions;
+- item 19: after Ctrl-C, a step not run is N/C (not FAIL), no line names an exception class, and a folder that
+  holds only the complete streams an interrupted `sentence` kept as raw/*.sse.partial is a run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, converse_alone, planned_by_step, read, reseal, write
+
+from voice_llm import registry
+from voice_llm.checks.base import FAIL, NOT_CHECKABLE, PASS
+from voice_llm.checks.core import run_checks
+from voice_llm.cli import main as cli
+from voice_llm.converse import CAPABILITY as CONVERSE
+from voice_llm.errors import ArtifactError
+from voice_llm.tts import CAPABILITY as TTS
+
+SAMPLE_OUT = FIXTURES / "sample_out"
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {path.relative_to(out).as_posix(): path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+
+
+def _check(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], str]:
+    status = cli.main(["check", str(out)])
+    captured = capsys.readouterr()
+    return status, captured.out.splitlines(), captured.err
+
+
+
+
+# --- item 4: a capability left out never checks in silence -----------------------------------------------------
+
+
+def test_a_converse_step_checked_without_converse_gives_na_lines_not_silence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    out = converse_alone(tmp_path / "out")
+    doc = read(out, "converse.json")
+    doc["turns"][0]["gap_ms"] = -250.0  # the issue's tampered copy: a negative gap
+    write(out, "converse.json", doc)
+    reseal(out, "converse.json")
+    before = _snapshot(out)
+    monkeypatch.setenv(registry.WITHOUT_ENV, "converse")
+    status, lines, err = _check(out, capsys)
+    left_out = [line for line in lines if line.startswith("N/C   converse:")]
+    assert len(left_out) == len(CONVERSE.checks), lines
+    assert all("not checkable: capability converse left out" in line for line in left_out), left_out
+    assert not [line for line in lines if line.startswith("PASS  converse")]
+    assert status == cli.EXIT_OK and err == ""  # nothing failed: not checkable is said, never passed
+    assert _snapshot(out) == before
+
+
+def test_tts_left_out_names_the_speak_checks_and_converse_with_it(tmp_path: Path) -> None:
+    out = Path(shutil.copytree(SAMPLE_OUT, tmp_path / "out"))
+    shutil.copy(SAMPLE_AUDIO, out / "audio.json")  # a folder without run.json: the speak step's file is there
+    with registry.without("tts"):
+        results = run_checks(out)
+    for entry in TTS.checks:
+        found = next(r for r in results if r.name == entry.name)
+        assert found.status == NOT_CHECKABLE and "capability tts left out" in found.detail, found
+    converse = [r for r in results if r.name.startswith("converse:")]
+    assert converse and all(r.status == NOT_CHECKABLE and "left out with tts, which it requires" in r.detail
+                            for r in converse), converse
+    with registry.without("converse"):  # with tts: the same folder's speak checks run
+        assert any(r.name == TTS.checks[0].name and "left out" not in r.detail for r in run_checks(out))
+
+
+def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_path: Path) -> None:
+    out = converse_alone(tmp_path / "out")
+    with registry.without("converse"):
+        results = run_checks(out)
+    # Every converse check is named N/C; no separate line for the step, which its checks cover.
+    assert not [r for r in results if r.name == "converse: its files"]
+    with registry.without("load"):  # call's checks come with load; a call that ran without load is said too
+        run = read(out, "run.json")
+        run["steps"].append({"step": "call", "wall_ms": 1.0, "server_compute_ms": 0.0})
+        run["steps_planned"].append("call")
+        run["artifacts_by_step"]["call"] = ["call.json"]
+        run["expected_artifacts"].append("call.json")
+        write(out, "run.json", run)
+        lines = {r.name: r for r in run_checks(out) if "capability load left out" in r.detail}
+    assert {name for name in lines if name.startswith("call:")} and all(
+        r.status == NOT_CHECKABLE for r in lines.values())
+
+
+# --- item 10: schema_version null is refused -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["run.json", "converse.json"])
+def test_a_null_schema_version_is_refused_in_one_line(tmp_path: Path, name: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = converse_alone(tmp_path / "out")
+    doc = read(out, name)
+    doc["schema_version"] = None
+    write(out, name, doc)
+    before = _snapshot(out)
+    status, lines, err = _check(out, capsys)
+    assert status == cli.EXIT_FAILURE and lines == []
+    assert err.strip() == f"voice-llm check: {name} states schema_version null, not a version voice-llm knows", err
+    assert _snapshot(out) == before
+    assert cli.main(["report", "--out", str(out)]) == cli.EXIT_FAILURE  # report refuses it too, writing nothing
+    assert "schema_version null" in capsys.readouterr().err
+    assert _snapshot(out) == before
+
+
+def test_a_null_schema_version_in_one_row_of_a_list_artifact_is_refused(tmp_path: Path) -> None:
+    out = clean_run(tmp_path / "out")
+    rows = read(out, "prefill.json")
+    rows[1]["schema_version"] = None
+    write(out, "prefill.json", rows)
+    with pytest.raises(ArtifactError, match="prefill.json states schema_version null"):
+        run_checks(out)
+
+
+def test_only_a_missing_key_is_an_old_file(tmp_path: Path) -> None:
+    out = clean_run(tmp_path / "out")
+    doc = read(out, "ttft.json")
+    doc.pop("schema_version", None)
+    write(out, "ttft.json", doc)
+    reseal(out, "ttft.json")
+    assert not [r for r in run_checks(out) if r.status == FAIL]
+
+
+# --- item 19: after Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _interrupted_lab(out: Path, failure: str = "interrupted") -> Path:
+    """A lab stopped by Ctrl-C during prefill, as the run session records it (failure "interrupted"): health, sse
+    and ttft finished, prefill's file was never written, the steps after it never ran."""
+    clean_run(out)
+    planned_by_step(out)
+    run = read(out, "run.json")
+    for name in ("prefill.json", "cache.json", "sentence.json", "cancel.json", "report.json"):
+        (out / name).unlink()
+        run["artifacts"].pop(name, None)
+    run["steps"] = [s for s in run["steps"] if s["step"] in ("health", "sse", "ttft")]
+    run.update(failed_step="prefill", failure=failure)
+    write(out, "run.json", run)
+    return out
+
+
+def test_an_interrupted_lab_is_not_checkable_where_it_stopped_and_names_no_exception(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _interrupted_lab(tmp_path / "out")
+    before = _snapshot(out)
+    status, lines, err = _check(out, capsys)
+    assert not [line for line in lines if line.startswith("FAIL")], lines
+    assert not [line for line in lines if "Error:" in line], lines
+    finished = next(line for line in lines if "the run finished every step" in line)
+    assert finished.startswith("N/C") and "interrupted during step prefill" in finished, finished
+    not_run = next(line for line in lines if "planned steps not run" in line)
+    assert "prefill, cache, sentence, cancel, report" in not_run and "prefill was interrupted" in not_run
+    assert status == cli.EXIT_OK and err == ""
+    assert _snapshot(out) == before
+
+
+def test_a_step_that_failed_for_another_reason_still_fails(tmp_path: Path) -> None:
+    out = _interrupted_lab(tmp_path / "out", failure="StreamError: the server closed the stream")
+    results = {r.name: r for r in run_checks(out)}
+    assert results["the run finished every step"].status == FAIL
+    files = results["files present and well-formed"]
+    assert files.status == FAIL and "prefill.json" in files.detail
+    # A check of the failed step: FAIL, said in words, never an exception's class name.
+    prefill = results["prefill: first token grows 0 -> 4 -> 12 docs"]
+    assert prefill.status == FAIL and prefill.detail.startswith("cannot check: prefill.json is missing")
+    assert "ArtifactError" not in prefill.detail
+
+
+def test_a_malformed_field_is_said_in_words(tmp_path: Path) -> None:
+    out = clean_run(tmp_path / "out")
+    doc = read(out, "ttft.json")
+    del doc["runs"]
+    write(out, "ttft.json", doc)
+    reseal(out, "ttft.json")
+    ttft = next(r for r in run_checks(out) if r.name == "ttft < total, medians right")
+    assert ttft.status == FAIL and ttft.detail == "cannot check: an artifact has no field 'runs'"
+
+
+def test_an_interrupted_sentence_that_kept_its_streams_is_a_run_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    (out / "raw").mkdir(parents=True)
+    stream = (FIXTURES / "sample_run" / "sse_raw.txt").read_bytes()  # a complete answer, as the step's streams are
+    for n in (1, 2, 3):
+        (out / "raw" / f"sentence-{n}.sse.partial").write_bytes(stream)
+    before = _snapshot(out)
+    status, lines, err = _check(out, capsys)
+    assert "not a run folder" not in err and err == "", err
+    assert lines[0].startswith("N/C   a step finished in this folder: no step finished in this folder"), lines
+    assert "3 left by a failed or interrupted request" in lines[1] and "raw/sentence-1.sse.partial" in lines[1]
+    assert lines[-1] == "1 passed, 0 findings, 1 not checkable, 0 failed" and status == cli.EXIT_OK
+    assert _snapshot(out) == before
+
+
+def test_a_folder_of_something_else_is_still_not_a_run_folder(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "draft.partial").write_text("x")  # a .partial of another tool, not a kept stream in raw/
+    status, lines, err = _check(tmp_path, capsys)
+    assert status == cli.EXIT_FAILURE and "not a run folder" in err and lines == []
+
+
+def test_the_sample_lab_still_passes(tmp_path: Path) -> None:
+    out = clean_run(tmp_path / "out")
+    results = run_checks(out)
+    assert not [r for r in results if r.status == FAIL] and sum(r.status == PASS for r in results) > 10
+    assert json.loads((out / "run.json").read_text())["failed_step"] is None
