@@ -44,8 +44,8 @@ class ToneTTS:
     voice = "tone"
     sample_rate = TONE_RATE
 
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.delay_s = delay_s
+    def __init__(self, delay_s: float = 0.0, lead_ms: int = 0) -> None:
+        self.delay_s, self.lead_ms = delay_s, lead_ms
         self.texts: list[str] = []
 
     def synthesize(self, text: str) -> Iterator[AudioChunk]:
@@ -54,6 +54,7 @@ class ToneTTS:
             time.sleep(self.delay_s)
         n = len(text) * MS_PER_CHAR * TONE_RATE // 1000
         tone = (np.sin(np.arange(n) * 2 * np.pi * 440 / TONE_RATE) * 8000).astype("<i2")
+        tone = np.concatenate([np.zeros(self.lead_ms * TONE_RATE // 1000, "<i2"), tone])  # as Piper's lead-in
         yield AudioChunk(tone.tobytes(), time.perf_counter())
 
     def versions(self) -> dict[str, str]:

@@ -316,3 +316,26 @@ def test_a_caller_that_echoes_no_marks_is_not_barged_in_long_after_the_reply(mon
             caller.until("mark")
         assert [r["end_reason"] for r in served.agent.records][:1] == ["completed"]
         assert not any(m["event"] == "clear" for m in caller.received)
+
+
+def test_the_first_piece_of_a_reply_loses_its_lead_in_silence_but_not_the_pauses_later() -> None:
+    tts = ToneTTS(lead_ms=60)
+    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url), fake_engines(tts)) as served:
+        with dial(served.url) as ws:
+            caller = TwilioCaller(ws)
+            caller.begin()
+            caller.say(speech(400))
+            caller.say(silence(500))
+            caller.until("mark")
+            caller.until("mark")
+    frames = [wire.mulaw_decode(base64.b64decode(m["media"]["payload"])) for m in caller.received
+              if m["event"] == "media"]
+    audio = np.concatenate(frames).astype(np.int32)
+    loud = np.flatnonzero(np.abs(audio) > 100)
+    assert loud[0] <= 10 * 8 + 8  # 10 ms kept (80 samples at 8 kHz), give or take the resampler's filter
+    first = len("Sure, I can help you with that.") * MS_PER_CHAR * 8
+    quiet = np.flatnonzero(np.diff(loud) > 5 * 8)  # a silence over 5 ms: between the two sentences
+    assert len(quiet) == 1
+    pause_ms = (loud[quiet[0] + 1] - loud[quiet[0]]) / 8
+    assert abs(loud[quiet[0]] - loud[0] - first) <= 16  # the first sentence whole
+    assert 60 <= pause_ms <= 60 + 20 + 2  # the second keeps its 60 ms lead-in (and the first's last frame's padding)

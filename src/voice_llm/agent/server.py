@@ -68,6 +68,8 @@ CLOSE_GOING_AWAY = 1001
 # A PCM line has no clear: the agent sends its audio at most this far ahead of the caller's (estimated) playout, so
 # a barge-in is heard stopping within it. Twilio lines get audio as fast as it is made, and a clear.
 PCM_LEAD_S = 0.1
+SOUND_FLOOR = 100  # speech.caller.FLOOR_MIN: a sample above it is sound (-50.3 dBFS)
+LEAD_KEEP_MS = 10
 # A Twilio mark not echoed this long after its audio should have played (by the agent's estimate) is taken as lost.
 MARK_SLACK_S = 1.0
 JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
@@ -187,7 +189,6 @@ class Turn:
     error: str | None = None
     sent: list[SegmentSent] = field(default_factory=list)
     framer: Framer | None = None
-    resampler: Resampler | None = None
     end_reason: str | None = None
     ended_at: float | None = None  # the invoke_agent span's end: audio played out, the barge-in, or the hang-up
     heard_text: str | None = None
@@ -356,7 +357,6 @@ class Call:
         turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance),
                     events={"vad_speech_end": self.last_speech_end, "endpoint": now})
         turn.framer = Framer(self.line.frame_samples)
-        turn.resampler = Resampler(self.agent.engines.tts.sample_rate, self.line.rate)
         previous = [t for t in self.turns if t.state != "dropped"]
         self.turns.append(turn)
         turn.thread = threading.Thread(target=self._run_turn, args=(turn, previous[-1] if previous else None),
@@ -385,7 +385,7 @@ class Call:
 
     def _speak(self, turn: Turn) -> None:
         settings, client = self.settings, self.agent.client
-        assert turn.messages is not None and turn.resampler is not None
+        assert turn.messages is not None
 
         def request(on_chunk: Callable[[Chunk], None]) -> StreamResult:
             def seen(chunk: Chunk) -> None:
@@ -397,9 +397,14 @@ class Call:
                                should_stop=lambda _chunk: turn.stop.is_set(), cancel=turn.cancel)
 
         def on_audio(index: int, chunk: AudioChunk) -> None:
+            pcm = np.frombuffer(chunk.pcm, "<i2")
             if turn.events.get("first_audio_ready") is None:
                 turn.events["first_audio_ready"] = chunk.ready_at
-            samples = turn.resampler.push(np.frombuffer(chunk.pcm, "<i2"))  # type: ignore[union-attr]
+                pcm = trim_lead(pcm, self.agent.engines.tts.sample_rate)
+            # Each piece on its own (flushed): a filter's tail never crosses into the next segment, after its mark.
+            # Piper's pieces are sentences that begin and end in silence, so nothing is heard at the seams.
+            resampler = Resampler(self.agent.engines.tts.sample_rate, self.line.rate)
+            samples = np.concatenate([resampler.push(pcm), resampler.flush()])
             self.loop.call_soon_threadsafe(self.outbound.put_nowait, ("audio", turn, index, samples))
         tts: Any = self.agent.engines.tts  # a LockedTTS: the TTSEngine protocol, behind the shared lock
         result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.clause_words, on_audio)
@@ -411,11 +416,6 @@ class Call:
                 turn.events["first_token"] = result.started_at + result.chunks[0].t_ms / 1000.0
             if segments:
                 turn.events["first_segment_text"] = result.started_at + segments[0].text_ready_ms / 1000.0
-        if not turn.stop.is_set():
-            tail = turn.resampler.flush()
-            if len(tail):
-                self.loop.call_soon_threadsafe(self.outbound.put_nowait,
-                                               ("audio", turn, max(len(segments) - 1, 0), tail))
 
     def _playing(self, turn: Turn, now: float) -> bool:
         """Whether the caller may still hear ``turn``'s reply at ``now``."""
@@ -637,6 +637,16 @@ class Call:
             spans, span = self.agent.spans, self.span
             await asyncio.gather(*self.agent.exports, return_exceptions=True)
             await self.loop.run_in_executor(None, lambda: (spans.end_call(span, time.perf_counter()), spans.flush()))
+
+
+def trim_lead(samples: np.ndarray, rate: int) -> np.ndarray:
+    """A reply's first piece without its lead-in silence (Piper starts each sentence with 46-61 ms of it, measured
+    here), keeping LEAD_KEEP_MS before the first sample above the floor: the caller hears the reply that much sooner.
+    Only the reply's first piece: the pauses between sentences are speech."""
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND_FLOOR)
+    if not loud.size:
+        return samples
+    return samples[max(0, int(loud[0]) - rate * LEAD_KEEP_MS // 1000):]
 
 
 def _join(threads: list[threading.Thread]) -> None:
