@@ -19,6 +19,7 @@ pipecat is an optional extra (``pip install 'voice-llm[pipecat]'``): it is impor
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.metadata
 import json
@@ -306,7 +307,6 @@ def _has_sansio() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m voice_llm.agent.pipecat_agent``: the same flags as ``voice-llm agent --engine pipecat``."""
-    import argparse
 
     parser = argparse.ArgumentParser(prog="voice-llm-pipecat-agent", description=__doc__.split("\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:8765")
