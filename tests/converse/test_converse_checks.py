@@ -510,16 +510,12 @@ def test_a_last_sample_after_the_cut_fails(call: Path) -> None:
     assert "after the cut" in _failed(call)["check_barge_in"]
 
 
-def test_check_runs_the_converse_checks_once_wired(call: Path) -> None:
-    """`voice-llm check` on a folder holding converse.json runs these checks (the coordinator wires
-    converse.checks into voice_llm.checks.core's feature checks, and converse.json into run_checks' known files)."""
-    try:
-        found = {r.name: r for r in check.run_checks(call)}
-    except Exception as exc:  # noqa: BLE001 - not wired: run_checks refuses a folder of unknown files
-        pytest.skip(f"converse checks not wired into voice_llm.checks.core yet ({exc})")
+def test_check_runs_the_converse_checks(call: Path) -> None:
+    """`voice-llm check` on a folder holding converse.json runs these checks (converse registers them with the
+    core's checks, and converse.json with run_checks' known files)."""
+    found = {r.name: r for r in check.run_checks(call)}
     names = [c.name for c in converse_checks.CHECKS]
-    if not set(names) <= set(found):
-        pytest.skip("converse checks not wired into voice_llm.checks.core yet")
+    assert set(names) <= set(found), sorted(set(names) - set(found))
     assert all(found[n].status != FAIL for n in names), {n: found[n].detail for n in names}
 
 
