@@ -16,7 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 # Settings a developer may have exported that would change what a test means.
@@ -50,14 +53,47 @@ def _as_a_process(env: dict[str, str], cwd: Path | str | None):
         os.environ.update(saved_env)
 
 
+@contextlib.contextmanager
+def _captured_fds() -> Iterator[list[str]]:
+    """File descriptors 1 and 2 (and sys.stdout/sys.stderr, unbuffered, on them) sent to two files: what the
+    command prints and what a child it starts (Locust, espeak-ng) writes to the streams it inherits, in the order
+    written, as a pipe to a subprocess would hold it. The list yielded holds both texts once the block ends."""
+    texts: list[str] = []
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved_fds, saved_streams = (os.dup(1), os.dup(2)), (sys.stdout, sys.stderr)
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)
+            sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)
+            try:
+                yield texts
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+        finally:
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
+            texts.extend(_read(file) for file in (out, err))
+
+
+def _read(file: typing.BinaryIO) -> str:
+    file.seek(0)
+    return file.read().decode("utf-8", errors="backslashreplace")
+
+
 def cli(*args: str, env: dict[str, str], timeout: float = 120,
         cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
     """`voice-llm ARGS` run in this process (see the module's docstring). ``timeout`` is kept for the callers'
     sake; pytest-timeout bounds an in-process command."""
     from voice_llm.cli import main as cli_main
 
-    out, err = io.StringIO(), io.StringIO()
-    with _as_a_process(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _as_a_process(env, cwd), _captured_fds() as texts:
         try:
             status = cli_main.main(list(args))
         except SystemExit as exc:  # argparse's usage errors, --help, --version
@@ -69,7 +105,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 120,
         except Exception:  # noqa: BLE001 - what the interpreter would print for an uncaught exception
             traceback.print_exc(file=sys.stderr)
             status = 1
-    return subprocess.CompletedProcess(["voice-llm", *args], status, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["voice-llm", *args], status, *texts)
 
 
 def cli_process(*args: str, env: dict[str, str], timeout: float = 120,
