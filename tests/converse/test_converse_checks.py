@@ -474,6 +474,7 @@ def test_the_real_call_tampered_fails(real: Path) -> None:
     assert not _failed(real)
 
 
+@pytest.mark.slow
 def test_gap_rule_on_real_piper_audio() -> None:
     """Piper speaking both sides (the caller as the step synthesizes it, the assistant resampled to the line as
     the recorder places it): the caller's end measured on the line is the utterance's true end to the sample, and
