@@ -37,9 +37,12 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier (pyproject's `slow` marker, tests/conftest.py): no llama-server build, model, llama-cpp-python or
-# browser is needed, so none is fetched; a test that asks for one is slow by its fixture and left out.
+# browser is needed, so none is fetched; a test that asks for one is slow by its fixture and left out. Its tests
+# share nothing across modules, so they run on every core (pytest-xdist; FAST_JOBS=0 runs them in one process).
+# `make test` stays in one process: its session lab and server must be started once, and measure an idle machine.
+FAST_JOBS ?= auto
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
