@@ -6,6 +6,9 @@ streams. It costs milliseconds where a new interpreter costs ~0.6 s of imports, 
 parser, handlers and error printing. An exception main lets out is printed as the traceback the interpreter would
 print, with status 1, so "no traceback" is still asserted. ``cli_process`` starts the real `python -m voice_llm`,
 for what only a process shows: the entry point, signals, children left behind, a lock held by another process.
+``cli`` itself starts one for a command that may start the managed llama-server (`up`; `lab` and `load` without
+--url): that server outlives the command, and its parent must be gone as it is for a user (run in this process,
+the test process would be its parent and could reap it, and `status` would say more than it can for a user).
 """
 
 from __future__ import annotations
@@ -93,12 +96,19 @@ def _read(file: typing.BinaryIO) -> str:
     return file.read().decode("utf-8", errors="backslashreplace")
 
 
+def _may_start_the_managed_server(args: tuple[str, ...]) -> bool:
+    command = next((a for a in args if not a.startswith("-")), "")
+    return command == "up" or (command in ("lab", "load") and not any(a.split("=")[0] == "--url" for a in args))
+
+
 def cli(*args: str, env: dict[str, str], timeout: float = 120,
         cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
     """`voice-llm ARGS` run in this process (see the module's docstring). ``timeout`` is kept for the callers'
     sake; pytest-timeout bounds an in-process command."""
     from voice_llm.cli import main as cli_main
 
+    if _may_start_the_managed_server(args):
+        return cli_process(*args, env=env, timeout=timeout, cwd=cwd)
     with _as_a_process(env, cwd), _captured_fds() as texts:
         try:
             status = cli_main.main(list(args))
