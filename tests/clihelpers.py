@@ -44,9 +44,9 @@ def cli_env(state_dir: Path) -> dict[str, str]:
 @contextlib.contextmanager
 def _as_a_process(env: dict[str, str], cwd: Path | str | None):
     """os.environ replaced by ``env``, the working folder ``cwd``, stdin empty, and the SIGTERM handler main
-    installs taken back afterwards: what a new process would have had, undone when the command returns."""
+    installs (and SIGINT's) taken back afterwards: what a new process would have had, undone when the command returns."""
     saved_env, saved_cwd, saved_stdin = dict(os.environ), os.getcwd(), sys.stdin
-    saved_sigterm = signal.getsignal(signal.SIGTERM)
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     os.environ.clear()
     os.environ.update(env)
     sys.stdin = io.StringIO("")  # subprocess.DEVNULL
@@ -57,7 +57,8 @@ def _as_a_process(env: dict[str, str], cwd: Path | str | None):
     finally:
         os.chdir(saved_cwd)
         sys.stdin = saved_stdin
-        signal.signal(signal.SIGTERM, saved_sigterm)
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
         os.environ.clear()
         os.environ.update(saved_env)
 

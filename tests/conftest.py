@@ -4,6 +4,7 @@ with their own state folder, and stop it afterwards, like llama.cpp's own server
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -38,6 +39,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in IMPLY_SLOW_MARKERS) or \
                 SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were() -> Iterator[None]:
+    """SIGINT and SIGTERM handled afterwards as before the test: a handler left set (or SIGINT left ignored) by
+    code run in this process would be inherited by every child a later test starts (an ignored SIGINT survives
+    exec), and that test's Ctrl-C of `voice-llm` would not arrive."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

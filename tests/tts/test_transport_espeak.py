@@ -124,7 +124,14 @@ def _speak(url: str, out: Path, env: dict[str, str], deadline: str) -> subproces
     return subprocess.Popen([sys.executable, "-m", "voice_llm", "speak", "--url", url, "--out", str(out), "-q",
                              "--tts", "espeak", "--repeat", "1", "--deadline", deadline],
                             env={**env, "PATH": os.environ["PATH"], "FAKE_ESPEAK_PIDS": os.environ["FAKE_ESPEAK_PIDS"]},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=_as_from_a_shell)
+
+
+def _as_from_a_shell() -> None:
+    # A shell starts voice-llm with SIGINT handled; an ignored SIGINT is inherited across exec, and the test
+    # process may have been left ignoring it (seen in a pytest-xdist worker of the whole fast tier).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.timeout(120)
