@@ -1,6 +1,7 @@
 # The two set-up commands of the README:
 #   make lab   - the whole lab on the default model: artifacts + report in $(OUT)
 #   make test  - everything the tests need (llama-server build, model, TTS voice, chromium, espeak-ng), then the whole suite
+#   make test-fast - the tests not marked slow (no real server, lab, Locust, browser or speech engine): while coding
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -11,7 +12,7 @@ PORT   ?= 8080
 REPEAT ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: lab test install venv clean
+.PHONY: lab test test-fast install venv clean
 
 $(BIN)/voice-llm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,14 @@ test: install
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier (pyproject's `slow` marker, tests/conftest.py): no llama-server build, model, llama-cpp-python or
+# browser is needed, so none is fetched; a test that asks for one is slow by its fixture and left out. Its tests
+# share nothing across modules, so they run on every core (pytest-xdist; FAST_JOBS=0 runs them in one process).
+# `make test` stays in one process: its session lab and server must be started once, and measure an idle machine.
+FAST_JOBS ?= auto
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -4,6 +4,7 @@ with their own state folder, and stop it afterwards, like llama.cpp's own server
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,37 @@ from voice_llm.server import lifecycle as server, provision
 from voice_llm.server.config import ServerSettings
 
 __all__ = ["RunningServer", "free_port"]  # what test modules import from here
+
+# The tiers (pyproject's markers): `make test-fast` runs `-m "not slow"`. A test that starts a real llama-server,
+# browser or second backend is slow by its own marker; a test that asks for the model, the server binary, a
+# server or the session lab is slow by the fixture, so the fast tier never builds, downloads or starts one even
+# where a marker was forgotten. Tests that start a whole lab against a fake, Locust, or a real speech engine are
+# marked `slow` in their modules.
+IMPLY_SLOW_MARKERS = ("server", "browser", "backend")
+SLOW_FIXTURES = frozenset({"server_binary", "model_path", "running_server", "shared_server", "module_server",
+                           "lab_run", "llama_cpp_python_server"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if any(item.get_closest_marker(name) for name in IMPLY_SLOW_MARKERS) or \
+                SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were() -> Iterator[None]:
+    """SIGINT and SIGTERM handled afterwards as before the test: a handler left set (or SIGINT left ignored) by
+    code run in this process would be inherited by every child a later test starts (an ignored SIGINT survives
+    exec), and that test's Ctrl-C of `voice-llm` would not arrive."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from clihelpers import cli, cli_process
 from fakeserver import UNAUTHORIZED, FakeServer, Reply, llama_events, unused_port
 
 
-def voice_llm(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def voice_llm(*args: str, tmp_path: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """In this process (clihelpers.cli), or as `python -m voice_llm` where the entry point itself is shown."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_LLM_")}
     env["VOICE_LLM_STATE"] = str(tmp_path / "state")  # never touch the developer's managed server
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    return (cli_process if process else cli)(*args, env=env, cwd=tmp_path, timeout=60)
 
 
 def one_error_line(done: subprocess.CompletedProcess[str], command: str) -> str:
@@ -32,7 +32,7 @@ def one_error_line(done: subprocess.CompletedProcess[str], command: str) -> str:
 
 def test_refused(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{unused_port()}"
-    done = voice_llm("sse", "-q", "--url", url, "--out", str(tmp_path / "out"), tmp_path=tmp_path)
+    done = voice_llm("sse", "-q", "--url", url, "--out", str(tmp_path / "out"), tmp_path=tmp_path, process=True)
     line = one_error_line(done, "sse")
     assert done.returncode == 1
     assert url in line and "refused" in line

@@ -82,6 +82,7 @@ def test_silent_wav_is_refused_naming_the_turn(tmp_path: Path) -> None:
         c.load_folder(folder)
 
 
+@pytest.mark.slow
 def test_noise_without_speech_is_refused_by_the_vad(tmp_path: Path) -> None:
     folder = tmp_path / "calls"
     folder.mkdir()
@@ -132,6 +133,7 @@ def clinic() -> list[c.Utterance]:
     return utterances
 
 
+@pytest.mark.slow
 def test_synthesized_lines_are_16k_with_lead_silence_and_a_true_span(clinic: list[c.Utterance]) -> None:
     for u in clinic:
         assert u.samples.dtype == np.int16
@@ -140,12 +142,14 @@ def test_synthesized_lines_are_16k_with_lead_silence_and_a_true_span(clinic: lis
         assert abs(int(u.samples[u.end - 1])) > u.floor and not (np.abs(u.samples[u.end:].astype(int)) > u.floor).any()
 
 
+@pytest.mark.slow
 def test_caller_voice_is_deterministic() -> None:
     a, _ = synthesize_lines(["Where do I park when I get there?"])
     b, _ = synthesize_lines(["Where do I park when I get there?"])
     assert np.array_equal(a[0].samples, b[0].samples)
 
 
+@pytest.mark.slow
 def test_silero_hears_each_line_and_not_the_lead_silence(clinic: list[c.Utterance]) -> None:
     vad = SileroVAD()
     for u in clinic:
@@ -157,6 +161,7 @@ def test_silero_hears_each_line_and_not_the_lead_silence(clinic: list[c.Utteranc
         assert speech[-1] * 512 < u.end + 3 * 512  # Silero holds on for at most a frame or two after the end
 
 
+@pytest.mark.slow
 def test_whisper_transcribes_the_clinic_lines_within_a_few_words(clinic: list[c.Utterance]) -> None:
     from voice_llm.speech.stt import load_transcriber
     from voice_llm.speech.wer import total, wer

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 from voice_llm.checks import core as check
-from voice_llm.registry import CheckEntry
 from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
-from voice_llm.converse import CAPABILITY as CONVERSE
 from voice_llm.converse import checks as converse_checks
 from voice_llm.converse import gap
 from voice_llm.converse.checks import BREAKDOWN, mouth_to_ear
@@ -163,7 +161,7 @@ def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False, 
 
 def results(out: Path) -> dict[str, CheckResult]:
     """Every converse check on ``out``, as `voice-llm check` reports it."""
-    return {c.function.rpartition(":")[2]: check._result(c, out) for c in CONVERSE.checks}
+    return {c.run.__name__: check._result(c, out) for c in converse_checks.CHECKS}
 
 
 def _doc(out: Path) -> dict[str, Any]:
@@ -413,7 +411,7 @@ def test_wired_into_check_when_the_artifact_is_there(call: Path) -> None:
     """check's feature checks run for a folder without run.json when the step's artifact is there (the
     coordinator wires converse next to speak)."""
     assert converse_checks.STEP == "converse" and converse_checks.ARTIFACT == "converse.json"
-    assert all(isinstance(c, CheckEntry) and c.step == "converse" for c in CONVERSE.checks)
+    assert all(isinstance(c, check.Check) and c.step == "converse" for c in converse_checks.CHECKS)
 
 
 @pytest.fixture()
@@ -476,6 +474,7 @@ def test_the_real_call_tampered_fails(real: Path) -> None:
     assert not _failed(real)
 
 
+@pytest.mark.slow
 def test_gap_rule_on_real_piper_audio() -> None:
     """Piper speaking both sides (the caller as the step synthesizes it, the assistant resampled to the line as
     the recorder places it): the caller's end measured on the line is the utterance's true end to the sample, and
@@ -512,16 +511,12 @@ def test_a_last_sample_after_the_cut_fails(call: Path) -> None:
     assert "after the cut" in _failed(call)["check_barge_in"]
 
 
-def test_check_runs_the_converse_checks_once_wired(call: Path) -> None:
-    """`voice-llm check` on a folder holding converse.json runs these checks (the coordinator wires
-    converse.checks into voice_llm.checks.core's feature checks, and converse.json into run_checks' known files)."""
-    try:
-        found = {r.name: r for r in check.run_checks(call)}
-    except Exception as exc:  # noqa: BLE001 - not wired: run_checks refuses a folder of unknown files
-        pytest.skip(f"converse checks not wired into voice_llm.checks.core yet ({exc})")
-    names = [c.name for c in CONVERSE.checks]
-    if not set(names) <= set(found):
-        pytest.skip("converse checks not wired into voice_llm.checks.core yet")
+def test_check_runs_the_converse_checks(call: Path) -> None:
+    """`voice-llm check` on a folder holding converse.json runs these checks (converse registers them with the
+    core's checks, and converse.json with run_checks' known files)."""
+    found = {r.name: r for r in check.run_checks(call)}
+    names = [c.name for c in converse_checks.CHECKS]
+    assert set(names) <= set(found), sorted(set(names) - set(found))
     assert all(found[n].status != FAIL for n in names), {n: found[n].detail for n in names}
 
 

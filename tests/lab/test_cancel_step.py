@@ -43,13 +43,15 @@ def test_the_step_writes_the_cut_and_the_answer_s_own_token_time(step_context) -
 
 def test_one_token_before_the_cut_is_not_a_measurement(tmp_path: Path, step_context, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cancel, "CUT_RETRY_PAUSE_S", 0.0)  # the pause between attempts is not what is tested
+    monkeypatch.setattr(cancel, "CLOSE_AFTER_MS", 100.0)  # five cuts in the silence after the token, 0.1 s each
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     with pytest.raises(MeasurementError, match="only 1 token"):
         run_against(step_context, *[one_then_silence] * cancel.CUT_ATTEMPTS)
     assert not (tmp_path / "cancel.json").exists()
 
 
-def test_a_cut_the_busy_machine_made_too_early_is_made_again(step_context) -> None:
+def test_a_cut_the_busy_machine_made_too_early_is_made_again(step_context, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cancel, "CUT_RETRY_PAUSE_S", 0.0)  # the pause between attempts is not what is tested
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     doc = json.loads(run_against(step_context, one_then_silence, at(0.04, llama_events(numbers(256)))).read_text())
     assert doc["discarded_cuts"] == 1 == doc["repeats"][0]["discarded_cuts"] and doc["received_tokens"] >= 2

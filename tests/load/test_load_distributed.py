@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from clihelpers import cli_env
 from conftest import free_port
 from fakeserver import FakeServer, Reply, at, llama_events
+
+pytestmark = pytest.mark.slow  # Locust master and workers
 
 
 def test_master_and_two_remote_style_workers(tmp_path: Path) -> None:

@@ -167,6 +167,7 @@ def test_the_managed_sweeps_still_to_come_are_checked_with_the_first_server(tmp_
     assert fake.chats == []
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_say_its_context_is_not_checkable_and_is_swept(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     with RoutingFake(props=False) as fake:
@@ -182,6 +183,7 @@ def test_a_server_that_does_not_say_its_context_is_not_checkable_and_is_swept(tm
 # --- 2. a step with no data is a result -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_step_with_zero_turns_writes_load_json_and_the_report(tmp_path: Path, env: dict[str, str]) -> None:
     """The callers think before their first line (~6 s at the default think time): no turn starts in a 1 s window."""
     out = tmp_path / "out"
@@ -208,6 +210,7 @@ def test_a_step_with_zero_turns_writes_load_json_and_the_report(tmp_path: Path, 
     assert len(not_checkable) == len(LOAD_CHECKS), not_checkable
 
 
+@pytest.mark.slow
 def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     with RoutingFake(chat_status=400) as fake:
@@ -274,6 +277,7 @@ def _descendants_gone(pids: dict[int, int]) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_an_interrupted_sweep_keeps_its_completed_steps(tmp_path: Path, env: dict[str, str], sig: int) -> None:
     out = tmp_path / "out"
     with RoutingFake(delay_s=0.02) as fake:
@@ -320,6 +324,7 @@ def test_an_interrupted_sweep_keeps_its_completed_steps(tmp_path: Path, env: dic
     assert _descendants_gone(children), "no Locust process outlives the command"
 
 
+@pytest.mark.slow
 def test_a_worker_killed_during_a_sweep_keeps_the_completed_steps(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     with RoutingFake(delay_s=0.02) as fake:
@@ -360,6 +365,7 @@ def procfs_kill(pid: int) -> None:
 # --- 4. the verdict rests on enough turns; 6. --master-port; 7. the model name -------------------------------------
 
 
+@pytest.mark.slow
 def test_the_verdict_names_its_turns_the_port_and_the_model(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     master_port = free_port()
@@ -380,6 +386,7 @@ def test_the_verdict_names_its_turns_the_port_and_the_model(tmp_path: Path, env:
     assert max(s["own"] for s in step["load_samples"]) > 0
 
 
+@pytest.mark.slow
 def test_a_taken_master_port_is_one_clear_line(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
     with socket.socket() as taken, RoutingFake() as fake:
@@ -447,6 +454,7 @@ def test_a_loaded_machine_during_load_flags_the_load_numbers_not_the_lab_s(tmp_p
     assert "after load +5 s" in assessed["reasons"][0] and "2.50 of it from other processes" in assessed["reasons"][0]
 
 
+@pytest.mark.slow
 def test_no_locust_process_outlives_a_killed_load(tmp_path: Path, env: dict[str, str]) -> None:
     """SIGKILL leaves `voice-llm load` no chance to stop its master (in a session of its own): the master notices
     its parent is gone and stops itself and its workers, instead of running the sweep on for minutes."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fakeshapes import VLLM, ShapedServer
 
 from voice_llm import registry
@@ -14,6 +16,7 @@ from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import lab_steps, steps
 
 
+@pytest.mark.slow
 def test_the_lab_without_tts_runs_without_speak(tmp_path: Path) -> None:
     assert "speak" in lab_steps()  # registered: the lab runs it
     out = tmp_path / "out"

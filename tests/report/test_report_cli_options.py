@@ -15,7 +15,6 @@ import importlib
 import inspect
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ import pytest
 from voice_llm import registry
 from voice_llm.cli import main as cli
 from voice_llm.lab.steps import STEPS
-from clihelpers import cli_env
+from clihelpers import cli as cli_in_process, cli_env
 
 _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
 # StepOptions field, or tts's TTSOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds
@@ -159,8 +158,7 @@ def test_no_command_offers_an_option_twice_or_none_at_all() -> None:
 
 def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**cli_env(tmp_path / "state"), "COLUMNS": "250"}  # help lines unwrapped
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return cli_in_process(*args, env=env)
 
 
 @pytest.mark.parametrize("value", ["inf", "1e300", "-inf", "nan", "0", "-5", "86401", "soon"])

@@ -20,14 +20,13 @@ from voice_llm.util import stats
 from voice_llm.analysis import compare
 from voice_llm.util.artifacts import AUDIO, TTFT
 from voice_llm.report.compare_page import render_compare
-from clihelpers import assert_clean_failure, cli_env
+from clihelpers import assert_clean_failure, cli, cli_env
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-def run_cli(*args: str, env: dict[str, str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, **({"capture_output": True} | kwargs))
+def run_cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return cli(*args, env=env, timeout=timeout)  # in this process (clihelpers); the closed pipe below needs one
 
 
 @pytest.fixture

@@ -39,6 +39,15 @@ def render(out: Path, checks=CHECKS) -> str:
     return render_report(out, checks).read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The sample folder and its page, rendered once with CHECKS for the tests that only read them (a page
+    costs a second or more of matplotlib); no test may change that folder."""
+    out = Path(shutil.copytree(SAMPLE_OUT, tmp_path_factory.mktemp("sample") / "out"))
+    shutil.copy(SAMPLE_AUDIO, out / "audio.json")
+    return out, render(out)
+
+
 def figure_html(page: str, chart_id: str) -> str:
     match = re.search(rf'<figure class="chart" id="{chart_id}">(.*?)</figure>', page, re.S)
     assert match, f"{chart_id} is not in the page"
@@ -51,8 +60,8 @@ def edit_json(path: Path, change) -> None:
     path.write_text(json.dumps(data), encoding="utf-8")
 
 
-def test_every_section_renders_a_chart_with_a_caption(out: Path) -> None:
-    page = render(out)
+def test_every_section_renders_a_chart_with_a_caption(sample: tuple[Path, str]) -> None:
+    out, page = sample
     assert (out / REPORT_HTML).is_file()
     assert 'data-charts="10"' in page  # the brief's five, the spread, two of the speak step, two of converse
     for chart_id in CHART_IDS:
@@ -63,8 +72,8 @@ def test_every_section_renders_a_chart_with_a_caption(out: Path) -> None:
     assert "not available" not in page
 
 
-def test_charts_have_axis_labels_with_units(out: Path) -> None:
-    page = render(out)
+def test_charts_have_axis_labels_with_units(sample: tuple[Path, str]) -> None:
+    _, page = sample
     expected = {
         "chart-sentence": ["time since the request was sent (ms)", "characters received", "first token: 78 ms",
                            "brief's rule: 385 ms", "smart splitter: 359 ms", "end of answer: 955 ms"],
@@ -83,17 +92,18 @@ def test_charts_have_axis_labels_with_units(out: Path) -> None:
             assert text.replace("'", "&#x27;") in figure or text in figure, (chart_id, text)
 
 
-def test_prefill_shows_the_fitted_rate(out: Path) -> None:
+def test_prefill_shows_the_fitted_rate(sample: tuple[Path, str]) -> None:
+    out, page = sample
     rows = json.loads((out / PREFILL).read_text())
     slope = np.polyfit([r["prompt_n"] for r in rows], [r["prompt_ms"] for r in rows], 1)[0]
-    figure = figure_html(render(out), "chart-prefill")
+    figure = figure_html(page, "chart-prefill")
     assert f"{slope:.2f} ms/token" in figure
     assert f"{1000 / slope:,.0f} tokens/s" in figure
     assert "12 documents (2,297 prompt tokens) cost 6,561 ms before the first word" in figure
 
 
-def test_header_shows_server_facts_and_key_numbers(out: Path) -> None:
-    page = render(out)
+def test_header_shows_server_facts_and_key_numbers(sample: tuple[Path, str]) -> None:
+    _, page = sample
     header = page[page.index("<header>") : page.index("</header>")]
     assert "qwen2.5-0.5b-instruct-q4_k_m.gguf" in header
     assert "/root/.cache" not in header  # the basename only
@@ -103,8 +113,8 @@ def test_header_shows_server_facts_and_key_numbers(out: Path) -> None:
     assert "2,297 tokens" in header
 
 
-def test_checks_table_marks_pass_and_fail(out: Path) -> None:
-    page = render(out)
+def test_checks_table_marks_pass_and_fail(sample: tuple[Path, str]) -> None:
+    _, page = sample
     assert "2 checks: 1 passed, 0 findings, 0 not checkable, 1 failed." in page
     assert re.search(r'<tr class="pass">.*PASS.*ttft_p50 is the median', page)
     assert re.search(r'<tr class="fail">.*FAIL.*slot idle soon after cancel', page)
@@ -193,8 +203,8 @@ def test_equal_prompt_sizes_do_not_break_the_fit(out: Path) -> None:
     assert "no fit: needs at least two different prompt sizes" in figure_html(render(out), "chart-prefill")
 
 
-def test_page_is_self_contained_with_unique_ids(out: Path) -> None:
-    page = render(out)
+def test_page_is_self_contained_with_unique_ids(sample: tuple[Path, str]) -> None:
+    _, page = sample
     assert "<?xml" not in page and "<!DOCTYPE svg" not in page
     assert not re.search(r'(src|href)="(https?:)?//', page)
     assert "<link" not in page and "@import" not in page and "<img" not in page
@@ -205,13 +215,12 @@ def test_page_is_self_contained_with_unique_ids(out: Path) -> None:
     assert "@media print" in page
 
 
-def test_output_is_deterministic(out: Path, tmp_path: Path) -> None:
+def test_output_is_deterministic(out: Path, sample: tuple[Path, str]) -> None:
     first = render_report(out, CHECKS).read_bytes()
     second = render_report(out, CHECKS).read_bytes()
     assert first == second
-    elsewhere = Path(shutil.copytree(SAMPLE_OUT, tmp_path / "elsewhere"))
-    shutil.copy(SAMPLE_AUDIO, elsewhere / "audio.json")
-    assert render_report(elsewhere, CHECKS).read_bytes() == first
+    # The same sample rendered in another folder (the module's) gave the same bytes.
+    assert (sample[0] / REPORT_HTML).read_bytes() == first
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # the atomic write left no temp file
 
 

@@ -93,6 +93,7 @@ def _every_median_key(doc: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[st
                 yield from _every_median_key(value, (*path, key))
 
 
+@pytest.mark.slow
 def test_every_median_of_the_run_is_the_one_rule(two_repeats: Path) -> None:
     out = two_repeats
     checked: dict[str, int] = {}

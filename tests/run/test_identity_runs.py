@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelpers import assert_clean_failure, cli, cli_env
+from clihelpers import WITHOUT_THE_CALL, assert_clean_failure, cli, cli_env
 from fakeserver import unused_port
 from fakeshapes import VLLM, ShapedServer
 
@@ -45,7 +45,7 @@ def servers():
 
 @pytest.fixture(scope="module")
 def module_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return cli_env(tmp_path_factory.mktemp("state"))
+    return {**cli_env(tmp_path_factory.mktemp("state")), **WITHOUT_THE_CALL}  # identity, not the call
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def out_a(lab_a: Path, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_identity_names_the_server_and_the_model_sent(lab_a: Path, servers) -> None:
     a, _ = servers
     identity = load(lab_a, "run.json")["metadata"]["identity"]
@@ -74,6 +75,7 @@ def test_the_identity_names_the_server_and_the_model_sent(lab_a: Path, servers) 
     assert load(lab_a, "run.json")["schema_version"] == runmeta.SCHEMA_VERSION == 3
 
 
+@pytest.mark.slow
 def test_a_step_against_another_server_and_model_refuses_or_starts_a_new_run(out_a: Path, servers, module_env) -> None:
     _, b = servers
     before, snap = load(out_a, "run.json")["run_id"], snapshot(out_a)
@@ -93,12 +95,14 @@ def test_a_step_against_another_server_and_model_refuses_or_starts_a_new_run(out
     assert line.startswith("PASS"), line
 
 
+@pytest.mark.slow
 def test_the_same_model_name_on_another_port_is_another_server(out_a: Path, module_env) -> None:
     with ShapedServer(VLLM, model="model-a") as twin:
         done = cli("cache", "--url", twin.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
     assert_clean_failure(done, "made against another server (base_url:", "--new-run")
 
 
+@pytest.mark.slow
 def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Path, servers, module_env) -> None:
     a, _ = servers
     run_id = load(out_a, "run.json")["run_id"]
@@ -118,6 +122,7 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
     assert "PASS  one run: every file as the run wrote it" in checked.stdout
 
 
+@pytest.mark.slow
 def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path, servers) -> None:
     from voice_llm.checks.core import run_checks
     from voice_llm.lab import LabSettings, run_steps
@@ -129,6 +134,7 @@ def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path,
     assert report.label == "PASS", report.detail
 
 
+@pytest.mark.slow
 def test_a_failed_speak_against_another_server_replaces_nothing(out_a: Path, module_env) -> None:
     before = snapshot(out_a)
     # It answers the probe's stream, then breaks down: the first request of speak gets HTTP 500.
@@ -142,6 +148,7 @@ def test_a_failed_speak_against_another_server_replaces_nothing(out_a: Path, mod
     assert {name: h for name, h in after.items() if name in before} == before
 
 
+@pytest.mark.slow
 def test_a_new_labs_report_draws_nothing_from_another_runs_file(servers, module_env, tmp_path: Path) -> None:
     a, _ = servers
     out = tmp_path / "out"
@@ -183,6 +190,7 @@ def test_nothing_at_the_url_given_leaves_no_folder_and_says_so(command: str, mod
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_nothing_at_the_url_keeps_an_existing_folder_as_it_was(out_a: Path, module_env) -> None:
     before = snapshot(out_a)
     done = cli("cache", "--url", f"http://127.0.0.1:{unused_port()}", "--out", str(out_a), "-q", env=module_env,

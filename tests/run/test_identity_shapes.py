@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelpers import cli, cli_env
+from clihelpers import WITHOUT_THE_CALL, cli, cli_env
 from fakeshapes import OLLAMA, VLLM, Shape, ShapedServer
 
 from voice_llm.checks import core as check
@@ -34,7 +34,8 @@ def load(out: Path, name: str):
 
 
 def _lab(shape: Shape, tmp_path_factory: pytest.TempPathFactory, **fake: object) -> Iterator[tuple[Path, subprocess.CompletedProcess[str], ShapedServer]]:
-    env = {**cli_env(tmp_path_factory.mktemp("state")), "COLUMNS": "240"}  # the summary's rows on one line each
+    # The summary's rows on one line each; the server's shape, not the caller's turn, is what is tested.
+    env = {**cli_env(tmp_path_factory.mktemp("state")), "COLUMNS": "240", **WITHOUT_THE_CALL}
     out = tmp_path_factory.mktemp(f"{shape.name}-lab") / "out"
     with ShapedServer(shape, model=f"{shape.name}-model", **fake) as server:
         done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "1", env=env, timeout=LAB_TIMEOUT_S)
@@ -63,6 +64,7 @@ def _assert_checks_pass(done: subprocess.CompletedProcess[str]) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_the_whole_lab_passes_against_a_vllm_shaped_server(vllm_lab) -> None:
     out, done, server = vllm_lab
     lines = _assert_checks_pass(done)
@@ -78,6 +80,7 @@ def test_the_whole_lab_passes_against_a_vllm_shaped_server(vllm_lab) -> None:
     assert load(out, "prefill.json")[-1]["sources"]["prompt_n"] == "usage"
 
 
+@pytest.mark.slow
 def test_the_whole_lab_passes_against_an_ollama_shaped_server(ollama_lab) -> None:
     out, done, _ = ollama_lab
     lines = _assert_checks_pass(done)
@@ -121,6 +124,7 @@ def test_health_that_says_not_ok_or_an_error_status_fails(tmp_path: Path) -> Non
     assert check.check_health(tmp_path) == "status ok (from /health)"
 
 
+@pytest.mark.slow
 def test_the_warm_up_keeps_the_cold_first_answer_out_of_the_five_runs(vllm_lab) -> None:
     out, _, _ = vllm_lab
     ttft = load(out, "ttft.json")
@@ -132,6 +136,7 @@ def test_the_warm_up_keeps_the_cold_first_answer_out_of_the_five_runs(vllm_lab) 
     assert "raw/ttft-warmup.sse" in load(out, "run.json")["artifacts"]
 
 
+@pytest.mark.slow
 def test_a_cache_off_number_whose_condition_did_not_hold_says_so(vllm_lab, tmp_path: Path, state_dir: Path) -> None:
     out, done, _ = vllm_lab
     assert "cache_off" in load(out, "ttft.json")["unknown"]

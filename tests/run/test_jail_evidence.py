@@ -15,7 +15,8 @@ from clihelpers import assert_clean_failure, cli
 FIRST = ["Fast", " for", " 8", " hours.", " Drink", " only", " water.", " Arrive", " early."]
 SECOND = ["Do", " not", " eat", " after", " midnight.", " Bring", " your", " card."]
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed"),
+              pytest.mark.slow]  # a real speech engine
 
 
 def speak(out: Path, env: dict[str, str], *replies: Reply) -> tuple[int, str]:

