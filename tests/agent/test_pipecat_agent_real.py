@@ -1,0 +1,71 @@
+"""`voice-llm agent --engine pipecat` for real (the optional extra, installed by `make test`): a real pipecat 1.14
+pipeline (FastAPIWebsocketTransport + TwilioFrameSerializer, Whisper tiny.en, Silero, OpenAILLMService on a real
+llama-server, Piper) answers a real `voice-llm dial` call over the Twilio line, and pipecat's own tracing reaches the
+dialer's OTLP receiver. What must hold: the call is measured at the caller's ear (a heard gap per answered turn), the
+agent's self-reported latency is pipecat's `turn.user_bot_latency_seconds`, put beside what was heard as a number,
+and the agent stops on SIGTERM with no traceback. No time is asserted: the relation is within one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningServer
+from fakeserver import free_port
+
+pytest.importorskip("pipecat", reason="the pipecat extra is not installed (make test installs it)")
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was_heard(
+        shared_server: RunningServer, tmp_path: Path) -> None:
+    port, otlp_port = free_port(), free_port()
+    ready_file, out = tmp_path / "ready.json", tmp_path / "out"
+    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    agent = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--listen",
+         f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
+         "--ready-file", str(ready_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ready_file.exists():
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            assert time.monotonic() < deadline, "the pipecat agent was not ready in 300 s"
+            time.sleep(0.5)
+        ready = json.loads(ready_file.read_text())
+        assert ready["engine"] == "pipecat" and ready["versions"]["pipecat-ai"] == "1.14.0"
+        dial = subprocess.run(
+            [sys.executable, "-m", "voice_llm", "dial", ready["listen"], "--out", str(out), "--turns", "2",
+             "--barge-in-turns", "none", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet"],
+            capture_output=True, text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
+        assert dial.returncode == 0, dial.stderr
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            _, err = agent.communicate()
+    assert "Traceback" not in err, err[-2000:]
+    doc = json.loads((out / "dial.json").read_text())
+    assert doc["line"]["protocol"] == "twilio" and doc["otlp"]["spans"] > 0 and not doc["otlp"]["refused"]
+    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
+    assert answered, doc["turns"]
+    reported = [t for t in answered if t["agent_reported"]]
+    assert reported, "pipecat's tracing reported no turn"
+    for turn in reported:
+        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
+        assert turn["heard_minus_reported_ms"] == pytest.approx(
+            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+    check = subprocess.run([sys.executable, "-m", "voice_llm", "check", str(out)], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:]
