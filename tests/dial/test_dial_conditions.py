@@ -255,6 +255,14 @@ def test_an_agent_that_clears_its_own_reply_is_a_false_barge_in(tmp_path: Path) 
     assert doc["summary"]["false_barge_ins"] == 1
     heard = first["heard"]
     assert heard["last_sound_ms"] - heard["first_sound_ms"] < 800  # the 1 s reply was cut
+    found = results(tmp_path)
+    assert found["check_false_barge_ins"].status == PASS, found["check_false_barge_ins"].detail
+    assert not {n: r.detail for n, r in found.items() if r.status == FAIL}
+    # hidden: the clear is in the log, the count says none
+    first["false_barge_in"], first["false_barge_in_at"] = False, None
+    doc["summary"]["false_barge_ins"] = 0
+    (tmp_path / "dial.json").write_text(json.dumps(doc))
+    assert "counts no false barge-in" in failed(tmp_path)["check_false_barge_ins"]
 
 
 def test_a_reply_that_stops_and_resumes_without_the_caller_is_a_false_barge_in(tmp_path: Path) -> None:
@@ -266,6 +274,11 @@ def test_a_reply_that_stops_and_resumes_without_the_caller_is_a_false_barge_in(t
     assert doc["turns"][0]["false_barge_in"] and found["kind"] == "stopped"
     assert found["resumed_ms"] - found["silent_ms"] >= 200.0
     assert doc["summary"]["false_barge_ins"] == 1
+    checked = results(tmp_path)
+    assert checked["check_false_barge_ins"].status == PASS, checked["check_false_barge_ins"].detail
+    found["resumed_ms"] += 100.0  # a resumption the recording does not show
+    (tmp_path / "dial.json").write_text(json.dumps(doc))
+    assert "resumes at" in failed(tmp_path)["check_false_barge_ins"]
 
 
 def test_a_caller_barge_in_is_no_false_barge_in(tmp_path: Path) -> None:
@@ -276,3 +289,4 @@ def test_a_caller_barge_in_is_no_false_barge_in(tmp_path: Path) -> None:
     doc = read_json(tmp_path / "dial.json")
     assert doc["turns"][0]["barge_in"]["cleared_ms"] is not None
     assert [t["false_barge_in"] for t in doc["turns"]] == [False, False] and doc["summary"]["false_barge_ins"] == 0
+    assert results(tmp_path)["check_false_barge_ins"].status == PASS

@@ -1002,3 +1002,69 @@ def check_target(out: RunFolder | Any) -> str:
                                              f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms target", missed)
     return unless_missed(f"median {median:.0f} ms, p90 {p90:.0f} ms over {len(gaps)} turns (target "
                          f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms)", missed)
+
+
+def check_false_barge_ins(out: RunFolder | Any) -> str:
+    """Law: the false barge-ins dial.json counts (the agent cut its own reply with no caller speech: a clear that
+    dropped audio, or the heard reply stopping for 200 ms and sounding again, inside a turn's reply before the next
+    line's speech start; settings.false_barge_in_rule) are on the files, and none is missing: each `clear` stated
+    is a clear in the event log at that time, after the reply's first audio arrived and before the next line's
+    speech start; each stop stated is re-measured on call.wav (silent from then for at least 200 ms, sounding again
+    at the resumption, within a frame); every clear in the log that dropped audio inside a turn's reply with no
+    caller line sounding is one stated (an agent that cuts itself cannot hide it); summary.false_barge_ins counts
+    the turns. The caller's speech is its lines' true spans (caller.speech_start_ms .. speech_end_ms)."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    turns = doc["turns"]
+    if not any("false_barge_in" in t for t in turns):
+        raise NotCheckable("dial.json counts no false barge-ins (written before line conditions)")
+    rows = _events(folder, doc)
+    frame = _frame_ms(doc)
+    arrivals = [_t(r, n) for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "media"]
+    clears = [(_t(r, n), _num(r.get("dropped_ms", 0), f"events line {n} dropped_ms"))
+              for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "clear"]
+    spans = [(_must(_obj(t, "caller", w), "speech_start_ms", f"{w} caller"),
+              _must(_obj(t, "caller", w), "speech_end_ms", f"{w} caller")) for w, t in _turns(doc)]
+    call = None
+    counted, lines = 0, []
+    for position, (where, turn) in enumerate(_turns(doc)):
+        flag, at = turn.get("false_barge_in"), _part(turn, "false_barge_in_at", where)
+        _require(isinstance(flag, bool) and flag == (at is not None),
+                 f"{where}: false_barge_in {flag!r} but false_barge_in_at {at!r}")
+        end = spans[position][1]
+        limit = spans[position + 1][0] if position + 1 < len(spans) else math.inf
+        reply = next((t for t in arrivals if t >= end), None)
+        silent = [(reply, t) for t, dropped in clears if reply is not None and reply <= t < limit and dropped > 0
+                  and not any(s < t and e > reply for s, e in spans)]
+        if at is None:
+            _require(not silent, f"{where}: a clear at {silent[0][1] if silent else 0:.1f} ms dropped the reply's "
+                                 "audio with no caller speech, and dial.json counts no false barge-in")
+            continue
+        counted += 1
+        kind = at.get("kind")
+        if kind == "clear":
+            t = _must(at, "t_ms", f"{where} false_barge_in_at")
+            _require(any(abs(t - c) <= TOLERANCE_MS for _, c in silent),
+                     f"{where}: a false barge-in by a clear at {t} ms, no clear then cut the reply with the caller silent")
+        elif kind == "stopped":
+            call = call or recording(folder, doc)
+            stop = _must(at, "silent_ms", f"{where} false_barge_in_at")
+            resumed = _must(at, "resumed_ms", f"{where} false_barge_in_at")
+            _require(resumed - stop >= _silent_run(doc) - frame and resumed < limit,
+                     f"{where}: heard silent {stop}..{resumed} ms: not a {_silent_run(doc):g} ms stop inside the reply")
+            floor = _floors(doc)[1]
+            again = first_sound(call.right, floor, call.at(stop), call.frames)
+            _require(again is not None and abs(call.ms(again) - resumed) <= frame,
+                     f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
+                     f"{call.ms(again) if again is not None else 'never'}")
+            _require(not any(s < resumed and e > stop for s, e in spans),
+                     f"{where}: a stop at {stop} ms while the caller spoke: no false barge-in")
+        else:
+            raise CheckFailed(f"{where}: false_barge_in_at.kind {kind!r} is neither 'clear' nor 'stopped'")
+        lines.append(f"{where}: {kind} at {at.get('t_ms', at.get('silent_ms'))} ms")
+    summary = _obj(doc, "summary")
+    _require(summary.get("false_barge_ins") == counted,
+             f"summary.false_barge_ins {summary.get('false_barge_ins')!r}, the turns count {counted}")
+    if not counted:
+        return f"no false barge-in: {len(clears)} clear{'s' if len(clears) != 1 else ''}, none cut a reply with the caller silent"
+    return f"{counted} false barge-in{'s' if counted != 1 else ''}: {'; '.join(lines)}"
