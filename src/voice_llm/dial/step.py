@@ -230,6 +230,12 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
         group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
                            metavar="LIST", help="turns whose reply the caller cuts into (default 3, with "
                                                 "--caller-audio its barge-in.txt if any; 'none')")
+        group.add_argument("--loss", type=_loss, default=0.0, metavar="PCT",
+                           help="frames lost on the line, both ways, seeded (0-100 %%; default 0)")
+        group.add_argument("--seed", type=flags.non_negative_int, default=1, metavar="N",
+                           help="the seed of the line's losses (default 1)")
+        group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
+                           help="the heard audio back into the caller's uplink 60 ms later at DB (default off)")
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
