@@ -74,17 +74,24 @@ def test_the_codec_belongs_to_a_pcm_line() -> None:
 
 def test_a_pcm_line_of_mulaw_bytes(tmp_path: Path) -> None:
     """--protocol pcm --codec mulaw: one byte a sample in binary frames at the line's rate (160 bytes per 20 ms at
-    8 kHz), heard as the agent sent it."""
-    with FakeAgent([Reply(120, 300)], protocol="pcm", rate=8000, codec="mulaw") as agent:
-        dial_step(context(tmp_path), fast_options(protocol="pcm", rate=8000, codec="mulaw"), agent.url,
-                  caller=tones(1))
+    8 kHz), heard as the agent sent it, less what the line lost (--loss 20 on a pcm line: frames numbered by their
+    tick in the events, never sent)."""
+    with FakeAgent([Reply(120, 600)], protocol="pcm", rate=8000, codec="mulaw") as agent:
+        dial_step(context(tmp_path), fast_options(protocol="pcm", rate=8000, codec="mulaw", loss_pct=20.0, seed=2),
+                  agent.url, caller=tones(1))
     doc = read_json(tmp_path / "dial.json")
     assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == ("pcm", "mulaw", 8000)
-    down = [r for r in rows(tmp_path) if r.get("dir") == "down" and r["event"] == "media"]
+    log = rows(tmp_path)
+    down = [r for r in log if r.get("dir") == "down" and r["event"] == "media"]
     assert down and all(r["bytes"] == r["samples"] == 80 for r in down)  # the fake agent's 10 ms chunks
-    heard = doc["turns"][0]["heard"]
-    assert heard["last_sound_ms"] - heard["first_sound_ms"] == pytest.approx(300.0, abs=1.0)
+    up = [r for r in log if r.get("dir") == "up"]
+    assert [r["frame"] for r in up] == list(range(len(up))) and doc["line"]["lost_up_frames"] > 0
+    assert agent.frames == sum(r["event"] == "media" for r in up) == len(up) - doc["line"]["lost_up_frames"]
+    _, right = channels(tmp_path)
+    heard = int((np.abs(right.astype(np.int32)) > doc["floor"]["heard"]).sum())
+    assert heard / 8.0 == pytest.approx(600.0 - doc["playout"]["lost_ms"], abs=0.2)
     assert not failed(tmp_path)
+    assert results(tmp_path)["check_uplink"].status == PASS
 
 
 # --- loss -----------------------------------------------------------------------------------------------------
