@@ -9,7 +9,8 @@ frames), "flood" (answers with ``flood_s`` of audio at once), "garbage" (a text 
 "bad_base64" (a media payload that is not base64), "odd_pcm" (a PCM frame of an odd byte count), "binary" (a binary
 frame on a Twilio line), "self_clear" (clears its own reply ``self_clear_ms`` after sending it, the caller
 silent: a false barge-in), "pause" (sends each reply in two halves, the second ``pause_ms`` after the first half
-has played: a reply that stops and resumes without caller speech).
+has played: a reply that stops and resumes without caller speech), "gap_inside" (a ``pause_ms`` silence inside the
+reply's audio, all sent at once: a pause, not a stop).
 """
 
 from __future__ import annotations
@@ -214,6 +215,9 @@ class FakeAgent:
         burst_ms = self.flood_s * 1000.0 if self.mode == "flood" else reply.burst_ms
         chunk = self.line.rate // 100  # 10 ms
         audio = square(burst_ms, self.rate)
+        if self.mode == "gap_inside":  # a pause inside the audio sent (digital silence), all sent at once
+            half = square(burst_ms / 2, self.rate)
+            audio = np.concatenate([half, np.zeros(int(self.pause_ms * self.rate / 1000), np.int16), half])
         pieces = [audio[i:i + chunk] for i in range(0, len(audio), chunk)]
         if self.mode == "pause":  # the first half at once; the second pause_ms after the first has played
             half = len(pieces) // 2

@@ -272,6 +272,18 @@ def test_a_reply_that_stops_and_resumes_without_the_caller_is_a_false_barge_in(t
     assert "resumes at" in failed(tmp_path)["check_false_barge_ins"]
 
 
+def test_a_pause_inside_the_agents_audio_is_no_false_barge_in(tmp_path: Path) -> None:
+    """The same silence at the ear, but inside the audio the agent sent at once (the buffer never ran dry): the
+    agent did not stop, so no false barge-in."""
+    with FakeAgent([Reply(120, 400)], mode="gap_inside", pause_ms=350) as agent:
+        dial_step(context(tmp_path), fast_options(reply_end_ms=700.0), agent.url, caller=tones(1))
+    doc = read_json(tmp_path / "dial.json")
+    heard = doc["turns"][0]["heard"]
+    assert heard["last_sound_ms"] - heard["first_sound_ms"] == pytest.approx(750.0, abs=1.0)  # the pause was heard
+    assert doc["turns"][0]["false_barge_in"] is False and doc["summary"]["false_barge_ins"] == 0
+    assert results(tmp_path)["check_false_barge_ins"].status == PASS
+
+
 def test_a_caller_barge_in_is_no_false_barge_in(tmp_path: Path) -> None:
     caller = Caller((tone_line(1, 200, 8000), tone_line(2, 300, 8000)), None, "test tones", "clinic")
     with FakeAgent([Reply(120, 1500, "m1"), Reply(120, 300, "m2")]) as agent:

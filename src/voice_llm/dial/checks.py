@@ -1006,8 +1006,8 @@ def check_target(out: RunFolder | Any) -> str:
 
 def check_false_barge_ins(out: RunFolder | Any) -> str:
     """Law: the false barge-ins dial.json counts (the agent cut its own reply with no caller speech: a clear that
-    dropped audio, or the heard reply stopping for 200 ms and sounding again, inside a turn's reply before the next
-    line's speech start; settings.false_barge_in_rule) are on the files, and none is missing: each `clear` stated
+    dropped audio, or the agent's audio stopping (the playout buffer ran dry, a `playout_idle`) with the heard reply
+    silent for 200 ms and sounding again, inside a turn's reply before the next line's speech start; settings.false_barge_in_rule) are on the files, and none is missing: each `clear` stated
     is a clear in the event log at that time, after the reply's first audio arrived and before the next line's
     speech start; each stop stated is re-measured on call.wav (silent from then for at least 200 ms, sounding again
     at the resumption, within a frame); every clear in the log that dropped audio inside a turn's reply with no
@@ -1057,6 +1057,11 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
             _require(again is not None and abs(call.ms(again) - resumed) <= frame,
                      f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
                      f"{call.ms(again) if again is not None else 'never'}")
+            idles = [_int(r["frame"], f"events line {n} frame") * frame if "frame" in r else _t(r, n)
+                     for n, r in enumerate(rows, 1) if r.get("event") == "playout_idle"]
+            _require(any(stop - frame - TOLERANCE_MS <= t <= resumed for t in idles),
+                     f"{where}: a stop at {stop} ms, but the playout buffer did not run dry then (a pause inside the "
+                     "agent's audio is no stop)")
             _require(not any(s < resumed and e > stop for s, e in spans),
                      f"{where}: a stop at {stop} ms while the caller spoke: no false barge-in")
         else:

@@ -354,12 +354,13 @@ def _caller_silent(speech: Sequence[tuple[int, int]], start: int, end: int) -> b
 
 
 def _false_barge_in(heard: Heard, clears: Sequence[tuple[float, float]], arrivals: Sequence[float],
-                    speech: Sequence[tuple[int, int]], end: int, next_start: int, first: int | None, hold: int,
-                    rate: int) -> dict[str, Any] | None:
+                    idles: Sequence[float], speech: Sequence[tuple[int, int]], end: int, next_start: int,
+                    first: int | None, hold: int, rate: int, frame_ms: float) -> dict[str, Any] | None:
     """The agent cut its own reply while the caller was silent (issue 29 item 4; FALSE_BARGE_IN_RULE), inside this
     turn's reply: from the first audio that arrived after the caller's speech end (the reply on the line) to the
-    next line's speech start. Either a `clear` that dropped audio, or the heard reply stopping for ``hold``
-    (200 ms) and sounding again, with no caller speech from the reply's start to the cut (the caller's speech is
+    next line's speech start. Either a `clear` that dropped audio, or the agent's audio stopping (the playout
+    buffer ran dry: ``idles``, the call-clock times of the frames after which it did; a pause inside the audio it
+    sent is not a stop) with the heard channel silent for ``hold`` (200 ms) and sounding again, with no caller speech from the reply's start to the cut (the caller's speech is
     its lines' true spans: an echo of the agent is no caller speech). A clear caused by the next line comes after
     its speech start: the barge-in's, not this."""
     end_ms = end * 1000.0 / rate
@@ -377,7 +378,8 @@ def _false_barge_in(heard: Heard, clears: Sequence[tuple[float, float]], arrival
         return None
     for i in np.flatnonzero(np.diff(loud) - 1 >= hold):
         stop, resumed = int(loud[i]) + 1, int(loud[i + 1])
-        if _caller_silent(speech, first, resumed + 1):
+        ran_dry = any(stop * 1000.0 / rate - frame_ms - 1e-6 <= t <= resumed * 1000.0 / rate for t in idles)
+        if ran_dry and _caller_silent(speech, first, resumed + 1):
             return {"kind": "stopped", "silent_ms": ms(stop, rate), "resumed_ms": ms(resumed, rate)}
     return None
 
@@ -393,6 +395,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
     clears = [e["t_ms"] for e in log.events if e.get("event") == "clear"]
     clears_dropped = [(e["t_ms"], e.get("dropped_ms") or 0.0) for e in log.events if e.get("event") == "clear"]
     arrivals = [e["t_ms"] for e in log.events if e.get("dir") == "down" and e.get("event") == "media"]
+    frame_ms = log.settings.line.frame_ms
+    idles = [e["frame"] * frame_ms for e in log.events if e.get("event") == "playout_idle"]
     rows: list[dict[str, Any]] = []
     turns = log.turns
     speech = [(t.offset_tick * frame + log.lines[t.index - 1].start, t.offset_tick * frame + log.lines[t.index - 1].end)
@@ -452,8 +456,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             "agent_reported": None, "heard_minus_reported_ms": None, "agent_breakdown": None,
             "wer": None,
         })
-        rows[-1]["false_barge_in_at"] = _false_barge_in(heard, clears_dropped, arrivals, speech, end, next_start,
-                                                        first, hold, rate)
+        rows[-1]["false_barge_in_at"] = _false_barge_in(heard, clears_dropped, arrivals, idles, speech, end,
+                                                        next_start, first, hold, rate, frame_ms)
         rows[-1]["false_barge_in"] = rows[-1]["false_barge_in_at"] is not None
         unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
                               "reported by the agent")
