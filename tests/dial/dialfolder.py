@@ -204,6 +204,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
             "agent_breakdown": _breakdown(latency) if reported is not None else None,
             "agent_transcript": AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
             "wer": wer(SCRIPTS[i % len(SCRIPTS)], AGENT_HEARD[i % len(AGENT_HEARD)]).as_dict() if plan.otlp else None,
+            "false_barge_in": False, "false_barge_in_at": None,
         }
         if barge:
             turn["barge_in"] = {"onset_ms": None, "heard_silent_ms": heard_end, "heard_after_onset_ms": None,
@@ -276,7 +277,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         "summary": {"heard_gap_ms": {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": len(gaps)},
                     "barge_in_heard_after_onset_ms": {"median": stats.median(barges) if barges else None,
                                                       "n": len(barges)},
-                    "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)}},
+                    "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)},
+                    "false_barge_ins": 0},
         "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl",
                   "caller_wavs": [t["caller_wav"] for t in turns], "otlp": otlp_files},
         "otlp": {"listen": "127.0.0.1:4318", "bodies": len(otlp_files), "spans": 4 * n_turns, "refused": [],

@@ -7,7 +7,10 @@ the dialer heard with what the agent really did (its actual delay, not the inten
 Misbehaviours for the failure paths: ``mode`` = "silent" (never answers), "close" (hangs up after ``close_after``
 frames), "flood" (answers with ``flood_s`` of audio at once), "garbage" (a text frame that is not JSON),
 "bad_base64" (a media payload that is not base64), "odd_pcm" (a PCM frame of an odd byte count), "binary" (a binary
-frame on a Twilio line).
+frame on a Twilio line), "self_clear" (clears its own reply ``self_clear_ms`` after sending it, the caller
+silent: a false barge-in), "pause" (sends each reply in two halves, the second ``pause_ms`` after the first half
+has played: a reply that stops and resumes without caller speech), "gap_inside" (a ``pause_ms`` silence inside the
+reply's audio, all sent at once: a pause, not a stop).
 """
 
 from __future__ import annotations
@@ -66,9 +69,14 @@ class FakeAgent:
     received: list[str] = field(default_factory=list)  # the events of the caller's text messages, in order
     otlp: str | None = None  # http://HOST:PORT: each reply's invoke_agent span (its delay as the reported latency)
     port: int = 0
+    codec: str = wire.PCM16  # a pcm line's codec
+    loud: int = LOUD  # above this a caller frame is speech (raised for an echo the agent must not take as speech)
+    self_clear_ms: float = 100.0
+    pause_ms: float = 300.0
+    media_numbers: list[tuple[int, int, int]] = field(default_factory=list)  # (sequenceNumber, chunk, timestamp)
 
     def __post_init__(self) -> None:
-        self.line = wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate)
+        self.line = wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate, self.codec)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server = None
@@ -157,13 +165,15 @@ class FakeAgent:
             if event != "media":
                 return
             samples = wire.decode(self.line, base64.b64decode(parsed["media"]["payload"]))
+            self.media_numbers.append((int(parsed["sequenceNumber"]), int(parsed["media"]["chunk"]),
+                                       int(parsed["media"]["timestamp"])))
         else:
             samples = wire.decode(self.line, message)
         self.frames += 1
         if self.mode == "close" and self.frames >= self.close_after:
             await self.ws.close(1000, "bye")
             return
-        loud = int(np.abs(samples.astype(np.int32)).max()) > LOUD
+        loud = int(np.abs(samples.astype(np.int32)).max()) > self.loud
         if loud:
             if not self.speaking and self.pending_marks and self.protocol == wire.TWILIO:
                 # the caller talks over audio that may still be playing: clear it (barge-in)
@@ -205,7 +215,16 @@ class FakeAgent:
         burst_ms = self.flood_s * 1000.0 if self.mode == "flood" else reply.burst_ms
         chunk = self.line.rate // 100  # 10 ms
         audio = square(burst_ms, self.rate)
+        if self.mode == "gap_inside":  # a pause inside the audio sent (digital silence), all sent at once
+            half = square(burst_ms / 2, self.rate)
+            audio = np.concatenate([half, np.zeros(int(self.pause_ms * self.rate / 1000), np.int16), half])
         pieces = [audio[i:i + chunk] for i in range(0, len(audio), chunk)]
+        if self.mode == "pause":  # the first half at once; the second pause_ms after the first has played
+            half = len(pieces) // 2
+            for piece in pieces[:half]:
+                await self.ws.send(self._media(piece))
+            await asyncio.sleep((half * 10.0 + self.pause_ms) / 1000.0)
+            pieces = pieces[half:]
         for piece in pieces:
             await self.ws.send(self._media(piece))
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
@@ -214,6 +233,11 @@ class FakeAgent:
         if reply.mark and self.protocol == wire.TWILIO:
             self.pending_marks.add(reply.mark)
             await self.ws.send(wire.agent_mark(self.sid, reply.mark))
+        if self.mode == "self_clear" and turn == 1:  # the agent cuts its own reply: no caller speech caused it
+            await asyncio.sleep(self.self_clear_ms / 1000.0)
+            await self.ws.send(wire.clear(self.sid))
+            self.clears.append(time.perf_counter())
+            self.pending_marks.clear()
 
 
 def _epoch_ns(perf: float) -> int:

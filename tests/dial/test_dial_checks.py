@@ -386,3 +386,16 @@ def test_a_line_that_talks_over_the_reply_fails(call: Path) -> None:
     save(call, doc)
     found = failed(call)
     assert "before turn 1's reply ended" in found["check_schedule"] and "check_heard_gaps" in found
+
+
+def test_a_false_barge_in_not_on_the_files_fails(call: Path) -> None:
+    """A false barge-in stated for turn 1 by a clear the event log does not have; a count that is not the turns'."""
+    doc = load(call)
+    doc["turns"][0]["false_barge_in"] = True
+    doc["turns"][0]["false_barge_in_at"] = {"kind": "clear", "t_ms": 3000.0, "dropped_ms": 500.0}
+    doc["summary"]["false_barge_ins"] = 1
+    save(call, doc)
+    assert "no clear then cut the reply" in failed(call)["check_false_barge_ins"]
+    doc["turns"][0]["false_barge_in"], doc["turns"][0]["false_barge_in_at"] = False, None
+    save(call, doc)
+    assert "summary.false_barge_ins 1, the turns count 0" in failed(call)["check_false_barge_ins"]

@@ -36,6 +36,7 @@ _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for s
     ("dial: uplink sequence numbers, chunks and timestamps continuous", "check_uplink"),
     ("dial: nothing heard before it arrived; every clear honoured within a frame", "check_clears"),
     ("dial: marks echoed only after their audio played, or on a clear", "check_marks"),
+    ("dial: false barge-ins (the agent cut itself, the caller silent) counted from the files", "check_false_barge_ins"),
     ("dial: summary recomputed from the turns", "check_summary"),
     ("dial: WER recomputed from the agent's transcripts", "check_wer"),
     ("dial: heard minus agent-reported within the line's jitter + 2 frames", "check_agent_reported"),

@@ -39,7 +39,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from voice_llm import __version__
 from voice_llm.errors import VoiceLLMError
-from voice_llm.line import wire
+from voice_llm.line import conditions, wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
 from voice_llm.dial.caller import CallerLine
 from voice_llm.speech.caller import FLOOR_MIN
@@ -80,6 +80,11 @@ class CallSettings:
     # the live decisions (has the reply started, has it ended) use the floor's minimum: the heard channel's own
     # floor (speech.caller.noise_floor of the whole channel) is only known after the call, and is measured then
     live_floor: int = FLOOR_MIN
+    # line conditions (voice_llm.line.conditions): frames lost both ways (seeded), a speakerphone's echo
+    loss_pct: float = 0.0
+    seed: int = 1
+    echo_db: float | None = None
+    echo_delay_ms: float = conditions.ECHO_DELAY_MS
 
     @property
     def reply_wait(self) -> float:
@@ -116,6 +121,9 @@ class CallLog:
     left: list[np.ndarray] = field(default_factory=list)  # frames sent
     right: list[np.ndarray] = field(default_factory=list)  # frames heard
     playout: dict[str, Any] = field(default_factory=dict)
+    lost_up_frames: int = 0  # uplink frames lost in transit (numbered, never sent)
+    lost_down_frames: int = 0  # 20 ms units of received audio removed before the playout buffer
+    lost_down_samples: int = 0
     error: DialError | None = None
     hung_up_by_caller: bool = False
     interrupted: bool = False  # Ctrl-C or SIGTERM: the step keeps the partial call, then stops as interrupted
@@ -181,6 +189,13 @@ class _Call:
         self.rx_cost = 0.0
         self.done = False
         self.twilio = self.line.protocol == wire.TWILIO
+        self.up_loss = conditions.Loss(settings.loss_pct, settings.seed, conditions.UP)
+        self.down_loss = conditions.DownlinkLoss(settings.loss_pct, settings.seed, self.frame_samples)
+        self._last_lost_down = -1
+        self.echo_delay = round(settings.echo_delay_ms * self.line.rate / 1000)
+        if settings.echo_db is not None and self.echo_delay < self.frame_samples:
+            raise DialError(f"an echo {settings.echo_delay_ms:g} ms late would be heard before it is played: at least "
+                            f"one frame ({self.line.frame_ms} ms)")
         self.log.stream_sid = "MZ" + secrets.token_hex(16)
         self.log.call_sid = "CA" + secrets.token_hex(16)
         self.account_sid = "AC" + "0" * 32
@@ -223,15 +238,23 @@ class _Call:
 
     async def send_media(self, frame: np.ndarray, tick: int) -> None:
         payload = wire.encode(self.line, frame)
+        # A frame lost in transit was numbered by the sender: the agent sees the gap in sequenceNumber, chunk and
+        # timestamp (Twilio) or in time (pcm). The events say where (checks.check_uplink accepts only those gaps).
+        lost = self.up_loss.lost(tick)
+        if lost:
+            self.log.lost_up_frames += 1
         if self.twilio:
             self.chunk += 1
             seq = self._next_seq()
-            await self.ws.send(wire.caller_media(seq, self.log.stream_sid, self.chunk, tick * self.line.frame_ms,
-                                                 payload))
-            self.event(dir="up", event="media", seq=seq, chunk=self.chunk, timestamp=tick * self.line.frame_ms)
+            if not lost:
+                await self.ws.send(wire.caller_media(seq, self.log.stream_sid, self.chunk,
+                                                     tick * self.line.frame_ms, payload))
+            self.event(dir="up", event="lost" if lost else "media", seq=seq, chunk=self.chunk,
+                       timestamp=tick * self.line.frame_ms)
         else:
-            await self.ws.send(payload)
-            self.event(dir="up", event="media", frame=tick)
+            if not lost:
+                await self.ws.send(payload)
+            self.event(dir="up", event="lost" if lost else "media", frame=tick)
 
     async def echo_marks(self, names: Sequence[str], queued: dict[str, tuple[float, float]]) -> None:
         for name in names:
@@ -302,6 +325,13 @@ class _Call:
 
     def push(self, samples: np.ndarray, size: int) -> None:
         self.event(dir="down", event="media", bytes=size, samples=len(samples))
+        samples, lost = self.down_loss.take(samples)
+        for index, count in lost:  # removed from what the playout buffer receives, per 20 ms of received audio
+            self.event(dir="down", event="lost", frame=index, samples=count)
+            self.log.lost_down_samples += count
+            if index != self._last_lost_down:
+                self.log.lost_down_frames += 1
+                self._last_lost_down = index
         dropped = self.playout.push(samples)
         if dropped:
             cap = self.s.cap_s
@@ -387,6 +417,8 @@ class _Call:
             self.log.late_frames += 1
         self.log.max_late_ms = max(self.log.max_late_ms, late_s * 1000.0)
         up = self.uplink(k)
+        if self.s.echo_db is not None:
+            up = self.with_echo(up, k)
         await self.send_media(up, k)
         popped = self.playout.pop()
         if popped.started:
@@ -403,6 +435,22 @@ class _Call:
         self.advance(k, popped.frame)
         self.log.cost_ms.append((time.perf_counter() - started + self.rx_cost) * 1000.0)
         self.rx_cost = 0.0
+
+    def with_echo(self, said: np.ndarray, k: int) -> np.ndarray:
+        """Tick k's uplink frame with the heard audio of ``echo_delay`` samples earlier mixed in (already played:
+        the delay is at least a frame), through the line's codec: the samples the agent decodes, and the recording's
+        left channel (what was sent on the line)."""
+        fs = self.frame_samples
+        start = k * fs - self.echo_delay
+        heard = np.zeros(fs, np.int16)
+        if start + fs > 0:
+            first, last = max(0, start) // fs, (start + fs - 1) // fs
+            window = np.concatenate(self.log.right[first:last + 1])
+            lo = max(0, start) - first * fs
+            piece = window[lo:lo + fs - max(0, -start)]
+            heard[fs - len(piece):] = piece
+        mixed = conditions.echo_mix(said, heard, self.s.echo_db)  # type: ignore[arg-type]
+        return wire.decode(self.line, wire.encode(self.line, mixed))
 
     async def run(self) -> CallLog:
         self.queued: dict[str, tuple[float, float]] = {}
@@ -462,6 +510,8 @@ class _Call:
             "dropped_ms": round(counts.dropped_samples * 1000.0 / rate, 3),
             "cleared_ms": round(counts.cleared_samples * 1000.0 / rate, 3),
             "marks_returned": counts.marks_returned, "clears": counts.clears,
+            "lost_frames": self.log.lost_down_frames,
+            "lost_ms": round(self.log.lost_down_samples * 1000.0 / rate, 3),
             "late_frames": self.log.late_frames, "max_late_ms": round(self.log.max_late_ms, 3),
         }
 

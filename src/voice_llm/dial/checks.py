@@ -32,6 +32,7 @@ from voice_llm.checks.base import CheckFailed, NotCheckable, expect, unless_miss
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
+from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
 from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span, noise_floor
 from voice_llm.speech.wer import wer as word_errors
@@ -47,9 +48,11 @@ SILENT_RUN_MS = 200.0  # LINE.md: a barge-in's heard silence is the first moment
 MOUTH_TO_EAR_TARGET_MS = 1200.0  # issue 27: target median at a 300 ms endpoint
 DIALER_COST_MS = 2.0  # issue 27: the dialer's own cost per frame, median
 LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this many frames before it is a finding
-PROTOCOLS = {"twilio": ("mulaw", 8000), "pcm": ("pcm16", None)}  # protocol -> (codec, the only rate, if fixed)
-UP_EVENTS = {"connected", "start", "media", "mark", "stop"}
-DOWN_EVENTS = {"media", "mark", "clear", "bad"}
+# protocol -> (its codecs, the only rate, if fixed): Twilio Media Streams are 8 kHz mu-law only; a pcm line carries
+# 16-bit PCM or mu-law bytes (--codec) at its --rate
+PROTOCOLS = {"twilio": (("mulaw",), 8000), "pcm": (("pcm16", "mulaw"), None)}
+UP_EVENTS = {"connected", "start", "media", "lost", "mark", "stop"}  # lost: a frame numbered, lost in transit
+DOWN_EVENTS = {"media", "lost", "mark", "clear", "bad"}  # lost: received audio removed before the playout buffer
 PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line"}  # caller_line: a line starts (its frame)
 NOT_REPORTED = "agent's own numbers not reported"
 
@@ -252,9 +255,11 @@ class Measured:
     last_sound: int | None
 
 
-def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> list[Measured]:
+def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
+            wavs: Sequence[np.ndarray] | None = None) -> list[Measured]:
     """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
-    left, above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
+    left (with an echo on the line the left channel also holds the heard audio: the speech is then the caller
+    WAV's own, ``wavs``, which check_recording proves lies under the echo at its offset), above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
     speech start (what sounds later answers, or is cut by, the next line), and the reply's last sound: before the
     next line's start, or, on a barge-in, before the heard silence after the onset (the reply plays on under the
     caller until the buffer runs dry or is cleared)."""
@@ -263,7 +268,9 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> 
     for (where, turn), length in zip(_turns(doc), lengths):
         offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
         at = call.at(offset)
-        span = audible_span(call.left[at:at + length], line_floor(doc, turn, where))
+        said = wavs[len(spans)] if wavs is not None and _line(doc).get("echo_db") is not None else \
+            call.left[at:at + length]
+        span = audible_span(said, line_floor(doc, turn, where))
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
     hold = round(_silent_run(doc) * call.rate / 1000)
@@ -308,8 +315,9 @@ def check_values(out: RunFolder | Any) -> str:
     line = _line(doc)
     protocol = line.get("protocol")
     _require(protocol in PROTOCOLS, f"line.protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
-    codec, fixed_rate = PROTOCOLS[protocol]
-    _require(line.get("codec") == codec, f"line.codec {line.get('codec')!r} on a {protocol} line (it carries {codec})")
+    codecs, fixed_rate = PROTOCOLS[protocol]
+    _require(line.get("codec") in codecs, f"line.codec {line.get('codec')!r} on a {protocol} line (it carries "
+                                          f"{' or '.join(codecs)})")
     rate, frame = _rate(doc), _frame_ms(doc)
     _require(fixed_rate is None or rate == fixed_rate, f"line.rate {rate} on a {protocol} line (it carries {fixed_rate} Hz)")
     samples = rate * frame / 1000.0
@@ -319,7 +327,14 @@ def check_values(out: RunFolder | Any) -> str:
     loss = _num(line.get("loss_pct", 0), "line.loss_pct")
     _require(0 <= loss <= 100, f"line.loss_pct {loss} is not a share of frames (0..100)")
     if line.get("echo_db") is not None:
-        _num(line.get("echo_db"), "line.echo_db")
+        echo = _num(line.get("echo_db"), "line.echo_db")
+        _require(echo <= 0, f"line.echo_db {echo} is a gain, not an echo's attenuation")
+        delay = _num(line.get("echo_delay_ms"), "line.echo_delay_ms")
+        _require(delay >= frame, f"line.echo_delay_ms {delay}: an echo earlier than a frame is heard before it played")
+    for key in ("lost_up_frames", "lost_down_frames"):
+        if line.get(key) is not None:
+            lost = _int(line.get(key), f"line.{key}")
+            _require(loss > 0 or lost == 0, f"line.{key} {lost} on a line without loss (loss_pct 0)")
     for channel, floor in zip(("caller", "heard"), _floors(doc)):
         _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"floor.{channel} {floor} is outside the floor rule's "
                                                   f"{FLOOR_MIN}..{FLOOR_MAX} (speech.caller.noise_floor)")
@@ -453,9 +468,6 @@ def check_recording(out: RunFolder | Any) -> str:
     _require(call.frames % samples == 0, f"call.wav holds {call.frames} samples, not whole {samples}-sample frames")
     frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
     _require(call.frames // samples == frames, f"call.wav holds {call.frames // samples} frames, playout.frames {frames}")
-    if _line(doc).get("echo_db") is not None:
-        raise NotCheckable("the line adds the heard audio back into the caller's channel as echo: the caller channel "
-                           "is not the caller WAVs alone")
     heard_floor = _floors(doc)[1]
     _require(heard_floor == noise_floor(call.right), f"floor.heard {heard_floor}, but the floor rule on call.wav's heard "
                                                      f"channel gives {noise_floor(call.right)}")
@@ -483,14 +495,41 @@ def check_recording(out: RunFolder | Any) -> str:
                      f"{where}: caller.{key} {stated} ms, but {turn['caller_wav']}'s "
                      f"{'first' if key == 'speech_start_ms' else 'last'} sample above the floor is at "
                      f"{call.ms(at + index):.3f} ms")
+    line = _line(doc)
+    echo = None
+    if line.get("echo_db") is not None:
+        expected, echo = _with_echo(expected, call, doc)
     differ = np.flatnonzero(call.left != expected)
     if differ.size:
         first = int(differ[0])
         which = "a caller WAV" if covered[first] else "the silence between the caller's lines"
+        if echo is not None:
+            which += f" plus the heard channel {echo}"
         raise CheckFailed(f"the caller channel of call.wav differs from {which} at {call.ms(first):.3f} ms "
                           f"({differ.size} samples differ)")
+    said = (f"the {len(doc['turns'])} caller WAVs at their offsets" if echo is None else
+            f"the {len(doc['turns'])} caller WAVs at their offsets plus the heard channel {echo}")
     return (f"{frames} frames of {samples} samples at {call.rate} Hz ({call.ms(call.frames) / 1000:.1f} s); caller "
-            f"channel = the {len(doc['turns'])} caller WAVs at their offsets, sample for sample")
+            f"channel = {said}, sample for sample")
+
+
+def _with_echo(said: np.ndarray, call: Recording, doc: Mapping[str, Any]) -> tuple[np.ndarray, str]:
+    """What a speakerphone with no echo canceller sends (voice_llm.line.conditions, stated in dial.json's
+    line.conditions): the caller's samples plus the heard channel ``echo_delay_ms`` earlier times 10^(echo_db/20),
+    each echo sample rounded half to even, clipped to 16 bits, then through the line's codec once (mu-law: encoded
+    and decoded, the samples the agent gets)."""
+    line = _line(doc)
+    db = _num(line.get("echo_db"), "line.echo_db")
+    delay_ms = _num(line.get("echo_delay_ms"), "line.echo_delay_ms")
+    delay = round(delay_ms * call.rate / 1000)
+    _require(delay > 0, f"line.echo_delay_ms {delay_ms}: no delay")
+    heard = np.zeros(call.frames, np.float64)
+    heard[delay:] = call.right[:max(0, call.frames - delay)]
+    echo = np.rint(heard * (10.0 ** (db / 20.0))).astype(np.int32)
+    mixed = np.clip(said.astype(np.int32) + echo, -32768, 32767).astype(np.int16)
+    if line.get("codec") == wire.MULAW:
+        mixed = wire.mulaw_decode(wire.mulaw_encode(mixed))
+    return mixed, f"{delay_ms:g} ms earlier at {db:g} dB (the echo)"
 
 
 def check_heard_gaps(out: RunFolder | Any) -> str:
@@ -503,7 +542,8 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     doc = _doc(folder)
     call = recording(folder, doc)
     frame = _frame_ms(doc)
-    measured = measure(call, doc, [len(w) for w in caller_wavs(folder, doc)])
+    wavs = caller_wavs(folder, doc)
+    measured = measure(call, doc, [len(w) for w in wavs], wavs)
     worst, gaps = 0.0, []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
@@ -676,13 +716,18 @@ def check_uplink(out: RunFolder | Any) -> str:
     """Law: the caller's messages are numbered as Twilio numbers them: sequenceNumber +1 on every message after
     `connected`, media chunk +1 from 1 and timestamp + one frame from 0 (pcm: frame +1 from 0); one media per
     frame of call.wav; frame k is sent no earlier than its tick (t0 + k frames: absolute deadlines, never early);
-    a frame sent more than two frames after its tick was a late tick, so late_frames counts at least those."""
+    a frame sent more than two frames after its tick was a late tick, so late_frames counts at least those.
+    A frame lost on the line (--loss) was numbered by the sender and never reached the agent: the numbers skip
+    exactly there, and the event log records it (an up `lost` in the frame's place, with its numbers); any other
+    gap is a FAIL, and a lost frame on a line without loss, or a count that is not line.lost_up_frames, too."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     rows = _events(folder, doc)
     frame = _frame_ms(doc)
-    twilio = _line(doc).get("protocol") == "twilio"
-    seq, media, overdue = 0, 0, 0
+    line = _line(doc)
+    twilio = line.get("protocol") == "twilio"
+    loss = _num(line.get("loss_pct", 0), "line.loss_pct")
+    seq, media, overdue, lost = 0, 0, 0, 0
     for number, row in enumerate(rows, 1):
         if row.get("dir") != "up" or row.get("event") == "connected":
             continue
@@ -690,7 +735,10 @@ def check_uplink(out: RunFolder | Any) -> str:
             seq += 1
             _require(row.get("seq") == seq, f"events line {number} ({row.get('event')}): sequence number "
                                             f"{row.get('seq')!r}, expected {seq}")
-        if row.get("event") != "media":
+        if row.get("event") == "lost":
+            _require(loss > 0, f"events line {number}: an uplink frame lost on a line without loss (loss_pct 0)")
+            lost += 1
+        elif row.get("event") != "media":
             continue
         if twilio:
             _require(row.get("chunk") == media + 1, f"events line {number}: chunk {row.get('chunk')!r}, expected {media + 1}")
@@ -704,10 +752,13 @@ def check_uplink(out: RunFolder | Any) -> str:
         overdue += t > (media + 2) * frame
         media += 1
     frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
-    _require(media == frames, f"{media} media frames sent, playout.frames {frames} (one per tick)")
+    _require(media == frames, f"{media} media frames sent or lost, playout.frames {frames} (one per tick)")
+    stated_lost = line.get("lost_up_frames")
+    _require(stated_lost is None or stated_lost == lost, f"line.lost_up_frames {stated_lost}, the event log loses {lost}")
     late = _int(_obj(doc, "playout").get("late_frames"), "playout.late_frames")
     _require(overdue <= late, f"{overdue} frames sent more than two frames after their tick, playout.late_frames {late}")
-    return f"{media} frames, sequence numbers{', chunks and timestamps' if twilio else ''} continuous"
+    gaps = f" but for the {lost} frames the log records lost" if lost else ""
+    return f"{media} frames, sequence numbers{', chunks and timestamps' if twilio else ''} continuous{gaps}"
 
 
 def _down(rows: Sequence[Mapping[str, Any]]) -> list[tuple[float, Mapping[str, Any]]]:
@@ -727,7 +778,15 @@ def check_clears(out: RunFolder | Any) -> str:
     _, floor = _floors(doc)
     down = _down(rows)
     media = [(t, r) for t, r in down if r.get("event") == "media"]
-    received = sum(_int(r.get("samples"), "down media samples") for _, r in media)
+    lost = [r for _, r in down if r.get("event") == "lost"]
+    loss = _num(_line(doc).get("loss_pct", 0), "line.loss_pct")
+    _require(loss > 0 or not lost, "the event log removes received audio (down 'lost') on a line without loss")
+    removed = sum(_int(r.get("samples"), "down lost samples") for r in lost)
+    stated = _obj(doc, "playout").get("lost_ms")
+    _require(stated is None or abs(_num(stated, "playout.lost_ms") - removed * 1000.0 / _rate(doc)) <= TOLERANCE_MS,
+             f"playout.lost_ms {stated}, the event log removes {removed * 1000.0 / _rate(doc):.3f} ms")
+    # the playout buffer received what arrived minus what the line lost
+    received = sum(_int(r.get("samples"), "down media samples") for _, r in media) - removed
     loud = _loud(call.right, floor)
     heard = int(loud.sum())
     _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
@@ -943,3 +1002,74 @@ def check_target(out: RunFolder | Any) -> str:
                                              f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms target", missed)
     return unless_missed(f"median {median:.0f} ms, p90 {p90:.0f} ms over {len(gaps)} turns (target "
                          f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms)", missed)
+
+
+def check_false_barge_ins(out: RunFolder | Any) -> str:
+    """Law: the false barge-ins dial.json counts (the agent cut its own reply with no caller speech: a clear that
+    dropped audio, or the agent's audio stopping (the playout buffer ran dry, a `playout_idle`) with the heard reply
+    silent for 200 ms and sounding again, inside a turn's reply before the next line's speech start; settings.false_barge_in_rule) are on the files, and none is missing: each `clear` stated
+    is a clear in the event log at that time, after the reply's first audio arrived and before the next line's
+    speech start; each stop stated is re-measured on call.wav (silent from then for at least 200 ms, sounding again
+    at the resumption, within a frame); every clear in the log that dropped audio inside a turn's reply with no
+    caller line sounding is one stated (an agent that cuts itself cannot hide it); summary.false_barge_ins counts
+    the turns. The caller's speech is its lines' true spans (caller.speech_start_ms .. speech_end_ms)."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    turns = doc["turns"]
+    if not any("false_barge_in" in t for t in turns):
+        raise NotCheckable("dial.json counts no false barge-ins (written before line conditions)")
+    rows = _events(folder, doc)
+    frame = _frame_ms(doc)
+    arrivals = [_t(r, n) for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "media"]
+    clears = [(_t(r, n), _num(r.get("dropped_ms", 0), f"events line {n} dropped_ms"))
+              for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "clear"]
+    spans = [(_must(_obj(t, "caller", w), "speech_start_ms", f"{w} caller"),
+              _must(_obj(t, "caller", w), "speech_end_ms", f"{w} caller")) for w, t in _turns(doc)]
+    call = None
+    counted, lines = 0, []
+    for position, (where, turn) in enumerate(_turns(doc)):
+        flag, at = turn.get("false_barge_in"), _part(turn, "false_barge_in_at", where)
+        _require(isinstance(flag, bool) and flag == (at is not None),
+                 f"{where}: false_barge_in {flag!r} but false_barge_in_at {at!r}")
+        end = spans[position][1]
+        limit = spans[position + 1][0] if position + 1 < len(spans) else math.inf
+        reply = next((t for t in arrivals if t >= end), None)
+        silent = [(reply, t) for t, dropped in clears if reply is not None and reply <= t < limit and dropped > 0
+                  and not any(s < t and e > reply for s, e in spans)]
+        if at is None:
+            _require(not silent, f"{where}: a clear at {silent[0][1] if silent else 0:.1f} ms dropped the reply's "
+                                 "audio with no caller speech, and dial.json counts no false barge-in")
+            continue
+        counted += 1
+        kind = at.get("kind")
+        if kind == "clear":
+            t = _must(at, "t_ms", f"{where} false_barge_in_at")
+            _require(any(abs(t - c) <= TOLERANCE_MS for _, c in silent),
+                     f"{where}: a false barge-in by a clear at {t} ms, no clear then cut the reply with the caller silent")
+        elif kind == "stopped":
+            call = call or recording(folder, doc)
+            stop = _must(at, "silent_ms", f"{where} false_barge_in_at")
+            resumed = _must(at, "resumed_ms", f"{where} false_barge_in_at")
+            _require(resumed - stop >= _silent_run(doc) - frame and resumed < limit,
+                     f"{where}: heard silent {stop}..{resumed} ms: not a {_silent_run(doc):g} ms stop inside the reply")
+            floor = _floors(doc)[1]
+            again = first_sound(call.right, floor, call.at(stop), call.frames)
+            _require(again is not None and abs(call.ms(again) - resumed) <= frame,
+                     f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
+                     f"{call.ms(again) if again is not None else 'never'}")
+            idles = [_int(r["frame"], f"events line {n} frame") * frame if "frame" in r else _t(r, n)
+                     for n, r in enumerate(rows, 1) if r.get("event") == "playout_idle"]
+            _require(any(stop - frame - TOLERANCE_MS <= t <= resumed for t in idles),
+                     f"{where}: a stop at {stop} ms, but the playout buffer did not run dry then (a pause inside the "
+                     "agent's audio is no stop)")
+            _require(not any(s < resumed and e > stop for s, e in spans),
+                     f"{where}: a stop at {stop} ms while the caller spoke: no false barge-in")
+        else:
+            raise CheckFailed(f"{where}: false_barge_in_at.kind {kind!r} is neither 'clear' nor 'stopped'")
+        lines.append(f"{where}: {kind} at {at.get('t_ms', at.get('silent_ms'))} ms")
+    summary = _obj(doc, "summary")
+    _require(summary.get("false_barge_ins") == counted,
+             f"summary.false_barge_ins {summary.get('false_barge_ins')!r}, the turns count {counted}")
+    if not counted:
+        return f"no false barge-in: {len(clears)} clear{'s' if len(clears) != 1 else ''}, none cut a reply with the caller silent"
+    return f"{counted} false barge-in{'s' if counted != 1 else ''}: {'; '.join(lines)}"

@@ -19,6 +19,11 @@ from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, NOISE_FACTOR, noise_fl
 from voice_llm.util.stats import median, percentile
 
 SILENT_AFTER_MS = 200.0  # a barge-in's heard silence: the heard channel stays silent at least this long
+FALSE_BARGE_IN_RULE = ("the agent cut its own reply with no caller speech (the caller's lines' true spans; an echo "
+                       "is none) from the reply's first arrival after the caller's speech end to the cut, before the "
+                       "next line's speech start: a clear that dropped audio, or the agent's audio stopping (the "
+                       f"playout buffer ran dry) with the heard reply silent >= {SILENT_AFTER_MS:g} ms, then sounding "
+                       "again")
 
 FLOOR_RULE = (f"a sample is sound when |sample| > the channel's floor: speech.caller.noise_floor = min(max({FLOOR_MIN} "
               f"(-50.3 dBFS), {NOISE_FACTOR:g} x the peak of the channel's quietest 512-sample frame), {FLOOR_MAX} "

@@ -241,8 +241,17 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
         _barge_axes(lower, rows)
     line = style.mapping(doc.get("line"), f"{DIAL} line")
     agent = doc.get("agent") if isinstance(doc.get("agent"), Mapping) else {}
+    conditions = ""
+    if line.get("loss_pct"):
+        conditions += (f", {line.get('loss_pct'):g} % of frames lost both ways (seed {line.get('seed')}: "
+                       f"{line.get('lost_up_frames')} up, {line.get('lost_down_frames')} down)")
+    if line.get("echo_db") is not None:
+        conditions += f", speakerphone echo at {line.get('echo_db'):g} dB after {line.get('echo_delay_ms'):g} ms"
+    summary = doc.get("summary") if isinstance(doc.get("summary"), Mapping) else {}
+    if summary.get("false_barge_ins"):
+        conditions += f"; {summary['false_barge_ins']} false barge-in(s): the agent cut its own reply, the caller silent"
     setup = (f"{line.get('protocol')} line, {line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
-             f"{line.get('jitter_ms')} ms; agent {agent.get('url', 'unknown')}")
+             f"{line.get('jitter_ms')} ms{conditions}; agent {agent.get('url', 'unknown')}")
     parts = _median_parts(rows)
     caption = (
         f"{summary_sentence(doc)} Each turn: the red bar is the silence the caller heard, measured at their ear (the "

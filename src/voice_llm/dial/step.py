@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
@@ -36,7 +38,7 @@ from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.dial import REPLACES_CONVERSE, call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
-from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
+from voice_llm.dial.measure import FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -54,6 +56,12 @@ PARTIAL_EVENTS = f"{DIAL_DIR}/partial-events.jsonl"
 CLOCK = ("ms since the call started: 0 is sample 0 of dial/call.wav (both channels), the start of the first uplink "
          "frame; t0_epoch_ns is the wall time (time.time_ns) of that instant; events carry the time they happened "
          "(perf_counter), ticks their frame index (frame k plays at k * frame_ms)")
+LINE_CONDITIONS = ("loss: each direction its own seeded stream (numpy PCG64 of [seed, 0 up | 1 down]), one "
+                   "decision per 20 ms frame: a lost uplink frame keeps its sequenceNumber/chunk/timestamp and is not "
+                   "sent (the agent sees the gap; events: up 'lost'); a lost downlink 20 ms of received audio is "
+                   "removed before the playout buffer (events: down 'lost'). call.wav's left channel is what the "
+                   "caller put on the line, lost frames included. echo: left = codec(clip(caller + "
+                   "rint(heard 60 ms earlier x 10^(echo_db/20))))")
 HEARD_PAD_MS = 100.0  # audio kept around a reply for its transcription (Whisper hears the word edges)
 
 
@@ -68,6 +76,10 @@ class DialOptions:
     url: str | None = None
     protocol: str = wire.TWILIO
     rate: int | None = None  # pcm only; None: wire.DEFAULT_PCM_RATE
+    codec: str | None = None  # pcm only (pcm16 default, or mulaw bytes); a Twilio line is mu-law, always
+    loss_pct: float = 0.0  # frames lost both ways, seeded (voice_llm.line.conditions)
+    seed: int = 1
+    echo_db: float | None = None  # the heard audio back into the uplink 60 ms later, attenuated (None: off)
     jitter_ms: float = DEFAULT_JITTER_MS
     cap_s: float = DEFAULT_CAP_S
     caller_audio: Path | None = None
@@ -97,6 +109,15 @@ class DialOptions:
         if self.protocol == wire.TWILIO and self.rate not in (None, wire.TWILIO_RATE):
             raise ConfigError(f"a Twilio line carries {wire.TWILIO_RATE} Hz mu-law; --rate {self.rate} is for "
                               "--protocol pcm")
+        if self.codec is not None and self.codec not in wire.CODECS:
+            raise ConfigError(f"--codec must be one of {', '.join(wire.CODECS)}, not {self.codec!r}")
+        if self.protocol == wire.TWILIO and self.codec not in (None, wire.MULAW):
+            raise ConfigError(f"a Twilio line carries mu-law only (Media Streams' audio/x-mulaw); --codec "
+                              f"{self.codec} is for --protocol pcm")
+        if not 0 <= self.loss_pct <= 100:
+            raise ConfigError(f"--loss must be 0-100 (% of frames, both ways), not {self.loss_pct:g}")
+        if self.echo_db is not None and not -120 <= self.echo_db <= 0:
+            raise ConfigError(f"--echo-db must be -120..0 dB (an attenuation), not {self.echo_db:g}")
         if self.stt not in STT_CHOICES:
             raise ConfigError(f"--stt must be one of {', '.join(STT_CHOICES)}, not {self.stt!r}")
         if self.turns < 1:
@@ -122,13 +143,14 @@ class DialOptions:
     def line_format(self) -> wire.LineFormat:
         if self.protocol == wire.TWILIO:
             return wire.twilio_line()
-        return wire.pcm_line(self.rate or wire.DEFAULT_PCM_RATE)
+        return wire.pcm_line(self.rate or wire.DEFAULT_PCM_RATE, self.codec or wire.PCM16)
 
     def call_settings(self, url: str) -> CallSettings:
         return CallSettings(url=url, line=self.line_format(), jitter_ms=self.jitter_ms, cap_s=self.cap_s,
                             deadline_s=self.deadline_s, reply_wait_s=self.reply_wait_s, lead_ms=self.lead_ms,
                             think_ms=self.think_ms, reply_end_ms=self.reply_end_ms,
-                            barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms)
+                            barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms,
+                            loss_pct=self.loss_pct, seed=self.seed, echo_db=self.echo_db)
 
 
 def options_of(ctx: LabContext) -> DialOptions:
@@ -139,6 +161,23 @@ def _barge_in_turns(text: str) -> tuple[int, ...]:
     if text.strip().lower() in ("", "none"):
         return ()
     return flags.int_list(text)
+
+
+def _loss(text: str) -> float:
+    value = flags.non_negative_number(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"a share of frames is 0-100 %, not {text}")
+    return value
+
+
+def _echo_db(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of dB: {text!r}") from None
+    if not -120 <= value <= 0:
+        raise argparse.ArgumentTypeError(f"an echo is attenuated: -120..0 dB, not {text}")
+    return value
 
 
 def add_call_flags(parser: argparse.ArgumentParser) -> None:
@@ -153,6 +192,13 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
                        metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
                                             "with --caller-audio its barge-in.txt if any; 'none')")
+    group.add_argument("--loss", type=_loss, default=0.0, metavar="PCT",
+                       help="frames lost on the line, both ways, seeded (0-100 %%; default 0)")
+    group.add_argument("--seed", type=flags.non_negative_int, default=1, metavar="N",
+                       help="the seed of the line's losses (default 1: the same seed loses the same frames)")
+    group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
+                       help="a speakerphone with no echo canceller: the heard audio back into the caller's uplink "
+                            "60 ms later, attenuated by DB (e.g. -20; default off)")
     group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
 
@@ -185,6 +231,12 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
         group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
                            metavar="LIST", help="turns whose reply the caller cuts into (default 3, with "
                                                 "--caller-audio its barge-in.txt if any; 'none')")
+        group.add_argument("--loss", type=_loss, default=0.0, metavar="PCT",
+                           help="frames lost on the line, both ways, seeded (0-100 %%; default 0)")
+        group.add_argument("--seed", type=flags.non_negative_int, default=1, metavar="N",
+                           help="the seed of the line's losses (default 1)")
+        group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
+                           help="the heard audio back into the caller's uplink 60 ms later at DB (default off)")
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
@@ -201,6 +253,8 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                         help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate")
     parser.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
                         help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
+    parser.add_argument("--codec", choices=wire.CODECS, default=None,
+                        help="the PCM line's samples: pcm16 (default) or mulaw (8-bit G.711 bytes); twilio is mu-law")
     parser.add_argument("--deadline", type=flags.positive_number, default=callmod.DEFAULT_DEADLINE_S, metavar="S",
                         help="the longest wait for anything: the handshake, a reply, a reply's end (default 60)")
     parser.add_argument("--otlp", default=None, metavar="HOST:PORT",
@@ -220,7 +274,8 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
     caller_audio = values.get("caller_audio")
     return DialOptions(
         url=values.get("url") if command == "dial" else None,
-        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"), codec=values.get("codec"),
+        loss_pct=values.get("loss") or 0.0, seed=values["seed"] if values.get("seed") is not None else 1, echo_db=values.get("echo_db"),
         endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
@@ -295,6 +350,41 @@ def _words(stt: Any, samples: Any, rate: int, until_s: float) -> list[str] | Non
             if end <= until_s + 0.02 and any(ch.isalnum() for ch in w)]
 
 
+def _caller_silent(speech: Sequence[tuple[int, int]], start: int, end: int) -> bool:
+    return not any(s < end and e > start for s, e in speech)
+
+
+def _false_barge_in(heard: Heard, clears: Sequence[tuple[float, float]], arrivals: Sequence[float],
+                    idles: Sequence[float], speech: Sequence[tuple[int, int]], end: int, next_start: int,
+                    first: int | None, hold: int, rate: int, frame_ms: float) -> dict[str, Any] | None:
+    """The agent cut its own reply while the caller was silent (issue 29 item 4; FALSE_BARGE_IN_RULE), inside this
+    turn's reply: from the first audio that arrived after the caller's speech end (the reply on the line) to the
+    next line's speech start. Either a `clear` that dropped audio, or the agent's audio stopping (the playout
+    buffer ran dry: ``idles``, the call-clock times of the frames after which it did; a pause inside the audio it
+    sent is not a stop) with the heard channel silent for ``hold`` (200 ms) and sounding again, with no caller speech from the reply's start to the cut (the caller's speech is
+    its lines' true spans: an echo of the agent is no caller speech). A clear caused by the next line comes after
+    its speech start: the barge-in's, not this."""
+    end_ms = end * 1000.0 / rate
+    reply_ms = next((t for t in arrivals if t >= end_ms), None)
+    if reply_ms is not None:
+        for t_ms, dropped in clears:
+            at = round(t_ms * rate / 1000)
+            if reply_ms <= t_ms and at < next_start and dropped > 0 and \
+                    _caller_silent(speech, round(reply_ms * rate / 1000), at + 1):
+                return {"kind": "clear", "t_ms": t_ms, "dropped_ms": dropped}
+    if first is None:
+        return None
+    loud = heard.loud(first, next_start)
+    if loud.size < 2:
+        return None
+    for i in np.flatnonzero(np.diff(loud) - 1 >= hold):
+        stop, resumed = int(loud[i]) + 1, int(loud[i + 1])
+        ran_dry = any(stop * 1000.0 / rate - frame_ms - 1e-6 <= t <= resumed * 1000.0 / rate for t in idles)
+        if ran_dry and _caller_silent(speech, first, resumed + 1):
+            return {"kind": "stopped", "silent_ms": ms(stop, rate), "resumed_ms": ms(resumed, rate)}
+    return None
+
+
 def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> list[dict[str, Any]]:
     """Per turn the caller's true speech, the heard reply and any barge-in, from the two channels only."""
     rate = log.settings.line.rate
@@ -304,8 +394,14 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
     pad = int(HEARD_PAD_MS * rate / 1000)
     hold = int(SILENT_AFTER_MS * rate / 1000)
     clears = [e["t_ms"] for e in log.events if e.get("event") == "clear"]
+    clears_dropped = [(e["t_ms"], e.get("dropped_ms") or 0.0) for e in log.events if e.get("event") == "clear"]
+    arrivals = [e["t_ms"] for e in log.events if e.get("dir") == "down" and e.get("event") == "media"]
+    frame_ms = log.settings.line.frame_ms
+    idles = [e["frame"] * frame_ms for e in log.events if e.get("event") == "playout_idle"]
     rows: list[dict[str, Any]] = []
     turns = log.turns
+    speech = [(t.offset_tick * frame + log.lines[t.index - 1].start, t.offset_tick * frame + log.lines[t.index - 1].end)
+              for t in turns]  # the caller's own speech (its lines, never the echo), in samples
     for n, turn in enumerate(turns):
         line = log.lines[turn.index - 1]
         offset = turn.offset_tick * frame
@@ -361,6 +457,9 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             "agent_reported": None, "heard_minus_reported_ms": None, "agent_breakdown": None,
             "wer": None,
         })
+        rows[-1]["false_barge_in_at"] = _false_barge_in(heard, clears_dropped, arrivals, idles, speech, end,
+                                                        next_start, first, hold, rate, frame_ms)
+        rows[-1]["false_barge_in"] = rows[-1]["false_barge_in_at"] is not None
         unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
                               "reported by the agent")
         del next_end
@@ -411,7 +510,11 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         "schema_version": SCHEMA_VERSION,
         "agent": {"url": log.settings.url, "protocol": line.protocol, "headers": log.headers,
                   "identity": dict(identity) if identity is not None else None},
-        "line": {**line.as_dict(), "jitter_ms": log.settings.jitter_ms, "loss_pct": 0, "echo_db": None, "seed": 1,
+        "line": {**line.as_dict(), "jitter_ms": log.settings.jitter_ms, "loss_pct": log.settings.loss_pct,
+                 "echo_db": log.settings.echo_db, "seed": log.settings.seed,
+                 "echo_delay_ms": log.settings.echo_delay_ms if log.settings.echo_db is not None else None,
+                 "lost_up_frames": log.lost_up_frames, "lost_down_frames": log.lost_down_frames,
+                 "conditions": LINE_CONDITIONS,
                  "cap_s": log.settings.cap_s, "stream_sid": log.stream_sid, "call_sid": log.call_sid},
         "clock": CLOCK,
         "t0_epoch_ns": log.t0_epoch_ns,
@@ -423,7 +526,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                      "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
                      "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
-                     "silent_after_ms": SILENT_AFTER_MS, "stt": options.stt, "stt_engine": stt_info},
+                     "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
+                     "stt": options.stt, "stt_engine": stt_info},
         "turns": rows,
         "playout": log.playout,
         "dialer_cost_ms": {**{k: v for k, v in summary_of(costs).items() if k != "n"}, "frames": len(costs),
@@ -432,7 +536,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                                    "plus the receive work (decode, push) since the previous tick"},
         "summary": {"heard_gap_ms": summary_of(gaps),
                     "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
-                    "heard_minus_reported_ms": summary_of(diffs) if diffs else None},
+                    "heard_minus_reported_ms": summary_of(diffs) if diffs else None,
+                    "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in"))},
         "files": {"call_wav": CALL_WAV, "events": EVENTS, "caller_wavs": [caller_wav_name(r["index"]) for r in rows],
                   "otlp": list(otlp_files)},
         "otlp": dict(otlp_block) if otlp_block is not None else None,

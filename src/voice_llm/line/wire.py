@@ -56,7 +56,11 @@ class LineFormat:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}")
         if self.codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
-        if self.protocol == TWILIO and self.codec == MULAW and self.rate != TWILIO_RATE:
+        # Twilio Media Streams carry audio/x-mulaw at 8000 Hz and nothing else (the start message's mediaFormat):
+        # a Twilio line with 16-bit PCM, or at another rate, is no line that exists. --codec is for pcm lines.
+        if self.protocol == TWILIO and self.codec != MULAW:
+            raise ValueError(f"Twilio Media Streams carry mu-law only, not {self.codec} (--codec is for --protocol pcm)")
+        if self.protocol == TWILIO and self.rate != TWILIO_RATE:
             raise ValueError(f"Twilio Media Streams carry mu-law at {TWILIO_RATE} Hz, not {self.rate}")
         if not 4000 <= self.rate <= 48000:
             raise ValueError(f"the line's rate must be 4000-48000 Hz, not {self.rate}")
@@ -73,8 +77,9 @@ def twilio_line() -> LineFormat:
     return LineFormat(TWILIO, MULAW, TWILIO_RATE)
 
 
-def pcm_line(rate: int = DEFAULT_PCM_RATE) -> LineFormat:
-    return LineFormat(PCM, PCM16, rate)
+def pcm_line(rate: int = DEFAULT_PCM_RATE, codec: str = PCM16) -> LineFormat:
+    """Binary frames at ``rate``: 16-bit little-endian PCM (default), or 8-bit G.711 mu-law bytes (one a sample)."""
+    return LineFormat(PCM, codec, rate)
 
 
 # --- G.711 mu-law ---------------------------------------------------------------------------------------------------
