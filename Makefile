@@ -31,7 +31,9 @@ lab: install
 
 # llama-cpp-python (the second backend the tests run the lab against) is sdist-only: its wheel is built once
 # (~3 min on 2 cores) into ~/.cache/voice-llm and installed from there.
+# The tests also run the pipecat agent for real (the optional extra `pipecat`; `make lab` does not need it).
 test: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat]'
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
