@@ -17,6 +17,7 @@ from typing import Any
 from voice_llm import registry
 from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
 from voice_llm.errors import ArtifactError
+from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import artifacts as names
 
@@ -68,12 +69,19 @@ def labels(out: RunFolder | Path) -> dict[str, tuple[str, str]]:
             continue
         if number.source not in docs:
             try:
-                docs[number.source] = folder.json(number.source)
+                docs[number.source] = _document(folder, number.source)
             except ArtifactError:
                 docs[number.source] = None
         if cache_not_disabled(docs[number.source]):
             found[number.key] = (f"{number.label} ({CACHE_NOT_DISABLED})", number.unit)
     return found
+
+
+def _document(folder: RunFolder, source: str) -> Any:
+    """The saved document of ``source``; a core artifact's only once its typed parse accepts it
+    (voice_llm.run.artifacts), so report.json copies no number of a file the checks and charts refuse."""
+    kind = typed.TYPED.get(source)
+    return folder.json(source) if kind is None else folder.artifact(kind).doc
 
 
 def _follow(doc: Any, path: Sequence[str | int], source: str) -> Any:
@@ -110,13 +118,11 @@ def build_report(out: RunFolder | Path) -> dict[str, Any]:
             absent = not folder.exists(number.source)  # a link or FIFO there is read, and refused, by folder.json
             if absent and number.optional:
                 continue
-            docs[number.source] = _ABSENT if absent else folder.json(number.source)
+            docs[number.source] = _ABSENT if absent else _document(folder, number.source)
         if docs[number.source] is _ABSENT:
             report[number.key] = None
             unknown[number.key] = not_run_reason(number.source)
             continue
-        if number.source == names.PREFILL and (not isinstance(docs[number.source], list) or not docs[number.source]):
-            raise ArtifactError(f"{names.PREFILL} is not a non-empty list; rerun `voice-llm prefill`")
         report[number.key] = _follow(docs[number.source], number.path, number.source)
     if unknown:
         report[UNKNOWN] = unknown

@@ -48,7 +48,7 @@ def _obj(value: Any, what: str, where: str = "") -> Mapping[str, Any]:
 
 def _get(doc: Mapping[str, Any], key: str, what: str, where: str) -> Any:
     if key not in doc:
-        raise _fail(what, "", f"has no field {_at(where, key)!r}")
+        raise ArtifactError(f"{what} has no field {_at(where, key)!r}")
     return doc[key]
 
 
@@ -210,15 +210,17 @@ class Ttft(Artifact):
         return cls(doc, tuple(runs), _required(body, "ttft_p50", what), _required(body, "total_p50", what))
 
 
-def _repeat_values(row: Mapping[str, Any], key: str, what: str, where: str) -> tuple[float, ...]:
-    """The values of ``key`` over a step's ``repeats`` (none when the file has no repeats)."""
+def _repeat_values(row: Mapping[str, Any], key: str, what: str, where: str) -> tuple[float | None, ...]:
+    """The values of ``key`` over a step's ``repeats`` (none when the file has no repeats). A repeat may leave a
+    value null (the server's slot not seen in one repeat): None here, and a spread over the repeats is then not
+    known; the median the file states is still read."""
     repeats = row.get("repeats")
     if repeats is None:
         return ()
     if not isinstance(repeats, list):
         raise _fail(what, _at(where, "repeats"), f"is {repeats!r:.80}, not a list")
-    return tuple(_required(_obj(r, what, f"{_at(where, 'repeats')}[{i}]"), key, what, f"{_at(where, 'repeats')}[{i}]")
-                 for i, r in enumerate(repeats))
+    return tuple(_number(_obj(r, what, f"{_at(where, 'repeats')}[{i}]"), key, what, f"{_at(where, 'repeats')}[{i}]",
+                         nullable=True) for i, r in enumerate(repeats))
 
 
 @dataclass(frozen=True)
@@ -228,16 +230,16 @@ class PrefillRow:
     prompt_ms: float | None
     prompt_n: float | None
     unknown: Mapping[str, str]
-    ttft_repeats: tuple[float, ...] = ()
-    prompt_ms_repeats: tuple[float, ...] = ()
-    prompt_n_repeats: tuple[float, ...] = ()
+    ttft_repeats: tuple[float | None, ...] = ()
+    prompt_ms_repeats: tuple[float | None, ...] = ()
+    prompt_n_repeats: tuple[float | None, ...] = ()
     doc: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str) -> float | None:
         """The brief's field ``key`` (ttft_ms, prompt_ms, prompt_n)."""
         return {"ttft_ms": self.ttft_ms, "prompt_ms": self.prompt_ms, "prompt_n": self.prompt_n}[key]
 
-    def samples(self, key: str) -> tuple[float, ...]:
+    def samples(self, key: str) -> tuple[float | None, ...]:
         """The repeats' values of ``key``, or the field alone (a file from before repeats)."""
         found = {"ttft_ms": self.ttft_repeats, "prompt_ms": self.prompt_ms_repeats,
                  "prompt_n": self.prompt_n_repeats}[key]
@@ -256,7 +258,7 @@ class Prefill(Artifact):
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Prefill:
         if not isinstance(doc, list) or not doc:
-            raise _fail(what, "", f"is not a non-empty list of rows: {doc!r:.80}")
+            raise ArtifactError(f"{what} is not a non-empty list of rows: {doc!r:.80}")
         rows = []
         for i, row in enumerate(doc):
             where = f"[{i}]"
@@ -294,7 +296,7 @@ class Cache(Artifact):
     changed_suffix: CacheCase | None = None
     changed_prefix: CacheCase | None = None
     unknown: Mapping[str, str] = field(default_factory=dict)
-    repeats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    repeats: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
 
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Cache:
@@ -308,7 +310,7 @@ class Cache(Artifact):
             cases[case] = CacheCase(_required(found, "ttft_ms", what, case),
                                     _number(found, "prompt_n", what, case, nullable=True) if "prompt_n" in found
                                     else None, found)
-        repeats: dict[str, tuple[float, ...]] = {}
+        repeats: dict[str, tuple[float | None, ...]] = {}
         listed = body.get("repeats")
         if listed is not None:
             if not isinstance(listed, list):
@@ -317,8 +319,8 @@ class Cache(Artifact):
                 if cases[case] is None:
                     continue
                 repeats[case] = tuple(
-                    _required(_obj(_get(_obj(r, what, f"repeats[{i}]"), case, what, f"repeats[{i}]"), what,
-                                   f"repeats[{i}].{case}"), "ttft_ms", what, f"repeats[{i}].{case}")
+                    _number(_obj(_get(_obj(r, what, f"repeats[{i}]"), case, what, f"repeats[{i}]"), what,
+                                 f"repeats[{i}].{case}"), "ttft_ms", what, f"repeats[{i}].{case}", nullable=True)
                     for i, r in enumerate(listed))
         return cls(doc, cases["first"], cases["second"], cases["changed_suffix"], cases["changed_prefix"],
                    _unknown(body, what), repeats)
@@ -327,7 +329,7 @@ class Cache(Artifact):
         return {"first": self.first, "second": self.second, "changed_suffix": self.changed_suffix,
                 "changed_prefix": self.changed_prefix}[name]
 
-    def samples(self, name: str) -> tuple[float, ...]:
+    def samples(self, name: str) -> tuple[float | None, ...]:
         """The case's first-token times over the repeats, or its one value (a file from before repeats)."""
         case = self.case(name)
         return self.repeats.get(name) or (() if case is None else (case.ttft_ms,))
@@ -362,7 +364,7 @@ class Sentence(Artifact):
     text: str = ""
     smart_first_sentence_ms: float | None = None
     chunks: tuple[Chunk, ...] = ()
-    repeats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    repeats: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
 
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Sentence:
@@ -375,7 +377,7 @@ class Sentence(Artifact):
                    _required(body, "total_ms", what), first, text, _optional(body, "smart_first_sentence_ms", what),
                    chunks, repeats)
 
-    def samples(self, key: str) -> tuple[float, ...]:
+    def samples(self, key: str) -> tuple[float | None, ...]:
         value = {"first_sentence_ms": self.first_sentence_ms, "total_ms": self.total_ms}[key]
         return self.repeats.get(key) or (value,)
 
@@ -394,7 +396,7 @@ class Cancel(Artifact):
     raw: str | None = None
     chunks: tuple[Chunk, ...] = ()
     unknown: Mapping[str, str] = field(default_factory=dict)
-    idle_repeats: tuple[float, ...] = ()
+    idle_repeats: tuple[float | None, ...] = ()
 
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Cancel:
@@ -408,7 +410,7 @@ class Cancel(Artifact):
                    _chunks(body, what), _unknown(body, what),
                    _repeat_values(body, "slot_idle_after_ms", what, "") if idle is not None else ())
 
-    def idle_samples(self) -> tuple[float, ...]:
+    def idle_samples(self) -> tuple[float | None, ...]:
         return self.idle_repeats or (() if self.slot_idle_after_ms is None else (self.slot_idle_after_ms,))
 
 
