@@ -6,6 +6,47 @@ a :class:`VoiceLLMError`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+# -- The exit status of every command -------------------------------------------------------------------------
+# One table for the whole CLI (cli/main.py and every capability's command, `load` included, return these names):
+# each code has one meaning. `voice-llm --help` prints EXIT_TABLE as its epilog and the README's "Exit status of
+# every command" paragraph lists the same lines (tests/cli/test_exit_table.py holds the three together).
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2  # argparse's own status for a bad flag or value
+EXIT_CHECKS_FAILED = 3
+EXIT_REPORT_INCOMPLETE = 4  # measured and saved, but a section of report.html (or compare.html) could not be drawn
+EXIT_NO_VERDICT = 5  # `load`: measured and saved, but a sweep reached no verdict (too few judged turns)
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # stdout was closed by the reader (`| head`): 128 + SIGPIPE, as `yes | head` ends
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    meaning: str
+
+
+EXIT_TABLE: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_OK, "done (`check`, `lab`: no check failed; findings do not fail; `load`: every sweep has a verdict)"),
+    ExitCode(EXIT_FAILURE, "an error, said in one line on stderr (`status`: no managed server runs)"),
+    ExitCode(EXIT_USAGE, "a bad flag or flag value, refused before anything starts (usage on stderr)"),
+    ExitCode(EXIT_CHECKS_FAILED, "a check failed (`check`, `lab`; the artifacts are kept)"),
+    ExitCode(EXIT_REPORT_INCOMPLETE, "measured and saved, but a section of report.html or compare.html could not be drawn"),
+    ExitCode(EXIT_NO_VERDICT, "`load`: measured and saved, but a sweep has no verdict (the line says how to get one)"),
+    ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); files already written are complete and kept"),
+    ExitCode(EXIT_BROKEN_PIPE, "stdout was closed before everything was printed (`| head`); nothing else is affected"),
+)
+
+
+def exit_table_text() -> str:
+    """The table as `--help` prints it (and the README quotes it)."""
+    lines = [f"  {entry.code:<4} {entry.meaning}" for entry in EXIT_TABLE]
+    return "\n".join(["exit status:", *lines, "  `load --worker` ends with the Locust worker's own status."])
+
 
 class VoiceLLMError(Exception):
     """Base of every error the CLI reports as a plain message (no traceback)."""
@@ -78,7 +119,7 @@ class NothingToSpeakError(TTSError):
 class ReportIncompleteError(ArtifactError):
     """report.html (or compare.html) was written, but drawing some of its sections raised. ``path`` is the page,
     ``failures`` the (section, error) pairs. The measurements are untouched: a page is drawn after they are saved,
-    so the CLI says so in one line and exits with its own status (cli.EXIT_REPORT_INCOMPLETE)."""
+    so the CLI says so in one line and exits with its own status (EXIT_REPORT_INCOMPLETE above)."""
 
     def __init__(self, path: object, failures: tuple[tuple[str, str], ...]) -> None:
         self.path = path

@@ -9,10 +9,15 @@ This module is plain data and a loader: it imports nothing of voice_llm at impor
 exposes one value, ``CAPABILITY = Capability(...)``, in its ``__init__`` (which stays cheap to import: no
 third-party heavy module, no module of the core). Adding a capability is adding a package and one line below.
 
-Why strings and not function objects: a capability's checks and report sections import the core's check and
-report helpers; if the core imported them back, the layers would form a circle. A reference by name is resolved
-only when the core calls it, the way ``voice_llm.lab.steps`` always ran a step's module (pipecat keeps vendors
-out of the framework the same way, locust's plugins hook in by event, not by import).
+One shape for a contribution: the core's own checks and report sections are the same :class:`CheckEntry` and
+:class:`SectionEntry` a capability registers (the core's steps the same :class:`StepEntry`). A :data:`Reference`
+is either the function itself (the core's entries: the core may import its own modules) or its name,
+"module:function" (a capability's: a capability's checks and sections import the core's check and report
+helpers, so if the core imported them back the layers would form a circle). A name is resolved only when the
+core calls it, the way ``voice_llm.lab.steps`` always ran a step's module (pipecat keeps vendors out of the
+framework the same way, locust's plugins hook in by event, not by import). So a misspelt name cannot wait for a
+run to show up as a FAIL row: :func:`unresolved` lists every reference of a capability that does not resolve, and
+tests/registry/test_references.py runs it over every registered capability.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+# A function the core calls: the function itself (the core's own entries) or "module:function" (a capability's).
+Reference = Callable[..., Any] | str
+
 # The capability packages, in the order their steps, checks and sections come after the core's.
 CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
@@ -31,8 +39,8 @@ CAPABILITIES: tuple[str, ...] = (
     "voice_llm.agent",
     "voice_llm.dial",
     "voice_llm.repeats",
-    "voice_llm.load",
     "voice_llm.call",
+    "voice_llm.load",
 )
 
 # A comma-separated list of capability names (Capability.name) to leave out, for a run without them (a machine
@@ -56,33 +64,44 @@ class StepEntry:
 
 @dataclass(frozen=True)
 class CheckEntry:
-    """A check of ``check``: ``function`` ("module:function") takes the run folder and returns the detail line of
-    a PASS, or raises CheckFailed / Finding / NotCheckable (voice_llm.checks.base). It runs when the run ran
-    ``step`` (None: always; a folder without run.json: when ``artifact`` is there)."""
+    """A check of ``check`` (the core's, voice_llm.checks.core.CHECKS, and a capability's): ``function`` takes the
+    run folder and returns the detail line of a PASS, or raises CheckFailed / Finding / NotCheckable
+    (voice_llm.checks.base). It runs when the run ran ``step`` (None: always; a folder without run.json: when
+    ``artifact`` is there)."""
 
     name: str
     step: str | None
-    function: str
+    function: Reference
     artifact: str | None = None
+
+    def run(self, out: Any) -> str:
+        """The check on ``out`` (a RunFolder or its path); a name is imported now."""
+        return resolve(self.function)(out)
 
 
 @dataclass(frozen=True)
 class SectionEntry:
-    """A section of report.html: ``builder`` ("module:function") takes the parsed ``artifact`` (None: the whole
-    run folder, a voice_llm.run.folder.RunFolder) and returns a chart (voice_llm.report.style.Chart) or an HTML
-    fragment; ``after`` places it after a section drawn before it (a core one, or one registered earlier)."""
+    """A section of report.html (the core's, voice_llm.report.page.CORE_SECTIONS, and a capability's): ``builder``
+    takes the parsed ``artifact`` (None: the whole run folder, a voice_llm.run.folder.RunFolder) and returns a
+    chart (voice_llm.report.style.Chart) or an HTML fragment; ``after`` places a capability's after a section
+    drawn before it (a core one, or one registered earlier)."""
 
     name: str
     title: str
     artifact: str | None
-    builder: str
+    builder: Reference
     after: str | None = None
     optional: bool = False  # another run's leftover of this artifact is not drawn
+
+    def build(self, data: Any) -> Any:
+        """The section's chart (or HTML) from ``data``; a name is imported now."""
+        return resolve(self.builder)(data)
 
 
 @dataclass(frozen=True)
 class Capability:
-    """What one capability contributes. Every reference is a "module:function" (or a module path for steps)."""
+    """What one capability contributes. Every reference is a "module:function" (or a module path for steps): the
+    core never imports a capability's modules until it uses them."""
 
     name: str
     summary: str
@@ -102,22 +121,51 @@ class Capability:
 _disabled: set[str] = set()
 
 
+def _named_in_env() -> list[str]:
+    return [n.strip() for n in os.environ.get(WITHOUT_ENV, "").split(",") if n.strip()]
+
+
 def _without() -> set[str]:
-    named = {n.strip() for n in os.environ.get(WITHOUT_ENV, "").split(",") if n.strip()}
-    return named | _disabled
+    return set(_named_in_env()) | _disabled
+
+
+def registered() -> tuple[Capability, ...]:
+    """Every registered capability, also those left out."""
+    return tuple(importlib.import_module(package).CAPABILITY for package in CAPABILITIES)
+
+
+def unknown_without() -> list[str]:
+    """The names VOICE_LLM_WITHOUT gives that are no capability's (a typo, "TTS" for "tts"): the CLI refuses them
+    in one line rather than run with nothing left out."""
+    known = {c.name for c in registered()}
+    return [name for name in _named_in_env() if name not in known]
+
+
+def left_out() -> dict[str, str]:
+    """Each capability left out, with why: named in VOICE_LLM_WITHOUT (or registry.without), or it requires one
+    that is left out (followed through: a capability needing one that needs a left-out one goes too)."""
+    every = registered()
+    named = _without()
+    reasons = {c.name: f"the {c.name} capability is left out" for c in every if c.name in named}
+    changed = True
+    while changed:
+        changed = False
+        for capability in every:
+            if capability.name in reasons:
+                continue
+            missing = [r for r in capability.requires if r in reasons]
+            if missing:
+                reasons[capability.name] = (f"{capability.name} needs {', '.join(missing)}, which "
+                                            f"{'is' if len(missing) == 1 else 'are'} left out")
+                changed = True
+    return reasons
 
 
 def capabilities() -> tuple[Capability, ...]:
     """The registered capabilities that are not left out, in registry order. A capability left out takes those
     that require it with it."""
-    without = _without()
-    found: list[Capability] = []
-    for package in CAPABILITIES:
-        capability = importlib.import_module(package).CAPABILITY
-        if capability.name in without or any(r in without for r in capability.requires):
-            continue
-        found.append(capability)
-    return tuple(found)
+    out = left_out()
+    return tuple(c for c in registered() if c.name not in out)
 
 
 def names() -> tuple[str, ...]:
@@ -128,12 +176,54 @@ def enabled(name: str) -> bool:
     return name in names()
 
 
-def resolve(reference: str) -> Callable[..., Any]:
-    """The function a "module:function" reference names, imported now."""
+class UnresolvedReference(ImportError):
+    """A "module:function" reference names no function: the module is not there, or has no such name."""
+
+
+def resolve(reference: Reference) -> Callable[..., Any]:
+    """The function ``reference`` names ("module:function", imported now), or the function itself."""
+    if callable(reference):
+        return reference
     module, _, attribute = reference.partition(":")
-    if not attribute:
-        raise ValueError(f"not a 'module:function' reference: {reference!r}")
-    return getattr(importlib.import_module(module), attribute)
+    if not module or not attribute:
+        raise UnresolvedReference(f"not a 'module:function' reference: {reference!r}")
+    try:
+        found = getattr(importlib.import_module(module), attribute, None)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not (module == missing or module.startswith(f"{missing}.")):  # the module is there; what it imports is not
+            raise
+        raise UnresolvedReference(f"{reference}: there is no module {module}") from None
+    if not callable(found):
+        raise UnresolvedReference(f"{reference}: {module} has no function {attribute}")
+    return found
+
+
+def references(capability: Capability) -> Iterator[tuple[str, Reference]]:
+    """Every reference ``capability`` makes, as (what, reference): each check, section and step module (its
+    ``run``), and the metrics, key_numbers, cli, commands, options and install functions."""
+    for entry in capability.checks:
+        yield f"check {entry.name!r}", entry.function
+    for section in capability.sections:
+        yield f"section {section.name!r}", section.builder
+    for step in capability.steps:
+        yield f"step {step.name!r}", f"{step.module}:run"
+    for field_name in ("metrics", "key_numbers", "cli", "commands", "options", "install"):
+        reference = getattr(capability, field_name)
+        if reference is not None:
+            yield field_name, reference
+
+
+def unresolved(capability: Capability) -> list[str]:
+    """One line per reference of ``capability`` that does not resolve to a function (empty: every one does).
+    A step's module must have ``run``. Imports the capability's modules (not for a run: for a test, a check)."""
+    wrong = []
+    for what, reference in references(capability):
+        try:
+            resolve(reference)
+        except (UnresolvedReference, AttributeError, TypeError) as exc:
+            wrong.append(f"{capability.name}: {what}: {exc}")
+    return wrong
 
 
 @contextmanager

@@ -432,8 +432,10 @@ def connect(conn: http.client.HTTPConnection, base_url: str, limit: float | None
     try:
         conn.connect()
     except ConnectionRefusedError as exc:
+        port = urllib.parse.urlsplit(server_root(base_url)).port  # the port asked for: `up` must start it there
+        up = f"voice-llm up --port {port}" if port else "voice-llm up"
         raise ServerUnreachableError(
-            f"no server at {base_url} (connection refused); start one with `voice-llm up` or pass --url"
+            f"no server at {base_url} (connection refused); start one with `{up}` or pass --url"
         ) from exc
     except socket.gaierror as exc:
         raise ServerUnreachableError(f"cannot resolve the host of {base_url}: {exc.strerror}") from exc

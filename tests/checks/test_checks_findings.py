@@ -24,6 +24,8 @@ from voice_llm.util.artifacts import AUDIO
 from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
 from voice_llm.lab.steps import LAB_STEPS, STEPS
 from voice_llm import registry
+from voice_llm.call import CAPABILITY as CALL_CAPABILITY
+from voice_llm.call import checks as call_checks
 from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.load import stats
 from voice_llm.tts import checks as audio_checks
@@ -385,22 +387,21 @@ def test_an_impossible_sample_fails(load_out: Path, value: str) -> None:
 
 
 def test_a_call_json_without_turns_fails(tmp_path: Path) -> None:
-    from voice_llm.load import checks as load_checks
-
     (tmp_path / "call.json").write_text(json.dumps({"turns": [], "cache_on": [], "cache_off": []}))
-    for name, run in load_checks.CALL_CHECKS:
+    assert CALL_CAPABILITY.checks
+    for entry in CALL_CAPABILITY.checks:
         with pytest.raises(CheckFailed, match="no turn"):
-            run(tmp_path)
+            entry.run(tmp_path)
 
 
-def test_load_checks_raise_checks_own_exceptions() -> None:
+def test_load_and_call_checks_raise_checks_own_exceptions() -> None:
     from voice_llm.load import checks as load_checks
 
-    assert load_checks.CheckFailed is check.CheckFailed and load_checks.NotCheckable is check.NotCheckable
-    # Every check the load capability registers resolves to a function of load.checks (the one list of names).
-    assert [name for name, _ in (*load_checks.CALL_CHECKS, *load_checks.LOAD_CHECKS)] == \
-        [entry.name for entry in LOAD_CAPABILITY.checks]
-    assert all(callable(registry.resolve(entry.function)) for entry in LOAD_CAPABILITY.checks)
+    for module in (call_checks, load_checks):
+        assert module.CheckFailed is check.CheckFailed and module.NotCheckable is check.NotCheckable
+    # Every check each capability registers resolves to a function of its own checks module (the one list).
+    assert {registry.resolve(e.function).__module__ for e in CALL_CAPABILITY.checks} == {call_checks.__name__}
+    assert {registry.resolve(e.function).__module__ for e in LOAD_CAPABILITY.checks} == {load_checks.__name__}
 
 
 # --- the stream's shape: the protocol is the invariant, a role-only first chunk llama-server's habit ---------
@@ -447,15 +448,13 @@ def call_json(out: Path, prompt_n: list[int | None], cache_n: list[int | None]) 
 
 
 def test_call_checks_without_the_servers_counts(tmp_path: Path) -> None:
-    from voice_llm.load import checks as load_checks
-
     call_json(tmp_path, [100, 200, 300], [0, 90, 190])
-    assert "reused" not in load_checks.check_call_cache_keeps_turns_fast(tmp_path)
-    load_checks.check_call_same_prompts(tmp_path)
+    assert "reused" not in call_checks.check_call_cache_keeps_turns_fast(tmp_path)
+    call_checks.check_call_same_prompts(tmp_path)
     call_json(tmp_path, [None, None, None], [None, None, None])  # a server without timings
-    assert "cache_n not reported" in load_checks.check_call_cache_keeps_turns_fast(tmp_path)
+    assert "cache_n not reported" in call_checks.check_call_cache_keeps_turns_fast(tmp_path)
     with pytest.raises(check.NotCheckable, match="prompt_n is null"):
-        load_checks.check_call_same_prompts(tmp_path)
+        call_checks.check_call_same_prompts(tmp_path)
     call_json(tmp_path, [100, 200, 300], [0, 0, 190])  # the server says it reused nothing on turn 2
     with pytest.raises(CheckFailed, match="turn 2 reused nothing"):
-        load_checks.check_call_cache_keeps_turns_fast(tmp_path)
+        call_checks.check_call_cache_keeps_turns_fast(tmp_path)

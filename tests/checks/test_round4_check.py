@@ -81,14 +81,14 @@ def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_pat
         results = run_checks(out)
     # Every converse check is named N/C; no separate line for the step, which its checks cover.
     assert not [r for r in results if r.name == "converse: its files"]
-    with registry.without("load"):  # call's checks come with load; a call that ran without load is said too
+    with registry.without("call"):  # a call that ran with its capability left out is said too
         run = read(out, "run.json")
         run["steps"].append({"step": "call", "wall_ms": 1.0, "server_compute_ms": 0.0})
         run["steps_planned"].append("call")
         run["artifacts_by_step"]["call"] = ["call.json"]
         run["expected_artifacts"].append("call.json")
         write(out, "run.json", run)
-        lines = {r.name: r for r in run_checks(out) if "capability load left out" in r.detail}
+        lines = {r.name: r for r in run_checks(out) if "capability call left out" in r.detail}
     assert {name for name in lines if name.startswith("call:")} and all(
         r.status == NOT_CHECKABLE for r in lines.values())
 

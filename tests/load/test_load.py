@@ -13,10 +13,15 @@ import pytest
 
 from clihelpers import cli
 from conftest import free_port
-from voice_llm.load import checks, stats
-from voice_llm.load.command import EXIT_NO_VERDICT
+from voice_llm.call import CAPABILITY as CALL_CAPABILITY
+from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.load import stats
+from voice_llm.errors import EXIT_NO_VERDICT
 from voice_llm.load.samples import read_samples
 from voice_llm.sse import SSEDecoder
+
+LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
+CALL_CHECKS = tuple((entry.name, entry.run) for entry in CALL_CAPABILITY.checks)
 
 pytestmark = pytest.mark.server
 
@@ -77,7 +82,7 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
         assert f"max callers = {verdict['max_callers']}" in result.stdout
     else:
         assert verdict["max_callers"] is None and "no verdict" in result.stdout
-    for name, check in checks.LOAD_CHECKS:
+    for name, check in LOAD_CHECKS:
         check(tmp_path)
 
 
@@ -141,7 +146,7 @@ def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, 
     assert result.returncode == 0, result.stderr
     doc = json.loads((tmp_path / "out" / "call.json").read_text())
     assert len(doc["docs"]) == 12 and len(doc["cache_on"]) == len(doc["cache_off"]) == 6
-    for name, check in checks.CALL_CHECKS:
+    for name, check in CALL_CHECKS:
         check(tmp_path / "out")
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert "call" in run["steps_planned"]

@@ -25,11 +25,15 @@ import pytest
 from clihelpers import assert_clean_failure, cli, cli_env
 from conftest import free_port
 from fakeserver import llama_events
+from voice_llm.errors import EXIT_NO_VERDICT, EXIT_OK
 from voice_llm.util import procfs
 from voice_llm.checks.base import NotCheckable
-from voice_llm.load import checks
+from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.client.capabilities import PROBE_MESSAGES
 from voice_llm.load.samples import read_samples
+from voice_llm.errors import EXIT_NO_VERDICT
+
+LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
 
 MODEL_ID = "fake-model.gguf"
 FAST = ["--think-scale", "0", "--barge-in", "0", "--workers", "1", "-q"]
@@ -146,7 +150,7 @@ def test_the_managed_sweeps_still_to_come_are_checked_with_the_first_server(tmp_
     """Without --url each slot count gets its own server; a too small context of a later one (here --ctx is the
     same for both, so 4 slots get a quarter of it) is refused before the first sweep's first turn."""
     from voice_llm.errors import ContextLimitError
-    from voice_llm.load import command
+    from voice_llm.load import run as command
 
     from voice_llm.client.api import ServerClient
 
@@ -171,7 +175,7 @@ def test_a_server_that_does_not_say_its_context_is_not_checkable_and_is_swept(tm
              "--warmup-s", "0", "--docs", "0", "--out", str(out), "--think-scale", "0", "--barge-in", "0",
              "--workers", "1"], env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert "not checkable" in result.stderr and "Traceback" not in result.stderr
-    assert result.returncode in (0, 4), result.stderr
+    assert result.returncode in (EXIT_OK, EXIT_NO_VERDICT), result.stderr
     assert fake.chats and _doc(out)["sweeps"][0]["steps"]
 
 
@@ -185,7 +189,7 @@ def test_a_step_with_zero_turns_writes_load_json_and_the_report(tmp_path: Path, 
         result = cli("load", "--url", fake.url, "--callers", "1", "--step-s", "1", "--warmup-s", "0", "--docs", "0",
                      "--workers", "1", "-q", "--out", str(out), env=env)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 4, (result.stdout, result.stderr)  # measured, but no verdict
+    assert result.returncode == EXIT_NO_VERDICT, (result.stdout, result.stderr)  # measured, but no verdict
     doc = _doc(out)
     (step,) = doc["sweeps"][0]["steps"]
     assert step["turns"] == 0 and doc["sweeps"][0]["verdict"]["max_callers"] is None
@@ -196,12 +200,12 @@ def test_a_step_with_zero_turns_writes_load_json_and_the_report(tmp_path: Path, 
     run = json.loads((out / "run.json").read_text())
     assert run["started_at"] < run["ended_at"], "the start is recorded when load starts, not when it saves"
     not_checkable = []
-    for name, check in checks.LOAD_CHECKS:
+    for name, check in LOAD_CHECKS:
         try:
             check(out)
         except NotCheckable:  # a relation on no measured turn rests on nothing: not checkable, never a pass
             not_checkable.append(name)
-    assert len(not_checkable) == len(checks.LOAD_CHECKS), not_checkable
+    assert len(not_checkable) == len(LOAD_CHECKS), not_checkable
 
 
 def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: dict[str, str]) -> None:
@@ -210,7 +214,7 @@ def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: 
         result = cli("load", "--url", fake.url, "--callers", "1", "--step-s", "2", "--warmup-s", "0", "--docs", "0",
                      "--out", str(out), *FAST, env=env)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 4, (result.stdout, result.stderr)
+    assert result.returncode == EXIT_NO_VERDICT, (result.stdout, result.stderr)
     (step,) = _doc(out)["sweeps"][0]["steps"]
     assert step["turns"] > 0 and step["errors"] == step["turns"]
     page = (out / "report.html").read_text()
@@ -219,8 +223,10 @@ def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: 
 
 def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Path) -> None:
     """Whatever breaks while drawing, load.json and the CSV are written first and the exit status says so."""
-    from voice_llm.load import command
-    from voice_llm.run.meta import RunRecord
+    from fakeshapes import VLLM, ShapedServer
+
+    from voice_llm.errors import EXIT_REPORT_INCOMPLETE
+    from voice_llm.load import cli as command, run as loadrun
 
     calls: list[str] = []
 
@@ -229,25 +235,25 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
         assert (out / "load.json").is_file() and (out / "load_samples.csv").is_file()
         raise ValueError("Data cannot be log-scaled because all values are <= 0.")
 
-    def fake_measure(settings: Any, out: Path, run: command.LoadRun, *rest: Any) -> None:
-        run.described = {"dialogue": "clinic", "think": {"think_scale": 1.0}}
-        run.record = RunRecord.start(out, {}, {"load": ("load.json", "load_samples.csv")})
+    def no_sweep(plan: Any, settings: Any, run: loadrun.LoadRun, *rest: Any) -> None:
+        run.described = {"dialogue": "clinic", "think": {"think_scale": 1.0}}  # nothing measured, nothing failed
 
-    values = {"out": tmp_path, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0, "warmup_s": 0.0,
-              "callers": (1,), "no_stop": False, "master": False, "workers": 1, "quiet": True, "docs": 0}
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(command, "measure", fake_measure)
-    monkey.setattr(command, "_render", broken_render)
+    monkey.setattr(loadrun, "_sweep", no_sweep)
+    monkey.setattr(loadrun, "_render", broken_render)
     try:
         import contextlib
         import io
 
         err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with ShapedServer(VLLM) as fake, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            values = {"out": tmp_path, "url": fake.url, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0,
+                      "warmup_s": 0.0, "callers": (1,), "no_stop": False, "master": False, "workers": 1,
+                      "quiet": True, "docs": 0}
             code = command.main(values, None)
     finally:
         monkey.undo()
-    assert calls == ["render"] and code == command.EXIT_FAILED
+    assert calls == ["render"] and code == EXIT_REPORT_INCOMPLETE
     (line,) = err.getvalue().strip().splitlines()
     assert "measurements are saved" in line and "log-scaled" in line
 
@@ -255,7 +261,15 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
 # --- 3. nothing measured is lost ----------------------------------------------------------------------------------
 
 
-def _descendants_gone(pids: dict[int, int | None]) -> bool:
+def _living_descendants(pid: int) -> dict[int, int]:
+    """pid -> start time of each living process below ``pid``. One that has already ended (a zombie, or gone by
+    the time its start time is read: a short helper such as the ``uname -p`` that platform.platform() runs) is
+    left out: recorded with no start time it would never count as gone, and the test would fail by chance."""
+    found = {child: procfs.start_ticks(child) for child in procfs.descendants(pid)}
+    return {child: ticks for child, ticks in found.items() if ticks is not None}
+
+
+def _descendants_gone(pids: dict[int, int]) -> bool:
     return all(procfs.start_ticks(pid) != ticks for pid, ticks in pids.items())
 
 
@@ -269,12 +283,12 @@ def test_an_interrupted_sweep_keeps_its_completed_steps(tmp_path: Path, env: dic
              "--workers", "1"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen: list[str] = []
-        children: dict[int, int | None] = {}
+        children: dict[int, int] = {}
         try:
             assert proc.stderr is not None
             for line in proc.stderr:  # the master's progress lines: interrupt once step 2 is under way
                 seen.append(line)
-                children.update({pid: procfs.start_ticks(pid) for pid in procfs.descendants(proc.pid)})
+                children.update(_living_descendants(proc.pid))
                 if line.startswith("load: step 2:"):
                     break
             else:
@@ -298,7 +312,7 @@ def test_an_interrupted_sweep_keeps_its_completed_steps(tmp_path: Path, env: dic
     assert any(s["step"] == 0 for s in samples) and len(samples) >= sweep["steps"][0]["turns"]
     run = json.loads((out / "run.json").read_text())
     assert run["failed_step"] == "load" and "interrupted" in run["failure"]
-    for name, check in checks.LOAD_CHECKS:
+    for name, check in LOAD_CHECKS:
         check(out)
     deadline = time.monotonic() + 30
     while not _descendants_gone(children) and time.monotonic() < deadline:
@@ -442,13 +456,13 @@ def test_no_locust_process_outlives_a_killed_load(tmp_path: Path, env: dict[str,
              "--warmup-s", "0", "--docs", "0", "--no-stop", "--out", str(tmp_path / "out"), "--think-scale", "0",
              "--workers", "1"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        children: dict[int, int | None] = {}
+        children: dict[int, int] = {}
         try:
             assert proc.stderr is not None
             for line in proc.stderr:
                 if line.startswith("load: step 1:"):
                     break
-            children = {pid: procfs.start_ticks(pid) for pid in procfs.descendants(proc.pid)}
+            children = _living_descendants(proc.pid)
             assert len(children) >= 2, "a master and a worker"
             proc.kill()
             proc.wait()

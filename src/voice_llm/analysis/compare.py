@@ -26,14 +26,14 @@ under a quarter of that is lost in the variation of human turn-taking itself.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from voice_llm.analysis import metrics, noise
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats
-from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, SENTENCE
+from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, DIAL, PREFILL, SENTENCE
 from voice_llm.errors import ArtifactError
 
 NOTICE_MS = 50.0
@@ -136,12 +136,16 @@ class RunSide:
     noise: Mapping[str, Any]
     setup: Mapping[str, Any]  # label -> value, see setup_of
     found: Mapping[str, metrics.Measured]  # the run's metrics
+    unreadable: Mapping[str, str] = field(default_factory=dict)  # metric key -> why its file could not give it
 
 
 # What a metric depends on. A difference in SERVER or MACHINE concerns every metric (each is timed through the
 # LLM server on that machine); a difference in TTS concerns first audio only; OTHER is named, never a confound
 # (repeats change the sample counts, which the tests take into account; the tool's own version is named).
 SERVER, TTS, MACHINE, OTHER = "server", "tts", "machine", "other"
+# A difference of the line (codec, rate, jitter buffer, loss, echo) concerns what the caller hears on it (dial.json's
+# numbers); the agent itself is what two dial runs compare, so a different agent is named, never a confound.
+LINE = "line"
 
 # What is shown when it differs: (label, what it concerns, path into run.json's metadata).
 _META_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -163,11 +167,24 @@ AUDIO_FIELDS: tuple[tuple[str, str], ...] = (
     ("TTS engine", "engine"), ("TTS voice", "voice"), ("TTS voice option", "voice_option"),
     ("TTS versions", "versions"), ("clause_words", "clause_words"), ("TTS prompt", "prompt"),
 )
+# From dial.json (a call on the line): the agent (named) and the line's conditions (what heard numbers depend on).
+DIAL_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("agent", OTHER, ("agent", "identity", "engine")),
+    ("agent server header", OTHER, ("agent", "headers", "server")),
+    ("line protocol", LINE, ("line", "protocol")),
+    ("line codec", LINE, ("line", "codec")),
+    ("line rate", LINE, ("line", "rate")),
+    ("jitter buffer ms", LINE, ("line", "jitter_ms")),
+    ("line loss %", LINE, ("line", "loss_pct")),
+    ("echo dB", LINE, ("line", "echo_db")),
+    ("caller audio", OTHER, ("caller", "source")),
+)
 # The repeats each step made (the --repeat it ran with, as its file shows it).
 _REPEATED = (PREFILL, CACHE, SENTENCE, CANCEL)
 CONCERNS: dict[str, str] = {
     **{label: concern for label, concern, _ in _META_FIELDS},
     **{label: TTS for label, _ in AUDIO_FIELDS},
+    **{label: concern for label, concern, _ in DIAL_FIELDS},
     **{f"repeat ({name})": OTHER for name in (*_REPEATED, AUDIO)},
 }
 
@@ -191,13 +208,15 @@ def setup_of(out: RunFolder | Path, metadata: Mapping[str, Any]) -> dict[str, An
     folder = RunFolder.of(out)
     setup = {label: meta_value(metadata, path) for label, _, path in _META_FIELDS}
     docs: dict[str, Any] = {}
-    for name in (*_REPEATED, AUDIO):
+    for name in (*_REPEATED, AUDIO, DIAL):
         try:
             docs[name] = folder.json(name)
         except ArtifactError:
             docs[name] = None
     audio = docs[AUDIO] if isinstance(docs[AUDIO], Mapping) else {}
     setup.update({label: audio.get(key) for label, key in AUDIO_FIELDS})
+    dial = docs[DIAL] if isinstance(docs[DIAL], Mapping) else {}
+    setup.update({label: meta_value(dial, path) for label, _, path in DIAL_FIELDS})
     setup.update({f"repeat ({name})": _repeats(docs[name]) for name in _REPEATED})
     setup[f"repeat ({AUDIO})"] = audio.get("repeat")
     return setup
@@ -209,7 +228,9 @@ def metadata_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tup
 
 
 def _depends_on(metric: metrics.Metric, differences: Sequence[tuple[str, Any, Any]]) -> tuple[str, ...]:
-    concerns = {SERVER, MACHINE, TTS} if metric.source == AUDIO else {SERVER, MACHINE}
+    # First audio hangs on the speak step's TTS; what the caller hears on the line, on the line's conditions (its
+    # agent speaks with a TTS of its own, named in the agent's identity); every number on the server and machine.
+    concerns = {AUDIO: {SERVER, MACHINE, TTS}, DIAL: {SERVER, MACHINE, LINE}}.get(metric.source, {SERVER, MACHINE})
     return tuple(label for label, _, _ in differences if CONCERNS[label] in concerns)
 
 
@@ -235,7 +256,7 @@ def _side(out: Path) -> RunSide:
     record = folder.record
     metadata = (record.doc.get("metadata") or {}) if record else {}
     return RunSide(out, record.run_id if record else None, metadata, noise.assess(folder), setup_of(folder, metadata),
-                   found)
+                   found, metrics.unreadable(folder))
 
 
 def _refusals(a: RunSide, b: RunSide) -> list[str]:
@@ -335,6 +356,10 @@ def summary_lines(comparison: Comparison) -> list[str]:
         if side.noise.get("noisy"):
             lines.append(f"run {name} was noisy: {noise_brief(side.noise)}")
     lines += [m.line for m in comparison.metrics]
+    # A metric whose file is there but cannot be read is said, never dropped: "nothing" must not hide it.
+    unread = [(name, key, why) for side, name in ((a, "A"), (b, "B")) for key, why in side.unreadable.items()]
+    for name, key, why in unread:
+        lines.append(f"cannot compare {metrics.label_of(key)}: run {name}'s file does not give it ({why})")
     if comparison.only_in_one:
         # "; " between labels: a label has commas of its own ("first token, cache miss").
         lines.append("measured in one run only: " + "; ".join(
@@ -346,6 +371,12 @@ def summary_lines(comparison: Comparison) -> list[str]:
         lines.append(f"changed with the set-up ({', '.join(why)}), not judged like for like: "
                      + "; ".join(m.label for m in changed))
     heard = [m.label for m in comparison.metrics if m.noticeable]
-    lines.append("a listener would notice: " + ("; ".join(heard) if heard else f"nothing (no significant change of "
-                                                 f"{NOTICE_MS:.0f} ms or more in what the caller hears)"))
+    untold = [metrics.label_of(key) for _, key, _ in unread if metrics.is_audible(key)]
+    if heard:
+        verdict = "; ".join(heard)
+    elif untold:
+        verdict = f"cannot tell ({'; '.join(dict.fromkeys(untold))} could not be read)"
+    else:
+        verdict = f"nothing (no significant change of {NOTICE_MS:.0f} ms or more in what the caller hears)"
+    lines.append("a listener would notice: " + verdict)
     return lines

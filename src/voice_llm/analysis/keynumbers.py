@@ -9,6 +9,7 @@ returning KeyNumber rows), resolved when asked (:func:`all_key_numbers`): this m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ class KeyNumber:
     path: tuple[str | int, ...]  # keys / list indexes into the source document
     optional: bool = False  # only when the source artifact exists (a step outside the brief)
     cache_off: bool = False  # measured with cache_prompt false (see metrics.CACHE_NOT_DISABLED)
+    # "median" or "p90": this number is half of the caller's number, the line the report opens with (:func:`headline`)
+    headline: str | None = None
 
 
 CORE_KEY_NUMBERS: tuple[KeyNumber, ...] = (
@@ -54,6 +57,62 @@ def all_key_numbers() -> tuple[KeyNumber, ...]:
         if capability.key_numbers:
             found.extend(registry.resolve(capability.key_numbers)())
     return tuple(found)
+
+
+HEADLINE_PARTS = ("median", "p90")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The caller's number: how long after the caller stops talking they hear the assistant, over the run's turns.
+    ``source`` is the artifact it is read from, ``missing`` why it is not there (then the times are None)."""
+
+    source: str | None
+    median_ms: float | None = None
+    p90_ms: float | None = None
+    missing: str | None = None
+
+    def sentence(self) -> str:
+        if self.median_ms is None:
+            return f"The caller's number (mouth to ear) {self.missing}."
+        p90 = f"; p90 {self.p90_ms:.0f} ms" if self.p90_ms is not None else ""
+        return f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking (median{p90})."
+
+
+def _time(value: Any, source: str, path: Sequence[str | int]) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ArtifactError(f"{source}: {'.'.join(map(str, path))} is {value!r}, not a time in ms")
+    return float(value)
+
+
+def headline(out: RunFolder | Path) -> Headline:
+    """The caller's number for the run in ``out``, from the key numbers a capability marks ``headline`` (a median
+    and a p90 read from one artifact): the first registered one this run measured; when none was, what says why
+    (and which step measures it)."""
+    folder = RunFolder.of(out)
+    marked: dict[str, dict[str, KeyNumber]] = {}
+    for number in all_key_numbers():
+        if number.headline in HEADLINE_PARTS:
+            marked.setdefault(number.source, {})[number.headline] = number
+    for source, parts in marked.items():
+        if "median" not in parts or not folder.is_file(source):
+            continue
+        try:
+            doc = folder.json(source)
+            values = {part: _time(_follow(doc, number.path, source), source, number.path)
+                      for part, number in parts.items()}
+        except ArtifactError as exc:
+            return Headline(source, missing=f"cannot be read: {exc}")
+        if values["median"] is None:
+            return Headline(source, missing=f"was not measured: no turn in {source} reached the caller")
+        return Headline(source, values["median"], values.get("p90"))
+    if not marked:
+        return Headline(None, missing="is measured by no registered capability")
+    writes = {name: step.name for c in registry.capabilities() for step in c.steps for name in step.artifacts}
+    runs = [f"`voice-llm {writes[source]}`" if source in writes else source for source in marked]
+    return Headline(None, missing=f"was not measured in this run ({' or '.join(runs)} measures it)")
 
 
 def labels(out: RunFolder | Path) -> dict[str, tuple[str, str]]:
@@ -84,9 +143,13 @@ def _document(folder: RunFolder, source: str) -> Any:
     return folder.json(source) if kind is None else folder.artifact(kind).doc
 
 
-def _follow(doc: Any, path: Sequence[str | int], source: str) -> Any:
+def _follow(doc: Any, path: Sequence[str | int], source: str, null_ends: bool = False) -> Any:
+    """The value at ``path``; with ``null_ends`` a null met on the way is the value (an optional step's block that
+    measured nothing, as dial.json's ``summary.heard_minus_reported_ms: null``), not a missing field."""
     value = doc
     for step in path:
+        if value is None and null_ends:
+            return None
         try:
             value = value[step]
         except (KeyError, IndexError, TypeError) as exc:
@@ -102,6 +165,12 @@ _ABSENT = object()
 
 def not_run_reason(source: str) -> str:
     return f"{source} is not in this folder: its step did not run here"
+
+
+def value_of(out: RunFolder | Path, number: KeyNumber) -> Any:
+    """``number``'s value in the run in ``out``, read from its source file (ArtifactError when it cannot be)."""
+    folder = RunFolder.of(out)
+    return _follow(folder.json(number.source), number.path, number.source)
 
 
 def build_report(out: RunFolder | Path) -> dict[str, Any]:
@@ -123,7 +192,7 @@ def build_report(out: RunFolder | Path) -> dict[str, Any]:
             report[number.key] = None
             unknown[number.key] = not_run_reason(number.source)
             continue
-        report[number.key] = _follow(docs[number.source], number.path, number.source)
+        report[number.key] = _follow(docs[number.source], number.path, number.source, number.optional)
     if unknown:
         report[UNKNOWN] = unknown
     return report

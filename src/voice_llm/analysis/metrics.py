@@ -42,6 +42,10 @@ class Metric:
     # A core artifact's typed value (voice_llm.run.artifacts): ``read`` is given the parsed value, its shape
     # validated once; None (a capability's metric): ``read`` is given the JSON document as saved.
     kind: type[typed.Artifact] | None = None
+    # Are the samples repeats of one measurement? Then their spread is the machine's noise (voice_llm.analysis.noise
+    # warns about it). False for samples that are different measurements by design (the turns of a call: other
+    # lines, other replies), whose spread says nothing about the machine; compare's tests use them the same way.
+    repeats: bool = True
 
 
 # Said beside a number measured with cache_prompt false on a server that may ignore it (llama-cpp-python, vLLM,
@@ -181,6 +185,29 @@ def label_of(key: str) -> str:
     """A metric's label, or its key when no registered metric has it (a capability left out)."""
     metric = by_key().get(key)
     return metric.label if metric else key
+
+
+def is_audible(key: str) -> bool:
+    """Does the metric ``key`` delay what the caller hears (False when no registered metric has it)?"""
+    metric = by_key().get(key)
+    return bool(metric and metric.audible)
+
+
+def unreadable(out: RunFolder | Path) -> dict[str, str]:
+    """The metrics whose artifact is in ``out`` but which cannot be read from it (key -> why, one line): what
+    :func:`measure_all` leaves out, so that a comparison can say so instead of staying silent."""
+    folder = RunFolder.of(out)
+    found: dict[str, str] = {}
+    for metric in all_metrics():
+        if not folder.exists(metric.source):
+            continue
+        try:
+            metric.read(folder.json(metric.source))
+        except ArtifactError as exc:
+            found[metric.key] = str(exc)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+            found[metric.key] = f"{metric.source} does not hold it as a number ({exc.__class__.__name__}: {exc})"
+    return found
 
 
 def measure_all(out: RunFolder | Path) -> dict[str, Measured]:

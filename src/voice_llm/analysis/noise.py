@@ -145,7 +145,7 @@ def _spread_noise(found: Mapping[str, metrics.Measured]) -> dict[str, float]:
     noisy = {}
     for key, measured in found.items():
         ratio = measured.spread
-        if ratio is None or ratio <= SPREAD_LIMIT:
+        if not measured.metric.repeats or ratio is None or ratio <= SPREAD_LIMIT:
             continue
         if measured.metric.unit == "ms" and max(measured.samples) - min(measured.samples) < SPREAD_FLOOR_MS:
             continue

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.scenario import prompts
-from voice_llm.util.artifacts import CALL
+from voice_llm.util.artifacts import CALL, read_json
+from voice_llm.util.stats import median
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import KBDoc, load_kb
@@ -80,3 +81,20 @@ def run(ctx: LabContext) -> list[Path]:
         "cache_off": cache_off,
     }
     return [ctx.write_json(CALL, document)]
+
+
+def numbers(out: Path) -> list[tuple[str, str]]:
+    """The call's key numbers for its summary table (voice_llm.lab.summary): each run's median over the turns."""
+    doc = read_json(out / CALL)
+    rows = []
+    for run, label in (("cache_on", "cache on"), ("cache_off", "cache off")):
+        turns = [row for row in doc.get(run) or [] if isinstance(row, dict)]
+        for key, what in (("ttft_ms", "first token"), ("first_sentence_ms", "first sentence")):
+            values = [row[key] for row in turns if isinstance(row.get(key), (int, float))]
+            rows.append((f"{what}, {label} (median of {len(values)} turns)",
+                         f"{median(values):.0f} ms" if values else "n/a"))
+    last = (doc.get("cache_on") or [{}])[-1]
+    if isinstance(last, dict) and isinstance(last.get("prompt_n"), int):
+        rows.append((f"turn {last.get('turn')}, cache on: tokens prefilled / from the cache",
+                     f"{last['prompt_n']} / {last.get('cache_n')} tokens"))
+    return rows

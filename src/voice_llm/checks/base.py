@@ -2,7 +2,8 @@
 checks (tts.checks, repeats.checks, load.checks) import it, and it imports nothing of theirs (no import cycle).
 
 A check is a function of the folder OUT (a :class:`voice_llm.run.folder.RunFolder`, or its path) that returns the
-detail it verified, or raises:
+detail it verified, or raises (the core's and a capability's are registered alike, as
+:class:`voice_llm.registry.CheckEntry`):
 
 * :class:`CheckFailed` when an *invariant* is broken: a relation that holds on every honest run on any machine
   (times on one clock in order, a file equal to what it was derived from, token counts, a cut that cut, the
@@ -15,7 +16,7 @@ detail it verified, or raises:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +46,6 @@ class CheckResult:
     @property
     def label(self) -> str:
         return _LABELS.get(self.status, "N/C")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    step: str | None  # the lab step whose artifacts it reads; None: about the whole run
-    run: Callable[[Any], str]  # (RunFolder | Path) -> the detail of a PASS
 
 
 class CheckFailed(Exception):

@@ -14,25 +14,26 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from voice_llm import registry
+from voice_llm.registry import CheckEntry
 from voice_llm.util import artifacts as names
 from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.scenario import brief
 from voice_llm.util import stats
 from voice_llm.util.artifacts import loads_json
-from voice_llm.checks.base import (FAIL, FINDING, NOT_CHECKABLE, PASS, Check, CheckFailed, CheckResult, Finding,
+from voice_llm.checks.base import (FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding,
                                  NotCheckable, expect, finite_number, require, unless_missed)
 from voice_llm.errors import ArtifactError
 from voice_llm.analysis.keynumbers import build_report
 from voice_llm.sse import SSEDecoder
 
-__all__ = ["CHECKS", "cancel_idle_limit", "capability_checks", "left_out_checks", "ran_steps", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "Check", "CheckFailed", "CheckResult", "Finding",
+__all__ = ["CHECKS", "cancel_idle_limit", "capability_checks", "left_out_checks", "ran_steps", "known_artifacts", "FAIL", "FINDING", "NOT_CHECKABLE", "PASS", "CheckEntry", "CheckFailed", "CheckResult", "Finding",
            "NotCheckable", "finite_number", "iter_checks", "require", "run_checks"]
 
 # The names this module has always used for the rules it shares with the feature checks (voice_llm.checks.base).
@@ -520,34 +521,26 @@ def check_report(out: RunFolder | Path) -> str:
 
 # Each check's docstring says why its relation is an invariant (FAIL when broken) or an expectation (a finding).
 # The core's own checks; every capability's come through the registry (capability_checks).
-CHECKS: tuple[Check, ...] = (
-    Check("one run: every file as the run wrote it", None, check_one_run),
-    Check("the run finished every step", None, check_run_finished),
-    Check("files present and well-formed", None, check_files),
+CHECKS: tuple[CheckEntry, ...] = (
+    CheckEntry("one run: every file as the run wrote it", None, check_one_run),
+    CheckEntry("the run finished every step", None, check_run_finished),
+    CheckEntry("files present and well-formed", None, check_files),
     # Invariants on what the server said of itself (status ok, a context size): the evidence the lab rests on.
-    Check("server answered (health)", "health", check_health),
-    Check("props: context size", "health", check_props),
-    Check("sse_raw: role chunk first, [DONE] last", "sse", check_sse_raw),
-    Check("chunks.jsonl matches sse_raw, times non-decreasing", "sse", check_chunks),
-    Check("ttft < total, medians right", "ttft", check_ttft),
-    Check("prefill: first token grows 0 -> 4 -> 12 docs", "prefill", check_prefill),
-    Check("prefill: prompt tokens grow 0 -> 4 -> 12 docs", "prefill", check_prefill_tokens),
-    Check("prefill: server prefill time grows 0 -> 4 -> 12 docs", "prefill", check_prefill_server_time),
-    Check("cache hit far below miss: first-token time", "cache", check_cache_time),
-    Check("cache hit far below miss: prompt tokens", "cache", check_cache),
-    Check("ttft <= first sentence <= total", "sentence", check_sentence),
-    Check("cancel cut the answer", "cancel", check_cancel_cut),
-    Check("cancel: the server stopped (slot went idle)", "cancel", check_cancel),
-    Check("report equals its sources", "report", check_report),
+    CheckEntry("server answered (health)", "health", check_health),
+    CheckEntry("props: context size", "health", check_props),
+    CheckEntry("sse_raw: role chunk first, [DONE] last", "sse", check_sse_raw),
+    CheckEntry("chunks.jsonl matches sse_raw, times non-decreasing", "sse", check_chunks),
+    CheckEntry("ttft < total, medians right", "ttft", check_ttft),
+    CheckEntry("prefill: first token grows 0 -> 4 -> 12 docs", "prefill", check_prefill),
+    CheckEntry("prefill: prompt tokens grow 0 -> 4 -> 12 docs", "prefill", check_prefill_tokens),
+    CheckEntry("prefill: server prefill time grows 0 -> 4 -> 12 docs", "prefill", check_prefill_server_time),
+    CheckEntry("cache hit far below miss: first-token time", "cache", check_cache_time),
+    CheckEntry("cache hit far below miss: prompt tokens", "cache", check_cache),
+    CheckEntry("ttft <= first sentence <= total", "sentence", check_sentence),
+    CheckEntry("cancel cut the answer", "cancel", check_cancel_cut),
+    CheckEntry("cancel: the server stopped (slot went idle)", "cancel", check_cancel),
+    CheckEntry("report equals its sources", "report", check_report),
 )
-
-
-def _resolved(reference: str) -> Callable[[RunFolder | Path], str]:
-    """The check a CheckEntry names, imported when it runs: a reference that does not resolve is that check's
-    FAIL ("cannot check: ..."), not a crash of the others."""
-    def run(out: RunFolder | Path) -> str:
-        return registry.resolve(reference)(out)
-    return run
 
 
 def _applies(entry: registry.CheckEntry, folder: RunFolder, steps: Sequence[str] | None) -> bool:
@@ -558,7 +551,7 @@ def _applies(entry: registry.CheckEntry, folder: RunFolder, steps: Sequence[str]
     return entry.artifact is None or folder.is_file(entry.artifact)
 
 
-def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tuple[Check, ...]:
+def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tuple[CheckEntry, ...]:
     """Every registered capability's checks (voice_llm.registry.CheckEntry) that apply to this folder: those of
     the steps the run ran (an entry without a step: always), or, for a folder without run.json, those whose
     artifact is there (an entry without an artifact: always, as the core's)."""
@@ -567,7 +560,7 @@ def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tup
     for capability in registry.capabilities():
         for entry in capability.checks:
             if _applies(entry, folder, steps):
-                found.append(Check(entry.name, entry.step, _resolved(entry.function)))
+                found.append(entry)  # run by name when it runs: one that does not resolve is its own FAIL
     return tuple(found)
 
 
@@ -615,7 +608,7 @@ def known_artifacts() -> tuple[str, ...]:
     return (names.RUN, *names.REQUIRED, *(name for c in every for name in c.artifacts))
 
 
-def _result(check: Check, out: RunFolder) -> CheckResult:
+def _result(check: CheckEntry, out: RunFolder) -> CheckResult:
     name = check.name
     try:
         return CheckResult(name, PASS, check.run(out))

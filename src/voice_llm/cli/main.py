@@ -19,6 +19,7 @@ from voice_llm.analysis import noise
 from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
 from voice_llm.lab.report import findings
+from voice_llm.lab.summary import step_numbers
 from voice_llm.report.capability_table import read_capability_rows
 from voice_llm.report.compare_page import render_compare
 from voice_llm.run import meta as runmeta, session
@@ -26,7 +27,9 @@ from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
 from voice_llm.util.artifacts import REPORT, dumps_json, read_json
 from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
-from voice_llm.errors import ArtifactError, ConfigError, ReportIncompleteError, VoiceLLMError
+from voice_llm.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
+                              EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, EXIT_USAGE, ArtifactError,
+                              ConfigError, ReportIncompleteError, VoiceLLMError, exit_table_text)
 from voice_llm.lab.context import StepOptions
 from voice_llm.lab.steps import steps as registered_steps
 from voice_llm.run.lock import writer_of
@@ -34,23 +37,9 @@ from voice_llm.util.progress import Progress, make_progress
 from voice_llm.sse import StreamError
 
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2  # argparse's own status for a bad flag or value
-EXIT_CHECKS_FAILED = 3
-EXIT_REPORT_INCOMPLETE = 4  # measured and saved, but a section of report.html (or compare.html) could not be drawn
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it
-EXIT_BROKEN_PIPE = 141  # stdout was closed by the reader (`| head`): 128 + SIGPIPE, as `yes | head` ends
+# The exit statuses: one table for every command (voice_llm.errors), re-exported here for the tests and callers.
+EXIT_CODES_HELP = exit_table_text()
 
-EXIT_CODES_HELP = f"""exit status:
-  {EXIT_OK}    ok (for `check` and `lab`: every check passed or was not checkable)
-  {EXIT_FAILURE}    an error, said in one line on stderr (for `status`: no managed server runs)
-  {EXIT_USAGE}    a bad flag or flag value (usage on stderr)
-  {EXIT_CHECKS_FAILED}    `check` or `lab`: a check failed (the artifacts are kept)
-  {EXIT_REPORT_INCOMPLETE}    the measurements are saved, but a section of report.html or compare.html could not be drawn
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM); files already written are complete and kept
-  {EXIT_BROKEN_PIPE}  stdout was closed before everything was printed (e.g. `| head`); nothing else is affected
-  `load --worker` ends with the Locust worker's own status."""
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help line ("(default: ...)") unless the help already says it; the epilog's
@@ -89,8 +78,9 @@ def _capability_flags(parser: argparse.ArgumentParser, command: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-llm",
-        description="When does the first token, and the first whole sentence, arrive from a local llama.cpp "
-                    "server? Start the server, measure, save the evidence, check and report it.",
+        description="When does the caller hear the assistant after they stop talking, measured at the caller's ear "
+                    "on a real line, and how much of it is the llama.cpp server's first token and first sentence? "
+                    "Start the server, measure, save the evidence, check and report it.",
         epilog=EXIT_CODES_HELP, formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"voice-llm {__version__}")
@@ -141,13 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     _capability_flags(p, "lab")
 
     for name, step in registered_steps().items():
-        p = command(name, f"lab step: {step.title}")
+        # A step `voice-llm lab` runs says so; one it does not (call) is a step of its own, run only when asked.
+        p = command(name, f"{'lab step' if step.in_lab else 'step, not in the lab'}: {step.title}")
         flags.out_option(p)
         if step.needs_server:
             flags.request_options(p)
             p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")
             p.add_argument("--model", help="model name sent in each request (default: the first id of /v1/models)")
             flags.api_key_option(p)
+            flags.new_run_option(p)
         if step.reads_kb:
             flags.kb_option(p)
         if name in _REPEATED_STEPS:
@@ -175,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--force", action="store_true", help="compare even runs of different prompts or documents")
 
+    parser.command_names = frozenset(sub.choices)  # type: ignore[attr-defined]  # what main() tells apart
     return parser
 
 
@@ -198,8 +191,37 @@ def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
+class _SaidByTheResult:
+    """`up`'s progress, without the line that ends the server's start: `up` prints that result itself, on stdout
+    (session.started_line, with the log's path), so it is said once. Every other step (a build, a download, the
+    stop before a restart) ends with its own line as before."""
+
+    SERVER_START = "Starting llama-server"  # the title voice_llm.server.lifecycle.start gives the start
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._title = ""
+
+    def start(self, title: str, total: float | None = None) -> None:
+        self._title = title
+        self._progress.start(title, total)
+
+    def update(self, detail: str, completed: float | None = None) -> None:
+        self._progress.update(detail, completed)
+
+    def finish(self, summary: str) -> None:
+        if self._title.startswith(self.SERVER_START):
+            self.finish_if_open()
+        else:
+            self._progress.finish(summary)
+
+    def finish_if_open(self) -> None:
+        getattr(self._progress, "finish_if_open", lambda: None)()
+
+
 def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
-    started = session.bring_up(_settings(args), args.server_bin, args.model, progress, restart=args.restart)
+    started = session.bring_up(_settings(args), args.server_bin, args.model, _SaidByTheResult(progress),
+                               restart=args.restart)
     print(session.started_line(started))
     if started.previous_death:
         kept = f"; its log is kept in {started.previous_log}" if started.previous_log else ""
@@ -281,6 +303,22 @@ def _print_findings(out: Path) -> None:
         Console().print(caps)
 
 
+def _print_step_numbers(out: Path, step: str) -> None:
+    """A step alone: its key numbers, one short table as the lab's summary (voice_llm.lab.summary)."""
+    rows = step_numbers(out, step)
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"voice-llm {step} — {out}", show_lines=False)
+    table.add_column("measured")
+    table.add_column("value", justify="right")
+    for label, value in rows:
+        table.add_row(label, value)
+    Console().print(table)
+
+
 def _print_noise(out: Path, file: TextIO) -> None:
     for line in noise.summary_lines(noise.assess(out)):
         print(line, file=file)
@@ -294,28 +332,29 @@ def _print_checks(results: Sequence[CheckResult], file: TextIO | None = None) ->
     return not any(r.status == FAIL for r in results)
 
 
-def _lab_settings(args: argparse.Namespace, steps: tuple[str, ...] | None = None) -> LabSettings:
-    # A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults here.
+def _lab_settings(args: argparse.Namespace, command: str) -> LabSettings:
+    """The run's settings for ``command``: "lab" (it starts the server, or finds it running, on --port) or one
+    step's name. A step is offered only the flags it uses (build_parser): the others keep StepOptions' defaults."""
     url, port = getattr(args, "url", None), getattr(args, "port", None)
-    if hasattr(args, "ctx"):  # lab: the server it starts, or finds running, on --port
+    lab = command == "lab"
+    if lab:  # the server it starts, or finds running, on --port (with the lab's --ctx, --slots, ...)
         server_settings = _settings(args)
-    elif url or not registered_steps()[args.command].needs_server or port is not None:
+    elif url or not registered_steps()[command].needs_server or port is not None:
         server_settings = ServerSettings(port=port or DEFAULT_PORT)
     else:  # a step with no --port or --url: the only managed server running
         server_settings = ServerSettings(port=server.resolve_port(None))
-    extra = {"steps": steps} if steps else {}
     model = getattr(args, "model", None)
     return LabSettings(
         out=args.out.expanduser(), kb_dir=getattr(args, "kb", None), url=url, server=server_settings,
         server_bin=getattr(args, "server_bin", None), model=model,
         # --model names the GGUF the lab starts; with --url (or for a step alone) it is the model name sent.
-        request_model=model if url or not hasattr(args, "ctx") else None,
+        request_model=model if url or not lab else None,
         api_key=api_key_from_env(getattr(args, "api_key", None)), wait_for_out=args.wait,
-        restart_server=getattr(args, "restart", False),
+        restart_server=getattr(args, "restart", False), new_run=getattr(args, "new_run", False),
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
-                            plugins=_plugin_options(args)), **extra,
+                            plugins=_plugin_options(args)),
     )
 
 
@@ -328,7 +367,7 @@ def _plugin_options(args: argparse.Namespace) -> dict[str, object]:
 def cmd_lab(args: argparse.Namespace, progress: Progress) -> int:
     # With --json, stdout carries report.json alone; everything else a person reads goes to stderr.
     text = sys.stderr if args.json else sys.stdout
-    settings = _lab_settings(args)
+    settings = _lab_settings(args, "lab")
     incomplete: ReportIncompleteError | None = None
     try:
         result = run_lab(settings, progress, notify=lambda line: print(line, file=text))
@@ -364,7 +403,8 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
     if getattr(args, "compare", None) is not None:
         return cmd_report_compare(args)
 
-    result = run_steps(_lab_settings(args), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    result = run_steps(_lab_settings(args, args.command), [args.command], progress, notify=lambda line: print(line, file=sys.stderr))
+    _print_step_numbers(result.out, args.command)
     for path in result.written:
         print(path)
     if result.report_html:
@@ -449,9 +489,53 @@ def _stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def _without_refused() -> str | None:
+    """One line when VOICE_LLM_WITHOUT names something that is no capability (a typo would otherwise leave
+    nothing out without a word)."""
+    unknown = registry.unknown_without()
+    if not unknown:
+        return None
+    known = [c.name for c in registry.registered()]
+    close = {name: next((k for k in known if k.lower() == name.lower().strip()), None) for name in unknown}
+    hints = "".join(f"; did you mean {match!r}?" for match in close.values() if match)
+    return (f"voice-llm: {registry.WITHOUT_ENV} names no capability: {', '.join(map(repr, unknown))} "
+            f"(the capabilities: {', '.join(known)}){hints}")
+
+
+def _left_out_command(parser: argparse.ArgumentParser, command: str) -> str | None:
+    """Why ``command`` is not offered, when it is a step or command of a capability left out (VOICE_LLM_WITHOUT,
+    or one it requires left out): said in one line instead of argparse's "invalid choice"."""
+    out = registry.left_out()
+    if not out or command in getattr(parser, "command_names", ()):
+        return None
+    for capability in registry.registered():
+        if capability.name not in out:
+            continue
+        names = {step.name for step in capability.steps}
+        if capability.commands:  # the commands it would add, on a parser thrown away
+            probe = argparse.ArgumentParser().add_subparsers(parser_class=_CommandParser)
+            registry.resolve(capability.commands)(probe)
+            names |= set(probe.choices)
+        if command in names:
+            env = os.environ.get(registry.WITHOUT_ENV)
+            given = f" ({registry.WITHOUT_ENV}={env})" if env else ""
+            return f"voice-llm {command}: not available: {out[capability.name]}{given}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    args = build_parser().parse_args(argv)
+    refused = _without_refused()
+    if refused:
+        print(refused, file=sys.stderr)
+        return EXIT_USAGE
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    reason = _left_out_command(parser, argv[0]) if argv and not argv[0].startswith("-") else None
+    if reason:
+        print(reason, file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     progress = make_progress(getattr(args, "quiet", False))
     handler = COMMANDS.get(args.command) or (cmd_capability if hasattr(args, "run_command") else cmd_step)
     try:

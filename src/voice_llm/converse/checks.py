@@ -36,7 +36,7 @@ import numpy as np
 from voice_llm.util import stats
 from voice_llm.run.folder import RunFolder
 from voice_llm.util.artifacts import CONVERSE
-from voice_llm.checks.base import Check, CheckFailed, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import CheckFailed, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.converse import gap as measure
@@ -593,19 +593,3 @@ def check_mouth_to_ear_target(out: RunFolder | Path) -> str:
            f"target{' with --preemptive' if preemptive else ''}", missed)
     return unless_missed(f"median {found['median']:.0f} ms, p90 {found['p90']:.0f} ms over {found['n']} turns "
                          f"(target {target:.0f} ms)", missed)
-
-
-CHECKS: tuple[Check, ...] = (
-    Check("converse: breakdown re-derived from the events sums to the gap", STEP, check_breakdown),
-    Check("converse: events of each turn in causal order on one clock", STEP, check_event_order),
-    Check("converse: endpoint after the caller's end, on time", STEP, check_endpointing),
-    Check("converse: the loop kept up with real time", STEP, check_real_time),
-    Check("converse: call.wav decodes, its caller channel is the caller WAVs", STEP, check_recording),
-    Check("converse: gap measured on call.wav = reported gap (one frame)", STEP, check_gap_on_recording),
-    Check("converse: barge-in reactions in order, history = what was heard", STEP, check_barge_in),
-    Check("converse: assistant silent on call.wav after a barge-in stop", STEP, check_silent_after_barge_in),
-    Check("converse: WER recomputed from the transcripts", STEP, check_wer),
-    Check("converse: at most a few word errors per call", STEP, check_few_word_errors),
-    Check("converse: summary recomputed from the turns", STEP, check_summary),
-    Check("converse: median mouth-to-ear within the target", STEP, check_mouth_to_ear_target),
-)

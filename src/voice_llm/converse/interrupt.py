@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from voice_llm.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS
-from voice_llm.errors import MeasurementError, NothingToSpeakError
+from voice_llm.errors import MeasurementError
 from voice_llm.lab.cancel import stop_source, wait_until_idle, wait_until_no_request
 from voice_llm.lab.context import LabContext
 from voice_llm.sse import StreamCancel, StreamError, StreamResult
 from voice_llm.tts import (DEFAULT_CLAUSE_WORDS, SAMPLE_WIDTH, AudioChunk, AudioPiece, SpokenSegment, TTSEngine, playback,
-                           speak_stoppable, speakable)
+                           nothing_to_speak, speak_stoppable, speakable)
 
 DEFAULT_STRATEGY = "clauses"
 
@@ -376,7 +376,7 @@ class LiveReply:
             stop = {"cut_at": self._cut_at, "onset_true": self._onset, "stop_called": stop_called,
                     "synthesis_stopped": max([stop_called, *ends]), "slot_idle": idle, "slot_idle_source": source}
         elif not any(s.audio for s in segments):
-            raise NothingToSpeakError(f"{self.engine.name} made no sound of the reply {stream.text[:80]!r}")
+            raise nothing_to_speak(self.engine, stream.text, "reply")
         self._outcome = outcome(stream, segments, rate, self.clock, self._release_ms, self.held, stop)
         return self._outcome
 

@@ -26,12 +26,13 @@ from voice_llm.speech.caller import SAMPLE_RATE, Utterance
 from voice_llm.converse.voice import CallerVoice, synthesize_lines
 from voice_llm.converse.interrupt import ReplyOutcome
 from voice_llm.converse.recording import CALL_WAV, CONVERSE_DIR, caller_wav_name, mono_wav, stereo, stereo_wav
-from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber, stt_model_line
+from voice_llm.speech.stt import (DEFAULT_STT, STT_CHOICES, STTError, check_installed, default_threads, load_transcriber,
+                                  stt_model_line)
 from voice_llm.speech.wer import WER, total, wer
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, load_dialogue, system_prompt
 from voice_llm.errors import ConfigError, OutputDirError
 from voice_llm.scenario.kb import load_kb
-from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.run.meta import threads_from_log
 from voice_llm.lab import flags
 from voice_llm.tts import DEFAULT_CLAUSE_WORDS, STRATEGIES, add_voice_flags, engine_for, options_from
@@ -123,6 +124,12 @@ NAME = "converse"  # this capability's name in voice_llm.registry (StepOptions.p
 CONVERSE_COMMANDS = frozenset({"lab", "converse"})
 
 
+def prepare(options: StepOptions) -> None:
+    """What the call needs, asked before the lab (or `voice-llm converse`) asks a server anything or writes a file
+    (voice_llm.lab.steps): the STT --stt names, installed with its weights."""
+    check_installed(options.plugin(NAME, ConverseOptions()).stt)
+
+
 def options_of(ctx: LabContext) -> ConverseOptions:
     """The converse options the CLI put on the lab's options (``StepOptions.plugins``); the defaults otherwise."""
     return ctx.options.plugin(NAME, ConverseOptions())
@@ -185,7 +192,7 @@ def caller_utterances(options: ConverseOptions, scripts: tuple[str, ...],
                       vad: vadmod.SileroVAD) -> tuple[list[Utterance], CallerVoice | None]:
     """The call's caller turns, checked before the call: each must hold speech the VAD hears."""
     if options.caller_audio is not None:
-        utterances = callermod.load_folder(options.caller_audio, scripts)[:options.turns]
+        utterances = callermod.load_folder_scored(options.caller_audio, scripts)[:options.turns]
         voice = None
     else:
         utterances, voice = synthesize_lines(scripts[:options.turns], options.caller_length_scale)

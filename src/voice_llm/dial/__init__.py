@@ -6,13 +6,68 @@ step is dial against voice-llm's own agent on loopback. Heavy libraries are impo
 
 from __future__ import annotations
 
-from voice_llm.registry import Capability
+from voice_llm.registry import CAPABILITIES, Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
+
+# The lab's converse step (dial against voice-llm's agent) replaces the old converse capability's: while that one is
+# still registered, its step and its flags keep the name, and dial adds only `dial`. Removing
+# "voice_llm.converse" from registry.CAPABILITIES is all it takes to switch (voice_llm.dial.step reads this too).
+REPLACES_CONVERSE = "voice_llm.converse" not in CAPABILITIES
+CONVERSE_STEP = StepEntry("converse", "the call as heard: dial against voice-llm's agent on loopback",
+                          "voice_llm.dial.converse", (DIAL,), after="speak", reads_kb=True)
+
+
+# --- dial's checks, report sections, key numbers and metrics (D2: dial/checks.py, report.py, numbers.py) -------
+_CHECKS = "voice_llm.dial.checks"
+# The steps that write dial.json get the same checks: `voice-llm dial URL`, and the lab's `converse` once it is dial's
+# (REPLACES_CONVERSE; before, the old converse capability's step of that name writes converse.json and these checks
+# would fail it). tests/dial/test_dial_checks.py holds every dial.json step of this capability to it.
+_STEPS = ("dial", "converse") if REPLACES_CONVERSE else ("dial",)
+HEARD_TITLE = "The call as heard: from the end of the caller's speech to the first sound they heard"
+WAVE_TITLE = "The call as recorded at the caller's ear (caller left, heard right)"
+_DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for step in _STEPS for name, function in (
+    ("dial: every value in dial.json is possible", "check_values"),
+    ("dial: the files in dial/ are exactly those dial.json names", "check_files"),
+    ("dial: call.wav holds every frame; its caller channel is the caller WAVs", "check_recording"),
+    ("dial: heard gaps re-measured on call.wav = dial.json (one frame)", "check_heard_gaps"),
+    ("dial: barge-in heard silence re-measured on call.wav (one frame)", "check_barge_in"),
+    ("dial: the caller spoke as scheduled", "check_schedule"),
+    ("dial: events in order on the call clock", "check_event_order"),
+    ("dial: uplink sequence numbers, chunks and timestamps continuous", "check_uplink"),
+    ("dial: nothing heard before it arrived; every clear honoured within a frame", "check_clears"),
+    ("dial: marks echoed only after their audio played, or on a clear", "check_marks"),
+    ("dial: summary recomputed from the turns", "check_summary"),
+    ("dial: WER recomputed from the agent's transcripts", "check_wer"),
+    ("dial: heard minus agent-reported within the line's jitter + 2 frames", "check_agent_reported"),
+    ("dial: the dialer kept up with real time", "check_real_time"),
+    ("dial: median heard mouth-to-ear within the 1.2 s target", "check_target"),
+))
+# Only for a folder with a dial call of this run (optional; the waveform, which reads the folder, draws nothing
+# without one): `voice-llm dial` runs outside the lab for now.
+_DIAL_SECTIONS = (
+    SectionEntry("dial", HEARD_TITLE, DIAL, "voice_llm.dial.report:heard_chart", after="firstaudio", optional=True),
+    SectionEntry("dial-wave", WAVE_TITLE, None, "voice_llm.dial.report:waveform_section", after="dial"),
+)
+_DIAL_KEY_NUMBERS = "voice_llm.dial.numbers:key_numbers"
+_DIAL_METRICS = "voice_llm.dial.numbers:metrics"
+# --- end of D2's part ---------------------------------------------------------------------------------------
 
 # What this capability contributes to the core (voice_llm.registry).
 CAPABILITY = Capability(
     name="dial",
     summary="the caller on a real line: heard mouth-to-ear and barge-in at the caller's ear, for any voice agent",
     requires=("tts",),
+    # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
+    # cli=, its settings from options= (voice_llm.dial.step)
+    steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
+                     (DIAL,), in_lab=False, needs_server=False),
+           # the lab's call: dial against voice-llm's own agent (a subprocess on loopback, on the lab's server)
+           *((CONVERSE_STEP,) if REPLACES_CONVERSE else ())),
+    cli="voice_llm.dial.step:add_flags",
+    options="voice_llm.dial.step:options_value",
     artifacts=(DIAL, DIAL_DIR, DIAL_PARTIAL),
+    checks=_DIAL_CHECKS,
+    sections=_DIAL_SECTIONS,
+    key_numbers=_DIAL_KEY_NUMBERS,
+    metrics=_DIAL_METRICS,
 )

@@ -145,6 +145,12 @@ def wait_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help="if another run writes to --out, wait for it instead of refusing")
 
 
+def new_run_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--new-run", action="store_true",
+                        help="if --out holds a run made against another server, replace it (its files are removed "
+                             "once this run's first step has finished) instead of refusing")
+
+
 def request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
     """What every command that sends requests takes: whom to ask, and how long to wait."""
     parser.add_argument("--url", type=server_url, help="a running server to measure (default: the managed one on --port); may end in /v1")

@@ -12,15 +12,16 @@ The steps are the registry's (voice_llm.lab.steps): a capability left out takes 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from voice_llm.checks.core import CheckResult, run_checks
-from voice_llm.errors import ConfigError
+from voice_llm.errors import ConfigError, VoiceLLMError
 from voice_llm.client.api import ServerClient
 from voice_llm.lab.context import LabContext, StepOptions
 from voice_llm.lab.preflight import check_context_fits
@@ -55,6 +56,7 @@ class LabSettings:
     wait_for_out: bool = False  # another run holds OUT: wait for it instead of refusing
     restart_server: bool = False  # the managed server runs with other settings: restart it instead of refusing
     render_html: bool = True
+    new_run: bool = False  # a step alone: replace a run in OUT made against another server instead of refusing
 
     @property
     def kb(self) -> Path:
@@ -125,12 +127,10 @@ def run_step(name: str, ctx: LabContext) -> tuple[list[Path], StepTiming]:
     return written, StepTiming(name, wall, ctx.ledger.total_ms - before)
 
 
-def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
-                   after_first: Callable[[], object] | None = None) -> list[Path]:
-    """Run ``steps`` in order, recording each step's timing (voice_llm.run.session.recording: run.json however
-    this ends). ``whole_run`` (the lab): these steps are the run, its wall time against the server's compute is
-    theirs. ``after_first`` runs once the first step has finished (steps alone write the probe's findings then,
-    so a step that fails replaces nothing of the run in OUT)."""
+def _run_steps_in(ctx: LabContext, live: session.Live, steps: Sequence[str]) -> list[Path]:
+    """Run ``steps`` in order in the session's run, each step's timing recorded as it finishes
+    (:meth:`voice_llm.run.session.Live.step_finished`). For the lab (a whole run) its wall time against the
+    server's compute is the run's."""
     written: list[Path] = []
     t0 = time.perf_counter()
 
@@ -140,38 +140,48 @@ def _run_in_record(ctx: LabContext, record: runmeta.RunRecord, steps: Sequence[s
         return {"wall_ms": wall, "server_compute_ms": compute, "requests": ctx.ledger.requests,
                 "wall_over_compute": wall / compute if compute else None}
 
-    with session.recording(record, steps, whole_run, ctx.server_log) as state:
-        if whole_run:
-            state.summary = summary
-        for name in steps:
-            state.step = name
-            paths, timing = run_step(name, ctx)
-            written += paths
-            if after_first is not None:
-                after_first()
-                after_first = None
-            # The load right after each step: the noise warning's evidence of what else ran during the run.
-            record.add_step({**timing.as_dict(), "load_average": runmeta.load_average()})
+    if live.plan.whole_run:
+        live.state.summary = summary
+    for name in steps:
+        live.state.step = name
+        live.state.ran.append(name)
+        paths, timing = run_step(name, ctx)
+        written += paths
+        # The load right after each step: the noise warning's evidence of what else ran during the run.
+        live.step_finished({**timing.as_dict(), "load_average": runmeta.load_average()})
     return written
 
 
-def _context(settings: LabSettings, target: session.Target, client: ServerClient, progress: Progress,
-             record: runmeta.RunRecord, probed: session.Probe | None) -> LabContext:
+def _context(settings: LabSettings, live: session.Live, progress: Progress) -> LabContext:
     # The steps read what the server exposes from the context (which numbers it gives, the model name every
     # request carries); a probe that learned nothing leaves them behaving as for llama-server.
-    return LabContext(out=settings.out, client=client, kb_dir=settings.kb, progress=progress, server_log=target.log,
-                      options=settings.options, run=record,
+    probed = live.probed
+    return LabContext(out=live.out, client=live.client, kb_dir=settings.kb, progress=progress,
+                      server_log=live.target.log, options=settings.options, run=live.record,
                       capabilities=probed.informative if probed is not None else None)
 
 
 def prepare_steps(options: StepOptions, steps: Sequence[str]) -> None:
-    """What the options name must exist before anything is asked or written: each step's ``prepare`` hook (the
-    speak step loads its TTS engine and --voice there)."""
+    """What each planned step needs must be here before anything is asked or written: each step's ``prepare``
+    hook (voice_llm.lab.steps: the speak step loads its TTS engine and --voice there, converse finds its STT).
+    Every step is asked, so one message names all that is missing (the step that needs it in each)."""
     table = registered_steps()
+    missing: list[tuple[str, VoiceLLMError]] = []
     for name in steps:
         prepare = getattr(importlib.import_module(table[name].module), "prepare", None)
-        if prepare is not None:
+        if prepare is None:
+            continue
+        try:
             prepare(options)
+        except VoiceLLMError as exc:
+            missing.append((name, exc))
+    if len(missing) == 1:
+        name, exc = missing[0]
+        exc.add_note(f"needed by the {name} step; nothing was asked or written")
+        raise exc
+    if missing:
+        raise ConfigError("the planned steps need what is not here: " + "; ".join(
+            f"{name}: {exc}" for name, exc in missing) + "; nothing was asked or written")
 
 
 def _needs_server(steps: Sequence[str]) -> bool:
@@ -186,6 +196,24 @@ def _unknown(steps: Sequence[str]) -> None:
         raise ConfigError(f"no such step: {', '.join(missing)} (the registered steps: {', '.join(table)})")
 
 
+def _plan_of(settings: LabSettings, command: str, steps: Sequence[str], whole_run: bool) -> session.Plan:
+    ask = _needs_server(steps)
+    # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
+    planned = _plan(steps) if whole_run else _plan([*lab_steps(), *steps])
+    return session.Plan(out=settings.out, command=command, asked=_asked(settings), kb=settings.kb, steps=planned,
+                        whole_run=whole_run, new_run=settings.new_run, ask_server=ask,
+                        request_model=settings.request_model, wait=settings.wait_for_out)
+
+
+def _servers(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool):  # type: ignore[no-untyped-def]
+    """The session's bring-up hook: the one server of a lab or a step (nothing to stop afterwards)."""
+    return lambda: [contextlib.nullcontext(_target(settings, progress, notify, start_server))]
+
+
+def _preflight(settings: LabSettings, steps: Sequence[str]) -> Callable[[ServerClient, session.Target, bool], None]:
+    return lambda client, target, first: _check_context(settings, steps, client, target.facts.n_ctx)
+
+
 def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Notify | None = None) -> LabResult:
     """The whole lab: bring the server up (or use ``settings.url``), run the steps into a new run, write
     run.json, check the files against each other and render report.html."""
@@ -193,60 +221,67 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
     notify = notify or (lambda message: None)
     steps = settings.steps if settings.steps is not None else lab_steps()
     _unknown(steps)
-    # Options and the KB first: a bad --voice or KB folder is named before the server start, a request or a file.
+    # What each step needs, the options and the KB first: a missing package, a bad --voice or KB folder is named
+    # before the server start, a request or a file.
     prepare_steps(settings.options, steps)
     load_kb(settings.kb, need=12)
-    with session.opened(settings.out, "lab", settings.wait_for_out) as out:
-        settings = replace(settings, out=out)
-        ask = _needs_server(steps)
-        target, client = session.connect(_target(settings, progress, notify, start_server=True), _asked(settings),
-                                          ask_server=ask)
-        _check_context(settings, steps, client, target.facts.n_ctx)  # before the first request
-        probed = session.probe_server(client, settings.request_model, progress, settings.url) if ask else None
-        record = runmeta.RunRecord.start(out, session.identity(target, settings.kb, probed), _plan(steps))
-        ctx = _context(settings, target, client, progress, record, probed)
-        if probed is not None:
-            session.write_probe(record, probed)
-        written = _run_in_record(ctx, record, steps, whole_run=True)
-        checks = tuple(run_checks(out))
-        html = render(out, checks) if settings.render_html else None
-    return LabResult(out, record.doc, tuple(written), checks, html, target.url)
+    written: list[Path] = []
+
+    def step(live: session.Live) -> None:
+        written.extend(_run_steps_in(_context(settings, live, progress), live, steps))
+
+    def after(live: session.Live) -> LabResult:
+        checks = tuple(run_checks(live.out))
+        html = render(live.out, checks) if settings.render_html else None
+        return LabResult(live.out, live.record.doc, tuple(written), checks, html, live.target.url)
+
+    plan = _plan_of(settings, "lab", steps, whole_run=True)
+    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=True), step=step,
+                          preflight=_preflight(settings, steps), after=after)
+    return session.Session(plan, progress, notify).run(hooks)
 
 
 def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | None = None,
               notify: Notify | None = None) -> LabResult:
     """Some steps on their own against a running server; they join the run in OUT when the server, model and
-    KB match, else start a new run (``LabResult.note`` says so). A step that joins a run whose report.json exists
-    brings report.json (and report.html, when there is one) up to date with what it measured."""
+    KB match. A run there made against another server is refused before the first measuring request
+    (voice_llm.run.meta.OtherRunError), unless ``settings.new_run``: then it is replaced once the first step has
+    finished (``LabResult.note`` says so), and a step that fails leaves it as it was. A step that joins a run
+    whose report.json exists brings report.json (and report.html, when there is one) up to date with what it
+    measured."""
     progress = progress or NullProgress()
     notify = notify or (lambda message: None)
     _unknown(steps)
     prepare_steps(settings.options, steps)
     if kb_steps() & set(steps):  # a bad KB folder is named before anything is asked or written
         load_kb(settings.kb, need=12)
-    ask = _needs_server(steps)
-    with session.opened(settings.out, " ".join(steps), settings.wait_for_out) as out:
-        settings = replace(settings, out=out)
-        target, client = session.connect(_target(settings, progress, notify, start_server=False),
-                                          _asked(settings), ask_server=ask)
-        _check_context(settings, steps, client, target.facts.n_ctx)  # before the first request
-        probed = session.probe_server(client, settings.request_model, progress, settings.url) if ask else None
-        # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
-        record, note = runmeta.RunRecord.join_or_start(out, session.identity(target, settings.kb, probed),
-                                                       _plan([*lab_steps(), *steps]), ask_server=ask)
-        if note:
-            notify(note)
-        joined = note is None and REPORT in (record.doc.get("artifacts") or {})
+    notes: list[str] = []
+    written: list[Path] = []
+    refresh = False
+
+    def told(message: str) -> None:
+        notes.append(message)
+        notify(message)
+
+    def step(live: session.Live) -> None:
+        nonlocal refresh
+        joined = not notes and REPORT in (live.record.doc.get("artifacts") or {})
         # The report follows the step in a run that has one: report.json must equal its sources again.
         refresh = joined and "report" not in steps
         to_run = [*steps, "report"] if refresh else list(steps)
-        ctx = _context(settings, target, client, progress, record, probed)
-        after_first = (lambda: session.write_probe(record, probed)) if probed is not None else None
-        written = _run_in_record(ctx, record, to_run, whole_run=False, after_first=after_first)
+        written.extend(_run_steps_in(_context(settings, live, progress), live, to_run))
+
+    def after(live: session.Live) -> LabResult:
         html = None
-        if settings.render_html and ("report" in steps or (refresh and (out / REPORT_HTML).is_file())):
-            html = render(out, tuple(run_checks(out)))  # report.json and the page that shows it
-    return LabResult(out, record.doc, tuple(written), (), html, target.url, note)
+        if settings.render_html and ("report" in steps or (refresh and (live.out / REPORT_HTML).is_file())):
+            html = render(live.out, tuple(run_checks(live.out)))  # report.json and the page that shows it
+        return LabResult(live.out, live.record.doc, tuple(written), (), html, live.target.url,
+                         notes[0] if notes else None)
+
+    plan = _plan_of(settings, " ".join(steps), steps, whole_run=False)
+    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=False), step=step,
+                          preflight=_preflight(settings, steps), after=after)
+    return session.Session(plan, progress, told).run(hooks)
 
 
 def _plan(steps: Sequence[str]) -> dict[str, tuple[str, ...]]:

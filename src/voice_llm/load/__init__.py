@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm.registry import Capability, CheckEntry, SectionEntry
-from voice_llm.util.artifacts import CALL, LOAD, LOAD_SAMPLES
+from voice_llm.util.artifacts import LOAD, LOAD_SAMPLES
 
 
 def voice_caller_path() -> str:
@@ -22,25 +22,15 @@ _CHECKS = "voice_llm.load.checks"
 CAPABILITY = Capability(
     name="load",
     summary="calls under load on Locust: the load command, its checks and section",
-    checks=(
-        *(CheckEntry(name, "call", f"{_CHECKS}:{function}", CALL) for name, function in (
-            ("call: ttft <= first sentence <= total", "check_call_order"),
-            ("call: both runs send the same growing prompts", "check_call_same_prompts"),
-            ("call: the cache keeps later turns fast", "check_call_cache_keeps_turns_fast"),
-        )),
-        *(CheckEntry(name, "load", f"{_CHECKS}:{function}", LOAD) for name, function in (
-            ("load: every step recomputed from the raw samples", "check_load_matches_samples"),
-            ("load: verdict and stop rule follow from the steps", "check_load_verdict"),
-            ("load: warm-up dropped, turns in their windows", "check_load_windows"),
-            ("load: ttft <= first sentence <= end per turn", "check_load_turn_order"),
-        )),
-    ),
-    sections=(
-        SectionEntry("call", "One call, six turns: does the cache keep every turn fast?", CALL,
-                     "voice_llm.load.report:call_section", after="cancel", optional=True),
-        SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
-                     "voice_llm.load.report:load_section", after="call", optional=True),
-    ),
-    artifacts=(CALL, LOAD, LOAD_SAMPLES),
-    commands="voice_llm.load.command:add_commands",
+    checks=tuple(CheckEntry(name, "load", f"{_CHECKS}:{function}", LOAD) for name, function in (
+        ("load: every step recomputed from the raw samples", "check_load_matches_samples"),
+        ("load: verdict and stop rule follow from the steps", "check_load_verdict"),
+        ("load: warm-up dropped, turns in their windows", "check_load_windows"),
+        ("load: ttft <= first sentence <= end per turn", "check_load_turn_order"),
+    )),
+    # After the core's cancellation section (behind call's, which is registered first, when call is there).
+    sections=(SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
+                           "voice_llm.load.report:load_section", after="cancel", optional=True),),
+    artifacts=(LOAD, LOAD_SAMPLES),
+    commands="voice_llm.load.cli:add_commands",
 )

@@ -22,6 +22,7 @@ from voice_llm.server.config import ENV_API_KEY
 from voice_llm.errors import VoiceLLMError
 from voice_llm.load.plan import SweepPlan
 from voice_llm.sse import parse_json
+from voice_llm.util import children
 
 MASTER_STOP_S = 15.0
 
@@ -52,27 +53,22 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the master's whole group (Locust workers quit on it), then SIGKILL to whatever is left."""
-    if proc.poll() is None and _signal_group(proc.pid, signal.SIGTERM):
-        try:
-            proc.wait(MASTER_STOP_S)
-        except subprocess.TimeoutExpired:
-            pass
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
+    """SIGTERM to the master's whole group (Locust workers quit on it), up to MASTER_STOP_S; then SIGKILL to
+    whatever is left, and wait (in /proc, up to util.children.KILL_WAIT_S) until no member of the group lives.
+    Bounded whatever the machine's load: each wait is a grace period that SIGKILL ends (util.children.stop_child).
+    A second interrupt cuts the grace period short; the group is still killed (and the interrupt then goes on)."""
+    children.stop_child(proc, MASTER_STOP_S, group=True)
 
 
 def _stop_master(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the master alone: it stops its runner, lets its workers send their last samples and quit, and
-    writes its result. Then whatever is left of the group goes, whatever happens meanwhile (a second Ctrl-C)."""
+    writes its result, within MASTER_STOP_S; then the group as :func:`_stop_group` does, whatever is left of it.
+    Called while an interrupt is being handled: a further Ctrl-C only shortens the waits (the group is killed all
+    the same) and is not raised again, so the caller still raises SweepInterrupted with what the master wrote."""
     try:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(MASTER_STOP_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        children.stop_child(proc, MASTER_STOP_S, group=True, leader_first_s=MASTER_STOP_S)
+    except KeyboardInterrupt:
         pass
-    finally:
-        _stop_group(proc)
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

@@ -15,15 +15,16 @@ Three ways a section can be without its chart, each said in the section itself:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from voice_llm import __version__, registry
+from voice_llm.registry import SectionEntry
 from voice_llm.analysis import metrics, noise
+from voice_llm.analysis.keynumbers import headline as keynumbers_headline
 from voice_llm.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.checks.core import counts as check_counts
@@ -40,19 +41,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure)
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["CORE_SECTIONS", "NoDataError", "Section", "metadata_rows", "render_report", "sections"]
-
-
-@dataclass(frozen=True)
-class Section:
-    """A section of the page: ``build`` takes the parsed ``source`` artifact (None: the whole RunFolder) and
-    returns a Chart, or the section's HTML itself."""
-
-    name: str
-    title: str
-    source: str | None
-    build: Callable[[Any], Chart | str]
-    optional: bool = False  # the artifact of a command outside the lab: no section at all when it is absent
+__all__ = ["CORE_SECTIONS", "NoDataError", "metadata_rows", "render_report", "sections"]
 
 
 def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = None) -> Path:
@@ -76,8 +65,8 @@ def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = 
     with style.drawing():
         for section in sections():
             # An optional artifact another run left in the folder (an earlier `load`) is not this run's section.
-            if section.optional and section.source is not None and not (
-                    folder.exists(section.source) and run.belongs(section.source)):
+            if section.optional and section.artifact is not None and not (
+                    folder.exists(section.artifact) and run.belongs(section.artifact)):
                 continue
             step = _step_not_run(folder, section, ran)
             if step is not None:
@@ -116,9 +105,9 @@ def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
 # --- sections: the core's and every capability's ------------------------------------------------------------
 
 
-def _render_section(folder: RunFolder, section: Section, failures: list[tuple[str, str]]) -> str:
+def _render_section(folder: RunFolder, section: SectionEntry, failures: list[tuple[str, str]]) -> str:
     try:
-        data = folder if section.source is None else folder.json(section.source)
+        data = folder if section.artifact is None else folder.json(section.artifact)
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     try:
@@ -129,7 +118,7 @@ def _render_section(folder: RunFolder, section: Section, failures: list[tuple[st
         return _missing_section_html(section, str(exc))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         # Validation above covers the documented shapes; this catches shapes nobody foresaw.
-        return _missing_section_html(section, f"{section.source} is malformed ({type(exc).__name__}: {exc})")
+        return _missing_section_html(section, f"{section.artifact} is malformed ({type(exc).__name__}: {exc})")
     except Exception as exc:  # noqa: BLE001 - the drawing code raised: said in the section and after the page
         return style.failed_section(section.name, section.title, exc, failures)
     if isinstance(chart, str):  # the builder wrote its section itself
@@ -140,7 +129,7 @@ def _render_section(folder: RunFolder, section: Section, failures: list[tuple[st
         return style.failed_section(section.name, section.title, exc, failures)
 
 
-def _missing_section_html(section: Section, reason: str, what: str = "not available") -> str:
+def _missing_section_html(section: SectionEntry, reason: str, what: str = "not available") -> str:
     return style.missing_section_html(section.name, section.title, reason, what)
 
 
@@ -163,13 +152,13 @@ def _section_steps() -> dict[str, tuple[str, ...]]:
     return {entry.name: tuple(step.name for step in c.steps) for c in registry.capabilities() for entry in c.sections}
 
 
-def _step_not_run(folder: RunFolder, section: Section, ran: Sequence[str] | None) -> str | None:
+def _step_not_run(folder: RunFolder, section: SectionEntry, ran: Sequence[str] | None) -> str | None:
     """The step whose data ``section`` draws when that step did not run in this folder (its section is left out and
     the step named), else None. Without a plan (no run.json: an older folder) every section is drawn or says why
     not; a step that ran but whose file is gone keeps its section, which says "not available"."""
     if ran is None:
         return None
-    if section.source is None:
+    if section.artifact is None:
         steps = _section_steps().get(section.name, ())
         if steps:
             return steps[0] if not any(step in ran for step in steps) else None
@@ -179,9 +168,9 @@ def _step_not_run(folder: RunFolder, section: Section, ran: Sequence[str] | None
         if any(folder.exists(source) for source in sources):
             return None
         return _producers(folder, sources[0])[0] if sources else None
-    if folder.exists(section.source):
+    if folder.exists(section.artifact):
         return None
-    producers = _producers(folder, section.source)
+    producers = _producers(folder, section.artifact)
     return None if any(step in ran for step in producers) else producers[0]
 
 
@@ -502,39 +491,33 @@ def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, 
     return f"{start}, {middle}{end}."
 
 
-# The core's sections, in page order; each capability's are placed among them by their ``after``.
-CORE_SECTIONS: tuple[Section, ...] = (
-    Section("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
-    Section("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
-    Section("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
-    Section("cache", "Prompt cache", CACHE, _cache_chart),
-    Section("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
+# The core's sections, in page order, as a capability registers its own (voice_llm.registry.SectionEntry, the
+# builder the function itself); each capability's are placed among them by their ``after``.
+CORE_SECTIONS: tuple[SectionEntry, ...] = (
+    SectionEntry("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
+    SectionEntry("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
+    SectionEntry("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
+    SectionEntry("cache", "Prompt cache", CACHE, _cache_chart),
+    SectionEntry("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
 )
 
 
-def _built_by(reference: str) -> Callable[[Any], Chart | str]:
-    """A capability's builder, imported when the section is drawn (a failure to import is that section's)."""
-    def build(data: Any) -> Chart | str:
-        return registry.resolve(reference)(data)
-    return build
-
-
-def sections() -> tuple[Section, ...]:
-    """The page's sections: the core's, then every registered capability's (voice_llm.registry.SectionEntry)
-    in registry order, each placed right after the section its ``after`` names (at the end without one, or when
-    that section is not on the page: its capability was left out)."""
+def sections() -> tuple[SectionEntry, ...]:
+    """The page's sections: the core's, then every registered capability's in registry order, each placed right
+    after the section its ``after`` names (at the end without one, or when that section is not on the page: its
+    capability was left out). A capability's builder is imported when its section is drawn (a failure to import
+    is that section's)."""
     placed = list(CORE_SECTIONS)
     last_after: dict[str, str] = {}  # an anchor -> the last section placed behind it (several keep their order)
     for capability in registry.capabilities():
         for entry in capability.sections:
-            section = Section(entry.name, entry.title, entry.artifact, _built_by(entry.builder), entry.optional)
             names = [s.name for s in placed]
             anchor = last_after.get(entry.after, entry.after) if entry.after else None
             if anchor in names:
-                placed.insert(names.index(anchor) + 1, section)
+                placed.insert(names.index(anchor) + 1, entry)
                 last_after[entry.after] = entry.name
             else:
-                placed.append(section)
+                placed.append(entry)
     return tuple(placed)
 
 
@@ -674,11 +657,18 @@ def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
     return f'<td class="range">{style.ms(low)}–{style.ms(high)} over {len(measured.samples)}</td>'
 
 
+# What the page answers, under its title; the line after it is the answer itself (the caller's number), above the
+# noise warning and every table.
+SUBTITLE = ("When does the caller hear the assistant after they stop talking, measured at the caller's ear on a real "
+            "line, and how much of that is the llama.cpp server's first token and first sentence: drawn from the "
+            "saved artifacts.")
+
+
 def _header_html(out: RunFolder, banner: str = "", ran: Sequence[str] | None = None) -> str:
     return (
         "<header>\n<h1>voice-llm report</h1>\n"
-        '<p class="lede">When the first token and the first whole sentence arrive from the local llama.cpp server, '
-        f"drawn from the saved artifacts.</p>\n{banner}"
+        f'<p class="lede">{style.esc(SUBTITLE)}</p>\n'
+        f'<p class="headline" id="headline">{style.esc(keynumbers_headline(out).sentence())}</p>\n{banner}'
         '<div class="columns">\n'
         f"<div><h2>Server</h2>\n{_server_facts_html(out, ran)}</div>\n"
         f"<div><h2>Key numbers</h2>\n{_key_numbers_html(out, ran)}</div>\n"

@@ -225,6 +225,7 @@ h1 { font-size: 1.7rem; margin: 0 0 .2rem; }
 h2 { font-size: 1.2rem; margin: 1.8rem 0 .5rem; padding-bottom: .2rem; border-bottom: 1px solid #ddd; }
 .columns h2 { margin-top: .8rem; }
 .lede { color: #444; margin: 0; }
+.headline { font-size: 1.35em; font-weight: 600; margin: 0.6em 0; }
 .columns { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2rem; }
 table { border-collapse: collapse; font-size: .92rem; width: 100%; }
 th, td { text-align: left; vertical-align: top; padding: .22rem .5rem; border-bottom: 1px solid #eee; }

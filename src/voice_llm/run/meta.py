@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from voice_llm import __version__
 from voice_llm.client.api import ServerProps
 from voice_llm.util.artifacts import REPORT_HTML, RUN, SERVER_LOG, read_artifact_bytes, read_json, write_json
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, OutputDirError
 from voice_llm.scenario import brief, prompts
 from voice_llm.server.provision import sha256_of
 from voice_llm.sse import server_root
@@ -44,6 +44,11 @@ UNMANIFESTED = frozenset({RUN, REPORT_HTML, SERVER_LOG})
 
 class MixedRunsError(ArtifactError):
     """Artifacts in one folder come from different runs; combining them would compare unlike things."""
+
+
+class OtherRunError(OutputDirError):
+    """A step (call, load) would start a new run in a folder that holds another run: the two runs' files would mix
+    (``check`` then fails "files from other runs"). Refused before the first measuring request."""
 
 
 def new_run_id() -> str:
@@ -333,6 +338,16 @@ class RunRecord:
         return cls(out, doc)
 
     @classmethod
+    def other_run(cls, out: Path, metadata: Mapping[str, Any]) -> tuple[RunRecord, list[str]] | None:
+        """The run in OUT when it was made against another server, model or KB than ``metadata`` says, with what
+        differs; None when OUT holds no run or the same one."""
+        existing = cls.load(out)
+        if existing is None:
+            return None
+        diff = differences(existing.doc.get("metadata", {}).get("identity", {}), metadata.get("identity", {}))
+        return (existing, diff) if diff else None
+
+    @classmethod
     def join_or_start(cls, out: Path, metadata: Mapping[str, Any], steps: Mapping[str, Iterable[str]],
                       ask_server: bool = True) -> tuple[RunRecord, str | None]:
         """For steps run on their own: join the run in OUT when its identity matches, else start a new one.
@@ -382,6 +397,37 @@ class RunRecord:
 
     def save(self) -> Path:
         return write_json(self.out / RUN, self.doc)
+
+    def remove_files(self, keep: Iterable[str] = ()) -> list[str]:
+        """Remove this run's files from OUT (its manifest, and report.html drawn from them), except ``keep`` (the
+        names a newer run has written since): the run is being replaced (--new-run). A name is removed only when
+        it is a plain path inside OUT that reaches no link on the way (run.json is data: a name like
+        ``../x`` or one through a linked folder is left where it is); run.json itself is the caller's to rewrite."""
+        kept = set(keep)
+        manifest = self.doc.get("artifacts")
+        names = [name for name in (manifest if isinstance(manifest, Mapping) else {}) if isinstance(name, str)]
+        removed = []
+        for name in [*names, REPORT_HTML]:
+            if name in kept or name in (RUN, SERVER_LOG):
+                continue
+            path = _inside(self.out, name)
+            if path is not None and (path.is_symlink() or path.is_file()):
+                path.unlink()
+                removed.append(name)
+        return removed
+
+
+def _inside(out: Path, name: str) -> Path | None:
+    """``out/name`` when ``name`` is a relative path of plain parts whose folders are real folders (no link)."""
+    parts = PurePath(name).parts
+    if not parts or PurePath(name).is_absolute() or any(part in ("", ".", "..") for part in parts):
+        return None
+    folder = out
+    for part in parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink() or not folder.is_dir():
+            return None
+    return folder / parts[-1]
 
 
 # --- verifying a folder -------------------------------------------------------------------------------------------

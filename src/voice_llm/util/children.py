@@ -45,38 +45,72 @@ def stop_child(proc: subprocess.Popen[Any], timeout_s: float = STOP_TIMEOUT_S, *
                leader_first_s: float | None = None) -> None:
     """SIGTERM, wait up to ``timeout_s``, then SIGKILL: the process is gone (and reaped) when this returns.
     ``group``: the child was started with ``start_new_session=True`` and the signals go to its whole process
-    group, so a program it started (a shell script's ``sleep``) does not keep running and holding its pipes.
+    group, so a program it started (a shell script's ``sleep``, a Locust worker) does not keep running and
+    holding its pipes; when this returns, the rest of the group has been SIGKILLed and waited for (up to
+    ``KILL_WAIT_S``, :func:`kill_group_members`).
     ``leader_first_s``: first SIGTERM the leader alone and give it that long to stop its own group (the Locust
-    master lets its workers send their last samples); a second Ctrl-C cuts that wait short. Then the group as
-    above, whatever is left of it. A child that has already ended is only reaped: its group is not signalled
-    (its id may be reused), except by :func:`kill_group_members` right after its end."""
+    master lets its workers send their last samples); an interrupt cuts that wait short (the leader still gets
+    the group's SIGTERM, on which the master saves what it measured). Then the group as above, whatever is left of
+    it. A child that has already ended is only reaped: its group is not signalled (its id may be reused), except
+    by :func:`kill_group_members` right after its end.
+
+    Nothing here depends on how fast the machine is: each wait is a grace period, and what has not stopped by its
+    end is SIGKILLed (a signal that cannot be caught or ignored). A Ctrl-C (or SIGTERM, which the CLI turns into
+    one) during the group's grace period does not leave the group running: it ends the wait at once, the group is
+    SIGKILLed and the leader reaped, and then the interrupt goes on (KeyboardInterrupt)."""
     if leader_first_s is not None and proc.poll() is None:
         try:
             proc.send_signal(signal.SIGTERM)
             proc.wait(leader_first_s)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # an interrupt: on to the group's SIGTERM now
             pass
         if group and proc.poll() is not None:
             kill_group_members(proc)
     if proc.poll() is None:
         _signal(proc, signal.SIGTERM, group)
+        interrupted = False
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL, group)
-            proc.wait()
+            interrupted = _kill(proc, group)
+        except KeyboardInterrupt:  # a second interrupt: stop at once, then let it go on
+            _kill(proc, group)
+            interrupted = True
         if group:  # the leader is gone; a member that ignored SIGTERM must not outlive it
             kill_group_members(proc)
+        if interrupted:
+            raise KeyboardInterrupt
 
 
-def kill_group_members(proc: subprocess.Popen[Any]) -> None:
+def _kill(proc: subprocess.Popen[Any], group: bool) -> bool:
+    """SIGKILL (the group's, with ``group``) and reap the leader, which SIGKILL ends at once; an interrupt meanwhile
+    cannot stop this half way (True: one came, the caller raises it when the group is gone)."""
+    _signal(proc, signal.SIGKILL, group)
+    interrupted = False
+    while True:
+        try:
+            proc.wait()
+            return interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+
+
+def kill_group_members(proc: subprocess.Popen[Any], wait_s: float = KILL_WAIT_S) -> bool:
     """SIGKILL what is left of the process group a child led (``start_new_session``) once the child has ended:
     members that outlived their leader. Call it right after the leader's end was seen: while a member lives the
-    group's id cannot be given to a new process, and with none left the signal finds nothing."""
+    group's id cannot be given to a new process, and with none left the signal finds nothing. The members are not
+    our children (we cannot reap them), so their end is waited for in /proc, up to ``wait_s`` (a process in an
+    uninterruptible wait dies only when it leaves it): True when none is alive."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        return True
+    deadline = time.monotonic() + wait_s
+    while procfs.group_members(proc.pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
 
 
 def _reap(pid: int) -> None:

@@ -57,6 +57,17 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def group_members(pgid: int) -> set[int]:
+    """Every living process (not a zombie) whose process group is ``pgid`` (field 5 of /proc/PID/stat)."""
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and fields[0] != "Z" and fields[2] == str(pgid):
+                found.add(int(entry.name))
+    return found
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return fields is not None and fields[0] == "Z"

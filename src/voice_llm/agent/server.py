@@ -1,0 +1,813 @@
+"""The built-in voice agent served over the line: one websockets (asyncio) server, one :class:`Call` per connection.
+
+Per call its own VAD, endpointer and history; the engines (Whisper, Piper) are loaded and warmed once at start and
+shared, each behind a lock. Inbound audio (Twilio: 8 kHz mu-law ``media``; PCM: binary 16-bit frames at the line's
+rate) is resampled to 16 kHz, cut into Silero's 512-sample frames and fed through the VAD and the endpointer
+(voice_llm.speech.vad). At the endpoint a turn thread transcribes the utterance (STT lock), streams the reply from
+the LLM server through the one reader (voice_llm.sse via voice_llm.client: cache_prompt on, the call's history) and
+speaks it with tts's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
+20 ms frames: on a Twilio line at once (the caller's playout paces it; a ``clear`` stops it), with a ``mark`` after
+each spoken segment; on a PCM line, which has neither marks nor clear, at most PCM_LEAD_S ahead of real time.
+
+Rules, in one place (moved from converse's call.py, adapted to a line):
+- A VAD speech start while the reply's audio may still be playing at the caller (a mark not yet echoed, a PCM
+  line's estimated end not reached, or the reply still being made after its first audio) is a barge-in: ``clear``
+  is sent (Twilio), no more audio is sent, the LLM stream is closed (sse.StreamCancel), synthesis stopped; the
+  history keeps only what was heard (voice_llm.agent.heard).
+- A speech start after an endpoint whose reply has sent no audio yet means the caller went on: that reply is dropped
+  and the utterance continues in the same buffer, so the next endpoint transcribes all of it.
+- Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
+  before start) ends that call with one line in the agent's log; the agent goes on serving.
+
+The per-turn breakdown is on the agent's clock (perf_counter): vad_speech_end (the first silent frame processed),
+endpoint, stt_start, stt_end, request_sent, first_token, first_segment_text, first_audio_ready, first_audio_sent;
+the reported latency is first_audio_sent - vad_speech_end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib.metadata
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voice_llm.agent.audio import Framer, Resampler
+from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
+from voice_llm.agent.otel import Clock, SpanExport
+from voice_llm.agent.settings import AgentSettings
+from voice_llm.client.api import ServerClient
+from voice_llm.client.capabilities import model_ids
+from voice_llm.errors import VoiceLLMError
+from voice_llm.line import wire
+from voice_llm.scenario.dialogue import load_dialogue, system_prompt
+from voice_llm.scenario.kb import default_kb_dir, load_kb
+from voice_llm.speech import vad as vadmod
+from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech.stt import Transcriber, default_threads, load_transcriber
+from voice_llm.sse import Chunk, StreamCancel, StreamError, StreamResult
+from voice_llm.tts import AudioChunk, SpokenSegment, TTSEngine, load_engine, speak_stoppable
+from voice_llm.util.artifacts import write_bytes_atomic
+
+PRE_ROLL_FRAMES = 5  # frames kept before the VAD's speech start (its onset lags the true start by 24-110 ms)
+MAX_UTTERANCE_FRAMES = int(30 * SAMPLE_RATE / FRAME_SAMPLES)  # Whisper's window
+NO_STT_TEXT = "(the caller spoke; --stt none: no transcript)"
+CLOSE_BAD_DATA = 1007  # RFC 6455 7.4.1: data inconsistent with the message type
+CLOSE_TRY_AGAIN = 1013  # "try again later" (IANA WebSocket close code registry)
+CLOSE_GOING_AWAY = 1001
+# A PCM line has no clear: the agent sends its audio at most this far ahead of the caller's (estimated) playout, so
+# a barge-in is heard stopping within it. Twilio lines get audio as fast as it is made, and a clear.
+PCM_LEAD_S = 0.1
+SOUND_FLOOR = 100  # speech.caller.FLOOR_MIN: a sample above it is sound (-50.3 dBFS)
+LEAD_KEEP_MS = 10
+# A Twilio mark not echoed this long after its audio should have played (by the agent's estimate) is taken as lost.
+MARK_SLACK_S = 1.0
+JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
+EXECUTOR_THREADS = 2
+
+class AgentError(VoiceLLMError):
+    """The agent cannot start (the port is taken, the LLM server does not answer, an engine does not load)."""
+
+
+def log(line: str) -> None:
+    """The agent's log: one line each, on stderr (stdout carries only the ready line)."""
+    print(f"voice-llm agent: {line}", file=sys.stderr, flush=True)
+
+
+# --- engines ---------------------------------------------------------------------------------------------------
+
+
+class LockedTTS:
+    """A TTS engine shared by every call: one synthesis at a time (the lock is held while a segment's pieces are
+    made and released when the caller of ``synthesize`` closes the iterator or reaches its end)."""
+
+    def __init__(self, engine: TTSEngine) -> None:
+        self.engine = engine
+        self.name, self.voice, self.sample_rate = engine.name, engine.voice, engine.sample_rate
+        self.lock = threading.Lock()
+
+    def synthesize(self, text: str) -> Any:
+        with self.lock:
+            yield from self.engine.synthesize(text)
+
+    def versions(self) -> dict[str, str]:
+        return self.engine.versions()
+
+
+class LockedSTT:
+    def __init__(self, stt: Transcriber) -> None:
+        self.stt, self.name = stt, stt.name
+        self.lock = threading.Lock()
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        with self.lock:
+            return self.stt.transcribe(samples, NO_STT_TEXT)
+
+    def info(self) -> dict[str, Any] | None:
+        return self.stt.info()
+
+
+@dataclass
+class Engines:
+    """What every call shares: STT, TTS (each behind its lock), how to make a call's own VAD, and the identity."""
+
+    stt: LockedSTT
+    tts: LockedTTS
+    new_vad: Callable[[], Callable[[bytes], float]]
+    engines: dict[str, Any]
+    versions: dict[str, str]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def load_engines(settings: AgentSettings) -> Engines:
+    """Silero (one per call; one made here for its identity), Whisper and Piper, each loaded and warmed up once."""
+    vad = vadmod.SileroVAD()
+    vad(bytes(FRAME_SAMPLES * 2))  # warm
+    stt = load_transcriber(settings.stt, settings.stt_threads or default_threads())
+    tts = load_engine(settings.tts, settings.voice, settings.deadline_s)
+    session = getattr(getattr(tts, "_voice", None), "session", None)
+    tts_threads = session.get_session_options().intra_op_num_threads if session is not None else None
+    engines = {"vad": vad.info(), "stt": stt.info(),
+               "tts": {"engine": tts.name, "voice": tts.voice, "versions": tts.versions(), "threads": tts_threads,
+                       "threads_note": "onnxruntime's intra-op threads; 0 is its default, one per physical core"}}
+    return Engines(LockedSTT(stt), LockedTTS(tts), vadmod.SileroVAD, engines, {})
+
+
+def identity_versions() -> dict[str, str | None]:
+    return {p: _version(p) for p in ("voice-llm", "websockets", "numpy", "av", "opentelemetry-sdk",
+                                     "opentelemetry-exporter-otlp-proto-http")}
+
+
+# --- one turn --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SegmentSent:
+    """One spoken segment as it left (agent clock, perf_counter s)."""
+
+    index: int  # the reply's segment (SpokenSegment.index) whose audio this is
+    mark: str
+    first_sent: float
+    samples: int = 0
+    echoed: float | None = None
+
+
+@dataclass
+class Turn:
+    """One endpoint's answer: STT, the reply stream, its audio on the line. Its state changes only on the loop."""
+
+    attempt: int
+    samples: np.ndarray
+    events: dict[str, float | None]
+    number: int | None = None  # the call's answered turn number (1, 2, ...), given at its first audio
+    state: str = "pending"  # pending -> speaking -> done; pending -> dropped
+    stop: threading.Event = field(default_factory=threading.Event)
+    cancel: StreamCancel = field(default_factory=StreamCancel)
+    committed: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    thread_ended: bool = False
+    transcript: str | None = None
+    messages: list[dict[str, str]] | None = None
+    result: StreamResult | None = None
+    segments: tuple[SpokenSegment, ...] = ()
+    error: str | None = None
+    sent: list[SegmentSent] = field(default_factory=list)
+    framer: Framer | None = None
+    end_reason: str | None = None
+    ended_at: float | None = None  # the invoke_agent span's end: audio played out, the barge-in, or the hang-up
+    heard_text: str | None = None
+    synthesis_end: float | None = None
+
+    def breakdown(self) -> tuple[float | None, dict[str, float] | None]:
+        """(reported latency ms, parts ms) from the events; None where an event is missing."""
+        e = self.events
+        names = ("vad_speech_end", "endpoint", "stt_start", "stt_end", "request_sent", "first_token",
+                 "first_segment_text", "first_audio_ready", "first_audio_sent")
+        if any(e.get(n) is None for n in names):
+            return None, None
+
+        def ms(a: str, b: str) -> float:
+            return round((e[b] - e[a]) * 1000.0, 1)  # type: ignore[operator]
+
+        parts = {"endpoint_wait": ms("vad_speech_end", "endpoint"), "stt": ms("stt_start", "stt_end"),
+                 "request_to_first_token": ms("request_sent", "first_token"),
+                 "first_token_to_first_segment": ms("first_token", "first_segment_text"),
+                 "segment_to_first_audio": ms("first_segment_text", "first_audio_ready"),
+                 "audio_to_sent": ms("first_audio_ready", "first_audio_sent"),
+                 # endpoint -> STT start (the lock, the thread) and STT end -> request sent (history, body)
+                 "handoff": round(ms("endpoint", "stt_start") + ms("stt_end", "request_sent"), 1)}
+        return ms("vad_speech_end", "first_audio_sent"), parts
+
+
+# --- one call --------------------------------------------------------------------------------------------------
+
+
+class Call:
+    """One connection: the receive loop, the sender, and the turns."""
+
+    def __init__(self, agent: Agent, ws: Any, number: int) -> None:
+        self.agent, self.ws, self.number = agent, ws, number
+        self.settings = agent.settings
+        self.line = agent.settings.line
+        self.loop = asyncio.get_running_loop()
+        self.vad = agent.engines.new_vad()
+        self.endpointer = vadmod.Endpointer(self.settings.endpoint_ms, None, self.settings.vad_threshold)
+        self.inbound = Resampler(self.line.rate, SAMPLE_RATE)
+        self.pending = np.zeros(0, np.int16)
+        self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=PRE_ROLL_FRAMES)
+        self.utterance: list[np.ndarray] | None = None  # the frames of the utterance being collected
+        self.last_speech_end: float | None = None
+        self.turns: list[Turn] = []
+        self.answered = 0
+        self.history: list[dict[str, str]] = [{"role": "system", "content": agent.system}]
+        self.outbound: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self.stream_sid: str | None = None
+        self.started = self.line.protocol == wire.PCM  # a PCM line has no start message
+        self.closing: str | None = None
+        self.span: Any = None
+        self.unknown_events: set[str] = set()
+        self.marks: dict[str, tuple[Turn, int]] = {}
+        self.timers: list[asyncio.TimerHandle] = []
+        self.play_end = 0.0  # PCM: when the audio sent so far will have played at the caller (estimated)
+
+    # -- receiving ------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        if self.agent.spans is not None:
+            self.span = self.agent.spans.start_call(time.perf_counter(), {
+                "voice_llm.call.number": self.number, "voice_llm.line.protocol": self.line.protocol})
+        sender = asyncio.create_task(self._sender())
+        try:
+            async for message in self.ws:
+                if isinstance(message, bytes):
+                    self._on_binary(message)
+                else:
+                    if self._on_text(message):
+                        break
+        except wire.LineError as exc:
+            self.closing = str(exc)
+            log(f"call {self.number}: {exc}; call closed")
+            await self.ws.close(CLOSE_BAD_DATA, _reason(str(exc)))
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # a fault of ours: this call ends with one line, the agent goes on serving
+            log(f"call {self.number}: internal error {exc.__class__.__name__}: {str(exc)[:200]}; call closed")
+            await self.ws.close(1011, "voice-llm agent: internal error")
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            await self._hang_up()
+
+    def _on_binary(self, data: bytes) -> None:
+        if self.line.protocol != wire.PCM:
+            raise wire.LineError(f"a binary frame of {len(data)} bytes on a Twilio line (Media Streams are JSON text)")
+        self._on_audio(wire.decode(self.line, data))
+
+    def _on_text(self, text: str) -> bool:
+        """One text message; True at the caller's ``stop``."""
+        message = wire.parse_message(text)
+        event = message["event"]
+        if event == "media" and self.line.protocol == wire.TWILIO:
+            if not self.started:
+                raise wire.LineError("a media message before start")
+            self._on_audio(wire.decode(self.line, wire.payload_of(message)))
+        elif event == "start":
+            self._on_start(message)
+        elif event == "mark":
+            self._on_mark(wire.mark_name(message))
+        elif event == "stop":
+            return True
+        elif event not in ("connected", "dtmf") and event not in self.unknown_events:
+            self.unknown_events.add(event)  # Twilio may add events: said once, not fatal
+            log(f"call {self.number}: ignored an unknown event {event[:40]!r}")
+        return False
+
+    def _on_start(self, message: dict[str, Any]) -> None:
+        if self.line.protocol != wire.TWILIO:
+            return
+        start = message.get("start") if isinstance(message.get("start"), dict) else {}
+        sid = message.get("streamSid") or start.get("streamSid")
+        if not isinstance(sid, str) or not sid:
+            raise wire.LineError("a start message without a streamSid")
+        fmt = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
+        encoding, rate = fmt.get("encoding", wire.TWILIO_ENCODING), fmt.get("sampleRate", wire.TWILIO_RATE)
+        if encoding != wire.TWILIO_ENCODING or rate != wire.TWILIO_RATE:
+            raise wire.LineError(f"start announces {str(encoding)[:30]!r} at {str(rate)[:10]} Hz; this agent's "
+                                 f"Twilio line takes {wire.TWILIO_ENCODING} at {wire.TWILIO_RATE} Hz (a wrong codec)")
+        self.stream_sid, self.started = sid, True
+
+    def _on_audio(self, samples: np.ndarray) -> None:
+        data = self.inbound.push(samples)
+        self.pending = np.concatenate([self.pending, data]) if len(self.pending) else data
+        while len(self.pending) >= FRAME_SAMPLES:
+            frame, self.pending = self.pending[:FRAME_SAMPLES], self.pending[FRAME_SAMPLES:]
+            self._on_frame(frame)
+
+    def _on_frame(self, frame: np.ndarray) -> None:
+        probability = self.vad(frame.astype("<i2").tobytes())
+        now = time.perf_counter()
+        events = self.endpointer.push(probability)
+        if self.utterance is not None and len(self.utterance) < MAX_UTTERANCE_FRAMES:
+            self.utterance.append(frame)
+        self.recent.append(frame)
+        for event in events:
+            self._on_event(event, now)
+
+    def _on_event(self, event: vadmod.Event, now: float) -> None:
+        if event.kind == vadmod.SPEECH_START:
+            merge = False
+            last = self.turns[-1] if self.turns else None
+            if last is not None and last.state == "pending":
+                self._drop(last)  # no audio of it sent yet: the caller went on; the same utterance continues
+                merge = self.utterance is not None
+            elif last is not None and last.state == "speaking":
+                if self._playing(last, now):
+                    self._barge_in(last, now)
+                else:
+                    self._complete(last, now)
+            if not merge:
+                self.utterance = list(self.recent)
+        elif event.kind == vadmod.SPEECH_END:
+            self.last_speech_end = now
+        elif event.kind == vadmod.ENDPOINT and self.utterance:
+            self._start_turn(now)
+
+    # -- turns ----------------------------------------------------------------------------------------------
+
+    def _start_turn(self, now: float) -> None:
+        assert self.utterance is not None
+        turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance),
+                    events={"vad_speech_end": self.last_speech_end, "endpoint": now})
+        turn.framer = Framer(self.line.frame_samples)
+        previous = [t for t in self.turns if t.state != "dropped"]
+        self.turns.append(turn)
+        turn.thread = threading.Thread(target=self._run_turn, args=(turn, previous[-1] if previous else None),
+                                       name=f"agent-call{self.number}-turn{turn.attempt}", daemon=True)
+        turn.thread.start()
+
+    def _run_turn(self, turn: Turn, previous: Turn | None) -> None:
+        """The turn thread: STT, then the reply streamed and spoken. Its audio goes to the loop as it is made."""
+        try:
+            turn.events["stt_start"] = time.perf_counter()
+            transcript = self.agent.engines.stt.transcribe(turn.samples)
+            turn.events["stt_end"] = time.perf_counter()
+            turn.transcript = transcript
+            if turn.stop.is_set():
+                return
+            if previous is not None:
+                previous.committed.wait(JOIN_S)  # its heard text is in the history by then
+            turn.messages = [*self.history, {"role": "user", "content": transcript}]
+            self._speak(turn)
+        except (StreamError, VoiceLLMError, OSError) as exc:
+            turn.error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+        except Exception as exc:  # an engine failing mid-call: this turn is lost, the call and the agent go on
+            turn.error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+        finally:
+            self.loop.call_soon_threadsafe(self.outbound.put_nowait, ("end", turn))
+
+    def _speak(self, turn: Turn) -> None:
+        settings, client = self.settings, self.agent.client
+        assert turn.messages is not None
+
+        def request(on_chunk: Callable[[Chunk], None]) -> StreamResult:
+            def seen(chunk: Chunk) -> None:
+                if turn.events.get("first_token") is None:
+                    turn.events["first_token"] = time.perf_counter()
+                on_chunk(chunk)
+            turn.events["request_sent"] = time.perf_counter()
+            return client.chat(turn.messages, settings.max_tokens, True, model=self.agent.model, on_chunk=seen,
+                               should_stop=lambda _chunk: turn.stop.is_set(), cancel=turn.cancel)
+
+        def on_audio(index: int, chunk: AudioChunk) -> None:
+            pcm = np.frombuffer(chunk.pcm, "<i2")
+            if turn.events.get("first_audio_ready") is None:
+                turn.events["first_audio_ready"] = chunk.ready_at
+                pcm = trim_lead(pcm, self.agent.engines.tts.sample_rate)
+            # Each piece on its own (flushed): a filter's tail never crosses into the next segment, after its mark.
+            # Piper's pieces are sentences that begin and end in silence, so nothing is heard at the seams.
+            resampler = Resampler(self.agent.engines.tts.sample_rate, self.line.rate)
+            samples = np.concatenate([resampler.push(pcm), resampler.flush()])
+            self.loop.call_soon_threadsafe(self.outbound.put_nowait, ("audio", turn, index, samples))
+        tts: Any = self.agent.engines.tts  # a LockedTTS: the TTSEngine protocol, behind the shared lock
+        result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.clause_words, on_audio)
+        turn.result, turn.segments = result, segments
+        turn.synthesis_end = time.perf_counter()
+        if result.started_at is not None:  # the reader's own stamps: one clock for the stream's events
+            turn.events["request_sent"] = result.started_at
+            if result.chunks:
+                turn.events["first_token"] = result.started_at + result.chunks[0].t_ms / 1000.0
+            if segments:
+                turn.events["first_segment_text"] = result.started_at + segments[0].text_ready_ms / 1000.0
+
+    def _playing(self, turn: Turn, now: float) -> bool:
+        """Whether the caller may still hear ``turn``'s reply at ``now``."""
+        if not turn.thread_ended:
+            return True  # more audio may come
+        end = playing_until(self._sent(turn))
+        if self.line.protocol == wire.TWILIO and any(s.echoed is None for s in turn.sent):
+            # a mark not echoed yet: still playing, unless its audio should have played long ago (a caller that
+            # echoes no marks would otherwise have every next line taken for a barge-in)
+            return end is None or now < end + MARK_SLACK_S
+        return end is not None and end > now
+
+    def _sent(self, turn: Turn) -> list[SentSegment]:
+        rate = self.line.rate
+        echo = self.line.protocol == wire.TWILIO
+        return [SentSegment(s.first_sent, s.samples / rate, s.echoed if echo else None) for s in turn.sent]
+
+    def _drop(self, turn: Turn) -> None:
+        turn.state = "dropped"
+        turn.stop.set()
+        turn.cancel.cancel()
+        turn.committed.set()
+
+    def _barge_in(self, turn: Turn, now: float) -> None:
+        turn.stop.set()
+        turn.cancel.cancel()
+        if self.line.protocol == wire.TWILIO:
+            self._send_now(wire.clear(self.stream_sid or ""))
+        # A PCM line has no clear (binary audio only): its audio is paced PCM_LEAD_S ahead of the caller's
+        # playout (see _frames), so the caller hears at most that much (and its jitter delay) after the stop.
+        self._finish(turn, "interrupted", now)
+
+    def _complete(self, turn: Turn, now: float) -> None:
+        if turn.state != "speaking":
+            return
+        end = playing_until(self._sent(turn))
+        self._finish(turn, "completed", min(now, end) if end is not None else now)
+
+    def _finish(self, turn: Turn, reason: str, at: float) -> None:
+        turn.state, turn.end_reason, turn.ended_at = "done", reason, at
+        if turn.thread_ended:
+            self._commit(turn)
+
+    def _maybe_complete(self, turn: Turn) -> None:
+        """A finished reply whose audio has all played (Twilio: every mark echoed; PCM: its estimated end)."""
+        if turn.state != "speaking" or not turn.thread_ended:
+            return
+        if not turn.sent:
+            self._finish(turn, "completed", time.perf_counter())
+            return
+        if self.line.protocol == wire.TWILIO:
+            if all(s.echoed is not None for s in turn.sent):
+                self._finish(turn, "completed", max(s.echoed for s in turn.sent if s.echoed is not None))
+            return
+        end = playing_until(self._sent(turn)) or time.perf_counter()
+        delay = max(0.0, end - time.perf_counter())
+        self.timers.append(self.loop.call_later(delay, self._complete, turn, end))
+
+    def _commit(self, turn: Turn) -> None:
+        """The turn is over and its thread has ended: what was heard goes into the history; its spans out."""
+        if turn.committed.is_set():
+            return
+        text = turn.result.text if turn.result is not None else ""
+        if turn.end_reason == "completed":
+            heard = text
+        else:
+            played = played_s(self._sent(turn), turn.ended_at or time.perf_counter())
+            rate = self.line.rate
+            counts = []
+            by_index = {s.index: (s, p) for s, p in zip(turn.sent, played)}
+            for segment in turn.segments:
+                sent, seconds = by_index.get(segment.index, (None, 0.0))
+                total = sent.samples if sent is not None else 0
+                counts.append(words_heard(segment.text, total, int(seconds * rate)))
+            heard = heard_prefix(text, [s.text for s in turn.segments], counts)
+        turn.heard_text = heard
+        if turn.transcript is not None:
+            self.history.append({"role": "user", "content": turn.transcript})
+            if heard.strip():
+                self.history.append({"role": "assistant", "content": heard.strip()})
+        turn.committed.set()
+        record = self._record(turn)
+        self.agent.records.append({"call": self.number, **record})
+        reported = record["reported_ms"]
+        parts = " ".join(f"{k} {v:.0f}" for k, v in (record["breakdown"] or {}).items())
+        log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
+            f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); heard {heard[:60]!r}")
+        if self.agent.spans is not None and self.span is not None:
+            spans, span = self.agent.spans, self.span
+            self.agent.exports.add(self.loop.run_in_executor(None, lambda: (spans.turn(span, record), spans.flush())))
+
+    def _record(self, turn: Turn) -> dict[str, Any]:
+        reported, parts = turn.breakdown()
+        result = turn.result
+        stream_end = None
+        chat: dict[str, Any] = {}
+        if result is not None and result.started_at is not None:
+            stream_end = result.started_at + result.total_ms / 1000.0
+            chat = {"gen_ai.usage.output_tokens": len(result.chunks), "voice_llm.closed_early": result.closed_early}
+            if self.agent.model:
+                chat["gen_ai.request.model"] = self.agent.model
+        stt_info = self.agent.engines.stt.info() or {}
+        return {"number": turn.number, "end_reason": turn.end_reason, "reported_ms": reported, "breakdown": parts,
+                "events": dict(turn.events), "span_start": turn.events["vad_speech_end"] or turn.events["endpoint"],
+                "span_end": turn.ended_at or time.perf_counter(), "stream_end": stream_end,
+                "synthesis_end": turn.synthesis_end, "model": self.agent.model, "transcript": turn.transcript,
+                "reply": result.text if result is not None else None, "heard": turn.heard_text,
+                "chat_attributes": chat,
+                "stt_attributes": {"gen_ai.request.model": stt_info.get("model", self.agent.engines.stt.name)}}
+
+    # -- sending --------------------------------------------------------------------------------------------
+
+    def _send_now(self, message: str | bytes) -> None:
+        self.loop.create_task(self._send(message))
+
+    async def _send(self, message: str | bytes) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await self.ws.send(message)
+        except ConnectionClosed:
+            pass
+
+    async def _sender(self) -> None:
+        while True:
+            item = await self.outbound.get()
+            kind, turn = item[0], item[1]
+            if kind == "end":
+                turn.thread_ended = True
+                await self._end_of_audio(turn)
+                if turn.error is not None:
+                    log(f"call {self.number}: turn attempt {turn.attempt} failed: {turn.error}")
+                if turn.state == "pending":  # it made no sound (an error, nothing to say): nobody heard it
+                    turn.state = "dropped"
+                    turn.committed.set()
+                elif turn.state == "done":
+                    self._commit(turn)
+                else:
+                    self._maybe_complete(turn)
+                continue
+            _, _, index, samples = item
+            if turn.state == "pending":
+                if turn.stop.is_set():
+                    continue
+                turn.state = "speaking"
+                self.answered += 1
+                turn.number = self.answered
+                self.utterance = None  # the caller's turn is answered: a new speech start is a new utterance
+            if turn.state != "speaking":
+                continue  # dropped or stopped: its audio is never sent
+            if turn.sent and index != turn.sent[-1].index:
+                await self._close_segment(turn)
+            if not turn.sent or index != turn.sent[-1].index:
+                turn.sent.append(SegmentSent(index, f"t{turn.number}-s{index + 1}", 0.0))
+            assert turn.framer is not None
+            await self._frames(turn, turn.framer.push(samples))
+
+    async def _frames(self, turn: Turn, frames: list[np.ndarray]) -> None:
+        segment = turn.sent[-1]
+        for frame in frames:
+            if self.line.protocol == wire.PCM:
+                ahead = self.play_end - time.perf_counter()
+                if ahead > PCM_LEAD_S:
+                    await asyncio.sleep(ahead - PCM_LEAD_S)
+                    if turn.state != "speaking":
+                        return  # stopped while it waited: the rest is never sent
+                self.play_end = max(self.play_end, time.perf_counter()) + len(frame) / self.line.rate
+            payload = wire.encode(self.line, frame)
+            await self.ws.send(wire.agent_media(self.stream_sid or "", payload) if self.line.protocol == wire.TWILIO
+                               else payload)
+            now = time.perf_counter()
+            if not segment.samples:
+                segment.first_sent = now
+            if turn.events.get("first_audio_sent") is None:
+                turn.events["first_audio_sent"] = now
+            segment.samples += len(frame)
+
+    async def _close_segment(self, turn: Turn) -> None:
+        """The last frame of the segment being sent (padded), then its mark (Twilio)."""
+        assert turn.framer is not None
+        await self._frames(turn, turn.framer.flush())
+        segment = turn.sent[-1]
+        if self.line.protocol == wire.TWILIO:
+            self.marks[segment.mark] = (turn, len(turn.sent) - 1)
+            await self.ws.send(wire.agent_mark(self.stream_sid or "", segment.mark))
+
+    async def _end_of_audio(self, turn: Turn) -> None:
+        if turn.state == "speaking" and turn.sent:
+            await self._close_segment(turn)
+
+    def _on_mark(self, name: str) -> None:
+        found = self.marks.pop(name, None)
+        if found is None:
+            return  # not ours, or a mark echoed twice: nothing to learn from it
+        turn, index = found
+        if turn.state == "speaking":  # after a clear Twilio echoes the pending marks: those were not played
+            turn.sent[index].echoed = time.perf_counter()
+            self._maybe_complete(turn)
+
+    # -- hang-up ------------------------------------------------------------------------------------------------
+
+    async def _hang_up(self) -> None:
+        now = time.perf_counter()
+        for timer in self.timers:
+            timer.cancel()
+        for turn in self.turns:
+            turn.stop.set()
+            turn.cancel.cancel()
+            if turn.state == "speaking":
+                turn.state, turn.end_reason, turn.ended_at = "done", "session_closed", now
+        threads = [t.thread for t in self.turns if t.thread is not None]
+        await self.loop.run_in_executor(None, _join, threads)
+        for turn in self.turns:
+            turn.thread_ended = True
+            if turn.state == "done":
+                self._commit(turn)
+            turn.committed.set()
+        if self.agent.spans is not None and self.span is not None:
+            spans, span = self.agent.spans, self.span
+            await asyncio.gather(*self.agent.exports, return_exceptions=True)
+            await self.loop.run_in_executor(None, lambda: (spans.end_call(span, time.perf_counter()), spans.flush()))
+
+
+def trim_lead(samples: np.ndarray, rate: int) -> np.ndarray:
+    """A reply's first piece without its lead-in silence (Piper starts each sentence with 46-61 ms of it, measured
+    here), keeping LEAD_KEEP_MS before the first sample above the floor: the caller hears the reply that much sooner.
+    Only the reply's first piece: the pauses between sentences are speech."""
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SOUND_FLOOR)
+    if not loud.size:
+        return samples
+    return samples[max(0, int(loud[0]) - rate * LEAD_KEEP_MS // 1000):]
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    deadline = time.monotonic() + JOIN_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _reason(text: str) -> str:
+    """A close reason fits in 123 bytes of UTF-8 (RFC 6455 5.5: a control frame's payload is at most 125)."""
+    data = text.encode("utf-8")[:120]
+    return data.decode("utf-8", "ignore")
+
+
+# --- the agent ---------------------------------------------------------------------------------------------------
+
+
+class Agent:
+    """The server: the engines, the LLM client, the system prompt, the calls."""
+
+    def __init__(self, settings: AgentSettings, engines: Engines) -> None:
+        self.settings, self.engines = settings, engines
+        self.client = ServerClient(settings.url, settings.api_key, settings.timeout, settings.deadline_s)
+        dialogue = load_dialogue(settings.dialogue)
+        docs = load_kb(settings.kb_dir or default_kb_dir(), need=settings.docs)[:settings.docs] if settings.docs else []
+        self.system = system_prompt(dialogue, docs)
+        self.model = settings.model
+        self.clock = Clock()
+        self.spans: SpanExport | None = None
+        self.exports: set[asyncio.Future[Any]] = set()  # span exports running in the executor
+        self.calls: dict[int, Call] = {}
+        self.records: list[dict[str, Any]] = []  # every finished turn's record (its breakdown), in order
+        self.count = 0
+        self.refused = 0
+        self.port: int | None = None
+
+    def prepare(self) -> None:
+        """Before listening: the model name (when not given) and one request priming the system prompt's cache."""
+        if self.model is None:
+            try:
+                _, doc = self.client.get_json("/v1/models")
+                ids = model_ids(doc)
+                self.model = ids[0] if ids else None
+            except (StreamError, VoiceLLMError):
+                self.model = None  # llama-server needs no name; a server that does will say so on the first turn
+        if self.settings.prime:
+            try:
+                self.client.chat([{"role": "system", "content": self.system}, {"role": "user", "content": "Hello."}],
+                                 1, True, model=self.model)
+            except StreamError as exc:
+                raise AgentError(f"the LLM server at {self.settings.url} does not answer: {exc}") from exc
+        if self.settings.otlp:
+            self.spans = SpanExport(self.settings.otlp, self.clock,
+                                    {"service.name": "voice-llm-agent", "service.version": _version("voice-llm") or "",
+                                     "voice_llm.agent.engine": "builtin"})
+
+    def ready(self) -> dict[str, Any]:
+        s = self.settings
+        return {"listen": f"ws://{s.host}:{self.port}/", "protocol": s.protocol, "rate": s.line.rate,
+                "codec": s.line.codec, "engine": "builtin",
+                "engines": {**self.engines.engines,
+                            "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
+                                    "cache_prompt": True},
+                            "turn": {"vad_threshold": s.vad_threshold, "endpoint_ms": s.endpoint_ms,
+                                     "strategy": s.strategy, "clause_words": s.clause_words}},
+                "versions": {**identity_versions(), **self.engines.versions},
+                "pacing": ("as synthesized; clear on a barge-in" if s.protocol == wire.TWILIO
+                           else f"at most {PCM_LEAD_S * 1000:.0f} ms ahead of real time (a PCM line has no clear)"),
+                "max_calls": s.max_calls, "otlp": s.otlp, "pid": os.getpid()}
+
+    async def handle(self, ws: Any) -> None:
+        if len(self.calls) >= self.settings.max_calls:
+            self.refused += 1
+            reason = f"voice-llm agent: at its limit of {self.settings.max_calls} call(s) (--max-calls)"
+            log(f"refused a call: {len(self.calls)} in progress, --max-calls {self.settings.max_calls}")
+            await ws.close(CLOSE_TRY_AGAIN, reason)
+            return
+        self.count += 1
+        call = Call(self, ws, self.count)
+        self.calls[call.number] = call
+        log(f"call {call.number}: connected from {_peer(ws)}")
+        try:
+            await call.run()
+        finally:
+            self.calls.pop(call.number, None)
+            log(f"call {call.number}: ended ({call.answered} turns answered)")
+
+    async def serve(self, stop: asyncio.Event, on_ready: Callable[[dict[str, Any]], None]) -> None:
+        from websockets.asyncio.server import serve
+
+        try:
+            server = await serve(self.handle, self.settings.host, self.settings.port, max_size=wire.MAX_MESSAGE_BYTES,
+                                 server_header=f"voice-llm-agent/{_version('voice-llm') or '0'}")
+        except OSError as exc:
+            raise AgentError(f"cannot listen on {self.settings.host}:{self.settings.port}: "
+                             f"{exc.strerror or exc}") from exc
+        self.port = server.sockets[0].getsockname()[1] if server.sockets else self.settings.port
+        on_ready(self.ready())
+        try:
+            await stop.wait()
+        finally:
+            server.close(close_connections=False)
+            for call in list(self.calls.values()):
+                await call.ws.close(CLOSE_GOING_AWAY, "voice-llm agent: shutting down")
+            await server.wait_closed()
+
+    def close(self) -> None:
+        """After the last call: every span exported and the exporter's thread joined."""
+        if self.spans is not None:
+            self.spans.shutdown()
+
+
+def _peer(ws: Any) -> str:
+    address = getattr(ws, "remote_address", None)
+    return f"{address[0]}:{address[1]}" if address else "?"
+
+
+def write_ready(settings: AgentSettings, doc: dict[str, Any]) -> None:
+    line = json.dumps(doc, separators=(",", ":"))
+    if settings.ready_file is not None:
+        write_bytes_atomic(settings.ready_file, (line + "\n").encode("utf-8"))
+    print(line, flush=True)
+
+
+async def run_agent(agent: Agent, stop: asyncio.Event, on_ready: Callable[[dict[str, Any]], None]) -> None:
+    """Prepare, serve until ``stop`` is set, then every call closed, every span exported and the exporter closed."""
+    loop = asyncio.get_running_loop()
+    # A bounded pool of its own for the blocking work (priming, joining turn threads, exporting spans): the idle
+    # threads it keeps are at most these, and asyncio.run joins them at the end.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="agent-io"))
+    try:
+        await loop.run_in_executor(None, agent.prepare)
+        await agent.serve(stop, on_ready)
+    finally:
+        await asyncio.gather(*agent.exports, return_exceptions=True)
+        await loop.run_in_executor(None, agent.close)
+
+
+async def _main(settings: AgentSettings, engines: Engines) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_agent(Agent(settings, engines), stop, lambda doc: write_ready(settings, doc))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def serve(settings: AgentSettings) -> int:
+    """`voice-llm agent --engine builtin`: load the engines, listen, serve until SIGTERM/SIGINT; exit 0."""
+    log(f"loading the engines (VAD, STT {settings.stt}, TTS {settings.tts})")
+    engines = load_engines(settings)
+    try:
+        asyncio.run(_main(settings, engines))
+    finally:
+        if settings.ready_file is not None:
+            try:
+                settings.ready_file.unlink()
+            except OSError:
+                pass
+    log("stopped")
+    return 0

@@ -1,0 +1,80 @@
+"""What `voice-llm agent` is asked to serve: one frozen value the CLI builds from its flags, and that every engine
+(the built-in pipeline, voice_llm.agent.server; pipecat's, voice_llm.agent.pipecat_agent) takes whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_llm.errors import ConfigError
+from voice_llm.line import wire
+
+ENGINES = ("builtin", "pipecat")
+DEFAULT_ENGINE = "builtin"
+TURNS = ("silence", "smart")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 18300
+DEFAULT_MAX_CALLS = 1
+DEFAULT_MAX_TOKENS = 48  # LINE.md: a reply the caller may talk over must still be streaming then
+DEFAULT_ENDPOINT_MS = 300.0
+DEFAULT_STRATEGY = "clauses"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT  # 0: any free port (the ready line says which)
+    protocol: str = wire.TWILIO
+    rate: int = wire.DEFAULT_PCM_RATE  # the PCM line's rate; a Twilio line is 8 kHz mu-law always
+    url: str = "http://127.0.0.1:8080"  # the LLM server (any OpenAI-compatible one)
+    model: str | None = None  # the model name sent; None: the first id of /v1/models, or none when it has none
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 120.0  # seconds without a token
+    deadline_s: float = 600.0  # the longest one reply's request may take
+    endpoint_ms: float = DEFAULT_ENDPOINT_MS
+    vad_threshold: float = 0.5
+    stt: str = "faster-whisper"
+    stt_threads: int | None = None  # None: every core
+    tts: str = "piper"
+    voice: str | None = None
+    strategy: str = DEFAULT_STRATEGY
+    clause_words: int = 4
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    dialogue: str = "clinic"
+    docs: int = 4
+    kb_dir: Path | None = None
+    otlp: str | None = None  # http://HOST:PORT of an OTLP/HTTP receiver; None: no spans
+    max_calls: int = DEFAULT_MAX_CALLS
+    engine: str = DEFAULT_ENGINE
+    ready_file: Path | None = None
+    turn: str = "silence"  # Silero then --endpoint-ms of silence (both engines), or smart: pipecat's smart turn
+    prime: bool = True  # one request with the system prompt before the first call, so its prefix is cached
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in wire.PROTOCOLS:
+            raise ConfigError(f"--protocol must be one of {', '.join(wire.PROTOCOLS)}, not {self.protocol!r}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        try:
+            self.line
+        except ValueError as exc:
+            raise ConfigError(f"--rate: {exc}") from None
+        if self.max_calls < 1:
+            raise ConfigError(f"--max-calls must be at least 1, not {self.max_calls}")
+        if self.turn not in TURNS:
+            raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
+        if self.turn == "smart" and self.engine != "pipecat":
+            raise ConfigError("--turn smart is pipecat's LocalSmartTurnAnalyzerV3: it needs --engine pipecat")
+        if not 1 <= self.max_tokens <= 4096:
+            raise ConfigError(f"--max-tokens must be 1-4096, not {self.max_tokens}")
+
+    @property
+    def llm_url(self) -> str:
+        """The LLM server's URL by the name pipecat_agent's settings give it."""
+        return self.url
+
+    @property
+    def line(self) -> wire.LineFormat:
+        return wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate)

@@ -1,0 +1,524 @@
+"""The call in real time: voice-llm as the caller on a WebSocket, one 20 ms tick at a time.
+
+Why asyncio (websockets' asyncio client) and not its sync client with threads: the call is one clock and one
+state (the playout buffer, the turn schedule, the recording, the events), touched by two things, the tick and
+what arrives. In one event loop they never run at once, so nothing is locked and the events are in the order they
+happened by construction; the receive side pushes into the playout buffer when a message arrives (its arrival time
+is the one the jitter delay counts from), and the tick sleeps to absolute deadlines (t0 + k * 20 ms on
+perf_counter, never accumulated sleeps). Threads would need a lock around the buffer and would fight over the GIL
+at every frame on a 2-core machine.
+
+Tick k (LINE.md "Clocks"): send uplink frame k (the caller's line, or silence), pop downlink frame k from the
+phone's ear (voice_llm.line.playout), append both to the live recording (left sent, right heard), echo the marks
+that have played, advance the turn schedule from what was heard. A tick that starts more than one frame late is
+counted; no frame of the recording is ever skipped. The dialer's own cost per frame (the tick's work plus the
+receive work since the last tick: decode, playout push, mark handling) is measured on perf_counter.
+
+Every way a call can go wrong ends it with a :class:`DialError` naming what happened and when, with what was
+recorded so far kept (:class:`CallLog` is returned with ``error`` set, never lost): a URL that is not a WebSocket,
+an agent that hangs up, never answers (no reply within N s in turn K), floods the line, sends garbage or audio
+that is not its codec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+import urllib.parse
+import wave
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from voice_llm import __version__
+from voice_llm.errors import VoiceLLMError
+from voice_llm.line import wire
+from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
+from voice_llm.dial.caller import CallerLine
+from voice_llm.speech.caller import FLOOR_MIN
+
+LEAD_MS = 500.0  # silence before turn 1 (a line that was quiet when the call connected)
+THINK_MS = 300.0  # the caller's pause after a reply ended before the next line
+REPLY_END_MS = 700.0  # the heard channel silent this long (after sounding) and the buffer idle: the reply ended
+BARGE_IN_AFTER_MS = 500.0  # the barge-in line starts this long after the first heard sound of the reply
+DEFAULT_BARGE_IN_TURNS = (3,)
+DEFAULT_DEADLINE_S = 60.0
+CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 2.0
+HANDSHAKE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions",
+                               "sec-websocket-protocol"})
+
+
+class DialError(VoiceLLMError):
+    """The call could not be made or did not finish; the message says what happened, in which turn, when."""
+
+
+class NotAWebSocketError(DialError):
+    """The URL answers, but not as a WebSocket (an HTTP server, a wrong path), or nothing answers there."""
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    url: str
+    line: wire.LineFormat
+    jitter_ms: float = DEFAULT_JITTER_MS
+    cap_s: float = DEFAULT_CAP_S
+    deadline_s: float = DEFAULT_DEADLINE_S  # each wait: the connection, a reply's first sound, a reply's end
+    reply_wait_s: float | None = None  # None: deadline_s
+    lead_ms: float = LEAD_MS
+    think_ms: float = THINK_MS
+    reply_end_ms: float = REPLY_END_MS
+    barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
+    barge_in_after_ms: float = BARGE_IN_AFTER_MS
+    # the live decisions (has the reply started, has it ended) use the floor's minimum: the heard channel's own
+    # floor (speech.caller.noise_floor of the whole channel) is only known after the call, and is measured then
+    live_floor: int = FLOOR_MIN
+
+    @property
+    def reply_wait(self) -> float:
+        return self.reply_wait_s if self.reply_wait_s is not None else self.deadline_s
+
+
+@dataclass
+class TurnLog:
+    """One turn as the schedule ran it (ticks are frame indices on the call clock)."""
+
+    index: int
+    offset_tick: int  # the caller's line starts at this frame
+    sent_ticks: int = 0
+    first_sound_tick: int | None = None  # live (floor minimum): the schedule's view, re-measured after the call
+    barged: bool = False  # the next line started during this turn's reply
+
+
+@dataclass
+class CallLog:
+    """Everything the call left, complete or not."""
+
+    settings: CallSettings
+    lines: Sequence[CallerLine]
+    t0_epoch_ns: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    stream_sid: str = ""
+    call_sid: str = ""
+    turns: list[TurnLog] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    frames: int = 0
+    late_frames: int = 0
+    max_late_ms: float = 0.0
+    cost_ms: list[float] = field(default_factory=list)
+    left: list[np.ndarray] = field(default_factory=list)  # frames sent
+    right: list[np.ndarray] = field(default_factory=list)  # frames heard
+    playout: dict[str, Any] = field(default_factory=dict)
+    error: DialError | None = None
+    hung_up_by_caller: bool = False
+    interrupted: bool = False  # Ctrl-C or SIGTERM: the step keeps the partial call, then stops as interrupted
+
+    def channel(self, which: str) -> np.ndarray:
+        frames = self.left if which == "left" else self.right
+        return np.concatenate(frames) if frames else np.zeros(0, np.int16)
+
+
+class ClockHolder:
+    """The call clock for threads beside the call (the OTLP receiver stamps arrivals with it): perf_counter ms
+    since call-clock 0, once the call has set its zero (before that, since the holder was made)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000.0
+
+
+class LiveRecording:
+    """dial/call.wav written as the call happens: stereo int16 at the line's rate, left sent, right heard, one
+    frame per tick. The header is fixed when the file is closed (Python's wave patches the sizes), so a call that
+    failed still leaves a valid WAV of what happened until then."""
+
+    def __init__(self, path: Path, rate: int) -> None:
+        self.path = path
+        self._file: BinaryIO = open(path, "xb")  # a new file: never through an existing name or link
+        self._wav = wave.open(self._file, "wb")
+        self._wav.setnchannels(2)
+        self._wav.setsampwidth(2)
+        self._wav.setframerate(rate)
+
+    def write(self, left: np.ndarray, right: np.ndarray) -> None:
+        self._wav.writeframesraw(np.column_stack((left, right)).astype("<i2").tobytes())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._wav.close()
+        self._file.close()
+
+
+def _short(data: str | bytes, n: int = 80) -> str:
+    return repr(data[:n]) + ("..." if len(data) > n else "")
+
+
+class _Call:
+    def __init__(self, settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None,
+                 clock: ClockHolder | None) -> None:
+        self.clock = clock
+        self.s = settings
+        self.line = settings.line
+        self.lines = list(lines)
+        self.recording = recording
+        self.frame_samples = self.line.frame_samples
+        self.frame_s = self.line.frame_ms / 1000.0
+        self.playout = Playout(self.frame_samples, self.line.rate, settings.jitter_ms, settings.cap_s)
+        self.log = CallLog(settings, self.lines)
+        self.t0 = 0.0
+        self.seq = 0  # Twilio's sequenceNumber: every message the caller's side sends after `connected`
+        self.chunk = 0
+        self.ws: Any = None
+        self.rx_cost = 0.0
+        self.done = False
+        self.twilio = self.line.protocol == wire.TWILIO
+        self.log.stream_sid = "MZ" + secrets.token_hex(16)
+        self.log.call_sid = "CA" + secrets.token_hex(16)
+        self.account_sid = "AC" + "0" * 32
+        # the schedule
+        self.state = "lead"
+        self.turn: TurnLog | None = None
+        self.pending_line: np.ndarray | None = None
+        self.line_frames: list[np.ndarray] = []
+        self.speech_end_tick = 0
+        self.last_sound_tick: int | None = None
+        self.wait_from = 0
+        self.think_until = 0
+        self.heard_since_end = False
+
+    # --- clock and events ----------------------------------------------------------------------------------------
+
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000.0
+
+    def event(self, **fields: Any) -> None:
+        self.log.events.append({"t_ms": round(self.now_ms(), 3), **fields})
+
+    def fail(self, message: str) -> None:
+        if self.log.error is None:
+            self.log.error = DialError(message)
+        self.done = True
+
+    def where(self) -> str:
+        turn = f"in turn {self.turn.index}" if self.turn is not None else "before turn 1"
+        return f"{turn}, {self.now_ms() / 1000.0:.2f} s into the call"
+
+    # --- sending ---------------------------------------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    async def send_text(self, text: str) -> None:
+        await self.ws.send(text)
+
+    async def send_media(self, frame: np.ndarray, tick: int) -> None:
+        payload = wire.encode(self.line, frame)
+        if self.twilio:
+            self.chunk += 1
+            seq = self._next_seq()
+            await self.ws.send(wire.caller_media(seq, self.log.stream_sid, self.chunk, tick * self.line.frame_ms,
+                                                 payload))
+            self.event(dir="up", event="media", seq=seq, chunk=self.chunk, timestamp=tick * self.line.frame_ms)
+        else:
+            await self.ws.send(payload)
+            self.event(dir="up", event="media", frame=tick)
+
+    async def echo_marks(self, names: Sequence[str], queued: dict[str, tuple[float, float]]) -> None:
+        for name in names:
+            queued_ms, before_ms = queued.pop(name, (None, None))
+            seq = self._next_seq()
+            await self.ws.send(wire.mark_played(seq, self.log.stream_sid, name))
+            self.event(dir="up", event="mark", seq=seq, name=name, queued_ms=queued_ms, audio_before_ms=before_ms)
+
+    # --- receiving -------------------------------------------------------------------------------------------------
+
+    async def receive(self) -> None:
+        try:
+            async for message in self.ws:
+                started = time.perf_counter()
+                try:
+                    await self.take(message)
+                except wire.LineError as exc:
+                    self.event(dir="down", event="bad", why=str(exc))
+                    self.fail(f"the agent sent what the line does not carry {self.where()}: {exc}")
+                self.rx_cost += time.perf_counter() - started
+                if self.done:
+                    return
+                await asyncio.sleep(0)  # a flood of messages must not starve the tick
+        except ConnectionClosed as exc:
+            self.closed_by_agent(exc)
+            return
+        if not self.done:
+            self.closed_by_agent(None)
+
+    def closed_by_agent(self, exc: Any) -> None:
+        if self.done:
+            return
+        received = getattr(exc, "rcvd", None)
+        code = received.code if received is not None else getattr(self.ws, "close_code", None)
+        reason = received.reason if received is not None else getattr(self.ws, "close_reason", None)
+        how = f"close code {code}{' ' + repr(reason) if reason else ''}" if code is not None else "no close frame"
+        self.event(dir="down", event="closed", how=how)
+        if code == 1013:  # "try again later" (RFC 6455 7.4.1): an agent at its call limit says so in the reason
+            self.fail(f"the agent refused the call {self.where()} ({how}): try again later")
+        else:
+            self.fail(f"the agent hung up mid-call {self.where()} ({how})")
+
+    async def take(self, message: str | bytes) -> None:
+        if not self.twilio:
+            if isinstance(message, str):
+                raise wire.LineError(f"a text frame on a PCM line (binary 16-bit frames expected): {_short(message)}")
+            self.push(wire.decode(self.line, message), len(message))
+            return
+        if isinstance(message, bytes):
+            raise wire.LineError(f"a binary frame of {len(message)} bytes on a Twilio line (JSON text expected)")
+        parsed = wire.parse_message(message)
+        kind = parsed["event"]
+        if kind == "media":
+            payload = wire.payload_of(parsed)
+            self.push(wire.decode(self.line, payload), len(payload))
+        elif kind == "mark":
+            name = wire.mark_name(parsed)
+            self.event(dir="down", event="mark", name=name)
+            self.queued[name] = (round(self.now_ms(), 3), round(self.playout.buffered_ms, 3))
+            self.playout.mark(name)
+        elif kind == "clear":
+            cleared = self.playout.clear()
+            self.event(dir="down", event="clear", dropped_ms=round(cleared.dropped_samples * 1000.0 / self.line.rate, 3))
+            await self.echo_marks(cleared.marks, self.queued)
+        else:
+            # Twilio's side ignores what it does not know; the events keep it so a check can see it.
+            self.event(dir="down", event="bad", why=f"an event the caller's side does not take: {kind[:40]!r}")
+
+    def push(self, samples: np.ndarray, size: int) -> None:
+        self.event(dir="down", event="media", bytes=size, samples=len(samples))
+        dropped = self.playout.push(samples)
+        if dropped:
+            cap = self.s.cap_s
+            self.fail(f"the agent flooded the line {self.where()}: more than {cap:g} s of audio buffered ahead of "
+                      f"playout ({dropped * 1000.0 / self.line.rate:.0f} ms dropped)")
+
+    # --- the schedule ----------------------------------------------------------------------------------------------
+
+    def start_line(self, tick: int, index: int) -> None:
+        line = self.lines[index - 1]
+        self.turn = TurnLog(index, tick)
+        self.log.turns.append(self.turn)
+        self.line_frames = wire.frames(line.samples, self.frame_samples)
+        self.state = "speaking"
+        self.event(event="caller_line", turn=index, frame=tick)
+
+    def uplink(self, tick: int) -> np.ndarray:
+        if self.state == "speaking" and self.turn is not None and self.turn.sent_ticks < len(self.line_frames):
+            frame = self.line_frames[self.turn.sent_ticks]
+            self.turn.sent_ticks += 1
+            return frame
+        return np.zeros(self.frame_samples, np.int16)
+
+    def advance(self, tick: int, heard: np.ndarray) -> None:
+        """The turn schedule (LINE.md "Turn scheduling"), after tick ``tick`` played ``heard``."""
+        s = self.s
+        ms = self.line.frame_ms
+        sound = int(np.abs(heard.astype(np.int32)).max()) > s.live_floor
+        if sound:
+            self.last_sound_tick = tick
+        if self.state == "lead":
+            if (tick + 1) * ms >= s.lead_ms:
+                self.start_line(tick + 1, 1)
+            return
+        turn = self.turn
+        assert turn is not None
+        if self.state == "speaking":
+            if turn.sent_ticks >= len(self.line_frames):
+                self.state = "waiting"
+                self.speech_end_tick = tick
+                self.heard_since_end = False
+            return
+        if self.state == "waiting":
+            if sound:
+                turn.first_sound_tick = tick
+                self.state = "hearing"
+            elif (tick - self.speech_end_tick) * ms > s.reply_wait * 1000.0:
+                self.fail(f"no reply within {s.reply_wait:g} s in turn {turn.index}")
+            return
+        if self.state == "hearing":
+            assert turn.first_sound_tick is not None
+            # The caller starts speaking barge_in_after_ms after the reply's first heard sound: the next line's
+            # samples begin early by its own lead silence, so its speech starts then.
+            lead_ms = self.lines[turn.index].speech_start_ms if turn.index < len(self.lines) else 0.0
+            if (turn.index in s.barge_in_turns and turn.index < len(self.lines)
+                    and (tick + 1 - turn.first_sound_tick) * ms >= s.barge_in_after_ms - lead_ms):
+                turn.barged = True
+                self.start_line(tick + 1, turn.index + 1)
+                return
+            quiet_ms = (tick - (self.last_sound_tick or tick)) * ms
+            if quiet_ms >= s.reply_end_ms and self.playout.idle:
+                self.state = "thinking"
+                self.think_until = tick + round(s.think_ms / ms)
+            elif (tick - turn.first_sound_tick) * ms > s.deadline_s * 1000.0:
+                self.fail(f"the reply to turn {turn.index} did not end within {s.deadline_s:g} s")
+            return
+        if self.state == "thinking":
+            if sound:  # the agent spoke again: the reply had not ended
+                self.state = "hearing"
+            elif tick >= self.think_until:
+                if turn.index >= len(self.lines):
+                    self.state = "done"
+                    self.done = True
+                else:
+                    self.start_line(tick + 1, turn.index + 1)
+
+    # --- the tick --------------------------------------------------------------------------------------------------
+
+    async def tick(self, k: int) -> None:
+        started = time.perf_counter()
+        late_s = started - (self.t0 + k * self.frame_s)
+        if late_s > self.frame_s:
+            self.log.late_frames += 1
+        self.log.max_late_ms = max(self.log.max_late_ms, late_s * 1000.0)
+        up = self.uplink(k)
+        await self.send_media(up, k)
+        popped = self.playout.pop()
+        if popped.started:
+            self.event(event="playout_start", frame=k)
+        if popped.ran_dry:
+            self.event(event="playout_idle", frame=k)
+        self.log.left.append(up)
+        self.log.right.append(popped.frame)
+        if self.recording is not None:
+            self.recording.write(up, popped.frame)
+        self.log.frames = k + 1
+        if popped.marks:
+            await self.echo_marks(popped.marks, self.queued)
+        self.advance(k, popped.frame)
+        self.log.cost_ms.append((time.perf_counter() - started + self.rx_cost) * 1000.0)
+        self.rx_cost = 0.0
+
+    async def run(self) -> CallLog:
+        self.queued: dict[str, tuple[float, float]] = {}
+        try:
+            self.ws = await _connect(self.s)
+        except DialError as exc:
+            self.log.error = exc
+            self.count_playout()
+            return self.log
+        try:
+            response = getattr(self.ws, "response", None)
+            if response is not None:
+                self.log.headers = {k.lower(): v for k, v in response.headers.raw_items()
+                                    if k.lower() not in HANDSHAKE_HEADERS}
+            self.t0 = time.perf_counter()
+            self.log.t0_epoch_ns = time.time_ns()
+            if self.clock is not None:
+                self.clock.t0 = self.t0
+            await self.open_stream()
+            receiver = asyncio.create_task(self.receive())
+            k = 0
+            try:
+                while not self.done:
+                    target = self.t0 + k * self.frame_s
+                    wait = target - time.perf_counter()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    if self.done:
+                        break
+                    await self.tick(k)
+                    k += 1
+            finally:
+                if not receiver.done():
+                    receiver.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await receiver
+            if self.log.error is None:
+                await self.hang_up()
+        except Exception as exc:  # the socket failed under us (ConnectionClosed while sending, an OS error)
+            if isinstance(exc, ConnectionClosed):
+                self.done = False
+                self.closed_by_agent(exc)
+            else:
+                self.fail(f"the call failed {self.where()}: {type(exc).__name__}: {exc}")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.ws.close(), CLOSE_TIMEOUT_S)
+            self.count_playout()
+        return self.log
+
+    def count_playout(self) -> None:
+        counts = self.playout.counts()
+        rate = self.line.rate
+        self.log.playout = {
+            "frames": counts.frames, "audio_frames": counts.audio_frames, "underruns": counts.underruns,
+            "max_buffered_ms": round(counts.max_buffered_samples * 1000.0 / rate, 3),
+            "dropped_ms": round(counts.dropped_samples * 1000.0 / rate, 3),
+            "cleared_ms": round(counts.cleared_samples * 1000.0 / rate, 3),
+            "marks_returned": counts.marks_returned, "clears": counts.clears,
+            "late_frames": self.log.late_frames, "max_late_ms": round(self.log.max_late_ms, 3),
+        }
+
+    async def open_stream(self) -> None:
+        if not self.twilio:
+            return
+        await self.send_text(wire.connected())
+        self.event(dir="up", event="connected")
+        seq = self._next_seq()
+        await self.send_text(wire.start(seq, self.log.stream_sid, self.log.call_sid, self.account_sid))
+        self.event(dir="up", event="start", seq=seq)
+
+    async def hang_up(self) -> None:
+        self.log.hung_up_by_caller = True
+        if self.twilio:
+            seq = self._next_seq()
+            await self.send_text(wire.stop(seq, self.log.stream_sid, self.log.call_sid, self.account_sid))
+            self.event(dir="up", event="stop", seq=seq)
+
+
+async def _connect(settings: CallSettings) -> Any:
+    url = settings.url
+    try:
+        return await asyncio.wait_for(
+            connect(url, open_timeout=min(CONNECT_TIMEOUT_S, settings.deadline_s), ping_interval=None,
+                    max_size=wire.MAX_MESSAGE_BYTES, compression=None, proxy=None,
+                    close_timeout=CLOSE_TIMEOUT_S, user_agent_header=f"voice-llm/{__version__} dial"),
+            min(CONNECT_TIMEOUT_S, settings.deadline_s) + 1.0)
+    except InvalidURI as exc:
+        raise NotAWebSocketError(f"{url} is not a ws:// or wss:// URL ({exc})") from exc
+    except InvalidHandshake as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        said = f"HTTP {status}" if status is not None else str(exc)
+        if status is None and exc.__cause__ is not None:  # InvalidMessage: why the answer was not HTTP/1.1
+            said += f": {str(exc.__cause__)[:120]}"
+        raise NotAWebSocketError(f"{url} does not answer as a WebSocket ({said}): is it the agent's stream URL?") \
+            from exc
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        raise NotAWebSocketError(f"{url}: no WebSocket handshake within "
+                                 f"{min(CONNECT_TIMEOUT_S, settings.deadline_s):g} s") from exc
+    except OSError as exc:
+        host = urllib.parse.urlsplit(url).netloc
+        raise NotAWebSocketError(f"nothing answers at {url} ({host}: {exc.strerror or exc})") from exc
+
+
+def run_call(settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None = None,
+             clock: ClockHolder | None = None) -> CallLog:
+    """The call, in real time, in its own event loop; returns what it left (``error`` set when it failed)."""
+    if not lines:
+        raise DialError("no caller line to say")
+    call = _Call(settings, lines, recording, clock)
+    try:
+        return asyncio.run(call.run())
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the CLI turns it: the call so far is kept, then it stops
+        call.log.interrupted = True
+        if call.log.error is None:
+            call.log.error = DialError(f"interrupted {call.where()}")
+        if not call.log.playout:
+            call.count_playout()
+        return call.log

@@ -1,0 +1,945 @@
+"""check relations for a dial run (dial.json, dial/events.jsonl, dial/call.wav, dial/caller-NN.wav) from the saved
+files alone, through the run folder's jail (voice_llm.run.folder.RunFolder: no link, no FIFO, no file outside OUT).
+
+The recording is a recording now (the dialer appended each 20 ms frame as it was sent and as it left the playout
+buffer: LINE.md "Clocks"), so measuring it again is an independent measurement, not a number compared with itself:
+the heard gaps, the last heard sound of each reply and a barge-in's heard silence are re-measured on call.wav's
+samples with the artifact's own floor rule; the caller channel is compared sample by sample with the caller WAVs;
+the event log is replayed for the line's own rules (sequence numbers, clears, marks); the summary, the WER and the
+line's share (heard minus the agent's own number) are recomputed.
+
+Laws (FAIL: they hold on every honest run on any machine, or the evidence is impossible) and findings (machine- or
+agent-dependent expectations: the line's share above jitter + 2 frames, late frames, the 1.2 s target) are written
+next to each check. The agent's own numbers are the agent's claim: when it reported none, the checks that compare
+with them are not checkable ("agent's own numbers not reported"), never a pass.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+import wave
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from voice_llm.checks.base import CheckFailed, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import finite_number as _num
+from voice_llm.checks.base import require as _require
+from voice_llm.errors import ArtifactError
+from voice_llm.run.folder import RunFolder
+from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span, noise_floor
+from voice_llm.speech.wer import wer as word_errors
+from voice_llm.util import stats
+from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
+
+STEP = "dial"  # `voice-llm dial URL`; the registry gives the same checks to every step that writes dial.json
+ARTIFACT = DIAL
+TOLERANCE_MS = 2e-3  # numbers recomputed from numbers the artifact rounds to 0.001 ms (two roundings apart)
+SAMPLE_ROUNDING_MS = 1e-3  # a sample's time as an artifact may round it
+STAMP_MS = 1.0  # two readings of the clock for one arrival (the event and the mark's queued_ms)
+SILENT_RUN_MS = 200.0  # LINE.md: a barge-in's heard silence is the first moment it stays silent this long
+MOUTH_TO_EAR_TARGET_MS = 1200.0  # issue 27: target median at a 300 ms endpoint
+DIALER_COST_MS = 2.0  # issue 27: the dialer's own cost per frame, median
+LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this many frames before it is a finding
+PROTOCOLS = {"twilio": ("mulaw", 8000), "pcm": ("pcm16", None)}  # protocol -> (codec, the only rate, if fixed)
+UP_EVENTS = {"connected", "start", "media", "mark", "stop"}
+DOWN_EVENTS = {"media", "mark", "clear", "bad"}
+PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line"}  # caller_line: a line starts (its frame)
+NOT_REPORTED = "agent's own numbers not reported"
+
+
+# --- reading --------------------------------------------------------------------------------------------------
+
+
+def _doc(out: RunFolder | Any) -> Mapping[str, Any]:
+    doc = RunFolder.of(out).json(ARTIFACT)
+    _require(isinstance(doc, dict), f"{ARTIFACT} is not an object")
+    turns = doc.get("turns")
+    _require(isinstance(turns, list) and bool(turns), f"{ARTIFACT} has no turns: nothing was measured")
+    _require(all(isinstance(t, dict) for t in turns), f"{ARTIFACT}: a turn is not an object")
+    return doc
+
+
+def _obj(doc: Mapping[str, Any], key: str, where: str = ARTIFACT) -> Mapping[str, Any]:
+    value = doc.get(key)
+    _require(isinstance(value, dict), f"{where} has no {key} object")
+    return value
+
+
+def _opt(obj: Mapping[str, Any] | None, key: str, where: str) -> float | None:
+    if obj is None:
+        return None
+    value = obj.get(key)
+    return None if value is None else _num(value, f"{where}.{key}")
+
+
+def _must(obj: Mapping[str, Any], key: str, where: str) -> float:
+    value = _opt(obj, key, where)
+    _require(value is not None, f"{where}.{key} is missing")
+    return value  # type: ignore[return-value]
+
+
+def _int(value: Any, what: str, low: int | None = 0) -> int:
+    _require(isinstance(value, int) and not isinstance(value, bool), f"{what} is not an integer: {value!r}")
+    _require(low is None or value >= low, f"{what} {value} is impossible (below {low})")
+    return value
+
+
+def _turns(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for turn in doc["turns"]:
+        yield f"turn {turn.get('index')}", turn
+
+
+def _part(turn: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+    value = turn.get(key)
+    _require(value is None or isinstance(value, dict), f"{where}: {key} is not an object")
+    return value
+
+
+def _line(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _obj(doc, "line")
+
+
+def _frame_ms(doc: Mapping[str, Any]) -> float:
+    frame = _num(_line(doc).get("frame_ms"), "line.frame_ms")
+    _require(frame > 0, f"line.frame_ms {frame} is impossible: a frame has a length")
+    return frame
+
+
+def _rate(doc: Mapping[str, Any]) -> int:
+    return _int(_line(doc).get("rate"), "line.rate", 1)
+
+
+def _floors(doc: Mapping[str, Any]) -> tuple[int, int]:
+    floor = _obj(doc, "floor")
+    return (_int(floor.get("caller"), "floor.caller"), _int(floor.get("heard"), "floor.heard"))
+
+
+def line_floor(doc: Mapping[str, Any], turn: Mapping[str, Any], where: str) -> int:
+    """The floor a caller line was measured with: its own (``caller.floor``, the dialer's per-line rule) or the
+    caller channel's."""
+    caller = turn.get("caller") if isinstance(turn.get("caller"), dict) else {}
+    if caller.get("floor") is None:
+        return _floors(doc)[0]
+    floor = _int(caller.get("floor"), f"{where} caller.floor")
+    _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"{where}: caller.floor {floor} is outside the floor rule's "
+                                              f"{FLOOR_MIN}..{FLOOR_MAX}")
+    return floor
+
+
+def _silent_run(doc: Mapping[str, Any]) -> float:
+    """How long the heard channel must stay silent to count as a barge-in's heard silence (settings.silent_after_ms,
+    LINE.md's 200 ms when not stated)."""
+    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
+    value = settings.get("silent_after_ms")
+    return SILENT_RUN_MS if value is None else _num(value, "settings.silent_after_ms")
+
+
+def _events(folder: RunFolder, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    name = _obj(doc, "files").get("events")
+    _require(isinstance(name, str), "files.events names no file")
+    rows = folder.jsonl(name)
+    for number, row in enumerate(rows, 1):
+        _require(isinstance(row, dict), f"{name} line {number} is not an object")
+    return rows
+
+
+def _t(row: Mapping[str, Any], number: int) -> float:
+    return _num(row.get("t_ms"), f"events line {number} t_ms")
+
+
+@dataclass(frozen=True)
+class Recording:
+    """call.wav decoded: left (what the caller sent) and right (what the caller heard), on the call clock."""
+
+    left: np.ndarray
+    right: np.ndarray
+    rate: int
+
+    @property
+    def frames(self) -> int:
+        return len(self.left)
+
+    def ms(self, index: float) -> float:
+        return index * 1000.0 / self.rate
+
+    def at(self, t_ms: float) -> int:
+        """The first sample at or after ``t_ms`` (clamped to the recording)."""
+        return min(max(0, math.ceil(t_ms * self.rate / 1000.0 - 1e-6)), self.frames)
+
+
+def decode_stereo(data: bytes, name: str) -> Recording:
+    """A stereo 16-bit WAV's two channels; an ArtifactError naming ``name`` for anything else."""
+    try:
+        with wave.open(io.BytesIO(data), "rb") as wav:
+            shape = (wav.getnchannels(), wav.getsampwidth(), wav.getframerate())
+            pcm = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError, OSError) as exc:
+        raise ArtifactError(f"{name} is not a readable WAV file: {exc}") from exc
+    if shape[:2] != (2, 2):
+        raise ArtifactError(f"{name}: {shape[0]} channel(s), {8 * shape[1]}-bit; expected stereo 16-bit")
+    both = np.frombuffer(pcm[: len(pcm) // 4 * 4], dtype="<i2")
+    return Recording(both[0::2].copy(), both[1::2].copy(), shape[2])
+
+
+def decode_mono(data: bytes, name: str, rate: int) -> np.ndarray:
+    try:
+        with wave.open(io.BytesIO(data), "rb") as wav:
+            shape = (wav.getnchannels(), wav.getsampwidth(), wav.getframerate())
+            pcm = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError, OSError) as exc:
+        raise ArtifactError(f"{name} is not a readable WAV file: {exc}") from exc
+    _require(shape == (1, 2, rate), f"{name}: {shape[0]} ch, {8 * shape[1]}-bit, {shape[2]} Hz; expected mono "
+                                    f"16-bit {rate} Hz (the line's rate)")
+    return np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")
+
+
+def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Recording:
+    """dial/call.wav as dial.json names it, read through the jail, at the line's rate."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder) if doc is None else doc
+    name = _obj(doc, "files").get("call_wav")
+    _require(isinstance(name, str), "files.call_wav names no file")
+    call = decode_stereo(folder.bytes(name), name)
+    _require(call.rate == _rate(doc), f"{name} is {call.rate} Hz, line.rate is {_rate(doc)}")
+    return call
+
+
+# --- measuring the recording (the rules of LINE.md "What the dialer measures, only at the ear") -----------------
+
+
+def _loud(samples: np.ndarray, floor: int) -> np.ndarray:
+    return np.abs(samples.astype(np.int32)) > floor
+
+
+def first_sound(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
+    """The first sample in [start, end) above ``floor``, or None."""
+    start, end = max(0, start), min(len(channel), end)
+    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
+    return int(found[0]) + start if found.size else None
+
+
+def last_sound_end(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
+    """One past the last sample in [start, end) above ``floor``, or None."""
+    start, end = max(0, start), min(len(channel), end)
+    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
+    return int(found[-1]) + start + 1 if found.size else None
+
+
+def silent_from(channel: np.ndarray, floor: int, start: int, run: int) -> int | None:
+    """The first sample at or after ``start`` from which the channel stays at or under ``floor`` for ``run``
+    samples (None when the recording ends first)."""
+    loud = np.flatnonzero(_loud(channel[start:], floor)) + start
+    starts = np.concatenate([[start], loud + 1])
+    ends = np.concatenate([loud, [len(channel)]])
+    long = np.flatnonzero(ends - starts >= run)
+    return int(starts[long[0]]) if long.size else None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One turn as call.wav shows it (sample indices; None where the channel had no sound)."""
+
+    speech_start: int | None
+    speech_end: int | None
+    first_sound: int | None
+    last_sound: int | None
+
+
+def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int]) -> list[Measured]:
+    """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
+    left, above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
+    speech start (what sounds later answers, or is cut by, the next line), and the reply's last sound: before the
+    next line's start, or, on a barge-in, before the heard silence after the onset (the reply plays on under the
+    caller until the buffer runs dry or is cleared)."""
+    _, heard_floor = _floors(doc)
+    spans = []
+    for (where, turn), length in zip(_turns(doc), lengths):
+        offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
+        at = call.at(offset)
+        span = audible_span(call.left[at:at + length], line_floor(doc, turn, where))
+        spans.append(None if span is None else (at + span[0], at + span[1]))
+    found = []
+    hold = round(_silent_run(doc) * call.rate / 1000)
+    for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
+        if span is None:
+            found.append(Measured(None, None, None, None))
+            continue
+        limit = next((s[0] for s in spans[i + 1:] if s is not None), call.frames)
+        first = first_sound(call.right, heard_floor, span[1], limit)
+        last = None
+        if first is not None:
+            until = limit
+            if turn.get("barge_in") is not None and limit < call.frames:
+                until = silent_from(call.right, heard_floor, limit, hold) or call.frames
+            last = last_sound_end(call.right, heard_floor, first, until)
+        found.append(Measured(span[0], span[1], first, last))
+    return found
+
+
+def caller_wavs(folder: RunFolder, doc: Mapping[str, Any]) -> list[np.ndarray]:
+    rate = _rate(doc)
+    wavs = []
+    for where, turn in _turns(doc):
+        name = turn.get("caller_wav")
+        _require(isinstance(name, str), f"{where}: caller_wav names no file")
+        wavs.append(decode_mono(folder.bytes(name), name, rate))
+    return wavs
+
+
+# --- the checks ------------------------------------------------------------------------------------------------
+
+
+def check_values(out: RunFolder | Any) -> str:
+    """Law: every value dial.json states is a possible one. A frame has a length and a whole number of samples, a
+    jitter delay, a loss share, a floor, a count, a cost cannot be negative; Twilio Media Streams carry 8 kHz
+    mu-law only; a floor follows speech.caller's rule (FLOOR_MIN..FLOOR_MAX); the settings plan at least the turns
+    there are, barge-ins on planned turns; times of one turn in the order they can happen (the caller's line is
+    fed from its offset, speech starts before it ends, a reply is first heard after the speech ended and ends after
+    it began); every null agent number has its reason in ``unknown`` (LINE.md: never 0, never silent). Impossible
+    evidence is a FAIL, not a finding (issue 31 item 13)."""
+    doc = _doc(out)
+    line = _line(doc)
+    protocol = line.get("protocol")
+    _require(protocol in PROTOCOLS, f"line.protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    codec, fixed_rate = PROTOCOLS[protocol]
+    _require(line.get("codec") == codec, f"line.codec {line.get('codec')!r} on a {protocol} line (it carries {codec})")
+    rate, frame = _rate(doc), _frame_ms(doc)
+    _require(fixed_rate is None or rate == fixed_rate, f"line.rate {rate} on a {protocol} line (it carries {fixed_rate} Hz)")
+    samples = rate * frame / 1000.0
+    _require(abs(samples - round(samples)) < 1e-9, f"line.frame_ms {frame} at {rate} Hz is {samples} samples: not whole")
+    jitter = _num(line.get("jitter_ms"), "line.jitter_ms")
+    _require(jitter >= 0, f"line.jitter_ms {jitter} is impossible: a delay cannot be negative")
+    loss = _num(line.get("loss_pct", 0), "line.loss_pct")
+    _require(0 <= loss <= 100, f"line.loss_pct {loss} is not a share of frames (0..100)")
+    if line.get("echo_db") is not None:
+        _num(line.get("echo_db"), "line.echo_db")
+    for channel, floor in zip(("caller", "heard"), _floors(doc)):
+        _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"floor.{channel} {floor} is outside the floor rule's "
+                                                  f"{FLOOR_MIN}..{FLOOR_MAX} (speech.caller.noise_floor)")
+    epoch = doc.get("t0_epoch_ns")
+    _int(epoch, "t0_epoch_ns", 1)
+    settings = _obj(doc, "settings")
+    planned = _int(settings.get("turns"), "settings.turns", 1)
+    _require(len(doc["turns"]) <= planned, f"{len(doc['turns'])} turns, settings.turns {planned}")
+    barge_turns = settings.get("barge_in_turns", [])
+    _require(isinstance(barge_turns, list), "settings.barge_in_turns is not a list")
+    for turn_no in barge_turns:
+        _require(_int(turn_no, "settings.barge_in_turns[]", 1) <= planned,
+                 f"settings.barge_in_turns names turn {turn_no} of {planned}")
+    for key in ("barge_in_after_ms", "think_ms"):
+        _require(_num(settings.get(key), f"settings.{key}") >= 0, f"settings.{key} {settings.get(key)} is negative")
+    _require(_num(settings.get("reply_wait_s"), "settings.reply_wait_s") > 0, "settings.reply_wait_s is not positive")
+    for key in ("silent_after_ms", "reply_end_ms", "deadline_s"):  # the dialer's own, where it states them
+        if settings.get(key) is not None:
+            _require(_num(settings[key], f"settings.{key}") > 0, f"settings.{key} {settings[key]} is impossible")
+    if settings.get("lead_ms") is not None:
+        _require(_num(settings["lead_ms"], "settings.lead_ms") >= 0, f"settings.lead_ms {settings['lead_ms']} is negative")
+    playout = _obj(doc, "playout")
+    frames = _int(playout.get("frames"), "playout.frames")
+    _require(_int(playout.get("late_frames"), "playout.late_frames") <= frames,
+             f"playout.late_frames {playout.get('late_frames')} of {frames} frames")
+    for key in ("underruns", "marks_returned", "clears"):
+        _int(playout.get(key), f"playout.{key}")
+    for key in ("max_buffered_ms", "dropped_ms"):
+        _require(_num(playout.get(key), f"playout.{key}") >= 0, f"playout.{key} {playout.get(key)} is negative")
+    cost = _obj(doc, "dialer_cost_ms")
+    median, p90 = _num(cost.get("median"), "dialer_cost_ms.median"), _num(cost.get("p90"), "dialer_cost_ms.p90")
+    _require(0 <= median <= p90, f"dialer_cost_ms median {median}, p90 {p90}: impossible")
+    unknown = doc.get("unknown") or {}
+    _require(isinstance(unknown, dict), "unknown is not an object")
+    for position, (where, turn) in enumerate(_turns(doc), 1):
+        _require(turn.get("index") == position, f"turn {position} has index {turn.get('index')!r}")
+        caller = _part(turn, "caller", where) or {}
+        offset, start, end = (_must(caller, k, f"{where} caller") for k in ("offset_ms", "speech_start_ms", "speech_end_ms"))
+        _require(0 <= offset <= start < end, f"{where}: caller offset {offset}, speech {start}..{end} ms: impossible")
+        heard = _part(turn, "heard", where) or {}
+        first, gap, last = (_opt(heard, k, f"{where} heard") for k in ("first_sound_ms", "gap_ms", "last_sound_ms"))
+        _require((first is None) == (gap is None), f"{where}: heard first_sound_ms and gap_ms not both stated")
+        if first is not None:
+            _require(first >= end, f"{where}: first heard sound at {first} ms, before the caller's speech end {end}")
+            _require(abs(gap - (first - end)) <= TOLERANCE_MS, f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
+            _require(last is None or last > first, f"{where}: last heard sound {last} ms, not after the first {first}")
+        reported = _part(turn, "agent_reported", where)
+        if reported is None or reported.get("latency_ms") is None:
+            _require(isinstance(unknown.get("agent_reported"), str) and bool(unknown["agent_reported"]),
+                     f"{where}: agent_reported is null but unknown.agent_reported gives no reason")
+        else:
+            _require(_num(reported.get("latency_ms"), f"{where} agent_reported.latency_ms") >= 0,
+                     f"{where}: the agent reports a negative latency {reported.get('latency_ms')}")
+        breakdown = _part(turn, "agent_breakdown", where) or {}
+        for key, value in breakdown.items():
+            if value is not None:
+                _require(_num(value, f"{where} agent_breakdown.{key}") >= 0,
+                         f"{where}: agent_breakdown.{key} {value} ms is negative: impossible")
+    return (f"{protocol} line, {line.get('codec')} at {rate} Hz, {frame:g} ms frames, jitter {jitter:g} ms; "
+            f"{len(doc['turns'])} turns of {planned} planned; every value possible")
+
+
+def _named(doc: Mapping[str, Any], source: str) -> set[str]:
+    files = _obj(doc, "files", source)
+    names: set[Any] = set()
+    for key, value in files.items():  # every path the artifact lists (call_wav, events, caller_wavs, otlp, agent_log)
+        listed = value if isinstance(value, list) else [value]
+        names.update(listed)
+    names.update(t.get("caller_wav") for t in doc.get("turns") or [] if isinstance(t, dict))
+    names.discard(None)
+    _require(all(isinstance(n, str) for n in names), f"{source} names a file by something other than a path")
+    return names  # type: ignore[return-value]
+
+
+def _walk(folder: RunFolder, rel: str) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry below ``rel`` (links and FIFOs too, never followed), as 'dial/...' paths."""
+    with os.scandir(folder.path / rel) as entries:
+        for entry in entries:
+            name = f"{rel}/{entry.name}"
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                yield from _walk(folder, name)
+            else:
+                yield name, info
+
+
+def check_files(out: RunFolder | Any) -> str:
+    """Law: the dial step's files are exactly those its artifact names (issue 31 item 8): every file dial.json
+    names under ``files`` and per turn (the recording, the event log, the caller WAVs, the agent's OTLP bodies, the
+    agent's log) is a regular file inside
+    dial/, and dial/ holds nothing else, so a caller-05.wav left by an earlier, longer call is not certified
+    beside a four-turn call (a dropped call's dial-partial.json may name its own files beside them). The OTLP
+    bodies counted are the files listed."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    named = _named(doc, ARTIFACT)
+    if folder.is_file(DIAL_PARTIAL):
+        try:
+            partial = folder.json(DIAL_PARTIAL)
+        except ArtifactError:
+            partial = None
+        if isinstance(partial, dict) and isinstance(partial.get("files"), dict):
+            named |= _named(partial, DIAL_PARTIAL)
+    for name in sorted(named):
+        _require(PurePosixPath(name).parts[:1] == (DIAL_DIR,), f"{ARTIFACT} names {name!r}, not a file of {DIAL_DIR}/")
+        folder.bytes(name)  # inside OUT, no link, no FIFO, a regular file: else its one-line refusal
+    otlp = doc.get("otlp")
+    listed = _obj(doc, "files").get("otlp") or []
+    if isinstance(otlp, dict):
+        _require(otlp.get("bodies") == len(listed), f"otlp.bodies {otlp.get('bodies')} but files.otlp lists {len(listed)}")
+    _require(folder.path.joinpath(DIAL_DIR).is_dir() and not folder.path.joinpath(DIAL_DIR).is_symlink(),
+             f"{DIAL_DIR}/ is not a folder of OUT")
+    found = dict(_walk(folder, DIAL_DIR))
+    unnamed = sorted(set(found) - named)
+    _require(not unnamed, f"{', '.join(unnamed[:5])}{' ...' if len(unnamed) > 5 else ''} in {DIAL_DIR}/ but no "
+                          f"artifact names it (a leftover of an earlier call?): the step's files are what it names")
+    return f"{len(named)} files in {DIAL_DIR}/, each named by {ARTIFACT}, nothing else"
+
+
+def check_recording(out: RunFolder | Any) -> str:
+    """Law: call.wav is stereo 16-bit at the line's rate and holds whole frames, one per tick of the call
+    (playout.frames: the loop never skips a frame of the recording); its caller channel is the caller WAVs, each at
+    its offset, sample for sample, and digital silence between them (the dialer sends caller audio or silence); the
+    floors are the stated rule's (speech.caller.noise_floor) on the samples they were taken from (each line's own,
+    the whole heard channel); each turn's speech_start / speech_end are its first and last sample above its floor
+    (the true start and end, LINE.md)."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    call = recording(folder, doc)
+    samples = round(_rate(doc) * _frame_ms(doc) / 1000.0)
+    _require(call.frames % samples == 0, f"call.wav holds {call.frames} samples, not whole {samples}-sample frames")
+    frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
+    _require(call.frames // samples == frames, f"call.wav holds {call.frames // samples} frames, playout.frames {frames}")
+    if _line(doc).get("echo_db") is not None:
+        raise NotCheckable("the line adds the heard audio back into the caller's channel as echo: the caller channel "
+                           "is not the caller WAVs alone")
+    heard_floor = _floors(doc)[1]
+    _require(heard_floor == noise_floor(call.right), f"floor.heard {heard_floor}, but the floor rule on call.wav's heard "
+                                                     f"channel gives {noise_floor(call.right)}")
+    expected = np.zeros(call.frames, np.int16)
+    covered = np.zeros(call.frames, bool)
+    for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
+        caller = _obj(turn, "caller", where)
+        at = call.at(_must(caller, "offset_ms", f"{where} caller"))
+        _require(abs(call.ms(at) - caller["offset_ms"]) <= SAMPLE_ROUNDING_MS,
+                 f"{where}: caller offset {caller['offset_ms']} ms is not on a sample")
+        _require(at + len(wav) <= call.frames, f"{where}: {turn['caller_wav']} at {caller['offset_ms']} ms runs past the "
+                                               "recording's end")
+        _require(not covered[at:at + len(wav)].any(), f"{where}: {turn['caller_wav']} overlaps the previous line")
+        expected[at:at + len(wav)] = wav
+        covered[at:at + len(wav)] = True
+        caller_floor = line_floor(doc, turn, where)
+        if caller.get("floor") is not None:  # the line's own floor: the rule on its samples as sent
+            _require(caller_floor == noise_floor(wav), f"{where}: caller.floor {caller_floor}, the floor rule on "
+                                                       f"{turn['caller_wav']} gives {noise_floor(wav)}")
+        span = audible_span(wav, caller_floor)
+        _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above its floor {caller_floor}")
+        for key, index in (("speech_start_ms", span[0]), ("speech_end_ms", span[1])):  # type: ignore[index]
+            stated = _must(caller, key, f"{where} caller")
+            _require(abs(stated - call.ms(at + index)) <= SAMPLE_ROUNDING_MS,
+                     f"{where}: caller.{key} {stated} ms, but {turn['caller_wav']}'s "
+                     f"{'first' if key == 'speech_start_ms' else 'last'} sample above the floor is at "
+                     f"{call.ms(at + index):.3f} ms")
+    differ = np.flatnonzero(call.left != expected)
+    if differ.size:
+        first = int(differ[0])
+        which = "a caller WAV" if covered[first] else "the silence between the caller's lines"
+        raise CheckFailed(f"the caller channel of call.wav differs from {which} at {call.ms(first):.3f} ms "
+                          f"({differ.size} samples differ)")
+    return (f"{frames} frames of {samples} samples at {call.rate} Hz ({call.ms(call.frames) / 1000:.1f} s); caller "
+            f"channel = the {len(doc['turns'])} caller WAVs at their offsets, sample for sample")
+
+
+def check_heard_gaps(out: RunFolder | Any) -> str:
+    """Law: each turn's heard gap measured again on call.wav (left: the caller's last sample above the floor;
+    right: the first sample above the floor at or after it) equals dial.json's within one frame, and so do its
+    ends and the reply's last heard sound: the recording was appended frame by frame as it happened, so the
+    numbers the dialer derived from the same samples cannot differ by more than the frame it measured in. A turn
+    whose reply was never heard is null in dial.json and silent on the recording."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    call = recording(folder, doc)
+    frame = _frame_ms(doc)
+    measured = measure(call, doc, [len(w) for w in caller_wavs(folder, doc)])
+    worst, gaps = 0.0, []
+    for (where, turn), seen in zip(_turns(doc), measured):
+        caller = _obj(turn, "caller", where)
+        heard = _part(turn, "heard", where) or {}
+        _require(seen.speech_end is not None, f"{where}: no caller sound on call.wav's left channel in its line's span")
+        first = _opt(heard, "first_sound_ms", f"{where} heard")
+        if first is None:
+            _require(seen.first_sound is None, f"{where}: dial.json heard nothing, call.wav's heard channel sounds at "
+                                               f"{call.ms(seen.first_sound or 0):.1f} ms after the caller's end")
+            continue
+        _require(seen.first_sound is not None, f"{where}: dial.json hears the reply at {first:.1f} ms, call.wav's heard "
+                                               "channel is silent after the caller's end")
+        pairs = [("caller speech end", call.ms(seen.speech_end), _must(caller, "speech_end_ms", f"{where} caller")),
+                 ("first heard sound", call.ms(seen.first_sound), first),
+                 ("heard gap", call.ms(seen.first_sound - seen.speech_end), _must(heard, "gap_ms", f"{where} heard"))]
+        last = _opt(heard, "last_sound_ms", f"{where} heard")
+        if last is not None and seen.last_sound is not None:
+            pairs.append(("last heard sound", call.ms(seen.last_sound), last))
+        for what, on_file, stated in pairs:
+            _require(abs(on_file - stated) <= frame, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms in "
+                                                     f"{ARTIFACT} (more than a {frame:g} ms frame apart)")
+            worst = max(worst, abs(on_file - stated))
+        gaps.append(call.ms(seen.first_sound - seen.speech_end))
+    if not gaps:
+        raise NotCheckable("no turn's reply was heard: no gap to measure")
+    return f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of {ARTIFACT}'s"
+
+
+def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]]]:
+    found = []
+    for position, (where, turn) in enumerate(_turns(doc)):
+        barge = _part(turn, "barge_in", where)
+        if barge is not None:
+            found.append((position, where, barge))
+    return found
+
+
+def check_barge_in(out: RunFolder | Any) -> str:
+    """Law: a barge-in's onset is the caller's next line's true start (the samples sent) and comes while this
+    turn's reply was heard; its heard silence re-measured on call.wav (the first moment after the onset from which
+    the heard channel stays silent for 200 ms) equals dial.json's within one frame; heard_after_onset is their
+    difference; a clear stated is a clear in the event log, between the onset and the silence it caused (+ a
+    frame); the words heard are counted as stated."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    found = _barge_ins(doc)
+    if not found:
+        raise NotCheckable("no turn was barged in on")
+    call = recording(folder, doc)
+    frame = _frame_ms(doc)
+    _, heard_floor = _floors(doc)
+    clears = [_t(r, n) for n, r in enumerate(_events(folder, doc), 1) if r.get("dir") == "down" and r.get("event") == "clear"]
+    turns = doc["turns"]
+    lines = []
+    for position, where, barge in found:
+        _require(position + 1 < len(turns), f"{where}: a barge-in on the last turn: no line cut in")
+        onset = _must(barge, "onset_ms", f"{where} barge_in")
+        following = _obj(turns[position + 1], "caller", f"turn {position + 2}")
+        _require(abs(onset - _must(following, "speech_start_ms", "caller")) <= TOLERANCE_MS,
+                 f"{where}: barge-in onset {onset} ms, the next line's speech starts at {following['speech_start_ms']} ms")
+        heard = _obj(turns[position], "heard", where)
+        first = _opt(heard, "first_sound_ms", f"{where} heard")
+        _require(first is not None and first <= onset, f"{where}: barge-in at {onset} ms, before the reply was heard ({first})")
+        stated = _must(barge, "heard_silent_ms", f"{where} barge_in")
+        after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
+        _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
+                                                                f"onset = {stated - onset}")
+        silent = silent_from(call.right, heard_floor, call.at(onset), round(_silent_run(doc) * call.rate / 1000))
+        _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
+                                     f"after the barge-in at {onset:.0f} ms")
+        _require(abs(call.ms(silent) - stated) <= frame, f"{where}: heard silent at {call.ms(silent):.1f} ms on call.wav, "
+                                                         f"{stated:.1f} ms in {ARTIFACT} (more than a {frame:g} ms frame)")
+        cleared = _opt(barge, "cleared_ms", f"{where} barge_in")
+        window = [t for t in clears if onset - frame <= t <= stated + frame]
+        if cleared is None:
+            _require(not window, f"{where}: cleared_ms is null, the event log has a clear at {window[:1]} ms")
+        else:
+            _require(any(abs(t - cleared) <= TOLERANCE_MS for t in clears),
+                     f"{where}: cleared_ms {cleared} ms, no clear in the event log then")
+            # Causal: the agent can clear only after the frame holding the onset was sent (its tick, at most one frame
+            # before the onset); the heard silence comes at the latest one frame after the clear (honoured).
+            _require(onset - frame <= cleared and stated <= cleared + frame,
+                     f"{where}: clear at {cleared:.1f} ms, onset {onset:.1f}, heard silent {stated:.1f}: not in that order")
+            following_first = _opt(_part(turns[position + 1], "heard", f"turn {position + 2}"), "first_sound_ms", "heard")
+            _require(following_first is None or cleared <= following_first,
+                     f"{where}: cleared_ms {cleared:.1f} is after the next reply was heard ({following_first:.1f} ms): "
+                     "another reply's clear")
+        words, count = barge.get("words_heard"), barge.get("words_heard_count")
+        _require(words is None or (isinstance(words, str) and count == len(words.split())),
+                 f"{where}: words_heard {words!r} counted as {count!r}")
+        lines.append(f"{where}: heard {call.ms(silent) - onset:.0f} ms after the onset"
+                     f"{'' if cleared is None else f', clear at +{cleared - onset:.0f} ms'}")
+    return "; ".join(lines)
+
+
+def check_schedule(out: RunFolder | Any) -> str:
+    """Law: the caller spoke as its script says, so the agent was never talked over by accident: a line starts only
+    after the previous reply was heard to end (the heard channel silent reply_end_ms after its last sound) and the
+    think pause, within a frame (lines start on ticks); a barge-in line's speech starts barge_in_after_ms after the
+    reply's first heard sound, within a frame, and only on the turns settings.barge_in_turns names."""
+    doc = _doc(out)
+    settings, frame = _obj(doc, "settings"), _frame_ms(doc)
+    think = _num(settings.get("think_ms"), "settings.think_ms")
+    reply_end = settings.get("reply_end_ms")
+    planned = set(settings.get("barge_in_turns") or [])
+    after = _num(settings.get("barge_in_after_ms"), "settings.barge_in_after_ms")
+    turns = doc["turns"]
+    lines = 0
+    for position, (where, turn) in enumerate(_turns(doc)):
+        barge = _part(turn, "barge_in", where)
+        _require(barge is None or turn.get("index") in planned,
+                 f"{where}: a barge-in on a turn settings.barge_in_turns does not name ({sorted(planned)})")
+        if position + 1 >= len(turns):
+            continue
+        following = _obj(turns[position + 1], "caller", f"turn {position + 2}")
+        heard = _part(turn, "heard", where) or {}
+        first, last = _opt(heard, "first_sound_ms", f"{where} heard"), _opt(heard, "last_sound_ms", f"{where} heard")
+        if barge is not None:
+            start = _must(following, "speech_start_ms", "caller")
+            _require(first is not None and abs(start - (first + after)) <= frame,
+                     f"{where}: the barge-in line's speech starts at {start:.1f} ms, the reply was first heard at "
+                     f"{first} ms + barge_in_after_ms {after:g}")
+        elif last is not None and reply_end is not None:
+            offset = _must(following, "offset_ms", "caller")
+            earliest = last + _num(reply_end, "settings.reply_end_ms") + think
+            _require(offset >= earliest - frame, f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s "
+                                                 f"reply ended ({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}")
+        lines += 1
+    return f"{lines} lines started as scheduled (after the heard reply ended + think, or a barge-in on time)"
+
+
+def check_event_order(out: RunFolder | Any) -> str:
+    """Law: the event log is in the order things happened on one clock: each line has a finite t_ms, no line is
+    earlier than the one before it; the caller's side begins with `connected` then `start` and ends with `stop`
+    (Twilio), nothing sent after the stop; every event is one the contract knows, in its direction; a line starts
+    (`caller_line`) at the frame its caller.offset_ms states."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    rows = _events(folder, doc)
+    _require(bool(rows), "the event log is empty")
+    previous = -math.inf
+    up: list[str] = []
+    for number, row in enumerate(rows, 1):
+        t = _t(row, number)
+        _require(t >= previous, f"events line {number} ({row.get('dir')} {row.get('event')}) at {t} ms, before line "
+                                f"{number - 1} at {previous} ms: not in the order they happened")
+        previous = t
+        kind, direction = row.get("event"), row.get("dir")
+        known = UP_EVENTS if direction == "up" else DOWN_EVENTS if direction == "down" else PLAYOUT_EVENTS
+        _require(kind in known, f"events line {number}: {direction!r} {kind!r} is not an event of the contract")
+        if direction == "up":
+            _require(not up or up[-1] != "stop", f"events line {number}: {kind} sent after the stop")
+            up.append(kind)
+    if _line(doc).get("protocol") == "twilio":
+        _require(up[:2] == ["connected", "start"], f"the caller's side begins with {up[:2]}, not connected, start")
+        _require(up[-1] == "stop", f"the caller's side ends with {up[-1]!r}, not stop")
+    frame = _frame_ms(doc)
+    offsets = {turn.get("index"): (_obj(turn, "caller", where).get("offset_ms"), where) for where, turn in _turns(doc)}
+    for number, row in enumerate(rows, 1):
+        if row.get("event") != "caller_line" or row.get("turn") not in offsets:
+            continue
+        offset, where = offsets[row["turn"]]
+        tick = _int(row.get("frame"), f"events line {number} frame") * frame
+        _require(offset == tick, f"events line {number}: {where}'s line started at frame {row['frame']} ({tick:g} ms), "
+                                 f"its caller.offset_ms is {offset}")
+    return f"{len(rows)} events in order over {previous / 1000:.1f} s"
+
+
+def check_uplink(out: RunFolder | Any) -> str:
+    """Law: the caller's messages are numbered as Twilio numbers them: sequenceNumber +1 on every message after
+    `connected`, media chunk +1 from 1 and timestamp + one frame from 0 (pcm: frame +1 from 0); one media per
+    frame of call.wav; frame k is sent no earlier than its tick (t0 + k frames: absolute deadlines, never early);
+    a frame sent more than two frames after its tick was a late tick, so late_frames counts at least those."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    rows = _events(folder, doc)
+    frame = _frame_ms(doc)
+    twilio = _line(doc).get("protocol") == "twilio"
+    seq, media, overdue = 0, 0, 0
+    for number, row in enumerate(rows, 1):
+        if row.get("dir") != "up" or row.get("event") == "connected":
+            continue
+        if twilio:
+            seq += 1
+            _require(row.get("seq") == seq, f"events line {number} ({row.get('event')}): sequence number "
+                                            f"{row.get('seq')!r}, expected {seq}")
+        if row.get("event") != "media":
+            continue
+        if twilio:
+            _require(row.get("chunk") == media + 1, f"events line {number}: chunk {row.get('chunk')!r}, expected {media + 1}")
+            _require(row.get("timestamp") == round(media * frame),
+                     f"events line {number}: timestamp {row.get('timestamp')!r}, expected {round(media * frame)}")
+        else:
+            _require(row.get("frame") == media, f"events line {number}: frame {row.get('frame')!r}, expected {media}")
+        t = _t(row, number)
+        _require(t >= media * frame - 1.0, f"events line {number}: frame {media} sent at {t} ms, before its tick at "
+                                           f"{media * frame:g} ms")
+        overdue += t > (media + 2) * frame
+        media += 1
+    frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
+    _require(media == frames, f"{media} media frames sent, playout.frames {frames} (one per tick)")
+    late = _int(_obj(doc, "playout").get("late_frames"), "playout.late_frames")
+    _require(overdue <= late, f"{overdue} frames sent more than two frames after their tick, playout.late_frames {late}")
+    return f"{media} frames, sequence numbers{', chunks and timestamps' if twilio else ''} continuous"
+
+
+def _down(rows: Sequence[Mapping[str, Any]]) -> list[tuple[float, Mapping[str, Any]]]:
+    return [(_t(r, n), r) for n, r in enumerate(rows, 1) if r.get("dir") == "down"]
+
+
+def check_clears(out: RunFolder | Any) -> str:
+    """Law: the heard channel is what arrived, played no sooner than it came: nothing sounds before the first
+    audio arrived, the heard channel carries no more sound than the samples received, and every `clear` is
+    honoured within one frame: from clear + 1 frame until the next audio arrived the heard channel is silent (the
+    audio buffered before the clear was dropped, as Twilio does). playout.clears counts the clears received."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    rows = _events(folder, doc)
+    call = recording(folder, doc)
+    frame = _frame_ms(doc)
+    _, floor = _floors(doc)
+    down = _down(rows)
+    media = [(t, r) for t, r in down if r.get("event") == "media"]
+    received = sum(_int(r.get("samples"), "down media samples") for _, r in media)
+    loud = _loud(call.right, floor)
+    heard = int(loud.sum())
+    _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
+    first_loud = np.flatnonzero(loud)
+    if first_loud.size:
+        _require(bool(media) and call.ms(int(first_loud[0])) >= media[0][0],
+                 f"the heard channel sounds at {call.ms(int(first_loud[0])):.1f} ms, before any audio arrived "
+                 f"({media[0][0] if media else 'none'})")
+    clears = [t for t, r in down if r.get("event") == "clear"]
+    stated = _int(_obj(doc, "playout").get("clears"), "playout.clears")
+    _require(stated == len(clears), f"playout.clears {stated}, the event log has {len(clears)} clears")
+    if not clears:
+        raise NotCheckable(f"no clear was received ({len(media)} frames of audio arrived; nothing heard before its arrival)")
+    for t in clears:
+        resumed = next((m for m, _ in media if m > t), call.ms(call.frames))
+        start, end = call.at(t + frame), call.at(resumed)
+        late = first_sound(call.right, floor, start, end)
+        _require(late is None, f"a clear arrived at {t:.1f} ms, the heard channel still sounds at {call.ms(late or 0):.1f} ms "
+                               f"(more than a {frame:g} ms frame later, before new audio arrived at {resumed:.1f} ms)")
+    return f"{len(clears)} clear{'s' if len(clears) != 1 else ''}, each honoured within one frame; {heard} of {received} " \
+           "samples received heard, none before it arrived"
+
+
+def check_marks(out: RunFolder | Any) -> str:
+    """Law: a mark is echoed only after the audio before it played (echo time >= queued + audio before it - 1
+    frame) or at a clear (within one frame of one), once, after the agent sent it (its down `mark` at queued_ms);
+    the audio ahead of it cannot exceed what had arrived by then; playout.marks_returned counts the echoes."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    rows = _events(folder, doc)
+    frame = _frame_ms(doc)
+    rate = _rate(doc)
+    sent: dict[str, float] = {}
+    clears: list[float] = []
+    arrived_ms = 0.0
+    arrivals: list[tuple[float, float]] = []  # (t, audio received by then, ms)
+    echoed = 0
+    for number, row in enumerate(rows, 1):
+        t, kind, direction = _t(row, number), row.get("event"), row.get("dir")
+        if direction == "down" and kind == "media":
+            arrived_ms += _int(row.get("samples"), f"events line {number} samples") * 1000.0 / rate
+            arrivals.append((t, arrived_ms))
+        elif direction == "down" and kind == "mark":
+            name = row.get("name")
+            _require(isinstance(name, str), f"events line {number}: a mark without a name")
+            sent.setdefault(name, t)
+        elif direction == "down" and kind == "clear":
+            clears.append(t)
+        elif direction == "up" and kind == "mark":
+            name = row.get("name")
+            _require(name in sent, f"events line {number}: mark {name!r} echoed, the agent never sent it")
+            queued = _num(row.get("queued_ms"), f"events line {number} queued_ms")
+            ahead = _num(row.get("audio_before_ms"), f"events line {number} audio_before_ms")
+            arrived = sent.pop(name)
+            _require(abs(queued - arrived) <= STAMP_MS, f"events line {number}: mark {name!r} queued at {queued} ms, "
+                                                        f"it arrived at {arrived} ms")
+            got = max((a for at, a in arrivals if at <= queued + TOLERANCE_MS), default=0.0)
+            _require(0 <= ahead <= got + TOLERANCE_MS, f"events line {number}: {ahead} ms of audio ahead of mark {name!r}, "
+                                                       f"{got:.0f} ms had arrived by then")
+            on_clear = any(t - frame <= c <= t + TOLERANCE_MS for c in clears)
+            _require(on_clear or t >= queued + ahead - frame,
+                     f"events line {number}: mark {name!r} echoed at {t:.1f} ms, before its audio played out "
+                     f"(queued {queued:.1f} ms + {ahead:.0f} ms ahead) and not at a clear")
+            echoed += 1
+    stated = _int(_obj(doc, "playout").get("marks_returned"), "playout.marks_returned")
+    _require(stated == echoed, f"playout.marks_returned {stated}, the event log echoes {echoed}")
+    if not echoed:
+        raise NotCheckable("the agent sent no mark" + (" (a pcm line has none)" if _line(doc).get("protocol") == "pcm" else ""))
+    pending = f"; {len(sent)} never echoed (the call ended first)" if sent else ""
+    return f"{echoed} marks echoed after their audio played or at a clear{pending}"
+
+
+def _median_block(values: Sequence[float], p90: bool = True) -> dict[str, Any]:
+    block: dict[str, Any] = {"median": stats.median(values) if values else None}
+    if p90:
+        block["p90"] = stats.percentile(values, 90)
+    block["n"] = len(values)
+    return block
+
+
+def heard_gaps(doc: Mapping[str, Any]) -> list[float]:
+    """Every heard turn's gap, in turn order (what the summary and compare's samples are made of)."""
+    found = []
+    for where, turn in _turns(doc):
+        gap = _opt(_part(turn, "heard", where), "gap_ms", f"{where} heard")
+        if gap is not None:
+            found.append(gap)
+    return found
+
+
+def barge_in_after_onset(doc: Mapping[str, Any]) -> list[float]:
+    return [_must(b, "heard_after_onset_ms", f"{w} barge_in") for _, w, b in _barge_ins(doc)]
+
+
+def heard_minus_reported(doc: Mapping[str, Any]) -> list[float]:
+    found = []
+    for where, turn in _turns(doc):
+        value = turn.get("heard_minus_reported_ms")
+        if value is not None:
+            found.append(_num(value, f"{where} heard_minus_reported_ms"))
+    return found
+
+
+def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """dial.json's summary as its turns give it (the one median rule, nearest-rank p90)."""
+    return {"heard_gap_ms": _median_block(heard_gaps(doc)),
+            "barge_in_heard_after_onset_ms": _median_block(barge_in_after_onset(doc), p90=False),
+            "heard_minus_reported_ms": _median_block(heard_minus_reported(doc), p90=False)}
+
+
+def check_summary(out: RunFolder | Any) -> str:
+    """Law: the summary is its turns': the heard gap's median (voice_llm.util.stats.median, always a measured
+    value, so equal exactly), p90 and count, the barge-ins' heard-after-onset median and the line's share's median,
+    over the turns that have them (a summary of none: {"median": null, "n": 0}; heard_minus_reported_ms may be null,
+    as LINE.md allows)."""
+    doc = _doc(out)
+    summary = _obj(doc, "summary")
+    again = summary_of(doc)
+    for key, block in again.items():
+        stated = summary.get(key)
+        if stated is None and key == "heard_minus_reported_ms" and not block["n"]:
+            continue  # LINE.md: null when no turn's agent number was reported
+        _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
+        for field, value in block.items():
+            _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
+    gap = again["heard_gap_ms"]
+    if not gap["n"]:
+        return "no turn's reply was heard; the summary says so"
+    return f"heard gap median {gap['median']:.0f} ms, p90 {gap['p90']:.0f} ms over {gap['n']} turns, recomputed"
+
+
+def check_wer(out: RunFolder | Any) -> str:
+    """Law: each turn's word errors are what the agent's transcript of the caller's line gives against the line's
+    script by the run's rule (voice_llm.speech.wer), so a WER cannot be edited apart from what it scores. The
+    caller's own business is the heard transcript; this scores the agent's recognition when it reported it."""
+    doc = _doc(out)
+    scored = []
+    for where, turn in _turns(doc):
+        stated = _part(turn, "wer", where)
+        transcript = turn.get("agent_transcript")
+        if stated is None:
+            _require(transcript is None, f"{where}: the agent's transcript is there, its word errors are not")
+            continue
+        script = turn.get("script")
+        _require(isinstance(script, str) and isinstance(transcript, str),
+                 f"{where}: wer stated without the script and the transcript it scores")
+        again = word_errors(script, transcript)
+        _require((stated.get("errors"), stated.get("words")) == (again.errors, again.words),
+                 f"{where}: wer {stated.get('errors')}/{stated.get('words')} stated, {again.errors}/{again.words} from "
+                 f"{transcript[:60]!r} against {script[:60]!r}")
+        scored.append(again)
+    if not scored:
+        raise NotCheckable(f"{NOT_REPORTED}: no transcript of the caller's lines to score")
+    return f"{sum(w.errors for w in scored)} word errors in {sum(w.words for w in scored)} words over {len(scored)} " \
+           "turns, recomputed"
+
+
+def check_agent_reported(out: RunFolder | Any) -> str:
+    """Law: heard_minus_reported_ms is the heard gap minus the agent's own reported latency, per turn (null when
+    either is). Finding: the line's share (transport, the jitter delay, the tick, the VAD's lag behind the true end)
+    above the line's jitter + 2 frames, or below zero (the agent claims more silence than the caller heard: its
+    clock starts before the caller's true end): the agent's number does not predict what its caller hears."""
+    doc = _doc(out)
+    jitter, frame = _num(_line(doc).get("jitter_ms"), "line.jitter_ms"), _frame_ms(doc)
+    limit = jitter + LINE_SHARE_FRAMES * frame
+    shares, missed = [], []
+    for where, turn in _turns(doc):
+        reported = _opt(_part(turn, "agent_reported", where), "latency_ms", f"{where} agent_reported")
+        gap = _opt(_part(turn, "heard", where), "gap_ms", f"{where} heard")
+        stated = turn.get("heard_minus_reported_ms")
+        if reported is None or gap is None:
+            _require(stated is None, f"{where}: heard_minus_reported_ms {stated} without a heard gap and a reported latency")
+            continue
+        share = _num(stated, f"{where} heard_minus_reported_ms")
+        _require(abs(share - (gap - reported)) <= TOLERANCE_MS, f"{where}: heard_minus_reported_ms {share}, heard gap "
+                                                                f"{gap} - reported {reported} = {gap - reported}")
+        shares.append(share)
+        expect(share <= limit, f"{where}: the caller heard {share:.0f} ms more than the agent reports, above the "
+                               f"line's jitter {jitter:g} ms + {LINE_SHARE_FRAMES} frames ({limit:g} ms)", missed)
+        expect(share >= 0, f"{where}: the agent reports {-share:.0f} ms more than the caller heard", missed)
+    if not shares:
+        raise NotCheckable(NOT_REPORTED)
+    return unless_missed(f"heard minus reported {', '.join(f'{s:.0f}' for s in shares)} ms (median "
+                         f"{stats.median(shares):.0f} ms; limit {limit:g} ms)", missed)
+
+
+def check_real_time(out: RunFolder | Any) -> str:
+    """Expectation, a finding when it does not hold: the dialer kept up with real time (no tick more than a frame
+    late, issue 27 at one caller), its own cost per frame at most 2 ms median, no audio dropped at the playout
+    cap. Lateness and cost are facts about this machine's load."""
+    doc = _doc(out)
+    playout, cost = _obj(doc, "playout"), _obj(doc, "dialer_cost_ms")
+    late, frames = _int(playout.get("late_frames"), "playout.late_frames"), _int(playout.get("frames"), "playout.frames")
+    median = _num(cost.get("median"), "dialer_cost_ms.median")
+    dropped = _num(playout.get("dropped_ms"), "playout.dropped_ms")
+    missed: list[str] = []
+    expect(late == 0, f"{late} late frames of {frames}", missed)
+    expect(median <= DIALER_COST_MS, f"the dialer's cost {median:.2f} ms per frame (median), above {DIALER_COST_MS:g} ms",
+           missed)
+    expect(dropped == 0, f"{dropped:.0f} ms of the agent's audio dropped at the playout buffer's cap", missed)
+    return unless_missed(f"{late} late frames of {frames}; dialer cost {median:.2f} ms per frame (median)", missed)
+
+
+def check_target(out: RunFolder | Any) -> str:
+    """Expectation, a finding when it does not hold: issue 27's target, the median heard mouth-to-ear at most
+    1.2 s (with the built-in agent at a 300 ms endpoint; a fact about the agent, the model and the machine)."""
+    gaps = heard_gaps(_doc(out))
+    if not gaps:
+        raise NotCheckable("no turn's reply was heard: no mouth-to-ear time")
+    median, p90 = stats.median(gaps), stats.percentile(gaps, 90)
+    missed: list[str] = []
+    expect(median <= MOUTH_TO_EAR_TARGET_MS, f"median heard mouth-to-ear {median:.0f} ms, above the "
+                                             f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms target", missed)
+    return unless_missed(f"median {median:.0f} ms, p90 {p90:.0f} ms over {len(gaps)} turns (target "
+                         f"{MOUTH_TO_EAR_TARGET_MS:.0f} ms)", missed)

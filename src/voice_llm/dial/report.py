@@ -1,0 +1,340 @@
+"""The call as heard, in report.html: what the caller heard on the line, with the agent's own account beside it.
+
+Two sections (registered in voice_llm.dial.CAPABILITY after the first-audio chart, where converse's were):
+
+* :func:`heard_chart` (dial.json): per turn the heard gap as a bar on the caller's own timeline (0 = the true end
+  of their speech), with the agent's own breakdown underneath (its parts as it reported them, stacked from 0) and
+  the line's share after them (heard - reported: transport, the phone's jitter delay, the tick, the agent VAD's lag
+  behind the true end), so the two bars end together; a barge-in as the audio still heard after the caller cut in
+  (0 = the onset), to the heard silence, with the clear marked. The summary sentence: "the caller hears the
+  assistant N ms after they stop talking (median, p90 ...)".
+* :func:`waveform_section` (the run folder: dial.json and the recording it names): the stereo waveform of the real
+  recording, caller above and heard below, each turn's gap shaded, barge-ins marked, and the gaps measured again
+  on the file from its samples alone (voice_llm.dial.checks.measure, the checks' own rule).
+
+matplotlib is imported only when a chart is drawn (voice_llm.report.style.figure). A missing or malformed file is
+the section's "not available" (an ArtifactError), a call with no heard reply its "no data" (NoDataError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from voice_llm.dial import checks
+from voice_llm.errors import ArtifactError
+from voice_llm.report import style
+from voice_llm.run.folder import RunFolder
+from voice_llm.util import stats
+from voice_llm.util.artifacts import DIAL
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure)
+    from matplotlib.axes import Axes
+
+_CALLER_AXIS = "ms after the caller stopped talking (true end of their speech, from the samples sent)"
+_BARGE_AXIS = "ms after the caller cut in (true onset of their speech)"
+_CALL_AXIS = "call clock (s; 0 = sample 0 of dial/call.wav)"
+_ENVELOPE_MS = 10.0  # the waveform drawn as its min..max per 10 ms (moved from converse/report.py)
+FULL_SCALE = 32768.0
+# The agent's parts in the order they chain (voice-llm's agent: LINE.md "The agent"); any other part it reports
+# is drawn after these, in its own order.
+PARTS = (
+    ("endpoint_wait", "endpoint wait", style.ORANGE, 1.0),
+    ("stt", "STT", style.PURPLE, 1.0),
+    ("request_to_first_token", "request -> first token", style.BLUE, 1.0),
+    ("first_token_to_first_segment", "first token -> first segment", style.BLUE, 0.45),
+    ("segment_to_first_audio", "synthesis of the first segment", style.GREEN, 0.45),
+    ("audio_to_sent", "audio -> sent", style.GREEN, 0.7),
+)
+_OTHER_PART = (style.GREY, 0.6)
+_SUM_TOLERANCE_MS = 1.0  # parts that sum to the reported latency within this are stacked as its breakdown
+
+
+def _turns(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    turns = style.rows(doc.get("turns"), f"{DIAL} turns")
+    return [style.mapping(turn, f"{DIAL} turns[{i}]") for i, turn in enumerate(turns)]
+
+
+def _sub(turn: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+    value = turn.get(key)
+    return None if value is None else style.mapping(value, f"{where} {key}")
+
+
+def heard_numbers(doc: Mapping[str, Any]) -> tuple[float, float, int]:
+    """(median, p90, turns) of the summary's heard gap."""
+    where = f"{DIAL} summary heard_gap_ms"
+    found = style.mapping(style.mapping(doc.get("summary"), f"{DIAL} summary").get("heard_gap_ms"), where)
+    return style.number(found, "median", where), style.number(found, "p90", where), int(style.number(found, "n", where))
+
+
+def _median_of(doc: Mapping[str, Any], key: str) -> tuple[float | None, int]:
+    summary = style.mapping(doc.get("summary"), f"{DIAL} summary")
+    block = summary.get(key)
+    if block is None:
+        return None, 0
+    block = style.mapping(block, f"{DIAL} summary {key}")
+    n = style.optional_number(block, "n", f"{DIAL} summary {key}")
+    return style.optional_number(block, "median", f"{DIAL} summary {key}"), int(n or 0)
+
+
+def summary_sentence(doc: Mapping[str, Any]) -> str:
+    """The section's sentence: what the caller hears, then what the agent says of itself and the line's share."""
+    median, p90, n = heard_numbers(doc)
+    text = (f"The caller hears the assistant {style.ms(median)} ms after they stop talking (median; p90 "
+            f"{style.ms(p90)} ms over {n} turn{'' if n == 1 else 's'}).")
+    share, shared = _median_of(doc, "heard_minus_reported_ms")
+    if share is not None:
+        text += (f" The agent's own numbers leave out {style.ms(share)} ms of that (median over {shared} "
+                 f"turn{'' if shared == 1 else 's'}): the line's share.")
+    else:
+        text += " The agent's own numbers were not reported, so the line's share is not known."
+    barge, barged = _median_of(doc, "barge_in_heard_after_onset_ms")
+    if barge is not None:
+        text += (f" After cutting in, the caller still heard the assistant for {style.ms(barge)} ms (median over "
+                 f"{barged} barge-in{'' if barged == 1 else 's'}).")
+    return text
+
+
+def summary_row_html(doc: Mapping[str, Any]) -> str:
+    median, p90, n = heard_numbers(doc)
+    share, _ = _median_of(doc, "heard_minus_reported_ms")
+    barge, _ = _median_of(doc, "barge_in_heard_after_onset_ms")
+    line = style.table(("heard mouth to ear (median)", "p90", "turns", "line's share (heard - reported)",
+                        "barge-in: heard after the onset"),
+                       [(f"{style.ms(median)} ms", f"{style.ms(p90)} ms", str(n),
+                         "not reported" if share is None else f"{style.ms(share)} ms",
+                         "no barge-in" if barge is None else f"{style.ms(barge)} ms")], "facts")
+    return line
+
+
+# --- the heard gaps with the agent's account ---------------------------------------------------------------------
+
+
+class _Row:
+    """One turn's numbers for the chart (validated once)."""
+
+    def __init__(self, turn: Mapping[str, Any]) -> None:
+        where = f"{DIAL} turn {turn.get('index')}"
+        self.index = turn.get("index")
+        heard = _sub(turn, "heard", where) or {}
+        self.gap = style.optional_number(heard, "gap_ms", f"{where} heard")
+        reported = _sub(turn, "agent_reported", where)
+        self.reported = style.optional_number(reported, "latency_ms", f"{where} agent_reported") if reported else None
+        breakdown = _sub(turn, "agent_breakdown", where) or {}
+        self.parts = [(key, style.optional_number(breakdown, key, f"{where} agent_breakdown")) for key in breakdown]
+        barge = _sub(turn, "barge_in", where)
+        self.barge = None
+        if barge is not None:
+            onset = style.number(barge, "onset_ms", f"{where} barge_in")
+            after = style.optional_number(barge, "heard_after_onset_ms", f"{where} barge_in")
+            cleared = style.optional_number(barge, "cleared_ms", f"{where} barge_in")
+            self.barge = (after, None if cleared is None else cleared - onset, barge.get("words_heard"))
+
+    def stacked(self) -> list[tuple[str, float]] | None:
+        """The agent's parts when they add up to what it reported (else None: drawn as one bar)."""
+        known = [(k, v) for k, v in self.parts if v is not None]
+        if self.reported is None or not known or abs(sum(v for _, v in known) - self.reported) > _SUM_TOLERANCE_MS:
+            return None
+        order = [k for k, *_ in PARTS]
+        return sorted(known, key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+
+
+def _rows(doc: Mapping[str, Any]) -> tuple[list[_Row], list[str]]:
+    rows, silent = [], []
+    for turn in _turns(doc):
+        row = _Row(turn)
+        (rows if row.gap is not None else silent).append(row)
+    if not rows:
+        raise style.NoDataError(f"{DIAL}: no turn's reply was heard (turns {', '.join(str(r.index) for r in silent)})")
+    return rows, [str(r.index) for r in silent]
+
+
+def _gap_axes(ax: Axes, rows: Sequence[_Row]) -> float:
+    labels = {key: (label, color, alpha) for key, label, color, alpha in PARTS}
+    marked: set[str] = set()
+
+    def once(label: str) -> str | None:
+        if label in marked:
+            return None
+        marked.add(label)
+        return label
+
+    right, ticks, names = 0.0, [], []
+    for i, row in enumerate(rows):
+        y = 2 * (len(rows) - i)
+        ax.broken_barh([(0, row.gap)], (y - 0.35, 0.7), facecolors=style.RED, alpha=0.85,
+                       label=once("heard gap (silence at the caller's ear)"))
+        ax.annotate(f"{style.ms(row.gap)} ms", (row.gap, y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=9)
+        ticks.append(y)
+        names.append(f"turn {row.index} heard")
+        below = y - 0.9
+        ticks.append(below)
+        names.append("  agent's own")
+        if row.reported is None:
+            ax.annotate("agent's own numbers not reported", (0, below), va="center", fontsize=8, color=style.GREY)
+        else:
+            stacked = row.stacked()
+            at = 0.0
+            for key, value in stacked or [("reported", row.reported)]:
+                label, color, alpha = labels.get(key, (key.replace("_", " "), *_OTHER_PART))
+                if key == "reported":
+                    label, color, alpha = "agent reported (no breakdown adding up to it)", style.BLUE, 0.35
+                ax.broken_barh([(at, value)], (below - 0.3, 0.6), facecolors=color, alpha=alpha,
+                               edgecolor="white", linewidth=0.5, label=once(label))
+                at += value
+            share = row.gap - row.reported
+            ax.broken_barh([(min(at, at + share), abs(share))], (below - 0.3, 0.6), facecolors="none",
+                           edgecolor=style.GREY, hatch="///", linewidth=0.8,
+                           label=once("the line's share (heard - reported)"))
+            ax.annotate(f"{'+' if share >= 0 else ''}{style.ms(share)} ms line", (max(at, at + share), below),
+                        xytext=(4, 0), textcoords="offset points", va="center", fontsize=8, color=style.GREY)
+            right = max(right, at)
+        right = max(right, row.gap)
+    ax.axvline(0, color=style.GREY, linewidth=1)
+    ax.set_yticks(ticks, names)
+    ax.set_ylim(min(ticks) - 0.8, max(ticks) + 0.8)
+    return right
+
+
+def _barge_axes(ax: Axes, rows: Sequence[_Row]) -> None:
+    barged = [r for r in rows if r.barge is not None]
+    ticks, names = [], []
+    for i, row in enumerate(barged):
+        after, cleared, words = row.barge  # type: ignore[misc]
+        y = len(barged) - i
+        if after is not None:
+            ax.broken_barh([(0, after)], (y - 0.3, 0.6), facecolors=style.RED, alpha=0.6,
+                           label="heard after the caller cut in" if i == 0 else None)
+            ax.annotate(f"{style.ms(after)} ms" + (f" ({words!r} heard)" if words else ""), (after, y), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=9)
+        if cleared is not None:
+            ax.plot([cleared], [y], "|", color=style.GREY, markersize=14, markeredgewidth=2,
+                    label="clear received" if i == 0 else None)
+        ticks.append(y)
+        names.append(f"turn {row.index} barge-in")
+    ax.axvline(0, color=style.GREY, linewidth=1)
+    ax.set_yticks(ticks, names)
+    ax.set_ylim(0.4, len(barged) + 0.6)
+    ax.set_xlabel(_BARGE_AXIS)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
+    """Per turn the heard gap with the agent's own breakdown under it and the line's share; barge-ins below."""
+    doc = style.mapping(doc, DIAL)
+    rows, silent = _rows(doc)
+    barges = [r for r in rows if r.barge is not None]
+    height = 0.9 * len(rows) + 2.2 + (0.5 * len(barges) + 1.2 if barges else 0.0)
+    fig = style.figure((10.0, height))
+    if barges:
+        ax, lower = fig.subplots(2, 1, height_ratios=(2 * len(rows) + 1, len(barges) + 1.5))
+    else:
+        ax, lower = fig.add_subplot(), None
+    right = _gap_axes(ax, rows)
+    ax.set_xlim(min(0.0, *(r.gap - (r.reported or 0.0) for r in rows)) - 50, right * 1.18 + 50)
+    ax.set_xlabel(_CALLER_AXIS)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 if barges else -0.28), ncol=3, fontsize=8, frameon=False)
+    if lower is not None:
+        _barge_axes(lower, rows)
+    line = style.mapping(doc.get("line"), f"{DIAL} line")
+    agent = doc.get("agent") if isinstance(doc.get("agent"), Mapping) else {}
+    setup = (f"{line.get('protocol')} line, {line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
+             f"{line.get('jitter_ms')} ms; agent {agent.get('url', 'unknown')}")
+    parts = _median_parts(rows)
+    caption = (
+        f"{summary_sentence(doc)} Each turn: the red bar is the silence the caller heard, measured at their ear (the "
+        "recording); under it the agent's own account on its own clock, its parts stacked from 0 as it reported them, "
+        "then the line's share, hatched, so both bars end at the heard gap."
+        + (f" Agent's parts (medians): {parts}." if parts else "")
+        + (" Below, each barge-in: the assistant audio still heard after the caller began to speak, up to the heard "
+           "silence (the buffer ran dry or was cleared)." if barges else "")
+        + f" Run: {setup}."
+        + (f" Turns {', '.join(silent)}: no reply heard, not drawn." if silent else "")
+    )
+    return style.Chart(fig, caption, summary_row_html(doc))
+
+
+def _median_parts(rows: Sequence[_Row]) -> str:
+    found: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.stacked() or []:
+            found.setdefault(key, []).append(value)
+    names = {key: label for key, label, *_ in PARTS}
+    return ", ".join(f"{names.get(k, k)} {style.ms(stats.median(v))} ms" for k, v in found.items())
+
+
+# --- the waveform of the recording -------------------------------------------------------------------------------
+
+
+def _envelope(samples: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(block start times in s, min, max) of the samples in blocks of _ENVELOPE_MS, in full-scale units."""
+    block = max(1, int(rate * _ENVELOPE_MS / 1000))
+    count = max(1, -(-len(samples) // block))
+    padded = np.zeros(count * block, np.float64)
+    padded[: len(samples)] = samples / FULL_SCALE
+    blocks = padded.reshape(count, block)
+    return np.arange(count) * block / rate, blocks.min(axis=1), blocks.max(axis=1)
+
+
+def waveform_chart(doc: Mapping[str, Any], call: checks.Recording, measured: Sequence[checks.Measured]) -> style.Chart:
+    """The stereo recording, caller above and heard below on the call clock; each turn's heard gap shaded (caller's
+    speech end -> first heard sound, as dial.json states it), barge-ins marked (onset solid on the caller, heard
+    silence dashed and clear dotted on the heard channel)."""
+    doc = style.mapping(doc, DIAL)
+    turns = _turns(doc)
+    fig = style.figure((10.0, 3.8))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for ax, samples, label, color in ((top, call.left, "caller (left)", style.GREY),
+                                      (bottom, call.right, "heard (right)", style.BLUE)):
+        x, low, high = _envelope(samples, call.rate)
+        ax.fill_between(x, low, high, color=color, linewidth=0, step="post")
+        ax.set_ylim(-1.0, 1.0)
+        ax.set_ylabel(label)
+        ax.set_yticks([])
+    for turn in turns:
+        where = f"{DIAL} turn {turn.get('index')}"
+        caller, heard = _sub(turn, "caller", where) or {}, _sub(turn, "heard", where) or {}
+        end = style.optional_number(caller, "speech_end_ms", f"{where} caller")
+        first = style.optional_number(heard, "first_sound_ms", f"{where} heard")
+        if end is not None and first is not None:
+            for ax in (top, bottom):
+                ax.axvspan(end / 1000, first / 1000, color=style.ORANGE, alpha=0.3, linewidth=0)
+            bottom.annotate(f"{style.ms(first - end)} ms", ((end + first) / 2000, 0.72), ha="center", fontsize=8)
+        barge = _sub(turn, "barge_in", where)
+        if barge is not None:
+            for key, ax, dash in (("onset_ms", top, "-"), ("heard_silent_ms", bottom, "--"), ("cleared_ms", bottom, ":")):
+                value = style.optional_number(barge, key, f"{where} barge_in")
+                if value is not None:
+                    ax.axvline(value / 1000, color=style.RED, linewidth=1.2, linestyle=dash)
+    bottom.set_xlim(0, call.frames / call.rate)
+    bottom.set_xlabel(_CALL_AXIS)
+    on_file = ", ".join("–" if m.first_sound is None or m.speech_end is None
+                        else style.ms(call.ms(m.first_sound - m.speech_end)) for m in measured)
+    caption = (
+        f"The recording at the caller's ear: caller above (what was sent), heard below (what left the phone's playout "
+        f"buffer, frame by frame as it played), {call.rate} Hz, {call.frames / call.rate:.1f} s, min..max per "
+        f"{_ENVELOPE_MS:.0f} ms. Orange: each turn's heard gap as {DIAL} states it; measured again on this file from "
+        f"its samples alone: {on_file} ms. Red: a barge-in's onset (solid, caller), the heard silence (dashed) and the "
+        "clear (dotted)."
+    )
+    return style.Chart(fig, caption)
+
+
+def waveform_section(folder: RunFolder) -> style.Chart | str:
+    """The waveform section (registered with no artifact of its own): dial.json and the recording it names, read
+    from the run folder through its jail; a refused file is the section's "not available". A folder without a dial
+    call of this run gets no section (as the optional "dial" section above it): the empty string."""
+    folder = RunFolder.of(folder)
+    if not folder.exists(DIAL) or not folder.membership().belongs(DIAL):
+        return ""
+    doc = style.mapping(folder.json(DIAL), DIAL)
+    try:
+        call = checks.recording(folder, doc)
+        lengths = [len(w) for w in checks.caller_wavs(folder, doc)]
+        measured = checks.measure(call, doc, lengths)
+    except checks.CheckFailed as exc:  # the files disagree with dial.json in a way that cannot be drawn
+        raise ArtifactError(str(exc)) from exc
+    return waveform_chart(doc, call, measured)

@@ -1,0 +1,619 @@
+"""`voice-llm dial URL`: one call to a voice agent, measured at the caller's ear, into OUT.
+
+A step of the dial capability run alone (``in_lab=False``, ``needs_server=False``): it goes through the one run
+session like every step (OUT's lock, run.json, the manifest; voice_llm.lab.pipeline.run_steps) and asks no LLM
+server. Its flags (the URL among them) come from :func:`add_flags` (the capability's ``cli=``), its settings from
+:func:`options_value` (``options=``).
+
+Before the call everything that can fail without the agent is done (the caller's lines synthesized or loaded,
+the STT loaded): such a failure writes nothing. The call itself writes only its live recording, under a temporary
+name in dial/; at the end, when the call went through: the measurements (the heard replies transcribed), the caller
+WAVs, dial/events.jsonl, dial/call.wav, and dial.json last. When the call failed: dial/partial-call.wav (a valid
+WAV of what was sent and heard until then), dial/partial-events.jsonl and dial-partial.json, beside the earlier
+dial.json and its files, which stay as they were; then the error, one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import secrets
+import sys
+import time
+import urllib.parse
+import wave
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from voice_llm.errors import ConfigError, OutputDirError
+from voice_llm.lab import flags
+from voice_llm.lab.context import LabContext
+from voice_llm.line import wire
+from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
+from voice_llm.dial import REPLACES_CONVERSE, call as callmod, otlp
+from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
+from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
+from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
+from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
+from voice_llm.speech.caller import SAMPLE_RATE, select_turns
+from voice_llm.tts import STRATEGIES
+from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
+from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
+
+NAME = "dial"  # the capability's name (StepOptions.plugins key)
+SCHEMA_VERSION = 1
+DEFAULT_TURNS = 4
+CALL_WAV = f"{DIAL_DIR}/call.wav"
+PARTIAL_CALL_WAV = f"{DIAL_DIR}/partial-call.wav"
+EVENTS = f"{DIAL_DIR}/events.jsonl"
+PARTIAL_EVENTS = f"{DIAL_DIR}/partial-events.jsonl"
+CLOCK = ("ms since the call started: 0 is sample 0 of dial/call.wav (both channels), the start of the first uplink "
+         "frame; t0_epoch_ns is the wall time (time.time_ns) of that instant; events carry the time they happened "
+         "(perf_counter), ticks their frame index (frame k plays at k * frame_ms)")
+HEARD_PAD_MS = 100.0  # audio kept around a reply for its transcription (Whisper hears the word edges)
+
+
+def caller_wav_name(index: int) -> str:
+    return f"{DIAL_DIR}/caller-{index:02d}.wav"
+
+
+@dataclass(frozen=True)
+class DialOptions:
+    """The dial command's settings."""
+
+    url: str | None = None
+    protocol: str = wire.TWILIO
+    rate: int | None = None  # pcm only; None: wire.DEFAULT_PCM_RATE
+    jitter_ms: float = DEFAULT_JITTER_MS
+    cap_s: float = DEFAULT_CAP_S
+    caller_audio: Path | None = None
+    dialogue: str = DEFAULT_DIALOGUE
+    turns: int = DEFAULT_TURNS
+    deadline_s: float = callmod.DEFAULT_DEADLINE_S
+    reply_wait_s: float | None = None
+    barge_in_turns: tuple[int, ...] = callmod.DEFAULT_BARGE_IN_TURNS
+    # Whether --turns / --barge-in-turns were given: with --caller-audio, the user's folder decides otherwise
+    # (every WAV; its barge-in.txt), and what does not fit is said (speech.caller.select_turns)
+    turns_given: bool = False
+    barge_in_given: bool = False
+    barge_in_after_ms: float = callmod.BARGE_IN_AFTER_MS
+    think_ms: float = callmod.THINK_MS
+    lead_ms: float = callmod.LEAD_MS
+    reply_end_ms: float = callmod.REPLY_END_MS
+    stt: str = DEFAULT_STT
+    stt_threads: int | None = None
+    otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.dial.otlp)
+    # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
+    endpoint_ms: float | None = None
+    strategy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol not in wire.PROTOCOLS:
+            raise ConfigError(f"--protocol must be one of {', '.join(wire.PROTOCOLS)}, not {self.protocol!r}")
+        if self.protocol == wire.TWILIO and self.rate not in (None, wire.TWILIO_RATE):
+            raise ConfigError(f"a Twilio line carries {wire.TWILIO_RATE} Hz mu-law; --rate {self.rate} is for "
+                              "--protocol pcm")
+        if self.stt not in STT_CHOICES:
+            raise ConfigError(f"--stt must be one of {', '.join(STT_CHOICES)}, not {self.stt!r}")
+        if self.turns < 1:
+            raise ConfigError(f"--turns must be at least 1, not {self.turns}")
+        if self.jitter_ms < 0 or self.jitter_ms > 1000:
+            raise ConfigError(f"--jitter-ms must be 0-1000, not {self.jitter_ms:g}")
+        if not self.deadline_s > 0:
+            raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
+        if self.url is not None:
+            scheme = urllib.parse.urlsplit(self.url).scheme.lower()
+            if scheme not in ("ws", "wss"):
+                raise ConfigError(f"the agent's URL must be ws:// or wss://, not {self.url!r}")
+        if self.otlp is not None:
+            try:
+                otlp.parse_listen(self.otlp)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        try:
+            self.line_format()
+        except ValueError as exc:
+            raise ConfigError(f"--rate: {exc}") from exc
+
+    def line_format(self) -> wire.LineFormat:
+        if self.protocol == wire.TWILIO:
+            return wire.twilio_line()
+        return wire.pcm_line(self.rate or wire.DEFAULT_PCM_RATE)
+
+    def call_settings(self, url: str) -> CallSettings:
+        return CallSettings(url=url, line=self.line_format(), jitter_ms=self.jitter_ms, cap_s=self.cap_s,
+                            deadline_s=self.deadline_s, reply_wait_s=self.reply_wait_s, lead_ms=self.lead_ms,
+                            think_ms=self.think_ms, reply_end_ms=self.reply_end_ms,
+                            barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms)
+
+
+def options_of(ctx: LabContext) -> DialOptions:
+    return ctx.options.plugin(NAME, DialOptions())
+
+
+def _barge_in_turns(text: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    return flags.int_list(text)
+
+
+def add_call_flags(parser: argparse.ArgumentParser) -> None:
+    """The caller's flags, shared by `dial` and the lab's converse step."""
+    group = parser.add_argument_group("the caller (dial)")
+    group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+                       help="the phone's jitter delay before playout starts from idle (default 40)")
+    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
+                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
+    group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
+                       help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
+    group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
+                       metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
+                                            "with --caller-audio its barge-in.txt if any; 'none')")
+    group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
+                       help="a turn with no heard reply within S s fails the call (default: --deadline)")
+
+
+CONVERSE_COMMANDS = frozenset({"lab", "converse"})
+
+
+def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The lab's and the converse step's flags: voice-llm's agent (its endpoint, STT, strategy) and the caller."""
+    group = parser.add_argument_group("the call through voice-llm's agent (converse: dial + agent on loopback)")
+    group.add_argument("--endpoint-ms", type=flags.positive_number, default=None, metavar="MS",
+                       help="the agent's silence that ends the caller's turn (default: the agent's, 300)")
+    group.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
+                       help="faster-whisper tiny.en (default) for the agent and the heard replies, or none")
+    group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
+                       help="faster-whisper's CPU threads (default: every core)")
+    group.add_argument("--strategy", choices=STRATEGIES, default=None,
+                       help="how the agent cuts its replies for speech (default: the agent's, clauses)")
+    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
+                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
+    group.add_argument("--turns", type=flags.positive_int, default=DEFAULT_TURNS, metavar="N",
+                       help=f"how many caller lines (default {DEFAULT_TURNS})")
+    if command == "converse":
+        group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
+                           help="the line to the agent: twilio (default) or pcm")
+        group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
+                           help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
+        group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+                           help="the phone's jitter delay before playout starts from idle (default 40)")
+        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
+                           metavar="LIST", help="turns whose reply the caller cuts into (default 3, with "
+                                                "--caller-audio its barge-in.txt if any; 'none')")
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line; the lab's and the
+    converse step's (dial against voice-llm's agent)."""
+    if command in CONVERSE_COMMANDS:
+        if REPLACES_CONVERSE:  # else the old converse capability's flags are these commands' (voice_llm.dial)
+            add_converse_flags(parser, command)
+        return
+    if command != "dial":
+        return
+    parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://)")
+    parser.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
+                        help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate")
+    parser.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
+                        help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
+    parser.add_argument("--deadline", type=flags.positive_number, default=callmod.DEFAULT_DEADLINE_S, metavar="S",
+                        help="the longest wait for anything: the handshake, a reply, a reply's end (default 60)")
+    parser.add_argument("--otlp", default=None, metavar="HOST:PORT",
+                        help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn)")
+    parser.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
+                        help="transcribe the heard replies with faster-whisper tiny.en (default), or none")
+    parser.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
+                        help="faster-whisper's CPU threads (default: every core)")
+    add_call_flags(parser)
+
+
+def options_value(values: Mapping[str, Any]) -> DialOptions | None:
+    """The dial options from a command's flags; None for a command that has none of them."""
+    command = values.get("command")
+    if command != "dial" and not (command in CONVERSE_COMMANDS and REPLACES_CONVERSE):
+        return None
+    caller_audio = values.get("caller_audio")
+    return DialOptions(
+        url=values.get("url") if command == "dial" else None,
+        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"),
+        endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
+        jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
+        caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
+        turns=values.get("turns") or DEFAULT_TURNS,
+        deadline_s=values.get("deadline") or callmod.DEFAULT_DEADLINE_S,
+        reply_wait_s=values.get("reply_wait"),
+        barge_in_turns=tuple(callmod.DEFAULT_BARGE_IN_TURNS if values.get("barge_in_turns") is None
+                             else values["barge_in_turns"]),
+        turns_given=values.get("turns") is not None,
+        barge_in_given=values.get("barge_in_turns") is not None,
+        stt=values.get("stt") or DEFAULT_STT, stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
+    )
+
+
+# --- the caller's lines -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Caller:
+    lines: tuple[CallerLine, ...]
+    voice: CallerVoice | None
+    source: str
+    dialogue: str | None  # the bundled script the lines are; None: the user's own audio
+    barge_in_turns: tuple[int, ...] | None = None  # None: the options' (--barge-in-turns)
+    notes: tuple[str, ...] = ()  # what the user's folder changed about the call, one line each (also on stderr)
+    folder: Mapping[str, Any] | None = None  # the user's folder as loaded (speech.caller.CallerAudio.as_dict)
+
+
+def caller_lines(options: DialOptions) -> Caller:
+    """The call's caller lines on the line (before the call: a bad folder is an error before anything is written).
+    The user's own audio is scored against the user's own transcripts only (never the bundled script's lines), and
+    its turn count and barge-in plan come from the folder unless the flags say otherwise."""
+    line = options.line_format()
+    if options.caller_audio is not None:
+        audio = load_lines(options.caller_audio)
+        picked = select_turns(audio, options.turns if options.turns_given else None,
+                              options.barge_in_turns if options.barge_in_given else None,
+                              default_turns=DEFAULT_TURNS, default_barge_in=callmod.DEFAULT_BARGE_IN_TURNS)
+        return Caller(tuple(on_line(u, line) for u in picked.utterances), None, str(options.caller_audio), None,
+                      picked.barge_in_turns, picked.notes, audio.as_dict())
+    dialogue = load_dialogue(options.dialogue)
+    utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
+    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name)
+
+
+# --- measuring at the ear -----------------------------------------------------------------------------------------
+
+
+class _Unknown:
+    def __init__(self) -> None:
+        self.reasons: dict[str, str] = {}
+
+    def __call__(self, key: str, reason: str) -> None:
+        self.reasons[key] = reason
+
+
+def _transcribe(stt: Any, samples: Any, rate: int) -> str | None:
+    if stt is None or len(samples) == 0:
+        return None
+    return stt.transcribe(to_rate(samples, rate, SAMPLE_RATE), "")
+
+
+def _words(stt: Any, samples: Any, rate: int, until_s: float) -> list[str] | None:
+    """The words heard: faster-whisper's words whose end is not after ``until_s`` (the heard silence)."""
+    if stt is None or not hasattr(stt, "words"):
+        return None
+    if len(samples) == 0:
+        return []
+    # a word counts when it was heard to its end (20 ms of rounding: Whisper's word times are 20 ms steps);
+    # punctuation Whisper emits as a word of its own is no word
+    return [w for start, end, w in stt.words(to_rate(samples, rate, SAMPLE_RATE))
+            if end <= until_s + 0.02 and any(ch.isalnum() for ch in w)]
+
+
+def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> list[dict[str, Any]]:
+    """Per turn the caller's true speech, the heard reply and any barge-in, from the two channels only."""
+    rate = log.settings.line.rate
+    frame = log.settings.line.frame_samples
+    heard = Heard.of(log.channel("right"), rate)
+    total = len(heard.samples)
+    pad = int(HEARD_PAD_MS * rate / 1000)
+    hold = int(SILENT_AFTER_MS * rate / 1000)
+    clears = [e["t_ms"] for e in log.events if e.get("event") == "clear"]
+    rows: list[dict[str, Any]] = []
+    turns = log.turns
+    for n, turn in enumerate(turns):
+        line = log.lines[turn.index - 1]
+        offset = turn.offset_tick * frame
+        start, end = offset + line.start, offset + line.end
+        nxt = turns[n + 1] if n + 1 < len(turns) else None
+        next_start = nxt.offset_tick * frame + log.lines[nxt.index - 1].start if nxt else total
+        next_end = nxt.offset_tick * frame + log.lines[nxt.index - 1].end if nxt else total
+        key = f"turns[{n}]"
+        first = heard.first_sound(end, next_start) if end < total else None
+        barge: dict[str, Any] | None = None
+        if first is None:
+            last = None
+            unknown(f"{key}.heard", "no heard sound between the end of the caller's line and the next line"
+                    if nxt else "no heard sound after the caller's line before the call ended")
+        elif turn.barged and nxt is not None:
+            silent = heard.silent_from(next_start, total, hold)
+            last = heard.last_sound(first, silent if silent is not None else total)
+            cleared = next((t for t in clears if t >= ms(next_start, rate) - log.settings.line.frame_ms), None)
+            words = None
+            if silent is not None:
+                words = _words(stt, heard.samples[first:silent], rate, (silent - first) / rate)
+            else:
+                unknown(f"{key}.barge_in.heard_silent_ms",
+                        f"the heard channel never stayed silent {SILENT_AFTER_MS:g} ms after the onset")
+            if words is None:
+                unknown(f"{key}.barge_in.words_heard", no_stt if stt is None
+                        else "no heard silence to count words up to")
+            barge = {"onset_ms": ms(next_start, rate),
+                     "heard_silent_ms": ms(silent, rate) if silent is not None else None,
+                     "heard_after_onset_ms": ms(silent - next_start, rate) if silent is not None else None,
+                     "cleared_ms": cleared,
+                     "words_heard": " ".join(words) if words is not None else None,
+                     "words_heard_count": len(words) if words is not None else None}
+            if cleared is None:
+                unknown(f"{key}.barge_in.cleared_ms", "no clear arrived after the onset")
+        else:
+            last = heard.last_sound(first, next_start)
+        transcript = None
+        if first is not None and last is not None:
+            transcript = _transcribe(stt, heard.samples[max(0, first - pad):min(total, last + pad)], rate)
+            if transcript is None:
+                unknown(f"{key}.heard.transcript", no_stt)
+        rows.append({
+            "index": turn.index, "script": line.script, "caller_wav": caller_wav_name(turn.index),
+            "caller": {"offset_ms": ms(offset, rate), "speech_start_ms": ms(start, rate),
+                       "speech_end_ms": ms(end, rate), "floor": line.floor, "source": line.source,
+                       "converted_from": line.converted_from},
+            "heard": {"first_sound_ms": ms(first, rate) if first is not None else None,
+                      "gap_ms": ms(first - end, rate) if first is not None else None,
+                      "last_sound_ms": ms(last, rate) if last is not None else None,
+                      "transcript": transcript},
+            "barge_in": barge,
+            "agent_reported": None, "heard_minus_reported_ms": None, "agent_breakdown": None,
+            "wer": None,
+        })
+        unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
+                              "reported by the agent")
+        del next_end
+    return rows
+
+
+def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, address: str,
+                unknown: _Unknown) -> dict[str, Any]:
+    spans = receiver.spans()
+    clock = otlp.clock_for(spans, t0_epoch_ns) if spans else None
+    if clock is not None:
+        reported = otlp.match([row["caller"]["speech_end_ms"] for row in rows], spans, clock)
+        for row, found in zip(rows, reported):
+            if found is None:
+                continue
+            row["agent_reported"] = found.as_dict()
+            row["agent_breakdown"] = dict(found.breakdown) if found.breakdown else None
+            row["agent_stages"] = [stage.as_dict() for stage in found.stages]
+            gap = row["heard"]["gap_ms"]
+            row["heard_minus_reported_ms"] = round(gap - found.latency_ms, 3) if gap is not None else None
+    return otlp.summary(address, receiver.bodies(), clock)
+
+
+def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict[str, Any]],
+             unknown: _Unknown, identity: Mapping[str, Any] | None, stt_info: Mapping[str, Any] | None,
+             otlp_block: Mapping[str, Any] | None, otlp_files: Sequence[str]) -> dict[str, Any]:
+    line = log.settings.line
+    heard = Heard.of(log.channel("right"), line.rate)
+    gaps = [row["heard"]["gap_ms"] for row in rows if row["heard"]["gap_ms"] is not None]
+    barge = [row["barge_in"]["heard_after_onset_ms"] for row in rows
+             if row["barge_in"] and row["barge_in"]["heard_after_onset_ms"] is not None]
+    diffs = [row["heard_minus_reported_ms"] for row in rows if row["heard_minus_reported_ms"] is not None]
+    if not any(row["agent_reported"] for row in rows):
+        unknown("agent_reported", "the agent sent no traces (no --otlp, or none received)" if otlp_block is None
+                or not otlp_block.get("spans") else "no span of the agent's matched a turn")
+    if identity is None:
+        unknown("agent.identity", "the agent said nothing of itself (a foreign agent; voice-llm's own agent's "
+                                  "identity comes from its ready line)")
+    costs = log.cost_ms
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "agent": {"url": log.settings.url, "protocol": line.protocol, "headers": log.headers,
+                  "identity": dict(identity) if identity is not None else None},
+        "line": {**line.as_dict(), "jitter_ms": log.settings.jitter_ms, "loss_pct": 0, "echo_db": None, "seed": 1,
+                 "cap_s": log.settings.cap_s, "stream_sid": log.stream_sid, "call_sid": log.call_sid},
+        "clock": CLOCK,
+        "t0_epoch_ns": log.t0_epoch_ns,
+        "floor": {"rule": FLOOR_RULE, "caller": max((ln.floor for ln in caller.lines), default=None),
+                  "heard": heard.floor},
+        "caller": {"source": caller.source, "voice": caller.voice.as_dict() if caller.voice else None,
+                   "script": caller.dialogue, "folder": caller.folder, "notes": list(caller.notes)},
+        "settings": {"turns": len(caller.lines), "barge_in_turns": list(log.settings.barge_in_turns),
+                     "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
+                     "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
+                     "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
+                     "silent_after_ms": SILENT_AFTER_MS, "stt": options.stt, "stt_engine": stt_info},
+        "turns": rows,
+        "playout": log.playout,
+        "dialer_cost_ms": {**{k: v for k, v in summary_of(costs).items() if k != "n"}, "frames": len(costs),
+                           "max": round(max(costs), 3) if costs else None,
+                           "what": "per 20 ms frame: encode + send + playout pop + record + mark echoes + schedule, "
+                                   "plus the receive work (decode, push) since the previous tick"},
+        "summary": {"heard_gap_ms": summary_of(gaps),
+                    "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
+                    "heard_minus_reported_ms": summary_of(diffs) if diffs else None},
+        "files": {"call_wav": CALL_WAV, "events": EVENTS, "caller_wavs": [caller_wav_name(r["index"]) for r in rows],
+                  "otlp": list(otlp_files)},
+        "otlp": dict(otlp_block) if otlp_block is not None else None,
+        "unknown": unknown.reasons,
+        "load_average": list(os.getloadavg()),
+    }
+
+
+# --- the step -----------------------------------------------------------------------------------------------------
+
+
+def prepare(step_options: Any) -> None:
+    """Before OUT is opened: the options must name a call (a URL)."""
+    options = step_options.plugin(NAME, None)
+    if options is None or options.url is None:
+        raise ConfigError("dial needs the agent's URL: voice-llm dial ws://HOST:PORT/PATH")
+
+
+def run(ctx: LabContext) -> list[Path]:
+    options = options_of(ctx)
+    if options.url is None:
+        raise ConfigError("dial needs the agent's URL: voice-llm dial ws://HOST:PORT/PATH")
+    return dial_step(ctx, options, options.url)
+
+
+def _mono_wav(samples: Any, rate: int) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(samples.astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a call needs before it is made: the caller's lines and the STT for the heard replies."""
+
+    caller: Caller
+    stt: Any
+    stt_info: Mapping[str, Any] | None
+
+
+def prepare_call(ctx: LabContext, options: DialOptions, caller: Caller | None = None) -> Prepared:
+    """The caller's lines (synthesized or loaded) and the STT, before any call: their failure writes nothing."""
+    ctx.progress.update("dial: the caller's lines")
+    caller = caller or caller_lines(options)
+    stt = None
+    if options.stt != "none":
+        ctx.progress.update("dial: loading faster-whisper for the heard replies")
+        stt = load_transcriber(options.stt, options.stt_threads or default_threads())
+    return Prepared(caller, stt, stt.info() if stt is not None else None)
+
+
+class Tracing:
+    """The OTLP/HTTP receiver of one call (voice_llm.dial.otlp), listening before the agent is started or
+    called, stamping arrivals on the call's clock (the call sets its zero)."""
+
+    def __init__(self, listen: str) -> None:
+        host, port = otlp.parse_listen(listen)
+        self.clock = callmod.ClockHolder()
+        try:
+            self.receiver = otlp.Receiver(host, port, self.clock.ms)
+        except OSError as exc:
+            raise ConfigError(f"--otlp {listen}: cannot listen there ({exc.strerror or exc})") from exc
+        self.receiver.start()
+        bound_host, bound_port = self.receiver.address
+        self.address = f"{bound_host}:{bound_port}"
+        self.stopped = False
+
+    @property
+    def endpoint(self) -> str:
+        """What an OTLP exporter is pointed at (its /v1/traces is appended by the exporter)."""
+        return f"http://{self.address}"
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.receiver.stop()
+
+
+def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
+              caller: Caller | None = None, prepared: Prepared | None = None,
+              tracing: Tracing | None = None) -> list[Path]:
+    """The call to ``url`` with ``options``, measured and written (see the module's docstring). ``tracing``: a
+    receiver already listening (the lab's converse step starts it before its agent); else --otlp starts one."""
+    prepared = prepared or prepare_call(ctx, options, caller)
+    caller, stt, stt_info = prepared.caller, prepared.stt, prepared.stt_info
+    folder = ctx.path(DIAL_DIR)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    live = folder / f".call-live-{secrets.token_hex(4)}.wav"
+    if caller.barge_in_turns is not None:  # the user's folder's plan (or the flag, checked against it)
+        options = replace(options, barge_in_turns=caller.barge_in_turns)
+    settings = options.call_settings(url)
+    for note in caller.notes:  # what the user's folder changed, said (and kept in dial.json's caller.notes)
+        print(f"voice-llm: {note}", file=sys.stderr)
+    if tracing is None and options.otlp is not None:
+        tracing = Tracing(options.otlp)
+    recording = LiveRecording(live, settings.line.rate)
+    ctx.progress.update(f"dial: calling {url} ({len(caller.lines)} lines, real time)")
+    try:
+        log = run_call(settings, caller.lines, recording, tracing.clock if tracing is not None else None)
+    finally:
+        recording.close()
+    if tracing is not None:
+        # the agent flushes its spans at each turn's end and at hang-up: give the last export a moment to land
+        _settle(tracing)
+        tracing.stop()
+    receiver = tracing.receiver if tracing is not None else None
+    otlp_address = tracing.address if tracing is not None else ""
+    unknown = _Unknown()
+    rows: list[dict[str, Any]] = []
+    otlp_block = None
+    otlp_files: list[str] = []
+    error: Exception | None = log.error
+    ctx.progress.update("dial: measuring what was heard")
+    try:
+        rows = measure_turns(log, stt, unknown, "not transcribed (--stt none)")
+    except STTError as exc:
+        # the measurements stand without the words: kept, with why, beside the earlier artifacts
+        unknown = _Unknown()
+        rows = measure_turns(log, None, unknown, f"not transcribed: {exc}")
+        error = error or exc
+    if receiver is not None:
+        otlp_files = _write_otlp(ctx, receiver)
+        otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown)
+    doc = document(log, options, caller, rows, unknown, identity, stt_info, otlp_block, otlp_files)
+    if error is not None:
+        return _keep_partial(ctx, live, log, doc, error)
+    written = [ctx.write_bytes(caller_wav_name(ln.index), _mono_wav(ln.samples, ln.rate)) for ln in caller.lines]
+    written.append(ctx.write_bytes(EVENTS, jsonl_bytes(log.events)))
+    final = ctx.path(CALL_WAV)
+    os.replace(live, final)
+    ctx.record(final)
+    written.append(final)
+    return [ctx.write_json(DIAL, doc), *written]
+
+
+def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any], error: Exception) -> list[Path]:
+    """A failed call: what was sent and heard until then beside the earlier artifacts, then the error."""
+    doc["error"] = str(error)
+    partial = ctx.path(PARTIAL_CALL_WAV)
+    os.replace(live, partial)
+    ctx.record(partial)  # the run's manifest changes: run.json is saved with the failed step
+    write_bytes_atomic(ctx.path(PARTIAL_EVENTS), jsonl_bytes(log.events), ctx.out)
+    doc["files"] = {**doc["files"], "call_wav": PARTIAL_CALL_WAV, "events": PARTIAL_EVENTS}
+    write_json(ctx.path(DIAL_PARTIAL), doc, ctx.out)
+    if log.interrupted:
+        raise KeyboardInterrupt
+    if isinstance(error, DialError):
+        raise DialError(f"{error} (the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial})") from None
+    error.add_note(f"the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial}")
+    raise error
+
+
+# --- the agent's traces (voice_llm.dial.otlp) ---------------------------------------------------------------------
+
+
+def _settle(tracing: Tracing, quiet_s: float = 0.5, cap_s: float = 3.0) -> None:
+    """Wait until no body has arrived for ``quiet_s`` (at most ``cap_s``): the hang-up's export is in flight."""
+    end = time.monotonic() + cap_s
+    seen = len(tracing.receiver.bodies())
+    quiet_until = time.monotonic() + quiet_s
+    while time.monotonic() < min(end, quiet_until):
+        time.sleep(0.05)
+        count = len(tracing.receiver.bodies())
+        if count != seen:
+            seen, quiet_until = count, time.monotonic() + quiet_s
+
+
+def _write_otlp(ctx: LabContext, receiver: Any) -> list[str]:
+    folder = ctx.path(f"{DIAL_DIR}/otlp")
+    names = []
+    bodies = [body for body in receiver.bodies() if body.data and not body.refused]
+    if bodies:
+        folder.mkdir(exist_ok=True)
+    for body in bodies:
+        name = f"{DIAL_DIR}/otlp/{body.file_name}"
+        ctx.write_bytes(name, body.data)
+        names.append(name)
+    return names
+
+
+def install() -> str:
+    return ""
+
+
+__all__ = ["DialOptions", "add_flags", "caller_lines", "dial_step", "options_value", "prepare", "run"]

@@ -1,0 +1,168 @@
+"""`voice-llm load`, the command: its flags, what the user reads, and the exit status (the one table of every
+command, voice_llm.errors.EXIT_TABLE: EXIT_OK every sweep reached a verdict; EXIT_FAILURE something failed, what
+was measured is kept; EXIT_REPORT_INCOMPLETE saved, but report.html could not be drawn, as the lab's;
+EXIT_NO_VERDICT measured, but a sweep has no verdict; EXIT_INTERRUPTED Ctrl-C or SIGTERM, what was measured kept).
+
+The flags are added by :func:`add_commands` (the capability's ``commands=``); :func:`main` turns them into a
+:class:`voice_llm.load.run.LoadSettings` and calls :func:`voice_llm.load.run.run_load`: nothing below this module
+takes argparse. `--worker` only execs a Locust worker for a master on another machine. Never imports locust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from voice_llm.errors import EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE
+from voice_llm.lab import flags
+from voice_llm.load import stats, voice_caller_path
+from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
+                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S)
+from voice_llm.load.run import run_load
+from voice_llm.load.settings import LoadSettings
+from voice_llm.load.stats import slots_label
+from voice_llm.scenario import dialogue as dialogues
+from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, api_key_from_env
+from voice_llm.util.artifacts import LOAD, LOAD_SAMPLES
+from voice_llm.util.progress import Progress
+
+
+def add_commands(sub: Any) -> None:
+    """The `load` command (``sub``: the CLI's subparsers), with every flag it reads and its handler."""
+    help_text = "how many callers a server takes within the first-sentence budget (Locust)"
+    p = sub.add_parser("load", help=help_text, description=help_text)
+    flags.out_option(p)
+    flags.request_options(p, deadline=False)  # load reads --timeout (each caller's CallerConfig.timeout_s) only
+    flags.kb_option(p)
+    flags.wait_option(p)
+    flags.api_key_option(p)
+    flags.new_run_option(p)
+    flags.quiet_option(p)
+    add_arguments(p)
+    p.set_defaults(run_command=main)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `load` subcommand's own flags (add_commands adds the common ones: --out, --url, --kb, --api-key...)."""
+    p.add_argument("--callers", type=flags.int_list, default=DEFAULT_CALLERS, help="steps of concurrent callers, upward (1,2,4,8)")
+    p.add_argument("--max-callers", type=flags.positive_int, default=64, help="never run a step with more callers than this")
+    p.add_argument("--step-s", type=flags.positive_number, default=DEFAULT_STEP_S, help="measured window per step (s)")
+    p.add_argument("--warmup-s", type=flags.non_negative_number, default=DEFAULT_WARMUP_S, help="dropped window at the start of each step (s)")
+    p.add_argument("--slo-first-sentence-ms", type=flags.positive_number, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
+                   help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
+    p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
+    p.add_argument("--workers", type=flags.positive_int, default=2, help="local Locust worker processes")
+    p.add_argument("--slots", type=flags.int_list, default=(1, 4),
+                   help="managed server: one sweep per slot count (-np), e.g. 1,4; each slot gets a 4096 context")
+    p.add_argument("--port", type=flags.port_number, default=DEFAULT_PORT, help="port of the managed server")
+    p.add_argument("--ctx", type=flags.positive_int, default=DEFAULT_CTX, help="at least this context (default: 4096 per slot)")
+    p.add_argument("--threads", type=flags.positive_int, help="CPU threads for the managed server")
+    p.add_argument("--model", help="GGUF model file for the managed server")
+    p.add_argument("--server-bin", help="llama-server binary for the managed server")
+    p.add_argument("--dialogue", default=dialogues.DEFAULT_DIALOGUE,
+                   help=f"bundled dialogue, or {dialogues.LAB_TTFT} (the ttft step's request, cache off, as a call)")
+    p.add_argument("--docs", type=flags.non_negative_int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
+    p.add_argument("--max-tokens", type=flags.positive_int, help="cap each answer (default: the dialogue's, 64)")
+    p.add_argument("--think-scale", type=flags.non_negative_number, default=1.0, help="multiply every think time (0: none)")
+    p.add_argument("--barge-in", type=flags.share, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
+    p.add_argument("--caller-words-per-s", type=flags.positive_number, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--master", action="store_true", help="run only the master; workers join from other machines")
+    mode.add_argument("--worker", action="store_true", help="run one Locust worker for a master at --master-host")
+    p.add_argument("--expect-workers", type=flags.positive_int, default=1, help="with --master: workers to wait for")
+    p.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
+    p.add_argument("--master-bind-host", default="0.0.0.0", help="with --master: the interface workers connect to")
+    p.add_argument("--master-port", type=flags.port_number,
+                   help=f"the port the master listens on for workers (--master, --worker: default "
+                        f"{DEFAULT_MASTER_PORT}; local workers: a free port unless given)")
+
+
+# The flags whose dest is not the settings' field name.
+FLAG_FIELDS = {"kb": "kb_dir", "wait": "wait_for_out"}
+
+
+def settings_from(values: Mapping[str, Any]) -> LoadSettings:
+    """LoadSettings from the parsed flags (a mapping of dest -> value; flags not given keep the defaults)."""
+    known = {f.name for f in fields(LoadSettings)}
+    given = {FLAG_FIELDS.get(key, key): value for key, value in values.items()}
+    given = {key: value for key, value in given.items() if key in known and value is not None}
+    if "no_stop" in values:
+        given["stop_on_budget"] = not values["no_stop"]
+    if isinstance(given.get("out"), Path):
+        given["out"] = given["out"].expanduser()
+    given["api_key"] = api_key_from_env(values.get("api_key"))
+    return LoadSettings(**given)
+
+
+def main(values: Mapping[str, Any], progress: Progress) -> int:
+    """The command: run_load, then what the user reads and the exit status."""
+    settings = settings_from(values)
+    if settings.worker:
+        return run_worker(settings)
+    result = run_load(settings, progress, notify=lambda line: None if settings.quiet else print(f"load: {line}", file=sys.stderr))
+    if result.interrupted:
+        print(f"voice-llm load: interrupted; {result.kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    assert result.doc is not None and result.load_path is not None
+    for line in summary_lines(result.doc):
+        print(line)
+    print(f"{result.load_path}\n{result.samples_path}")
+    if result.render_error is not None:
+        print(f"voice-llm load: the measurements are saved ({LOAD}, {LOAD_SAMPLES}), but report.html could not be "
+              f"drawn: {result.render_error}", file=sys.stderr)
+        return EXIT_REPORT_INCOMPLETE
+    print(f"report: {result.report_html}")
+    return EXIT_OK if all(s["verdict"]["max_callers"] is not None for s in result.doc["sweeps"]) else EXIT_NO_VERDICT
+
+
+def run_worker(settings: LoadSettings) -> int:
+    """A Locust worker in the foreground; the master sends it the server's URL and the callers' settings."""
+    command = [sys.executable, "-m", "locust", "-f", voice_caller_path(), "--worker", "--master-host",
+               settings.master_host, "--master-port", str(settings.master_port or DEFAULT_MASTER_PORT),
+               "--loglevel", "WARNING"]
+    return subprocess.call(command)
+
+
+# --- what the user reads ------------------------------------------------------------------------------------
+
+
+def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
+    """The verdict of one sweep, with the turns it rests on; or why there is none and how to get one."""
+    verdict = sweep["verdict"]
+    where = slots_label(sweep["slots"]) if sweep["slots"] is not None else sweep["url"]
+    minimum = verdict.get("min_judged_turns", stats.MIN_JUDGED_TURNS)
+    if verdict["max_callers"] is None:
+        judged = ", ".join(f"{s['judged']} at {s['callers']} callers" for s in sweep["steps"]) or "no step"
+        return (f"{where}: no verdict: each step was judged on fewer than {minimum} turns ({judged}), the "
+                f"fewest on which one late turn still passes {100 * verdict['goodput_target']:.0f} % goodput; "
+                f"{_more_turns(doc, sweep, minimum)}")
+    limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
+    rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
+             else f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}")
+    return (f"{where}: max callers = {verdict['max_callers']} (first sentence <= {doc['slo_first_sentence_ms']:.0f} ms "
+            f"for >= {100 * verdict['goodput_target']:.0f} % of turns; {rests}; tested up to "
+            f"{verdict['tested_up_to']}{limit})")
+
+
+def _more_turns(doc: dict[str, Any], sweep: dict[str, Any], minimum: int) -> str:
+    """How to get enough turns: a longer measured window at the rate seen, or less think time."""
+    rates = [s["judged"] / (s["window"]["end"] - s["window"]["start"]) for s in sweep["steps"]
+             if s["judged"] and s["window"]["end"] > s["window"]["start"]]
+    # at the slowest step's rate, with a fifth to spare, rounded up to 30 s
+    longer = f"--step-s {30 * math.ceil(1.2 * minimum / min(rates) / 30)}" if rates else "a longer --step-s"
+    think = (doc.get("caller") or {}).get("think", {}).get("think_scale", 1.0)
+    return (f"lengthen the measured window ({longer}, now {doc['step_s']:g} s) or let the callers think less "
+            f"between turns (e.g. --think-scale {think / 4:g}, now {think:g})")
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per sweep: the verdict and what limited it."""
+    return [verdict_line(doc, sweep) for sweep in doc["sweeps"]]
+
+

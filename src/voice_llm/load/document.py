@@ -1,0 +1,49 @@
+"""load.json: the document `load` writes, every number in it recomputed from the raw samples (as `check` does)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from voice_llm.load import stats
+from voice_llm.load.plan import SweepPlan
+from voice_llm.load.settings import LoadSettings
+from voice_llm.util.artifacts import LOAD_SAMPLES
+
+
+def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, url: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One sweep of load.json, every number recomputed from the raw samples (as `check` will)."""
+    samples = [{**s, "slots": slots} for s in result["samples"]]
+    samples.sort(key=lambda s: (s["start"], str(s["caller"])))
+    steps = []
+    for live in result["steps"]:
+        window = live["window"]
+        measured = [s for s in samples if s["step"] == live["step"] and s["phase"] == "measure"]
+        summary = stats.summarize_step(measured, plan.slo_first_sentence_ms, window["end"] - window["start"])
+        steps.append({"step": live["step"], "callers": live["callers"], "window": window, "cpu": live["cpu"],
+                      "generator_bound": live["generator_bound"], "host": live["host"], **summary})
+    doc = {
+        "slots": slots, "url": url, "workers": result["workers"], "stopped": result["stopped"],
+        "started": result["started"], "ended": result["ended"], "master_port": result.get("master_port"),
+        "interrupted": result.get("interrupted"), "steps": steps,
+        "verdict": stats.verdict(steps, slots),
+    }
+    return doc, samples
+
+
+def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: list[dict[str, Any]],
+                  interrupted: str | None = None) -> dict[str, Any]:
+    return {
+        "slo_first_sentence_ms": settings.slo_first_sentence_ms,
+        "goodput_target": stats.GOODPUT_TARGET,
+        "max_error_rate": stats.MAX_ERROR_RATE,
+        "generator_bound_share": stats.GENERATOR_BOUND_SHARE,
+        "min_judged_turns": stats.MIN_JUDGED_TURNS,
+        "step_s": settings.step_s, "warmup_s": settings.warmup_s, "callers": list(settings.callers),
+        "stop_on_budget": settings.stop_on_budget,
+        "workers": "remote" if settings.master else settings.workers,
+        "caller": described,
+        "samples_csv": LOAD_SAMPLES,
+        # null: every planned sweep ran to its end; else why it ended early (the sweeps and steps here are complete)
+        "interrupted": interrupted,
+        "sweeps": sweeps,
+    }

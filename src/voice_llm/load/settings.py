@@ -1,0 +1,61 @@
+"""What a `load` run is told: its settings, one frozen value (the command's flags, or a library caller's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S,
+                                 DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S)
+from voice_llm.scenario import dialogue as dialogues
+from voice_llm.scenario.kb import default_kb_dir
+from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """Everything a load run needs. ``url`` None: the managed llama-server on ``port``, started once per value of
+    ``slots`` (each slot with ``CTX_PER_SLOT`` tokens, or ``ctx`` when that is more) and stopped after its sweep
+    when this run started it."""
+
+    out: Path = field(default_factory=default_out_dir)
+    kb_dir: Path | None = None
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 120.0  # each caller's request: seconds without content
+    wait_for_out: bool = False
+    new_run: bool = False  # OUT holds a run made against another server: replace it instead of refusing
+    quiet: bool = False
+    # the sweep
+    callers: tuple[int, ...] = DEFAULT_CALLERS
+    max_callers: int = 64
+    step_s: float = DEFAULT_STEP_S
+    warmup_s: float = DEFAULT_WARMUP_S
+    slo_first_sentence_ms: float = DEFAULT_SLO_FIRST_SENTENCE_MS
+    stop_on_budget: bool = True
+    workers: int = 2
+    # the managed server
+    slots: tuple[int, ...] = (1, 4)
+    port: int = DEFAULT_PORT
+    ctx: int = DEFAULT_CTX
+    threads: int | None = None
+    model: str | None = None  # the GGUF file of the managed server
+    server_bin: str | None = None
+    # the callers
+    dialogue: str = dialogues.DEFAULT_DIALOGUE
+    docs: int = dialogues.DEFAULT_DOCS
+    max_tokens: int | None = None
+    think_scale: float = 1.0
+    barge_in: float = DEFAULT_BARGE_IN_SHARE
+    caller_words_per_s: float = SPEECH_WORDS_PER_S
+    # distributed
+    master: bool = False
+    worker: bool = False
+    expect_workers: int = 1
+    master_host: str = "127.0.0.1"
+    master_bind_host: str = "0.0.0.0"
+    master_port: int | None = None
+
+    @property
+    def kb(self) -> Path:
+        return Path(self.kb_dir) if self.kb_dir else default_kb_dir()

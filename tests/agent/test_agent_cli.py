@@ -1,0 +1,54 @@
+"""`voice-llm agent`'s flags: bad values are usage errors (exit 2, one line) before anything loads; settings that
+contradict each other are one line (exit 1); --engine pipecat dispatches to pipecat_agent.serve, resolved only then."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_llm.agent import command
+from voice_llm.agent.settings import AgentSettings
+from voice_llm.cli.main import main
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--listen", "nowhere"], "HOST:PORT"),
+    (["--listen", "127.0.0.1:70000"], "0..65535"),
+    (["--max-calls", "0"], "at least 1"),
+    (["--otlp", "ftp://collector:4318"], "OTLP"),
+    (["--protocol", "sip"], "invalid choice"),
+    (["--url", "http://127.0.0.1:8080/v1/chat/completions"], "base URL"),
+])
+def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["agent", *args])
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--turn", "smart"], "needs --engine pipecat"),
+    (["--protocol", "pcm", "--rate", "100"], "rate"),
+])
+def test_contradicting_settings_are_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and err[0].startswith("voice-llm agent:")
+
+
+def test_engine_pipecat_runs_its_serve_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, AgentSettings]] = []
+
+    real = command.registry.resolve
+
+    def resolve(reference: str):  # type: ignore[no-untyped-def]
+        if reference != command.PIPECAT_SERVE:
+            return real(reference)
+        return lambda settings: seen.append((reference, settings)) or 0
+
+    monkeypatch.setattr(command.registry, "resolve", resolve)
+    assert main(["agent", "--engine", "pipecat", "--turn", "smart", "--listen", "127.0.0.1:0", "--protocol", "twilio",
+                 "--otlp", "http://127.0.0.1:4318/v1/traces", "--max-calls", "3"]) == 0
+    (reference, settings), = seen
+    assert reference == "voice_llm.agent.pipecat_agent:serve"
+    assert (settings.engine, settings.turn, settings.port, settings.max_calls) == ("pipecat", "smart", 0, 3)
+    assert settings.otlp == "http://127.0.0.1:4318"  # the base: the exporter adds /v1/traces

@@ -1,0 +1,313 @@
+"""A dial run folder built in code from LINE.md's contract: dial.json, dial/events.jsonl, dial/call.wav (stereo,
+8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer let them out) and
+dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
+the phone's ear on the tick grid (one 20 ms frame per tick) places each reply where a playout buffer with a 40 ms
+jitter delay would have played it, so the checks' re-measurements of the recording must agree with it.
+
+The simulated call (defaults): four turns; the agent's own reported latency per turn (from its VAD's end of speech,
+10 ms after the true end, to its first audio sent, which reaches the caller 1 ms later); each reply sent at once as
+a burst with a mark after each of its two segments; turn 3 barged in on: the caller starts line 4 so that its true
+onset is 500 ms after the reply's first heard sound, the agent sends `clear` 125 ms after the onset, and the buffer
+is emptied as the clear arrives (the next frame is silent).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voice_llm.speech.caller import audible_span
+from voice_llm.speech.wer import wer
+from voice_llm.util import stats
+
+RATE = 8000
+FRAME_MS = 20.0
+FS = int(RATE * FRAME_MS / 1000)  # 160 samples per frame
+JITTER_MS = 40.0
+FLOOR = 100
+LEAD_MS = 300.0  # the caller WAV's silence before its speech
+TAIL_MS = 100.0  # ... and after it
+SCRIPTS = ("Hi, I'd like to book an appointment.", "Tuesday morning would be great.",
+           "Do you take Medicare?", "Actually, make it Wednesday please.")
+HEARD = ("Sure, which day suits you?", "Tuesday at nine works.", "Yes, we accept Medicare and most plans.",
+         "Wednesday at ten is free.")
+AGENT_HEARD = ("Hi, I'd like to book an appointment.", "Tuesday morning would be grand.",
+               "Do you take Medicare?", "Actually, make it Wednesday please.")
+
+
+def ms(sample: int) -> float:
+    return sample * 1000.0 / RATE
+
+
+def sample(t_ms: float) -> int:
+    return round(t_ms * RATE / 1000.0)
+
+
+def next_tick(t_ms: float) -> float:
+    """The start of the first tick at or after ``t_ms`` (the frame grid of sample 0)."""
+    return math.ceil(t_ms / FRAME_MS - 1e-9) * FRAME_MS
+
+
+def tone(length_ms: float, amplitude: float, hz: float) -> np.ndarray:
+    """A cosine (its first sample at full amplitude: the sound starts at sample 0) of ``length_ms``."""
+    n = sample(length_ms)
+    t = np.arange(n) / RATE
+    return np.round(amplitude * np.cos(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def mono_wav(samples: np.ndarray, rate: int = RATE) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(samples.astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def stereo_wav(left: np.ndarray, right: np.ndarray, rate: int = RATE) -> bytes:
+    both = np.empty(2 * len(left), dtype="<i2")
+    both[0::2], both[1::2] = left, right
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(2)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(both.tobytes())
+    return buf.getvalue()
+
+
+def read_stereo(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with wave.open(str(path), "rb") as wav:
+        data = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
+    return data[0::2].copy(), data[1::2].copy()
+
+
+@dataclass
+class Plan:
+    speech_ms: tuple[float, ...] = (1600.0, 1200.0, 1000.0, 1400.0)
+    reported_ms: tuple[float, ...] = (900.0, 960.0, 1010.0, 930.0)
+    reply_ms: tuple[float, ...] = (1500.0, 1300.0, 3000.0, 1200.0)
+    barge_in_turns: tuple[int, ...] = (3,)
+    barge_in_after_ms: float = 500.0
+    clear_after_onset_ms: float = 125.0
+    vad_lag_ms: float = 10.0
+    transport_ms: float = 1.0
+    otlp: bool = True  # the agent reported its own numbers (spans received)
+    late_frames: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _breakdown(latency: float) -> dict[str, float]:
+    parts = {"endpoint_wait": 300.0, "stt": 0.25 * (latency - 300.0), "request_to_first_token": 0.35 * (latency - 300.0),
+             "first_token_to_first_segment": 0.2 * (latency - 300.0), "segment_to_first_audio": 0.15 * (latency - 300.0)}
+    parts["audio_to_sent"] = latency - sum(parts.values())
+    return parts
+
+
+def build(out: Path, plan: Plan | None = None) -> Path:
+    """The consistent dial folder in ``out`` (created): returns ``out``."""
+    plan = plan or Plan()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dial").mkdir(exist_ok=True)
+    n_turns = len(plan.speech_ms)
+    events: list[tuple[float, int, dict[str, Any]]] = []  # (t_ms, tie-break, event)
+    order = iter(range(10 ** 9))
+
+    def event(t: float, **fields: Any) -> None:
+        events.append((t, next(order), {"t_ms": t, **fields}))
+
+    left_parts: list[tuple[int, np.ndarray]] = []
+    right_parts: list[tuple[int, np.ndarray]] = []
+    turns: list[dict[str, Any]] = []
+    offset = 500.0
+    mark_no = 0
+    pending_offset: float | None = None
+    for i in range(n_turns):
+        index = i + 1
+        if pending_offset is not None:
+            offset = pending_offset
+        speech = tone(plan.speech_ms[i], 4000 + 300 * i, 300.0 + 40 * i)
+        wav = np.concatenate([np.zeros(sample(LEAD_MS), np.int16), speech, np.zeros(sample(TAIL_MS), np.int16)])
+        name = f"dial/caller-{index:02d}.wav"
+        (out / name).write_bytes(mono_wav(wav))
+        at = sample(offset)
+        left_parts.append((at, wav))
+        event(offset + 0.25, event="caller_line", turn=index, frame=round(offset / FRAME_MS))
+        span = audible_span(wav, FLOOR)
+        assert span is not None
+        start, end = ms(at + span[0]), ms(at + span[1])
+        latency = plan.reported_ms[i]
+        arrival = end + plan.vad_lag_ms + latency + plan.transport_ms
+        heard_start = next_tick(arrival + JITTER_MS)
+        length = plan.reply_ms[i]
+        reply = tone(length, 6000, 500.0 + 50 * i)
+        barge = index in plan.barge_in_turns and index < n_turns
+        heard_end = heard_start + length
+        cleared = None
+        if barge:
+            onset = heard_start + plan.barge_in_after_ms
+            pending_offset = onset - LEAD_MS
+            cleared = onset + plan.clear_after_onset_ms
+            silent = next_tick(cleared)  # the buffer emptied as the clear arrived: the next frame is silent
+            assert silent < heard_end
+            reply = reply[: sample(silent - heard_start)]
+            heard_end = silent
+        right_parts.append((sample(heard_start), reply))
+        # The burst: every 20 ms frame of the whole reply arrives at once (0.001 ms apart), a mark per segment.
+        frames = math.ceil(sample(length) / FS)
+        first_segment = frames // 2
+        marks = []
+        for k in range(frames):
+            got = min(FS, sample(length) - k * FS)
+            event(arrival + 0.001 * k, dir="down", event="media", bytes=got, samples=got)
+            if k in (first_segment - 1, frames - 1):
+                mark_no += 1
+                queued = arrival + 0.001 * k + 0.0005
+                ahead = ms((k + 1) * FS if k < frames - 1 else sample(length))
+                event(queued, dir="down", event="mark", name=f"m{mark_no}")
+                marks.append((f"m{mark_no}", queued, ahead))
+        event(heard_start + 0.2, event="playout_start")
+        if cleared is not None:
+            dropped = heard_start + length - silent
+            event(cleared, dir="down", event="clear", dropped_ms=dropped)
+            for name_, queued, ahead in marks:  # pending marks are echoed at the clear (as Twilio does)
+                if heard_start + ahead > silent:
+                    event(cleared + 0.01, dir="up", event="mark", name=name_, queued_ms=queued,
+                          audio_before_ms=ahead)
+            event(silent + 0.2, event="playout_idle")
+        else:
+            for name_, queued, ahead in marks:
+                event(heard_start + ahead + 0.3, dir="up", event="mark", name=name_, queued_ms=queued,
+                      audio_before_ms=ahead)
+            event(heard_end + 0.2, event="playout_idle")
+        gap = heard_start - end
+        reported = latency if plan.otlp else None
+        heard_minus = None if reported is None else gap - reported
+        turn: dict[str, Any] = {
+            "index": index, "script": SCRIPTS[i % len(SCRIPTS)], "caller_wav": name,
+            "caller": {"offset_ms": offset, "speech_start_ms": start, "speech_end_ms": end, "floor": FLOOR,
+                       "source": "test tone", "converted_from": None},
+            "heard": {"first_sound_ms": heard_start, "gap_ms": gap, "last_sound_ms": heard_end,
+                      "transcript": HEARD[i % len(HEARD)]},
+            "barge_in": None,
+            "agent_reported": {"latency_ms": reported, "source": "voice-llm agent: vad_speech_end -> first_audio_sent"}
+            if reported is not None else None,
+            "heard_minus_reported_ms": heard_minus,
+            "agent_breakdown": _breakdown(latency) if reported is not None else None,
+            "agent_transcript": AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
+            "wer": wer(SCRIPTS[i % len(SCRIPTS)], AGENT_HEARD[i % len(AGENT_HEARD)]).as_dict() if plan.otlp else None,
+        }
+        if barge:
+            turn["barge_in"] = {"onset_ms": None, "heard_silent_ms": heard_end, "heard_after_onset_ms": None,
+                                "cleared_ms": cleared, "words_heard": "Yes, we accept", "words_heard_count": 3}
+        turns.append(turn)
+        if not barge:
+            pending_offset = next_tick(heard_end + 700.0 + 300.0)
+    for i, turn in enumerate(turns):  # a barge-in's onset is the next line's true start
+        if turn["barge_in"] is not None:
+            onset = turns[i + 1]["caller"]["speech_start_ms"]
+            turn["barge_in"]["onset_ms"] = onset
+            turn["barge_in"]["heard_after_onset_ms"] = turn["barge_in"]["heard_silent_ms"] - onset
+    end_ms = next_tick(max(turns[-1]["heard"]["last_sound_ms"], ms(left_parts[-1][0] + len(left_parts[-1][1])))
+                       + 1000.0)
+    total = sample(end_ms)
+    left = np.zeros(total, np.int16)
+    right = np.zeros(total, np.int16)
+    for at, part in left_parts:
+        left[at:at + len(part)] = part
+    for at, part in right_parts:
+        right[at:at + len(part)] = part
+    (out / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    n_frames = total // FS
+    # Uplink: connected and start before the first frame, one media per tick, stop after the last.
+    event(0.0, dir="up", event="connected")
+    event(0.0, dir="up", event="start")
+    # A stall at frame 100 (late_frames > 0): the loop resumes 10 ms into the frame after the last late one and
+    # sends the overdue frames at once, so exactly ``late_frames`` ticks ran more than a frame late.
+    resume = 100 * FRAME_MS + FRAME_MS * plan.late_frames + 10.0 if plan.late_frames else -1.0
+    for k in range(n_frames):
+        t = k * FRAME_MS + 0.3
+        if plan.late_frames and 100 <= k and t < resume:
+            t = resume + 0.01 * (k - 100)
+        event(t, dir="up", event="media", chunk=k + 1, timestamp=int(k * FRAME_MS))
+    event(end_ms + 0.5, dir="up", event="stop")
+    rows = [e for _, _, e in sorted(events, key=lambda x: (x[0], x[1]))]
+    seq = 0
+    for row in rows:  # Twilio numbers every message the caller side sends after `connected`
+        if row.get("dir") == "up" and row["event"] != "connected":
+            seq += 1
+            row["seq"] = seq
+    (out / "dial" / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    otlp_files = []
+    if plan.otlp:
+        (out / "dial" / "otlp").mkdir(exist_ok=True)
+        (out / "dial" / "otlp" / "0001.bin").write_bytes(b"\x0a\x00")
+        otlp_files = ["dial/otlp/0001.bin"]
+    gaps = [t["heard"]["gap_ms"] for t in turns]
+    barges = [t["barge_in"]["heard_after_onset_ms"] for t in turns if t["barge_in"]]
+    minus = [t["heard_minus_reported_ms"] for t in turns if t["heard_minus_reported_ms"] is not None]
+    doc: dict[str, Any] = {
+        "schema_version": 1, "run_id": "run-dial-test",
+        "agent": {"url": "ws://127.0.0.1:18301/", "protocol": "twilio", "headers": {"server": "test"},
+                  "identity": {"engine": "builtin", "engines": {}, "versions": {}}},
+        "line": {"protocol": "twilio", "codec": "mulaw", "rate": RATE, "frame_ms": FRAME_MS, "jitter_ms": JITTER_MS,
+                 "loss_pct": 0, "echo_db": None, "seed": 1},
+        "clock": "ms since the call started: 0 is sample 0 of dial/call.wav (both channels)",
+        "t0_epoch_ns": 1733000000000000000,
+        "floor": {"rule": "a frame is sound when its peak |sample| > floor", "caller": FLOOR, "heard": FLOOR},
+        "caller": {"source": "synthesized", "voice": {}, "script": "clinic"},
+        "settings": {"turns": n_turns, "barge_in_turns": list(plan.barge_in_turns),
+                     "barge_in_after_ms": plan.barge_in_after_ms, "think_ms": 300, "reply_wait_s": 60,
+                     "reply_end_ms": 700.0, "silent_after_ms": 200.0, "lead_ms": LEAD_MS},
+        "turns": turns,
+        "playout": {"frames": n_frames, "late_frames": plan.late_frames, "underruns": n_turns, "max_buffered_ms": 3000.0,
+                    "dropped_ms": 0.0, "marks_returned": sum(1 for r in rows if r.get("dir") == "up"
+                                                             and r["event"] == "mark"),
+                    "clears": sum(1 for r in rows if r["event"] == "clear")},
+        "dialer_cost_ms": {"median": 0.4, "p90": 0.7, "frames": n_frames},
+        "summary": {"heard_gap_ms": {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": len(gaps)},
+                    "barge_in_heard_after_onset_ms": {"median": stats.median(barges) if barges else None,
+                                                      "n": len(barges)},
+                    "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)}},
+        "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl",
+                  "caller_wavs": [t["caller_wav"] for t in turns], "otlp": otlp_files},
+        "otlp": {"listen": "127.0.0.1:4318", "bodies": len(otlp_files), "spans": 4 * n_turns, "refused": [],
+                 "clock": "common"} if plan.otlp else None,
+        "unknown": {} if plan.otlp else {"agent_reported": "the agent sent no traces (no --otlp, or none received)"},
+        **plan.extra,
+    }
+    (out / "dial.json").write_text(json.dumps(doc, indent=1))
+    return out
+
+
+def load(out: Path) -> dict[str, Any]:
+    return json.loads((out / "dial.json").read_text())
+
+
+def save(out: Path, doc: dict[str, Any]) -> None:
+    (out / "dial.json").write_text(json.dumps(doc, indent=1))
+
+
+def events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "dial" / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def save_events(out: Path, rows: list[dict[str, Any]]) -> None:
+    (out / "dial" / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def renumber(rows: list[dict[str, Any]]) -> None:
+    """Give the uplink messages consecutive sequence numbers again, in file order (after moving one)."""
+    seq = 0
+    for row in rows:
+        if row.get("dir") == "up" and row["event"] != "connected":
+            seq += 1
+            row["seq"] = seq

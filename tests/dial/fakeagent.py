@@ -1,0 +1,239 @@
+"""A fake voice agent on a real websockets server (no speech engines): it hears the caller's frames, answers each
+caller line a known delay after the last loud frame it received with a known burst (a square wave, every sample
+loud, sent all at once in 10 ms chunks), sends a mark after each burst, and clears when the caller talks while its
+audio may still be playing (a mark not yet echoed). It logs what it did on its own clock, so a test compares what
+the dialer heard with what the agent really did (its actual delay, not the intended one, on a loaded machine).
+
+Misbehaviours for the failure paths: ``mode`` = "silent" (never answers), "close" (hangs up after ``close_after``
+frames), "flood" (answers with ``flood_s`` of audio at once), "garbage" (a text frame that is not JSON),
+"bad_base64" (a media payload that is not base64), "odd_pcm" (a PCM frame of an odd byte count), "binary" (a binary
+frame on a Twilio line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voice_llm.line import wire
+
+LOUD = 500  # a caller frame is speech when its peak is above this (the caller's tones are at 8000)
+
+
+@dataclass(frozen=True)
+class Reply:
+    delay_ms: float
+    burst_ms: float
+    mark: str | None = None
+
+
+@dataclass
+class Sent:
+    turn: int
+    last_loud: float  # perf_counter of the arrival of the caller's last loud frame
+    sent: float  # perf_counter when the burst's first message was sent
+    messages: int
+
+    @property
+    def delay_ms(self) -> float:
+        return (self.sent - self.last_loud) * 1000.0
+
+
+def square(ms: float, rate: int, amplitude: int = 6000, hz: int = 400) -> np.ndarray:
+    n = int(round(ms * rate / 1000))
+    period = rate // hz
+    return np.where((np.arange(n) // (period // 2)) % 2 == 0, amplitude, -amplitude).astype(np.int16)
+
+
+@dataclass
+class FakeAgent:
+    replies: list[Reply]
+    protocol: str = wire.TWILIO
+    rate: int = wire.TWILIO_RATE
+    mode: str = "normal"
+    endpoint_ms: float = 40.0
+    close_after: int = 20
+    flood_s: float = 3.0
+    sent: list[Sent] = field(default_factory=list)
+    clears: list[float] = field(default_factory=list)  # perf_counter of each clear sent
+    marks_back: list[str] = field(default_factory=list)
+    received: list[str] = field(default_factory=list)  # the events of the caller's text messages, in order
+    otlp: str | None = None  # http://HOST:PORT: each reply's invoke_agent span (its delay as the reported latency)
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self.line = wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeAgent:
+        from websockets.asyncio.server import serve
+
+        self._thread.start()
+
+        async def start() -> None:
+            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None,
+                                       close_timeout=1)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        asyncio.run_coroutine_threadsafe(start(), self._loop).result(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            task = getattr(self, "task", None)
+            if task is not None:
+                task.cancel()  # a flood still being sent to a caller that hung up
+            self._server.close()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 3)
+            except asyncio.TimeoutError:
+                pass
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for other in others:  # a handler still sending to a caller that left: ended, not left pending
+                other.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/stream"
+
+    # --- one call ----------------------------------------------------------------------------------------------
+
+    async def _handle(self, ws) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        self.ws = ws
+        self.sid = "MZfake"
+        self.turn = 0
+        self.speaking = False
+        self.last_loud = 0.0
+        self.pending_marks: set[str] = set()
+        self.frames = 0
+        self.task: asyncio.Task | None = None
+        if self.mode == "refuse":
+            await ws.close(1013, "fake agent: at its limit of 1 call(s)")
+            return
+        try:
+            async for message in ws:
+                await self._take(message)
+        except ConnectionClosed:
+            pass
+        if self.task is not None:
+            self.task.cancel()
+
+    def _media(self, samples: np.ndarray) -> str | bytes:
+        payload = wire.encode(self.line, samples)
+        return wire.agent_media(self.sid, payload) if self.protocol == wire.TWILIO else payload
+
+    async def _take(self, message: str | bytes) -> None:
+        now = time.perf_counter()
+        if isinstance(message, str):
+            parsed = json.loads(message)
+            event = parsed["event"]
+            self.received.append(event)
+            if event == "start":
+                self.sid = parsed["streamSid"]
+                return
+            if event == "mark":
+                name = parsed["mark"]["name"]
+                self.marks_back.append(name)
+                self.pending_marks.discard(name)
+                return
+            if event != "media":
+                return
+            samples = wire.decode(self.line, base64.b64decode(parsed["media"]["payload"]))
+        else:
+            samples = wire.decode(self.line, message)
+        self.frames += 1
+        if self.mode == "close" and self.frames >= self.close_after:
+            await self.ws.close(1000, "bye")
+            return
+        loud = int(np.abs(samples.astype(np.int32)).max()) > LOUD
+        if loud:
+            if not self.speaking and self.pending_marks and self.protocol == wire.TWILIO:
+                # the caller talks over audio that may still be playing: clear it (barge-in)
+                await self.ws.send(wire.clear(self.sid))
+                self.clears.append(time.perf_counter())
+                self.pending_marks.clear()
+            if not self.speaking and self.task is not None and not self.task.done():
+                self.task.cancel()
+            self.speaking = True
+            self.last_loud = now
+        elif self.speaking and (now - self.last_loud) * 1000.0 >= self.endpoint_ms:
+            self.speaking = False
+            self.turn += 1
+            if self.mode != "silent":
+                self.task = asyncio.ensure_future(self._reply(self.turn, self.last_loud))
+
+    def _export(self, turn: int, start: float, end: float) -> None:
+        assert self.otlp is not None
+        _post(self.otlp, span_body(turn, start, end))
+
+    async def _reply(self, turn: int, last_loud: float) -> None:
+        reply = self.replies[min(turn, len(self.replies)) - 1]
+        wait = last_loud + reply.delay_ms / 1000.0 - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        sent = time.perf_counter()
+        if self.mode == "garbage":
+            await self.ws.send("{this is not json")
+            return
+        if self.mode == "bad_base64":
+            await self.ws.send(json.dumps({"event": "media", "streamSid": self.sid, "media": {"payload": "%%%"}}))
+            return
+        if self.mode == "odd_pcm":
+            await self.ws.send(b"\x01\x02\x03")
+            return
+        if self.mode == "binary":
+            await self.ws.send(b"\x00" * 160)
+            return
+        burst_ms = self.flood_s * 1000.0 if self.mode == "flood" else reply.burst_ms
+        chunk = self.line.rate // 100  # 10 ms
+        audio = square(burst_ms, self.rate)
+        pieces = [audio[i:i + chunk] for i in range(0, len(audio), chunk)]
+        for piece in pieces:
+            await self.ws.send(self._media(piece))
+        self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
+        if self.otlp is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)
+        if reply.mark and self.protocol == wire.TWILIO:
+            self.pending_marks.add(reply.mark)
+            await self.ws.send(wire.agent_mark(self.sid, reply.mark))
+
+
+def _epoch_ns(perf: float) -> int:
+    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+
+
+def span_body(turn: int, start: float, end: float) -> bytes:
+    """One OTLP/JSON ExportTraceServiceRequest with voice-llm's agent span for ``turn`` (ids in hex, as OTLP/JSON)."""
+    span = {"traceId": "%032x" % 1, "spanId": "%016x" % turn, "name": "invoke_agent",
+            "startTimeUnixNano": str(_epoch_ns(start)), "endTimeUnixNano": str(_epoch_ns(end)),
+            "attributes": [{"key": "voice_llm.latency.reported_ms", "value": {"doubleValue": (end - start) * 1000.0}},
+                           {"key": "voice_llm.turn.number", "value": {"intValue": str(turn)}}]}
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": []},
+                                          "scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+def _post(url: str, body: bytes) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(url + "/v1/traces", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        answer.read()
+

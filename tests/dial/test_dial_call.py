@@ -1,0 +1,193 @@
+"""voice-llm as the caller against a fake agent on a real WebSocket: what was heard at the caller's ear equals what
+the agent did, within one frame (20 ms), on the dialer's own clock.
+
+One call serves the relations (module fixture, about 3 s of real time): 3 tone lines; the agent answers each after
+a known delay with a known burst sent all at once, a mark after it; the caller cuts into reply 2 with line 3 and
+the agent clears.
+"""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dialhelpers import context, tones
+from fakeagent import FakeAgent, Reply
+
+from voice_llm.dial.step import DialOptions, dial_step
+from voice_llm.util.artifacts import read_json
+
+FRAME_MS = 20.0
+JITTER_MS = 40.0
+REPLIES = [Reply(150, 400, "m1"), Reply(200, 1200, "m2"), Reply(120, 300, "m3")]
+EPS_MS = 3.0  # scheduling slack of two event loops on one loaded machine, beyond the one frame the rules allow
+
+
+def slack(doc: dict) -> float:
+    """Beyond one frame: how late the dialer's ticks ran (measured in the call; a late tick plays its frame at its
+    nominal place in the recording but sends and pops later in real time), plus the event loops' slack."""
+    return EPS_MS + doc["playout"]["max_late_ms"]
+
+
+def fast_options(**extra: object) -> DialOptions:
+    values = dict(stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0, barge_in_turns=(2,),
+                  barge_in_after_ms=300.0, deadline_s=10.0)
+    values.update(extra)
+    return DialOptions(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def call(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, FakeAgent, Path]:
+    out = tmp_path_factory.mktemp("dial")
+    with FakeAgent(REPLIES) as agent:
+        dial_step(context(out), fast_options(), agent.url, caller=tones(3))
+    return read_json(out / "dial.json"), agent, out
+
+
+def test_heard_gaps_are_the_agents_delays_plus_the_jitter_buffer(call):
+    doc, agent, _ = call
+    assert [s.turn for s in agent.sent] == [1, 2, 3]
+    for turn, sent in zip(doc["turns"], agent.sent):
+        # The agent answered `delay` after the caller's last loud frame arrived; that frame was sent at its start
+        # (up to one frame before the speech end it holds), and the phone's ear adds the jitter delay rounded up to
+        # the next frame: so heard gap = delay + jitter within one frame.
+        expected = sent.delay_ms + JITTER_MS
+        assert abs(turn["heard"]["gap_ms"] - expected) <= FRAME_MS + slack(doc), (turn["index"], turn["heard"],
+                                                                                   expected, slack(doc))
+    assert doc["summary"]["heard_gap_ms"]["n"] == 3
+
+
+def test_a_burst_sent_at_once_is_heard_over_its_real_length(call):
+    doc, agent, _ = call
+    for index in (0, 2):  # replies 1 and 3 played to their end
+        heard = doc["turns"][index]["heard"]
+        length = heard["last_sound_ms"] - heard["first_sound_ms"]
+        assert abs(length - REPLIES[index].burst_ms) <= 1.0, (index, length)
+    assert agent.sent[0].messages == 40  # 400 ms in 10 ms chunks, all sent back to back
+
+
+def test_heard_silence_within_one_frame_of_the_clear(call):
+    doc, agent, _ = call
+    barge = doc["turns"][1]["barge_in"]
+    assert len(agent.clears) == 1 and barge["cleared_ms"] is not None
+    assert barge["onset_ms"] <= barge["cleared_ms"]
+    assert abs(barge["heard_silent_ms"] - barge["cleared_ms"]) <= FRAME_MS + slack(doc), barge
+    assert barge["heard_after_onset_ms"] == pytest.approx(barge["heard_silent_ms"] - barge["onset_ms"], abs=0.01)
+    # the 1.2 s burst was cut: it was heard far less than its length
+    heard = doc["turns"][1]["heard"]
+    assert heard["last_sound_ms"] - heard["first_sound_ms"] < REPLIES[1].burst_ms - 500
+    assert doc["playout"]["clears"] == 1 and doc["playout"]["cleared_ms"] > 500
+
+
+def test_marks_are_echoed_after_their_audio_played(call):
+    doc, agent, out = call
+    events = [read for read in (out / "dial" / "events.jsonl").read_text().splitlines()]
+    import json
+
+    rows = [json.loads(line) for line in events]
+    up_marks = {row["name"]: row for row in rows if row.get("dir") == "up" and row["event"] == "mark"}
+    assert set(up_marks) == {"m1", "m2", "m3"} and sorted(agent.marks_back) == ["m1", "m2", "m3"]
+    for name, index in (("m1", 0), ("m3", 2)):
+        mark, heard = up_marks[name], doc["turns"][index]["heard"]
+        # echoed in the tick that played the audio's last frame: not before the audio ended, not a frame after it
+        assert heard["last_sound_ms"] - EPS_MS <= mark["t_ms"] <= heard["last_sound_ms"] + FRAME_MS + slack(doc)
+        assert mark["t_ms"] >= mark["queued_ms"] + mark["audio_before_ms"] - FRAME_MS
+    # m2's audio was cleared: echoed at the clear, long before its audio could have played
+    clear = next(row for row in rows if row.get("event") == "clear")
+    assert clear["t_ms"] <= up_marks["m2"]["t_ms"] <= clear["t_ms"] + FRAME_MS + slack(doc)
+    assert up_marks["m2"]["t_ms"] < doc["turns"][1]["heard"]["first_sound_ms"] + REPLIES[1].burst_ms - 500
+
+
+def test_uplink_is_twilio_media_streams_in_real_time(call):
+    doc, agent, out = call
+    import json
+
+    rows = [json.loads(line) for line in (out / "dial" / "events.jsonl").read_text().splitlines()]
+    assert agent.received[:2] == ["connected", "start"] and agent.received[-1] == "stop"
+    media = [row for row in rows if row.get("dir") == "up" and row["event"] == "media"]
+    seqs = [row["seq"] for row in rows if row.get("dir") == "up" and "seq" in row]
+    assert seqs == list(range(1, len(seqs) + 1))  # every message after `connected` counts
+    assert [row["chunk"] for row in media] == list(range(1, len(media) + 1))
+    assert [row["timestamp"] for row in media] == [20 * i for i in range(len(media))]
+    times = [row["t_ms"] for row in rows]
+    assert times == sorted(times)
+    assert doc["playout"]["frames"] == len(media)
+
+
+def test_recording_is_the_call_as_it_happened(call):
+    doc, _, out = call
+    with wave.open(str(out / "dial" / "call.wav"), "rb") as wav:
+        assert (wav.getnchannels(), wav.getframerate(), wav.getsampwidth()) == (2, 8000, 2)
+        frames = np.frombuffer(wav.readframes(wav.getnframes()), "<i2").reshape(-1, 2)
+    assert len(frames) == doc["playout"]["frames"] * 160
+    # the caller channel is the caller WAVs at their offsets, sample for sample
+    for turn in doc["turns"]:
+        with wave.open(str(out / turn["caller_wav"]), "rb") as wav:
+            line = np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
+        start = int(turn["caller"]["offset_ms"] * 8)
+        assert (frames[start:start + len(line), 0] == line).all()
+    # the heard channel's first sound after line 1 is where dial.json says
+    first = doc["turns"][0]["heard"]["first_sound_ms"]
+    right = np.abs(frames[:, 1].astype(np.int32)) > doc["floor"]["heard"]
+    after = int(doc["turns"][0]["caller"]["speech_end_ms"] * 8)
+    assert (np.flatnonzero(right[after:])[0] + after) / 8 == pytest.approx(first, abs=0.2)
+    assert not list((out / "dial").glob(".call-live-*"))
+
+
+def test_the_dialer_keeps_up_and_says_what_it_costs(call):
+    doc, _, _ = call
+    cost = doc["dialer_cost_ms"]
+    assert cost["frames"] == doc["playout"]["frames"] and cost["median"] is not None
+    assert cost["median"] <= cost["p90"] <= cost["max"]
+    assert doc["playout"]["late_frames"] >= 0 and "late_frames" in doc["playout"]
+    assert doc["agent"]["headers"].get("server", "").startswith("Python/")
+    assert doc["unknown"]["agent_reported"].startswith("the agent sent no traces")
+
+
+def test_the_caller_barges_in_after_the_set_time(call):
+    doc, _, _ = call
+    first = doc["turns"][1]["heard"]["first_sound_ms"]
+    assert abs(doc["turns"][1]["barge_in"]["onset_ms"] - (first + 300.0)) <= FRAME_MS
+
+
+def test_a_pcm_line_at_16k(tmp_path):
+    """Binary 16-bit frames both ways at 16 kHz: 320 samples a frame, no marks, no clear; the same ear."""
+    with FakeAgent([Reply(120, 300)], protocol="pcm", rate=16000) as agent:
+        dial_step(context(tmp_path), fast_options(protocol="pcm", barge_in_turns=()), agent.url,
+                  caller=tones(1, rate=16000))
+    doc = read_json(tmp_path / "dial.json")
+    assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
+        "pcm", "pcm16", 16000)
+    turn, sent = doc["turns"][0], agent.sent[0]
+    assert abs(turn["heard"]["gap_ms"] - (sent.delay_ms + JITTER_MS)) <= FRAME_MS + slack(doc)
+    assert turn["heard"]["last_sound_ms"] - turn["heard"]["first_sound_ms"] == pytest.approx(300.0, abs=1.0)
+    with wave.open(str(tmp_path / "dial" / "call.wav"), "rb") as wav:
+        assert wav.getframerate() == 16000 and wav.getnframes() == doc["playout"]["frames"] * 320
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "dial" / "events.jsonl").read_text().splitlines()]
+    media = [row for row in rows if row.get("dir") == "up" and row["event"] == "media"]
+    assert [row["frame"] for row in media] == list(range(len(media))) and "seq" not in media[0]
+    assert agent.received == []  # no JSON on a PCM line
+
+
+def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
+    """--otlp: the agent's invoke_agent span per turn is matched to the turn; heard minus reported is the line
+    (the jitter buffer within a frame: the agent reports exactly its delay)."""
+    from voice_llm.dial.step import Tracing
+
+    tracing = Tracing("127.0.0.1:0")
+    with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint) as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2), tracing=tracing)
+    doc = read_json(tmp_path / "dial.json")
+    assert doc["otlp"]["bodies"] == 2 and doc["otlp"]["clock"] == "common" and not doc["otlp"]["refused"]
+    for turn, sent in zip(doc["turns"], agent.sent):
+        assert turn["agent_reported"]["latency_ms"] == pytest.approx(sent.delay_ms, abs=0.01)
+        line = turn["heard_minus_reported_ms"]
+        assert line == pytest.approx(turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        assert abs(line - JITTER_MS) <= FRAME_MS + slack(doc)
+    assert doc["summary"]["heard_minus_reported_ms"]["n"] == 2 and "agent_reported" not in doc["unknown"]
+    assert sorted(doc["files"]["otlp"]) == ["dial/otlp/" + name for name in doc["otlp"]["files"]]
+    assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])

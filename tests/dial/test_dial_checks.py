@@ -1,0 +1,388 @@
+"""The dial checks on a call built from LINE.md's contract (tests/dial/dialfolder.py: stereo 8 kHz call.wav with
+the caller's tones on the left and the assistant's on the right at known times, events.jsonl, dial.json), and on
+tampered copies: each tamper must FAIL the check that guards it. No time is asserted: the numbers are built."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dialfolder import (FS, Plan, build, events, load, read_stereo, renumber, sample, save, save_events, stereo_wav,
+                        tone)
+
+from voice_llm.checks import core
+from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.dial import checks
+
+DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")  # listed once, in the capability
+from voice_llm.run.folder import RunFolder
+from voice_llm.util import stats
+
+
+def results(out: Path) -> dict[str, CheckResult]:
+    folder = RunFolder(out)  # each file read once, as `voice-llm check` does
+    return {c.function.rsplit(":", 1)[1]: core._result(c, folder) for c in DIAL_CHECKS}
+
+
+def failed(out: Path) -> dict[str, str]:
+    return {name: r.detail for name, r in results(out).items() if r.status == FAIL}
+
+
+@pytest.fixture()
+def call(tmp_path: Path) -> Path:
+    return build(tmp_path / "run")
+
+
+def test_a_consistent_call_passes_every_check(call: Path) -> None:
+    found = results(call)
+    assert {n: r.detail for n, r in found.items() if r.status != PASS} == {}
+    assert "caller channel = the 4 caller WAVs" in found["check_recording"].detail
+    assert "turn 3: heard 140 ms after the onset" in found["check_barge_in"].detail
+
+
+def test_the_recording_measures_the_built_numbers(call: Path) -> None:
+    """The re-measurement finds exactly the built times (cosines start and end on a sample)."""
+    doc = load(call)
+    folder = RunFolder(call)
+    found = checks.measure(checks.recording(folder), doc, [len(w) for w in checks.caller_wavs(folder, doc)])
+    for turn, seen in zip(doc["turns"], found):
+        assert seen.speech_end / 8 == turn["caller"]["speech_end_ms"]
+        assert seen.first_sound / 8 == turn["heard"]["first_sound_ms"]
+        assert seen.last_sound / 8 == turn["heard"]["last_sound_ms"]
+
+
+# --- tampered copies ------------------------------------------------------------------------------------------
+
+
+def test_a_changed_gap_fails(call: Path) -> None:
+    doc = load(call)
+    turn = doc["turns"][1]
+    turn["heard"]["first_sound_ms"] += 100.0
+    turn["heard"]["gap_ms"] += 100.0
+    turn["heard_minus_reported_ms"] += 100.0
+    gaps = [t["heard"]["gap_ms"] for t in doc["turns"]]
+    doc["summary"]["heard_gap_ms"] = {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": 4}
+    minus = [t["heard_minus_reported_ms"] for t in doc["turns"]]
+    doc["summary"]["heard_minus_reported_ms"] = {"median": stats.median(minus), "n": 4}
+    save(call, doc)  # consistent on paper: only the recording disagrees
+    found = failed(call)
+    assert set(found) == {"check_heard_gaps"}, found
+    assert "turn 2: first heard sound 8380.0 ms on call.wav, 8480.0 ms in dial.json" in found["check_heard_gaps"] and "more than a 20 ms frame" in found["check_heard_gaps"]
+
+
+def test_a_gap_that_is_not_first_sound_minus_speech_end_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][0]["heard"]["gap_ms"] -= 30.0
+    save(call, doc)
+    found = failed(call)
+    assert "gap_ms" in found["check_values"] and "check_heard_gaps" in found  # the median (upper middle) is another turn's
+
+
+def test_a_clear_not_honoured_fails(call: Path) -> None:
+    """Audio heard after clear + 1 frame (and before new audio arrived): the buffer was not emptied."""
+    doc = load(call)
+    cleared = doc["turns"][2]["barge_in"]["cleared_ms"]
+    left, right = read_stereo(call / "dial" / "call.wav")
+    at = sample(cleared + 20.0) + 8  # one frame and one ms after the clear
+    right[at:at + sample(30)] = tone(30, 5000, 400.0)
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    found = failed(call)
+    assert "check_clears" in found and "still sounds" in found["check_clears"], found
+    assert "check_barge_in" in found  # the heard silence moved as well
+
+
+def test_audio_within_the_frame_after_a_clear_passes(call: Path) -> None:
+    """What a real buffer may do: the frame being played when the clear arrived ends (within one frame)."""
+    doc = load(call)
+    barge = doc["turns"][2]["barge_in"]
+    left, right = read_stereo(call / "dial" / "call.wav")
+    silent = sample(barge["heard_silent_ms"])
+    right[silent:silent + sample(5)] = tone(5, 5000, 400.0)  # 5 ms more, ending before clear + 20 ms
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    barge["heard_silent_ms"] += 5.0
+    barge["heard_after_onset_ms"] += 5.0
+    doc["turns"][2]["heard"]["last_sound_ms"] += 5.0
+    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 5.0
+    save(call, doc)
+    assert failed(call) == {}
+
+
+def test_a_mark_echoed_before_its_audio_played_fails(call: Path) -> None:
+    rows = events(call)
+    i = next(i for i, r in enumerate(rows) if r.get("dir") == "up" and r["event"] == "mark")
+    mark = rows.pop(i)
+    mark["t_ms"] = mark["queued_ms"] + 1.0  # echoed at once: 700 ms of audio ahead of it had not played
+    j = next(j for j, r in enumerate(rows) if r["t_ms"] > mark["t_ms"])
+    rows.insert(j, mark)
+    renumber(rows)  # the log is in order and numbered: only the echo's time is wrong
+    save_events(call, rows)
+    found = failed(call)
+    assert set(found) == {"check_marks"}, found
+    assert "before its audio played out" in found["check_marks"]
+
+
+def test_a_skipped_sequence_number_fails(call: Path) -> None:
+    rows = events(call)
+    for row in rows[40:]:
+        if "seq" in row:
+            row["seq"] += 1
+    save_events(call, rows)
+    found = failed(call)
+    assert set(found) == {"check_uplink"}, found
+    assert "sequence number" in found["check_uplink"]
+
+
+def test_a_skipped_chunk_or_timestamp_fails(call: Path) -> None:
+    rows = events(call)
+    media = [r for r in rows if r.get("dir") == "up" and r["event"] == "media"]
+    media[50]["timestamp"] += 20
+    save_events(call, rows)
+    assert "timestamp" in failed(call)["check_uplink"]
+
+
+def test_events_out_of_order_fail(call: Path) -> None:
+    rows = events(call)
+    rows[100]["t_ms"] = rows[101]["t_ms"] + 5.0
+    save_events(call, rows)
+    assert "not in the order they happened" in failed(call)["check_event_order"]
+
+
+def test_a_shifted_caller_channel_fails(call: Path) -> None:
+    left, right = read_stereo(call / "dial" / "call.wav")
+    shifted = np.concatenate([np.zeros(80, np.int16), left[:-80]])  # 10 ms later
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(shifted, right))
+    found = failed(call)
+    assert "check_recording" in found and "differs from" in found["check_recording"], found
+
+
+def test_a_changed_summary_median_fails(call: Path) -> None:
+    doc = load(call)
+    doc["summary"]["heard_gap_ms"]["median"] = 9432.0
+    save(call, doc)
+    found = failed(call)
+    assert set(found) == {"check_summary"}, found
+    assert "summary.heard_gap_ms.median 9432.0" in found["check_summary"]
+
+
+def test_a_changed_wer_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][1]["wer"]["errors"] = 0
+    save(call, doc)
+    found = failed(call)
+    assert set(found) == {"check_wer"}, found
+    assert "wer 0/5 stated, 1/5" in found["check_wer"]
+
+
+@pytest.mark.parametrize(("path", "value", "said"), [
+    (("line", "jitter_ms"), -40.0, "line.jitter_ms -40.0 is impossible"),
+    (("line", "frame_ms"), 0, "line.frame_ms 0"),
+    (("line", "rate"), 16000, "line.rate 16000 on a twilio line"),
+    (("line", "loss_pct"), 140, "line.loss_pct 140"),
+    (("floor", "heard"), 5, "floor.heard 5 is outside"),
+    (("settings", "turns"), 0, "settings.turns 0 is impossible"),
+    (("playout", "late_frames"), -1, "playout.late_frames -1 is impossible"),
+    (("dialer_cost_ms", "median"), 9.0, "dialer_cost_ms median 9.0, p90 0.7"),
+    (("t0_epoch_ns",), True, "t0_epoch_ns is not an integer"),
+])
+def test_impossible_values_fail(call: Path, path: tuple[str, ...], value: object, said: str) -> None:
+    doc = load(call)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    save(call, doc)
+    found = failed(call)
+    assert "check_values" in found and said in found["check_values"], found
+
+
+def test_a_negative_breakdown_part_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][0]["agent_breakdown"]["stt"] = -5.0
+    save(call, doc)
+    assert "agent_breakdown.stt -5.0 ms is negative" in failed(call)["check_values"]
+
+
+def test_a_leftover_caller_wav_of_a_longer_call_fails(call: Path) -> None:
+    (call / "dial" / "caller-05.wav").write_bytes((call / "dial" / "caller-04.wav").read_bytes())
+    found = failed(call)
+    assert set(found) == {"check_files"}, found
+    assert "dial/caller-05.wav in dial/ but no artifact names it" in found["check_files"]
+
+
+def test_a_link_or_fifo_in_dial_fails(call: Path, tmp_path: Path) -> None:
+    os.mkfifo(call / "dial" / "partial-call.wav")
+    assert "dial/partial-call.wav" in failed(call)["check_files"]
+    os.unlink(call / "dial" / "partial-call.wav")
+    (call / "dial" / "caller-01.wav").rename(tmp_path / "elsewhere.wav")
+    (call / "dial" / "caller-01.wav").symlink_to(tmp_path / "elsewhere.wav")
+    assert "caller-01.wav" in failed(call)["check_files"]
+
+
+def test_a_named_file_outside_dial_fails(call: Path) -> None:
+    doc = load(call)
+    doc["files"]["events"] = "../events.jsonl"
+    save(call, doc)
+    assert "check_files" in failed(call)
+
+
+def test_a_dropped_calls_partial_files_are_named_by_dial_partial(call: Path) -> None:
+    (call / "dial" / "partial-call.wav").write_bytes((call / "dial" / "call.wav").read_bytes())
+    assert "check_files" in failed(call)
+    partial = load(call)
+    partial["files"] = {"call_wav": "dial/partial-call.wav", "events": "dial/events.jsonl", "otlp": []}
+    (call / "dial-partial.json").write_text(__import__("json").dumps(partial))
+    assert "check_files" not in failed(call)
+
+
+def test_heard_audio_before_it_arrived_fails(call: Path) -> None:
+    left, right = read_stereo(call / "dial" / "call.wav")
+    right[FS:FS + 400] = tone(50, 3000, 440.0)  # at 20 ms: nothing had arrived yet
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    assert "before any audio arrived" in failed(call)["check_clears"]
+
+
+def test_a_clear_count_that_is_not_the_logs_fails(call: Path) -> None:
+    doc = load(call)
+    doc["playout"]["clears"] = 0
+    save(call, doc)
+    assert "playout.clears 0, the event log has 1" in failed(call)["check_clears"]
+
+
+def test_a_changed_line_share_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][0]["heard_minus_reported_ms"] = 10.0
+    save(call, doc)
+    found = failed(call)
+    assert set(found) == {"check_agent_reported"} and "heard gap 960.0 - reported 900.0" in found["check_agent_reported"]
+
+
+def test_a_moved_barge_in_onset_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][2]["barge_in"]["onset_ms"] -= 100.0
+    doc["turns"][2]["barge_in"]["heard_after_onset_ms"] += 100.0
+    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 100.0
+    save(call, doc)
+    assert "the next line's speech starts" in failed(call)["check_barge_in"]
+
+
+# --- findings and what the files cannot show ---------------------------------------------------------------
+
+
+def test_a_line_share_above_jitter_plus_two_frames_is_a_finding(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(vad_lag_ms=60.0))  # the agent's VAD ends 60 ms after the true end
+    found = results(out)
+    assert found["check_agent_reported"].status == FINDING
+    assert "above the line's jitter 40 ms + 2 frames (80 ms)" in found["check_agent_reported"].detail
+    assert not [n for n, r in found.items() if r.status == FAIL]
+
+
+def test_late_frames_are_a_finding(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(late_frames=3))
+    found = results(out)
+    assert found["check_real_time"].status == FINDING and "3 late frames" in found["check_real_time"].detail
+    assert found["check_uplink"].status == PASS
+
+
+def test_late_frames_not_counted_fail(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(late_frames=3))
+    doc = load(out)
+    doc["playout"]["late_frames"] = 0
+    save(out, doc)
+    assert "more than two frames after their tick, playout.late_frames 0" in failed(out)["check_uplink"]
+
+
+def test_a_median_above_the_target_is_a_finding(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(reported_ms=(1400.0, 1500.0, 1450.0, 1300.0)))
+    found = results(out)
+    assert found["check_target"].status == FINDING and "above the 1200 ms target" in found["check_target"].detail
+    assert not [n for n, r in found.items() if r.status == FAIL]
+
+
+def test_an_agent_that_reports_nothing_is_not_checkable(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(otlp=False))
+    found = results(out)
+    assert found["check_agent_reported"].status == NOT_CHECKABLE
+    assert found["check_agent_reported"].detail == "agent's own numbers not reported"
+    assert found["check_wer"].status == NOT_CHECKABLE
+    assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
+
+
+def test_a_null_agent_number_without_a_reason_fails(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(otlp=False))
+    doc = load(out)
+    doc["unknown"] = {}
+    save(out, doc)
+    assert "unknown.agent_reported gives no reason" in failed(out)["check_values"]
+
+
+def test_no_barge_in_is_not_checkable(tmp_path: Path) -> None:
+    out = build(tmp_path / "run", Plan(barge_in_turns=()))
+    found = results(out)
+    assert found["check_barge_in"].status == NOT_CHECKABLE
+    assert found["check_clears"].status == NOT_CHECKABLE
+    assert not [n for n, r in found.items() if r.status == FAIL], {n: r.detail for n, r in found.items()}
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"turns": []}', '{"turns": [1]}', '{"schema_version": 99}'])
+def test_malformed_dial_json_fails_in_one_line(call: Path, content: str) -> None:
+    (call / "dial.json").write_text(content)
+    for result in results(call).values():
+        assert result.status in (FAIL, NOT_CHECKABLE) and "\n" not in result.detail
+
+
+def test_a_linked_recording_fails_without_reading_it(call: Path, tmp_path: Path) -> None:
+    (call / "dial" / "call.wav").rename(tmp_path / "call.wav")
+    (call / "dial" / "call.wav").symlink_to(tmp_path / "call.wav")
+    found = failed(call)
+    for name in ("check_recording", "check_heard_gaps", "check_files"):
+        assert name in found and "\n" not in found[name]
+
+
+def test_check_runs_the_registered_dial_checks(call: Path) -> None:
+    """`voice-llm check` on a folder of a dial call alone (no run.json): every dial check runs, by the names the
+    capability registers, and the built call passes them."""
+    from voice_llm import registry
+
+    capability = next(c for c in registry.capabilities() if c.name == "dial")
+    entries = capability.checks
+    steps = [s.name for s in capability.steps if "dial.json" in s.artifacts]
+    assert "dial" in steps
+    assert {e.step for e in entries} == set(steps)  # every step writing dial.json, and only those
+    for step in steps:  # the same checks for `voice-llm dial` and (later) the lab's converse step
+        assert [(e.name, e.function) for e in entries if e.step == step] == \
+            [(c.name, c.function) for c in DIAL_CHECKS]
+    found = {r.name: r for r in core.run_checks(call)}
+    for check in DIAL_CHECKS:
+        assert found[check.name].status == PASS, (check.name, found[check.name].detail)
+
+
+def test_a_file_named_under_files_belongs(call: Path) -> None:
+    """The lab's converse step keeps the agent's log as dial/agent.log: named in files, it is the step's."""
+    (call / "dial" / "agent.log").write_text("ready\n")
+    assert "dial/agent.log in dial/ but no artifact names it" in failed(call)["check_files"]
+    doc = load(call)
+    doc["files"]["agent_log"] = "dial/agent.log"
+    save(call, doc)
+    assert "check_files" not in failed(call)
+
+
+def test_a_barge_in_off_schedule_or_unplanned_fails(call: Path) -> None:
+    doc = load(call)
+    doc["settings"]["barge_in_after_ms"] = 300.0  # the line cut in 500 ms after the first heard sound
+    save(call, doc)
+    assert "barge_in_after_ms 300" in failed(call)["check_schedule"]
+    doc["settings"]["barge_in_after_ms"] = 500.0
+    doc["settings"]["barge_in_turns"] = [2]
+    save(call, doc)
+    assert "a barge-in on a turn settings.barge_in_turns does not name" in failed(call)["check_schedule"]
+
+
+def test_a_line_that_talks_over_the_reply_fails(call: Path) -> None:
+    doc = load(call)
+    doc["turns"][0]["heard"]["last_sound_ms"] += 500.0  # the reply (on paper) still playing when line 2 began
+    save(call, doc)
+    found = failed(call)
+    assert "before turn 1's reply ended" in found["check_schedule"] and "check_heard_gaps" in found

