@@ -34,13 +34,21 @@ class KeyNumber:
     cache_off: bool = False  # measured with cache_prompt false (see metrics.CACHE_NOT_DISABLED)
     # "median" or "p90": this number is half of the caller's number, the line the report opens with (:func:`headline`)
     headline: str | None = None
+    # The metric (voice_llm.analysis.metrics) whose samples this number is the median of, when it is kept under
+    # another key there (the metrics name every document count alike: prefill_<n>docs_ttft_ms, and report.json's
+    # noise section already stores spreads under those keys); None: the metric of the same key, if any.
+    metric: str | None = None
+
+    @property
+    def metric_key(self) -> str:
+        return self.metric or self.key
 
 
 CORE_KEY_NUMBERS: tuple[KeyNumber, ...] = (
     KeyNumber("ttft_p50_ms", "median time to first token", "ms", names.TTFT, ("ttft_p50",), cache_off=True),
     KeyNumber("total_p50_ms", "median time to the whole answer", "ms", names.TTFT, ("total_p50",), cache_off=True),
     KeyNumber("ttft_12docs_ms", "time to first token with 12 documents", "ms", names.PREFILL, (-1, "ttft_ms"),
-              cache_off=True),
+              cache_off=True, metric="prefill_12docs_ttft_ms"),
     KeyNumber("prompt_n_12docs", "prompt size with 12 documents", "tokens", names.PREFILL, (-1, "prompt_n"),
               cache_off=True),
     KeyNumber("cache_ttft_ms", "time to first token, cached prompt", "ms", names.CACHE, ("second", "ttft_ms")),

@@ -193,6 +193,14 @@ def is_audible(key: str) -> bool:
     return bool(metric and metric.audible)
 
 
+def read(folder: RunFolder, metric: Metric) -> tuple[float, list[float]]:
+    """``metric`` read from its file in ``folder``: the median and the samples. A core metric is given its file's
+    typed value (parsed once per folder: a shape it refuses is its ArtifactError line), a capability's the
+    document as saved."""
+    source = folder.json(metric.source) if metric.kind is None else folder.artifact(metric.kind)
+    return metric.read(source)
+
+
 def unreadable(out: RunFolder | Path) -> dict[str, str]:
     """The metrics whose artifact is in ``out`` but which cannot be read from it (key -> why, one line): what
     :func:`measure_all` leaves out, so that a comparison can say so instead of staying silent."""
@@ -202,7 +210,7 @@ def unreadable(out: RunFolder | Path) -> dict[str, str]:
         if not folder.exists(metric.source):
             continue
         try:
-            metric.read(folder.json(metric.source))
+            read(folder, metric)
         except ArtifactError as exc:
             found[metric.key] = str(exc)
         except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
@@ -218,7 +226,7 @@ def measure_all(out: RunFolder | Path) -> dict[str, Measured]:
     for metric in all_metrics():
         try:
             doc = folder.json(metric.source)
-            value, samples = metric.read(doc if metric.kind is None else folder.artifact(metric.kind))
+            value, samples = read(folder, metric)
         except (ArtifactError, KeyError, TypeError, IndexError, AttributeError):
             continue  # each file read and parsed once by the folder; a refusal drops only this metric
         held = CACHE_NOT_DISABLED if metric.cache_off and cache_not_disabled(doc) else None
