@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
 from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder, UnknownSchemaError
 
@@ -76,14 +76,16 @@ MALFORMED: dict[str, tuple[type[typed.Artifact], Callable[[Any], None], str]] = 
     "ttft run a string": (typed.Ttft, _set(["runs", 2, "ttft_ms"], "x"), "ttft.json: runs[2].ttft_ms is 'x'"),
     "ttft no runs": (typed.Ttft, _drop(["runs"]), "ttft.json has no field 'runs'"),
     "ttft tokens a float": (typed.Ttft, _set(["runs", 0, "tokens"], 1.5), "runs[0].tokens is 1.5, not a whole"),
-    "ttft median infinite": (typed.Ttft, _set(["ttft_p50"], float("inf")), "ttft.json: ttft_p50 is inf"),
+    "ttft median infinite": (typed.Ttft, _set(["ttft_p50"], float("inf")), "ttft.json: 'ttft_p50' is inf, not a measurement"),
     "prefill docs a string": (typed.Prefill, _set([1, "docs"], "4"), "prefill.json: [1].docs is '4'"),
     "prefill repeat a bool": (typed.Prefill, _set([0, "repeats", 1, "ttft_ms"], True),
                               "prefill.json: [0].repeats[1].ttft_ms is True"),
     "cache no hit": (typed.Cache, _drop(["second"]), "cache.json has no field 'second'"),
     "cache prompt_n a string": (typed.Cache, _set(["first", "prompt_n"], "many"), "cache.json: first.prompt_n is"),
     "sentence text a number": (typed.Sentence, _set(["text"], 5), "sentence.json: text is 5, not a string"),
-    "sentence chunk time": (typed.Sentence, _set(["chunks", 3, "t_ms"], None), "sentence.json: chunks[3].t_ms is None"),
+    "sentence chunk time": (typed.Sentence, _set(["chunks", 3, "t_ms"], None), "sentence.json chunks[3]: 't_ms' is null"),
+    "ttft no runs kept": (typed.Ttft, _set(["runs"], []), "ttft.json runs is an empty list"),
+    "cancel closed null": (typed.Cancel, _set(["closed_at_ms"], None), "cancel.json: 'closed_at_ms' is null"),
     "cancel logged yes": (typed.Cancel, _set(["cancel_logged"], "yes"), "not true, false or null"),
     "cancel idle a string": (typed.Cancel, _set(["slot_idle_after_ms"], "soon"), "cancel.json: slot_idle_after_ms"),
     "report number a string": (typed.Report, _set(["cache_ttft_ms"], "fast"), "report.json: cache_ttft_ms is 'fast'"),
@@ -106,6 +108,11 @@ def test_a_malformed_copy_is_refused_in_one_line(tmp_path: Path, case: str) -> N
     with pytest.raises(ArtifactError) as again:  # the refusal is remembered: every reader gets the same line
         folder.artifact(kind)
     assert again.value is raised.value
+    # A step that measured nothing (null, NaN, no rows) is told from a malformed file: the report says "no data".
+    assert isinstance(raised.value, NoDataError) == (case in NO_MEASUREMENT), case
+
+
+NO_MEASUREMENT = {"ttft median infinite", "sentence chunk time", "ttft no runs kept", "cancel closed null"}
 
 
 def test_a_newer_schema_is_refused_by_the_folders_rule() -> None:
@@ -118,5 +125,5 @@ def test_a_newer_schema_is_refused_by_the_folders_rule() -> None:
 def test_a_document_handed_in_directly_is_held_to_finite_numbers() -> None:
     doc = _doc(FIXTURES / "sample_run", typed.Cancel)
     doc["closed_at_ms"] = float("nan")
-    with pytest.raises(ArtifactError, match=r"^cancel.json: closed_at_ms is nan, not a finite number$"):
+    with pytest.raises(NoDataError, match=r"^cancel.json: 'closed_at_ms' is nan, not a measurement$"):
         typed.Cancel.parse(doc)

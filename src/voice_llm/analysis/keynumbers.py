@@ -17,7 +17,7 @@ from typing import Any
 
 from voice_llm import registry
 from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
 from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import artifacts as names
@@ -146,9 +146,14 @@ def labels(out: RunFolder | Path) -> dict[str, tuple[str, str]]:
 
 def _document(folder: RunFolder, source: str) -> Any:
     """The saved document of ``source``; a core artifact's only once its typed parse accepts it
-    (voice_llm.run.artifacts), so report.json copies no number of a file the checks and charts refuse."""
+    (voice_llm.run.artifacts), so report.json copies no number of a file the checks and charts refuse as malformed."""
     kind = typed.TYPED.get(source)
-    return folder.json(source) if kind is None else folder.artifact(kind).doc
+    if kind is None:
+        return folder.json(source)
+    try:
+        return folder.artifact(kind).doc
+    except NoDataError:  # a step that measured nothing (nulls, no rows): its nulls are copied as it left them
+        return folder.json(source)
 
 
 def _follow(doc: Any, path: Sequence[str | int], source: str, null_ends: bool = False) -> Any:

@@ -268,7 +268,7 @@ def check_ttft(out: RunFolder | Path) -> str:
     _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
     for i, run in enumerate(runs, 1):
         _require(0 < run.ttft_ms < run.total_ms, f"run {i}: ttft {run.ttft_ms} not below total {run.total_ms}")
-        _require(run.tokens > 0, f"run {i}: tokens {run.tokens!r}")
+        _require(run.tokens is not None and run.tokens > 0, f"run {i}: tokens {run.tokens!r}")
     for key, stated, values in (("ttft_p50", doc.ttft_p50, [r.ttft_ms for r in runs]),
                                 ("total_p50", doc.total_p50, [r.total_ms for r in runs])):
         field = key.replace("_p50", "_ms")
@@ -379,10 +379,11 @@ def check_sentence(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first sentence <= total, the times of one answer on one clock; the first sentence is
     the start of the text it was cut from."""
     doc = RunFolder.of(out).artifact(typed.Sentence)
-    t, s, total = doc.ttft_ms, doc.first_sentence_ms, doc.total_ms
+    t, s, total = doc.ttft_ms, _num(doc.first_sentence_ms, "first_sentence_ms"), doc.total_ms
     _require(t <= s <= total, f"not ttft {t:.0f} <= first_sentence {s:.0f} <= total {total:.0f}")
     first = doc.first_sentence
-    _require(bool(first) and doc.text.strip().startswith(first), "first_sentence is not the start of text")
+    _require(bool(first) and isinstance(doc.text, str) and doc.text.strip().startswith(first or ""),
+             "first_sentence is not the start of text")
     if doc.smart_first_sentence_ms is not None:
         smart = doc.smart_first_sentence_ms
         _require(t <= smart <= total, f"smart first sentence {smart:.0f} ms outside ttft..total")
@@ -400,6 +401,8 @@ def _cancel_times(doc: typed.Cancel) -> tuple[list[float], float | None]:
     """The listed chunks' times and the answer's own ms per token (mean gap between its received tokens; None
     with fewer than two tokens)."""
     chunks = doc.chunks
+    _require(chunks is not None, "cancel.json has no chunk list")
+    assert chunks is not None
     _require(doc.received_tokens == len(chunks),
              f"received_tokens {doc.received_tokens!r} but {len(chunks)} chunks are listed")
     times = [chunk.t_ms for chunk in chunks]

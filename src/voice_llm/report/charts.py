@@ -1,9 +1,11 @@
 """The core's charts: one builder per core artifact, each drawing its section of ``report.html``
 (voice_llm.report.page lays the page out and places these among the capabilities' sections).
 
-Each builder takes the parsed artifact and returns a :class:`voice_llm.report.style.Chart`; a missing or malformed
-value is an ArtifactError ("not available"), a step that measured nothing (an empty list, a null or NaN where
-the number goes) a NoDataError ("no data"), as page.py's docstring describes.
+Each builder takes the artifact's typed value (voice_llm.run.artifacts: the one parse, which the checks and the
+metrics read too; :data:`KIND_OF` says which) and returns a :class:`voice_llm.report.style.Chart`. The parse refuses a
+malformed file (ArtifactError: "not available") and says when a step measured nothing (NoDataError: "no data", a
+null, NaN or empty list where the numbers go), as page.py's docstring describes; a builder adds only what its own
+drawing needs (the four cache requests, a prefill number left null).
 """
 
 from __future__ import annotations
@@ -13,45 +15,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
 from voice_llm.report import style
 from voice_llm.report.style import BLUE, GREEN, GREY, ORANGE, RED, TIME_AXIS, WIDE, Chart
-from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, SENTENCE, TTFT
+from voice_llm.run import artifacts as typed
+from voice_llm.util.artifacts import CACHE, PREFILL
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
     from matplotlib.axes import Axes
 
-__all__ = ["cache_chart", "cancel_chart", "prefill_chart", "sentence_chart", "ttft_chart"]
-
-
-# --- reading and validating artifact values (the shared validators are voice_llm.report.style's) ----------------
-
-
-def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
-    """The ``[{t_ms, text}]`` chunk list of sentence.json / cancel.json, as (time, text) pairs."""
-    if not isinstance(value, list):
-        raise ArtifactError(f"{where}: 'chunks' should be a JSON list")
-    chunks = []
-    for index, item in enumerate(value):
-        row = style.mapping(item, f"{where} chunks[{index}]")
-        text = row.get("text")
-        if not isinstance(text, str):
-            raise ArtifactError(f"{where} chunks[{index}]: 'text' should be a string")
-        chunks.append((style.number(row, "t_ms", f"{where} chunks[{index}]"), text))
-    return chunks
+__all__ = ["KIND_OF", "cache_chart", "cancel_chart", "prefill_chart", "sentence_chart", "ttft_chart"]
 
 
 # --- sentence stream -----------------------------------------------------------------------------------------
 
 
-def sentence_chart(data: Any) -> Chart:
-    where = SENTENCE
-    doc = style.mapping(data, where)
-    ttft = style.number(doc, "ttft_ms", where)
-    total = style.number(doc, "total_ms", where)
-    first = style.optional_number(doc, "first_sentence_ms", where)
-    smart = style.optional_number(doc, "smart_first_sentence_ms", where)
-    chunks = _chunks(doc.get("chunks"), where)
+def sentence_chart(doc: typed.Sentence) -> Chart:
+    ttft, total = doc.ttft_ms, doc.total_ms
+    first, smart = doc.first_sentence_ms, doc.smart_first_sentence_ms
+    chunks = [(chunk.t_ms, chunk.text) for chunk in doc.chunks]
 
     fig = style.figure(WIDE)
     ax = fig.add_subplot()
@@ -87,15 +69,15 @@ def _sentence_caption(ttft: float, first: float | None, smart: float | None, tot
     return f"A voice assistant could start speaking the first sentence {' or '.join(options)}; {tail}"
 
 
-def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, str]]) -> str:
+def _sentence_text_html(doc: typed.Sentence, chunks: Sequence[tuple[float, str]]) -> str:
     rows = "".join(
         f'<tr><td class="num">{style.ms(t)}</td><td><code>{style.esc(text)}</code></td></tr>\n' for t, text in chunks
     )
     return (
         '<dl class="texts">\n'
-        f"<dt>first sentence, brief's rule</dt><dd>{style.esc(doc.get('first_sentence') or '—')}</dd>\n"
-        f"<dt>first sentence, smart splitter</dt><dd>{style.esc(doc.get('smart_first_sentence') or '—')}</dd>\n"
-        f"<dt>whole answer</dt><dd>{style.esc(doc.get('text') or '—')}</dd>\n</dl>\n"
+        f"<dt>first sentence, brief's rule</dt><dd>{style.esc(doc.first_sentence or '—')}</dd>\n"
+        f"<dt>first sentence, smart splitter</dt><dd>{style.esc(doc.doc.get('smart_first_sentence') or '—')}</dd>\n"
+        f"<dt>whole answer</dt><dd>{style.esc(doc.text or '—')}</dd>\n</dl>\n"
         f"<details><summary>all {len(chunks)} chunks</summary>\n"
         '<table class="chunks"><thead><tr><th>t (ms)</th><th>text</th></tr></thead><tbody>\n'
         f"{rows}</tbody></table>\n</details>\n"
@@ -105,15 +87,11 @@ def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, st
 # --- time to first token -------------------------------------------------------------------------------------
 
 
-def ttft_chart(data: Any) -> Chart:
-    where = TTFT
-    doc = style.mapping(data, where)
-    runs = [style.mapping(run, f"{where} runs[{i}]") for i, run in enumerate(style.rows(doc.get("runs"), f"{where} runs"))]
-    ttfts = [style.number(run, "ttft_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    totals = [style.number(run, "total_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    tokens = [style.optional_number(run, "tokens", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    ttft_p50 = style.number(doc, "ttft_p50", where)
-    total_p50 = style.number(doc, "total_p50", where)
+def ttft_chart(doc: typed.Ttft) -> Chart:
+    runs = doc.runs
+    ttfts, totals = [run.ttft_ms for run in runs], [run.total_ms for run in runs]
+    tokens = [run.tokens for run in runs]
+    ttft_p50, total_p50 = doc.ttft_p50, doc.total_p50
 
     fig = style.figure(WIDE)
     left, right = fig.subplots(1, 2)
@@ -157,34 +135,36 @@ def _rate_text(fit: tuple[float, float] | None) -> str:
     return f"prefill: {slope:.2f} ms/token ≈ {style.count(1000 / slope)} tokens/s"
 
 
-def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> Chart:
+def _measured(value: float | None, i: int, key: str) -> float:
+    """A prefill number the chart needs: null is a step that measured nothing there ("no data")."""
+    if value is None:
+        raise NoDataError(f"{PREFILL}[{i}]: {key!r} is null")
+    return value
+
+
+def _prefill_chart_client_only(rows: Sequence[typed.PrefillRow]) -> Chart:
     """Without the server's token counts (not llama-server): first-token time against the number of documents."""
-    points = sorted((style.number(row, "docs", f"{PREFILL}[{i}]"), style.number(row, "ttft_ms", f"{PREFILL}[{i}]"))
-                    for i, row in enumerate(rows))
+    points = sorted((float(row.docs), _measured(row.ttft_ms, i, "ttft_ms")) for i, row in enumerate(rows))
     docs, ttft = (list(column) for column in zip(*points))
     fig = style.figure(WIDE)
     ax = fig.add_subplot()
     ax.plot(docs, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
     _prefill_axes(ax, "documents in the system prompt")
-    reason = next((r.get("unknown", {}).get("prompt_n") for r in rows if isinstance(r.get("unknown"), Mapping)), None)
+    reason = next((row.unknown["prompt_n"] for row in rows if "prompt_n" in row.unknown), None)
     caption = (f"{style.count(docs[-1])} documents cost {style.ms(ttft[-1])} ms before the first word, against {style.ms(ttft[0])} ms "
                f"with {style.count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
     return Chart(fig, caption)
 
 
-def prefill_chart(data: Any) -> Chart:
-    where = PREFILL
-    rows = [style.mapping(row, f"{where}[{i}]") for i, row in enumerate(style.rows(data, where))]
-    # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed.
-    if any(key in row and row[key] is None for row in rows for key in ("prompt_n", "prompt_ms")):
+def prefill_chart(doc: typed.Prefill) -> Chart:
+    rows = doc.rows
+    # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed (the
+    # parse refuses it).
+    if any(row.prompt_n is None or row.prompt_ms is None for row in rows):
         return _prefill_chart_client_only(rows)
     points = sorted(
-        (
-            style.number(row, "prompt_n", f"{where}[{i}]"),
-            style.number(row, "prompt_ms", f"{where}[{i}]"),
-            style.number(row, "ttft_ms", f"{where}[{i}]"),
-            style.number(row, "docs", f"{where}[{i}]"),
-        )
+        (_measured(row.prompt_n, i, "prompt_n"), _measured(row.prompt_ms, i, "prompt_ms"),
+         _measured(row.ttft_ms, i, "ttft_ms"), float(row.docs))
         for i, row in enumerate(rows)
     )
     prompt_n, prompt_ms, ttft, docs = (list(column) for column in zip(*points))
@@ -232,7 +212,7 @@ _CACHE_CASES = (
 )
 
 
-def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> Chart:
+def _cache_chart_client_only(doc: typed.Cache, ttft: Mapping[str, float]) -> Chart:
     """Without the server's token counts: the first-token times alone show what the cache did."""
     fig = style.figure(WIDE)
     ax = fig.add_subplot()
@@ -240,7 +220,7 @@ def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) 
     ax.set_title("time to first token")
     ax.set_ylabel("time (ms)")
     ax.set_xlabel("request")
-    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    unknown = doc.unknown
     caption = (
         f"Re-sending the same prompt got the first token after {style.ms(ttft['second'])} ms instead of "
         f"{style.ms(ttft['first'])} ms; changing its end cost {style.ms(ttft['changed_suffix'])} ms and changing its start "
@@ -250,14 +230,23 @@ def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) 
     return Chart(fig, caption)
 
 
-def cache_chart(data: Any) -> Chart:
-    doc = style.mapping(data, CACHE)
-    cases = {key: style.mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
-    ttft = {key: style.number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
-    if any("prompt_n" in case and case["prompt_n"] is None for case in cases.values()):
+def _case(doc: typed.Cache, key: str) -> typed.CacheCase:
+    case = doc.case(key)
+    if case is None:  # the chart draws the four requests the step makes; a file without one is not its shape
+        raise ArtifactError(f"{CACHE} has no {key!r}: the chart draws all four requests")
+    return case
+
+
+def cache_chart(doc: typed.Cache) -> Chart:
+    cases = {key: _case(doc, key) for key, _ in _CACHE_CASES}
+    ttft = {key: case.ttft_ms for key, case in cases.items()}
+    if any("prompt_n" in case.doc and case.prompt_n is None for case in cases.values()):
         return _cache_chart_client_only(doc, ttft)
-    prompt_n = {key: style.number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
-    cache_n = {key: style.optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
+    missing = [key for key, case in cases.items() if case.prompt_n is None]
+    if missing:
+        raise ArtifactError(f"{CACHE} {missing[0]}: 'prompt_n' is missing")
+    prompt_n = {key: float(case.prompt_n or 0.0) for key, case in cases.items()}
+    cache_n = {key: case.cache_n for key, case in cases.items()}
     labels = [label for _, label in _CACHE_CASES]
 
     fig = style.figure(WIDE)
@@ -293,14 +282,10 @@ def cache_chart(data: Any) -> Chart:
 # --- cancellation --------------------------------------------------------------------------------------------
 
 
-def cancel_chart(data: Any) -> Chart:
-    where = CANCEL
-    doc = style.mapping(data, where)
-    max_tokens = style.number(doc, "max_tokens", where)
-    received = style.number(doc, "received_tokens", where)
-    closed = style.number(doc, "closed_at_ms", where)
-    idle_after = style.optional_number(doc, "slot_idle_after_ms", where)
-    chunks = _chunks(doc["chunks"], where) if "chunks" in doc else []
+def cancel_chart(doc: typed.Cancel) -> Chart:
+    max_tokens, received = float(doc.max_tokens), float(doc.received_tokens)
+    closed, idle_after = doc.closed_at_ms, doc.slot_idle_after_ms
+    chunks = [(chunk.t_ms, chunk.text) for chunk in doc.chunks or ()]
     idle_at = None if idle_after is None else closed + idle_after
 
     fig = style.figure((WIDE[0], 2.9))
@@ -324,18 +309,26 @@ def cancel_chart(data: Any) -> Chart:
     return Chart(fig, _cancel_caption(doc, received, max_tokens, closed, idle_after))
 
 
-def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, closed: float,
+def _cancel_caption(doc: typed.Cancel, received: float, max_tokens: float, closed: float,
                     idle_after: float | None) -> str:
     start = f"The client hung up at {style.ms(closed)} ms after {style.count(received)} of {style.count(max_tokens)} tokens"
-    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
+    unknown = doc.unknown
     if idle_after is None and unknown.get("slot_idle_after_ms"):
         middle = f"and {unknown['slot_idle_after_ms']}"
     elif idle_after is None:
         middle = "and the server slot was not seen idle afterwards"
     else:
         middle = f"and the server slot was idle again {style.ms(idle_after)} ms later"
-    logged = doc.get("cancel_logged")
+    logged = doc.cancel_logged
     end = "" if not isinstance(logged, bool) else (
         "; the server log shows the cancel" if logged else "; the server log does not show the cancel"
     )
     return f"{start}, {middle}{end}."
+
+
+# The typed value each builder draws: voice_llm.report.page gives a core section its file's value, parsed once per
+# folder (RunFolder.artifact).
+KIND_OF: Mapping[Any, type[typed.Artifact]] = {
+    sentence_chart: typed.Sentence, ttft_chart: typed.Ttft, prefill_chart: typed.Prefill, cache_chart: typed.Cache,
+    cancel_chart: typed.Cancel,
+}

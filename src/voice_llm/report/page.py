@@ -84,8 +84,14 @@ def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = 
 
 
 def _render_section(folder: RunFolder, section: SectionEntry, failures: list[tuple[str, str]]) -> str:
+    kind = charts.KIND_OF.get(section.builder)  # a core chart draws its file's typed value (one parse per folder)
     try:
-        data = folder if section.artifact is None else folder.json(section.artifact)
+        if section.artifact is None:
+            data: Any = folder
+        else:
+            data = folder.json(section.artifact) if kind is None else folder.artifact(kind)
+    except NoDataError as exc:
+        return _missing_section_html(section, str(exc), "no data")
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     try:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
 from voice_llm.run import meta as runmeta
 from voice_llm.run.folder import refuse_unknown
 from voice_llm.util import artifacts as names
@@ -42,7 +42,9 @@ def _fail(what: str, where: str, message: str) -> ArtifactError:
 
 def _obj(value: Any, what: str, where: str = "") -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _fail(what, where, f"is {value!r:.80}, not an object" if where else f"is not an object: {value!r:.80}")
+        if not where:
+            raise ArtifactError(f"{what} is not an object: {value!r:.80}")
+        raise _fail(what, where, f"is {value!r:.80}, not an object")
     return value
 
 
@@ -62,12 +64,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _no_data(what: str, where: str, key: str, said: str) -> NoDataError:
+    return NoDataError(f"{what} {where}: {key!r} {said}" if where else f"{what}: {key!r} {said}")
+
+
 def _number(doc: Mapping[str, Any], key: str, what: str, where: str = "", *, nullable: bool = False) -> float | None:
     """A finite number at ``key`` (None too when ``nullable``: a step that could not measure it leaves it null and
-    says why in ``unknown``)."""
+    says why in ``unknown``). A null, NaN or infinity where a number must be is no measurement (NoDataError: the
+    step saved none); any other value is malformed."""
     value = _get(doc, key, what, where)
     if value is None and nullable:
         return None
+    if value is None:
+        raise _no_data(what, where, key, "is null")
+    if isinstance(value, float) and not math.isfinite(value):  # Python's parser reads NaN and Infinity
+        raise _no_data(what, where, key, f"is {value!r}, not a measurement")
     if not _is_number(value):
         raise _fail(what, _at(where, key), f"is {value!r:.80}, not a finite number")
     return float(value)
@@ -86,6 +97,8 @@ def _optional(doc: Mapping[str, Any], key: str, what: str, where: str = "") -> f
 
 def _int(doc: Mapping[str, Any], key: str, what: str, where: str = "") -> int:
     value = _get(doc, key, what, where)
+    if value is None:
+        raise _no_data(what, where, key, "is null")
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(what, _at(where, key), f"is {value!r:.80}, not a whole number")
     return value
@@ -186,7 +199,7 @@ class Props(Artifact):
 class TtftRun:
     ttft_ms: float
     total_ms: float
-    tokens: int
+    tokens: int | None  # None: not recorded (check requires it; the chart leaves it out)
 
 
 @dataclass(frozen=True)
@@ -202,11 +215,15 @@ class Ttft(Artifact):
     def _parse(cls, doc: Any, what: str) -> Ttft:
         body = _obj(doc, what)
         runs = []
-        for i, run in enumerate(_list(body, "runs", what)):
+        listed = _list(body, "runs", what)
+        if not listed:
+            raise NoDataError(f"{what} runs is an empty list: the step saved no measurement")
+        for i, run in enumerate(listed):
             where = f"runs[{i}]"
             run = _obj(run, what, where)
+            tokens = _int(run, "tokens", what, where) if run.get("tokens") is not None else None
             runs.append(TtftRun(_required(run, "ttft_ms", what, where), _required(run, "total_ms", what, where),
-                                _int(run, "tokens", what, where)))
+                                tokens))
         return cls(doc, tuple(runs), _required(body, "ttft_p50", what), _required(body, "total_p50", what))
 
 
@@ -257,8 +274,10 @@ class Prefill(Artifact):
 
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Prefill:
-        if not isinstance(doc, list) or not doc:
-            raise ArtifactError(f"{what} is not a non-empty list of rows: {doc!r:.80}")
+        if not isinstance(doc, list):
+            raise ArtifactError(f"{what} is not a list of rows: {doc!r:.80}")
+        if not doc:
+            raise NoDataError(f"{what} is an empty list: the step saved no measurement")
         rows = []
         for i, row in enumerate(doc):
             where = f"[{i}]"
@@ -279,6 +298,7 @@ class Prefill(Artifact):
 class CacheCase:
     ttft_ms: float
     prompt_n: float | None  # None: the server reported no token counts (``unknown.prompt_n`` says why)
+    cache_n: float | None = None  # the tokens reused from the cache, when the server says
     doc: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -307,9 +327,8 @@ class Cache(Artifact):
                 cases[case] = None
                 continue
             found = _obj(_get(body, case, what, ""), what, case)
-            cases[case] = CacheCase(_required(found, "ttft_ms", what, case),
-                                    _number(found, "prompt_n", what, case, nullable=True) if "prompt_n" in found
-                                    else None, found)
+            cases[case] = CacheCase(_required(found, "ttft_ms", what, case), _optional(found, "prompt_n", what, case),
+                                    _optional(found, "cache_n", what, case), found)
         repeats: dict[str, tuple[float | None, ...]] = {}
         listed = body.get("repeats")
         if listed is not None:
@@ -358,10 +377,10 @@ class Sentence(Artifact):
 
     NAME: ClassVar[str] = names.SENTENCE
     ttft_ms: float = 0.0
-    first_sentence_ms: float = 0.0
+    first_sentence_ms: float | None = None  # None: no whole sentence was found (check fails it; the chart says it)
     total_ms: float = 0.0
-    first_sentence: str = ""
-    text: str = ""
+    first_sentence: str | None = None
+    text: str | None = None
     smart_first_sentence_ms: float | None = None
     chunks: tuple[Chunk, ...] = ()
     repeats: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
@@ -369,11 +388,11 @@ class Sentence(Artifact):
     @classmethod
     def _parse(cls, doc: Any, what: str) -> Sentence:
         body = _obj(doc, what)
-        first, text = _str(body, "first_sentence", what), _str(body, "text", what)
-        assert first is not None and text is not None
+        first = _str(body, "first_sentence", what, optional=True)
+        text = _str(body, "text", what, optional=True)
         chunks = _chunks(body, what) if "chunks" in body else ()
         repeats = {key: _repeat_values(body, key, what, "") for key in ("first_sentence_ms", "total_ms")}
-        return cls(doc, _required(body, "ttft_ms", what), _required(body, "first_sentence_ms", what),
+        return cls(doc, _required(body, "ttft_ms", what), _optional(body, "first_sentence_ms", what),
                    _required(body, "total_ms", what), first, text, _optional(body, "smart_first_sentence_ms", what),
                    chunks, repeats)
 
@@ -394,7 +413,7 @@ class Cancel(Artifact):
     slot_idle_after_ms: float | None = None
     cancel_logged: bool | None = None
     raw: str | None = None
-    chunks: tuple[Chunk, ...] = ()
+    chunks: tuple[Chunk, ...] | None = None  # None: the file lists none (check fails it; the chart draws no ticks)
     unknown: Mapping[str, str] = field(default_factory=dict)
     idle_repeats: tuple[float | None, ...] = ()
 
@@ -407,7 +426,7 @@ class Cancel(Artifact):
         idle = _number(body, "slot_idle_after_ms", what, nullable=True)
         return cls(doc, _int(body, "max_tokens", what), _int(body, "received_tokens", what),
                    _required(body, "closed_at_ms", what), idle, logged, _str(body, "raw", what, optional=True),
-                   _chunks(body, what), _unknown(body, what),
+                   _chunks(body, what) if "chunks" in body else None, _unknown(body, what),
                    _repeat_values(body, "slot_idle_after_ms", what, "") if idle is not None else ())
 
     def idle_samples(self) -> tuple[float | None, ...]:
