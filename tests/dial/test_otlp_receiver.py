@@ -161,3 +161,19 @@ def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_refuses(value: str) -> None:
     with pytest.raises(ValueError):
         otlp.parse_listen(value)
+
+
+def test_the_agents_transcript_comes_with_its_turn_span() -> None:
+    """voice-llm's agent puts its transcript on invoke_agent, pipecat on the turn's stt span: either way the turn
+    gets what the agent understood (scored as WER by dial), and a turn span without one gives None."""
+    ours = otlp.Span("t", "a1", None, "invoke_agent", _ns(2100), _ns(4000),
+                     {"voice_llm.latency.reported_ms": 800.0, "voice_llm.transcript": "Do you take Medicare?"},
+                     None, 1, 9000.0)
+    turn = otlp.Span("t", "b1", None, "turn", _ns(5000), _ns(9000), {"turn.user_bot_latency_seconds": 0.9}, None, 1,
+                     9000.0)
+    stt = otlp.Span("t", "b2", "b1", "stt", _ns(6100), _ns(6400), {"transcript": "Thanks, that's all."}, None, 1,
+                    9000.0)
+    bare = otlp.Span("t", "c1", None, "invoke_agent", _ns(10000), _ns(11000), {"voice_llm.latency.reported_ms": 5.0},
+                     None, 1, 12000.0)
+    found = otlp.match([2000.0, 6000.0, 9500.0], [ours, turn, stt, bare], otlp.Clock(T0))
+    assert [r.transcript for r in found] == ["Do you take Medicare?", "Thanks, that's all.", None]

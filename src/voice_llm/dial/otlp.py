@@ -349,6 +349,7 @@ class Reported:
     end_ms: float
     breakdown: Mapping[str, float] | None
     stages: tuple[StageSpan, ...] = field(default=())
+    transcript: str | None = None  # what the agent understood of the caller's line, when its spans say so
 
     def as_dict(self) -> dict[str, Any]:
         return {"latency_ms": round(self.latency_ms, 3), "source": self.source, "span": self.span,
@@ -368,6 +369,20 @@ def _breakdown(span: Span) -> dict[str, float] | None:
              for key, value in span.attributes.items()
              if key.startswith(BREAKDOWN_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool)}
     return parts or None
+
+
+# Where an agent's spans carry its transcript of the caller's line: voice-llm's agent on invoke_agent, pipecat on its
+# stt span (``transcript``).
+TRANSCRIPT_ATTRIBUTES = ("voice_llm.transcript", "transcript")
+
+
+def _transcript(span: Span, descendants: Sequence[Span]) -> str | None:
+    for candidate in (span, *descendants):
+        for attribute in TRANSCRIPT_ATTRIBUTES:
+            value = candidate.attributes.get(attribute)
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
 
 
 def _descendants(root: Span, spans: Sequence[Span]) -> list[Span]:
@@ -399,11 +414,12 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
         if turn is None or found[turn] is not None:
             continue
         latency, source = _latency(span)  # type: ignore[misc]
+        below = _descendants(span, spans)
         stages = tuple(sorted((StageSpan(child.name, clock.ms(child.start_ns), clock.ms(child.end_ns))
-                               for child in _descendants(span, spans) if child.name in STAGE_NAMES),
+                               for child in below if child.name in STAGE_NAMES),
                               key=lambda stage: stage.start_ms))
         found[turn] = Reported(latency, source, f"{span.name} {span.span_id}", clock.ms(span.start_ns), end,
-                               _breakdown(span), stages)
+                               _breakdown(span), stages, _transcript(span, below))
     return found
 
 

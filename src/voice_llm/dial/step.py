@@ -39,6 +39,7 @@ from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, 
 from voice_llm.dial.measure import FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
+from voice_llm.speech.wer import wer as word_errors
 from voice_llm.tts import STRATEGIES
 from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
@@ -372,12 +373,19 @@ def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, add
     clock = otlp.clock_for(spans, t0_epoch_ns) if spans else None
     if clock is not None:
         reported = otlp.match([row["caller"]["speech_end_ms"] for row in rows], spans, clock)
-        for row, found in zip(rows, reported):
+        for position, (row, found) in enumerate(zip(rows, reported)):
             if found is None:
                 continue
             row["agent_reported"] = found.as_dict()
             row["agent_breakdown"] = dict(found.breakdown) if found.breakdown else None
             row["agent_stages"] = [stage.as_dict() for stage in found.stages]
+            if found.transcript is not None and isinstance(row.get("script"), str):
+                # the agent's recognition of the caller's line, scored against the line's script (the caller's
+                # audio without a transcript of its own is never scored: script None)
+                row["agent_transcript"] = found.transcript
+                scored = word_errors(row["script"], found.transcript)
+                row["wer"] = {"errors": scored.errors, "words": scored.words}
+                unknown.reasons.pop(f"turns[{position}].wer", None)
             gap = row["heard"]["gap_ms"]
             row["heard_minus_reported_ms"] = round(gap - found.latency_ms, 3) if gap is not None else None
     return otlp.summary(address, receiver.bodies(), clock)
