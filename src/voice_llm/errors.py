@@ -84,6 +84,12 @@ class ArtifactError(VoiceLLMError):
     """An artifact needed by a later step or by ``check`` is missing or malformed."""
 
 
+class NoDataError(ArtifactError):
+    """The step ran but saved no measurement where a number goes (a null, NaN, an empty list: what a step whose
+    every attempt failed leaves). ``check`` fails on it like any ArtifactError; a report section says "no data"
+    with this reason."""
+
+
 class MeasurementError(VoiceLLMError):
     """A measurement could not be made honestly (for example generation ended before the cancel cut)."""
 

@@ -523,7 +523,7 @@ class StreamResult:
     request_body: dict[str, Any]
     received_bytes: int
     done: bool  # data: [DONE] was received
-    closed_early: bool  # we closed the connection (stop_after_ms or should_stop) before [DONE]
+    closed_early: bool  # we closed the connection (a StreamStop: after_ms, when or cancel) before [DONE]
     closed_at_ms: float | None = None
     events: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
@@ -859,11 +859,42 @@ def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Re
         )
 
 
-def run_stream(
+@dataclass(frozen=True)
+class StreamStop:
+    """How the reader closes the connection before ``data: [DONE]``; any of the three, or several (the first to
+    come closes it). ``after_ms``: that many ms after the request was written (the brief's 0.5 s barge-in cut).
+    ``when(chunk)`` returning True: right after that content chunk. ``cancel`` (a :class:`StreamCancel`): at once,
+    from another thread, between two tokens. Each ends the stream as closed early, never as a broken stream."""
+
+    after_ms: float | None = None
+    when: Callable[[Chunk], bool] | None = None
+    cancel: StreamCancel | None = None
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """One streaming chat request: what to ask (messages, max_tokens, cache_prompt, model, include_usage, and
+    ``extra`` fields of the body), where (base_url, api_key), how long to wait (``timeout``: the longest time
+    without a token, content or reasoning, keep-alive comments not counted; ``deadline_s``: the whole request,
+    None for no limit) and when to stop early (``stop``)."""
+
+    messages: Sequence[Mapping[str, str]]
+    max_tokens: int = 64
+    cache_prompt: bool = True
+    model: str | None = None
+    include_usage: bool = False
+    extra: Mapping[str, Any] | None = None
+    base_url: str = DEFAULT_URL
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    deadline_s: float | None = DEFAULT_DEADLINE_S
+    stop: StreamStop | None = None
+
+
+def stream_request(
     messages: Sequence[Mapping[str, str]],
     max_tokens: int = 64,
     cache_prompt: bool = True,
-    raw_out: str | os.PathLike[str] | IO[bytes] | None = None,
     *,
     base_url: str = DEFAULT_URL,
     api_key: str | None = None,
@@ -874,29 +905,61 @@ def run_stream(
     extra: Mapping[str, Any] | None = None,
     stop_after_ms: float | None = None,
     should_stop: Callable[[Chunk], bool] | None = None,
-    on_chunk: Callable[[Chunk], None] | None = None,
     cancel: StreamCancel | None = None,
+) -> StreamRequest:
+    """The request of the keyword call (``run_stream(messages, stop_after_ms=500, base_url=...)``, as the README
+    shows it): the three ways to stop become one :class:`StreamStop`."""
+    stops = (stop_after_ms, should_stop, cancel)
+    stop = None if all(way is None for way in stops) else StreamStop(stop_after_ms, should_stop, cancel)
+    return StreamRequest(messages, max_tokens, cache_prompt, model, include_usage, extra, base_url, api_key,
+                         timeout, deadline_s, stop)
+
+
+def run_stream(
+    request: StreamRequest | Sequence[Mapping[str, str]],
+    *args: Any,
+    raw_out: str | os.PathLike[str] | IO[bytes] | None = None,
+    on_chunk: Callable[[Chunk], None] | None = None,
+    **options: Any,
 ) -> StreamResult:
     """Send one streaming chat request and decode it as the bytes arrive; return at ``data: [DONE]``.
 
-    ``raw_out`` (a path or a binary file) receives every byte of the body exactly as read, flushed per read, so
-    a failure keeps everything that arrived (even half a line before a reset). ``timeout`` is the longest time
-    without a token (content or reasoning; keep-alive comments and empty events do not count), ``deadline_s``
-    the longest the whole request may take (None: no limit). ``stop_after_ms`` closes the connection that many
-    ms after the request was sent; ``should_stop(chunk)`` returning True closes it after that chunk. ``on_chunk``
-    sees each content chunk as it arrives (for progress). ``cancel`` (a :class:`StreamCancel`) lets another thread close
-    the stream at once, between tokens. Raises a :class:`StreamError` subclass on any failure.
+    ``request`` is a :class:`StreamRequest`; the messages with the keywords of :func:`stream_request` (and
+    ``max_tokens, cache_prompt, raw_out`` by position, as before) are the same call. ``raw_out`` (a path or a
+    binary file) receives every byte of the body exactly as read, flushed per read, so a failure keeps everything
+    that arrived (even half a line before a reset). ``on_chunk`` sees each content chunk as it arrives (for
+    progress). Raises a :class:`StreamError` subclass on any failure.
     """
-    body = chat_body(messages, max_tokens, cache_prompt, extra, model=model, include_usage=include_usage)
+    if isinstance(request, StreamRequest):
+        if args or options:
+            raise TypeError(f"run_stream(StreamRequest) takes only raw_out and on_chunk besides, not "
+                            f"{', '.join([*(repr(a) for a in args), *options]) }")
+    else:
+        if len(args) > 2:  # max_tokens, cache_prompt, raw_out: the positions of the call before StreamRequest
+            if raw_out is not None:
+                raise TypeError("run_stream() got raw_out twice")
+            raw_out, args = args[2], args[:2]
+        request = stream_request(request, *args, **options)
+    return _run(request, raw_out, on_chunk)
+
+
+def _run(request: StreamRequest, raw_out: str | os.PathLike[str] | IO[bytes] | None,
+         on_chunk: Callable[[Chunk], None] | None) -> StreamResult:
+    stop = request.stop or StreamStop()
+    cancel = stop.cancel
+    base_url, timeout = request.base_url, request.timeout
+    body = chat_body(request.messages, request.max_tokens, request.cache_prompt, request.extra, model=request.model,
+                     include_usage=request.include_usage)
     conn, prefix = open_connection(base_url, timeout)
-    reading = _Reading(server_root(base_url) + CHAT_PATH, timeout, deadline_s, stop_after_ms, on_chunk, should_stop)
+    reading = _Reading(server_root(base_url) + CHAT_PATH, timeout, request.deadline_s, stop.after_ms, on_chunk,
+                       stop.when)
     own_raw = raw_out is not None and not hasattr(raw_out, "write")
     raw: IO[bytes] | None = open(raw_out, "wb") if own_raw else raw_out  # type: ignore[arg-type]
     resp: http.client.HTTPResponse | None = None
     sock: socket.socket | None = None
     try:
         payload = json.dumps(body).encode("utf-8")
-        sock, resp = _send_request(conn, base_url, prefix + CHAT_PATH, payload, api_key, reading)
+        sock, resp = _send_request(conn, base_url, prefix + CHAT_PATH, payload, request.api_key, reading)
         if resp is not None:
             if cancel is not None:
                 cancel.attach(sock)
@@ -923,8 +986,9 @@ def stream(
     **options: Any,
 ) -> tuple[list[dict[str, Any]], float, dict[str, Any] | None]:
     """The brief's function: ``(chunks, total_ms, timings)`` with chunks as ``{"t_ms", "text"}`` dicts.
-    ``options`` are those of :func:`run_stream` (base_url, api_key, timeout, deadline_s, extra, ...)."""
-    result = run_stream(messages, max_tokens, cache_prompt, raw_out, **options)
+    ``options`` are those of :func:`stream_request` (base_url, api_key, timeout, deadline_s, extra, ...) and
+    ``on_chunk``."""
+    result = run_stream(messages, max_tokens, cache_prompt, raw_out=raw_out, **options)
     return [chunk.as_dict() for chunk in result.chunks], result.total_ms, result.timings
 
 

@@ -183,7 +183,7 @@ def test_a_malformed_field_is_said_in_words(tmp_path: Path) -> None:
     write(out, "ttft.json", doc)
     reseal(out, "ttft.json")
     ttft = next(r for r in run_checks(out) if r.name == "ttft < total, medians right")
-    assert ttft.status == FAIL and ttft.detail == "cannot check: an artifact has no field 'runs'"
+    assert ttft.status == FAIL and ttft.detail == "cannot check: ttft.json has no field 'runs'"
 
 
 def test_an_interrupted_sentence_that_kept_its_streams_is_a_run_folder(

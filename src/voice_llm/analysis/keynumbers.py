@@ -17,7 +17,8 @@ from typing import Any
 
 from voice_llm import registry
 from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
+from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import artifacts as names
 
@@ -33,13 +34,21 @@ class KeyNumber:
     cache_off: bool = False  # measured with cache_prompt false (see metrics.CACHE_NOT_DISABLED)
     # "median" or "p90": this number is half of the caller's number, the line the report opens with (:func:`headline`)
     headline: str | None = None
+    # The metric (voice_llm.analysis.metrics) whose samples this number is the median of, when it is kept under
+    # another key there (the metrics name every document count alike: prefill_<n>docs_ttft_ms, and report.json's
+    # noise section already stores spreads under those keys); None: the metric of the same key, if any.
+    metric: str | None = None
+
+    @property
+    def metric_key(self) -> str:
+        return self.metric or self.key
 
 
 CORE_KEY_NUMBERS: tuple[KeyNumber, ...] = (
     KeyNumber("ttft_p50_ms", "median time to first token", "ms", names.TTFT, ("ttft_p50",), cache_off=True),
     KeyNumber("total_p50_ms", "median time to the whole answer", "ms", names.TTFT, ("total_p50",), cache_off=True),
     KeyNumber("ttft_12docs_ms", "time to first token with 12 documents", "ms", names.PREFILL, (-1, "ttft_ms"),
-              cache_off=True),
+              cache_off=True, metric="prefill_12docs_ttft_ms"),
     KeyNumber("prompt_n_12docs", "prompt size with 12 documents", "tokens", names.PREFILL, (-1, "prompt_n"),
               cache_off=True),
     KeyNumber("cache_ttft_ms", "time to first token, cached prompt", "ms", names.CACHE, ("second", "ttft_ms")),
@@ -127,12 +136,24 @@ def labels(out: RunFolder | Path) -> dict[str, tuple[str, str]]:
             continue
         if number.source not in docs:
             try:
-                docs[number.source] = folder.json(number.source)
+                docs[number.source] = _document(folder, number.source)
             except ArtifactError:
                 docs[number.source] = None
         if cache_not_disabled(docs[number.source]):
             found[number.key] = (f"{number.label} ({CACHE_NOT_DISABLED})", number.unit)
     return found
+
+
+def _document(folder: RunFolder, source: str) -> Any:
+    """The saved document of ``source``; a core artifact's only once its typed parse accepts it
+    (voice_llm.run.artifacts), so report.json copies no number of a file the checks and charts refuse as malformed."""
+    kind = typed.TYPED.get(source)
+    if kind is None:
+        return folder.json(source)
+    try:
+        return folder.artifact(kind).doc
+    except NoDataError:  # a step that measured nothing (nulls, no rows): its nulls are copied as it left them
+        return folder.json(source)
 
 
 def _follow(doc: Any, path: Sequence[str | int], source: str, null_ends: bool = False) -> Any:
@@ -179,13 +200,11 @@ def build_report(out: RunFolder | Path) -> dict[str, Any]:
             absent = not folder.exists(number.source)  # a link or FIFO there is read, and refused, by folder.json
             if absent and number.optional:
                 continue
-            docs[number.source] = _ABSENT if absent else folder.json(number.source)
+            docs[number.source] = _ABSENT if absent else _document(folder, number.source)
         if docs[number.source] is _ABSENT:
             report[number.key] = None
             unknown[number.key] = not_run_reason(number.source)
             continue
-        if number.source == names.PREFILL and (not isinstance(docs[number.source], list) or not docs[number.source]):
-            raise ArtifactError(f"{names.PREFILL} is not a non-empty list; rerun `voice-llm prefill`")
         report[number.key] = _follow(docs[number.source], number.path, number.source, number.optional)
     if unknown:
         report[UNKNOWN] = unknown

@@ -12,13 +12,14 @@ asked (:func:`all_metrics`): this module imports no capability.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from voice_llm import registry
 from voice_llm.errors import ArtifactError
+from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.scenario import brief
 from voice_llm.util import artifacts as names
@@ -38,6 +39,9 @@ class Metric:
     # Measured with ``cache_prompt: false``: where the artifact says the server may have ignored it, the number
     # is labelled "cache not disabled" rather than under a condition that did not hold.
     cache_off: bool = False
+    # A core artifact's typed value (voice_llm.run.artifacts): ``read`` is given the parsed value, its shape
+    # validated once; None (a capability's metric): ``read`` is given the JSON document as saved.
+    kind: type[typed.Artifact] | None = None
     # Are the samples repeats of one measurement? Then their spread is the machine's noise (voice_llm.analysis.noise
     # warns about it). False for samples that are different measurements by design (the turns of a call: other
     # lines, other replies), whose spread says nothing about the machine; compare's tests use them the same way.
@@ -88,56 +92,78 @@ def number(value: Any) -> float:
     return float(value)
 
 
-def field(doc: Mapping[str, Any], key: str) -> tuple[float, list[float]]:
-    """A brief field and its repeats' values (the field alone when the document has no repeats)."""
-    repeats = doc.get("repeats")
-    samples = [number(r[key]) for r in repeats] if isinstance(repeats, list) and repeats else [number(doc[key])]
-    return number(doc[key]), samples
+def _samples(found: Sequence[float | None], source: str) -> list[float]:
+    """A metric's samples; a repeat that left its value null leaves the samples unknown (the metric is dropped)."""
+    if any(value is None for value in found):
+        raise ArtifactError(f"{source}: a repeat left this number null")
+    return [value for value in found if value is not None]
 
 
-def _ttft(field: str, p50: str) -> Callable[[Any], tuple[float, list[float]]]:
-    return lambda doc: (number(doc[p50]), [number(run[field]) for run in doc["runs"]])
+def _ttft(total: bool) -> Callable[[Any], tuple[float, list[float]]]:
+    def read(doc: typed.Ttft) -> tuple[float, list[float]]:
+        if total:
+            return doc.total_p50, [run.total_ms for run in doc.runs]
+        return doc.ttft_p50, [run.ttft_ms for run in doc.runs]
+    return read
 
 
 def _prefill(docs: int, key: str) -> Callable[[Any], tuple[float, list[float]]]:
-    def read(rows: Any) -> tuple[float, list[float]]:
-        row = next((r for r in rows if r.get("docs") == docs), None)
+    def read(doc: typed.Prefill) -> tuple[float, list[float]]:
+        row = doc.row(docs)
         if row is None:
             raise ArtifactError(f"{names.PREFILL} has no row for {docs} documents")
-        return field(row, key)
+        value = row.value(key)
+        if value is None:
+            raise ArtifactError(f"{names.PREFILL}: {key} of {docs} documents is null")
+        return value, _samples(row.samples(key), names.PREFILL)
     return read
 
 
-def _cache(case: str) -> Callable[[Any], tuple[float, list[float]]]:
-    def read(doc: Any) -> tuple[float, list[float]]:
-        repeats = doc.get("repeats")
-        samples = [number(r[case]["ttft_ms"]) for r in repeats] if isinstance(repeats, list) and repeats else None
-        value = number(doc[case]["ttft_ms"])
-        return value, samples or [value]
+def _cache(name: str) -> Callable[[Any], tuple[float, list[float]]]:
+    def read(doc: typed.Cache) -> tuple[float, list[float]]:
+        case = doc.case(name)
+        if case is None:
+            raise ArtifactError(f"{names.CACHE} has no {name} case")
+        return case.ttft_ms, _samples(doc.samples(name), names.CACHE)
     return read
 
 
-def _top(key: str) -> Callable[[Any], tuple[float, list[float]]]:
-    return lambda doc: field(doc, key)
+def _sentence(key: str) -> Callable[[Any], tuple[float, list[float]]]:
+    def read(doc: typed.Sentence) -> tuple[float, list[float]]:
+        return (doc.first_sentence_ms if key == "first_sentence_ms" else doc.total_ms), \
+            _samples(doc.samples(key), names.SENTENCE)
+    return read
+
+
+def _cancel_idle(doc: typed.Cancel) -> tuple[float, list[float]]:
+    if doc.slot_idle_after_ms is None:
+        raise ArtifactError(f"{names.CANCEL}: slot_idle_after_ms is null")
+    return doc.slot_idle_after_ms, _samples(doc.idle_samples(), names.CANCEL)
 
 
 _DOCS = brief.PREFILL_DOC_COUNTS
 CORE_METRICS: tuple[Metric, ...] = (
-    Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft("ttft_ms", "ttft_p50"), cache_off=True),
-    Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft("total_ms", "total_p50"), cache_off=True),
+    Metric("ttft_p50_ms", "first token", "ms", names.TTFT, True, _ttft(False), cache_off=True, kind=typed.Ttft),
+    Metric("total_p50_ms", "whole answer", "ms", names.TTFT, False, _ttft(True), cache_off=True, kind=typed.Ttft),
     *(Metric(f"prefill_{n}docs_ttft_ms", f"first token, {n} documents", "ms", names.PREFILL, True,
-             _prefill(n, "ttft_ms"), cache_off=True) for n in _DOCS),
+             _prefill(n, "ttft_ms"), cache_off=True, kind=typed.Prefill) for n in _DOCS),
     *(Metric(f"prefill_{n}docs_prompt_ms", f"prefill, {n} documents", "ms", names.PREFILL, False,
-             _prefill(n, "prompt_ms"), cache_off=True) for n in _DOCS),
+             _prefill(n, "prompt_ms"), cache_off=True, kind=typed.Prefill) for n in _DOCS),
     Metric("prompt_n_12docs", "prompt size, 12 documents", "tokens", names.PREFILL, False,
-           _prefill(_DOCS[-1], "prompt_n"), cache_off=True),
-    Metric("cache_first_ttft_ms", "first token, cache miss", "ms", names.CACHE, True, _cache("first")),
-    Metric("cache_ttft_ms", "first token, cached prompt", "ms", names.CACHE, True, _cache("second")),
-    Metric("cache_suffix_ttft_ms", "first token, changed suffix", "ms", names.CACHE, True, _cache("changed_suffix")),
-    Metric("cache_prefix_ttft_ms", "first token, changed prefix", "ms", names.CACHE, True, _cache("changed_prefix")),
-    Metric("first_sentence_ms", "first sentence", "ms", names.SENTENCE, True, _top("first_sentence_ms")),
-    Metric("sentence_total_ms", "three-sentence answer", "ms", names.SENTENCE, False, _top("total_ms")),
-    Metric("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, True, _top("slot_idle_after_ms")),
+           _prefill(_DOCS[-1], "prompt_n"), cache_off=True, kind=typed.Prefill),
+    Metric("cache_first_ttft_ms", "first token, cache miss", "ms", names.CACHE, True, _cache("first"),
+           kind=typed.Cache),
+    Metric("cache_ttft_ms", "first token, cached prompt", "ms", names.CACHE, True, _cache("second"),
+           kind=typed.Cache),
+    Metric("cache_suffix_ttft_ms", "first token, changed suffix", "ms", names.CACHE, True, _cache("changed_suffix"),
+           kind=typed.Cache),
+    Metric("cache_prefix_ttft_ms", "first token, changed prefix", "ms", names.CACHE, True, _cache("changed_prefix"),
+           kind=typed.Cache),
+    Metric("first_sentence_ms", "first sentence", "ms", names.SENTENCE, True, _sentence("first_sentence_ms"),
+           kind=typed.Sentence),
+    Metric("sentence_total_ms", "three-sentence answer", "ms", names.SENTENCE, False, _sentence("total_ms"),
+           kind=typed.Sentence),
+    Metric("cancel_idle_ms", "slot idle after cancel", "ms", names.CANCEL, True, _cancel_idle, kind=typed.Cancel),
 )
 
 
@@ -167,6 +193,14 @@ def is_audible(key: str) -> bool:
     return bool(metric and metric.audible)
 
 
+def read(folder: RunFolder, metric: Metric) -> tuple[float, list[float]]:
+    """``metric`` read from its file in ``folder``: the median and the samples. A core metric is given its file's
+    typed value (parsed once per folder: a shape it refuses is its ArtifactError line), a capability's the
+    document as saved."""
+    source = folder.json(metric.source) if metric.kind is None else folder.artifact(metric.kind)
+    return metric.read(source)
+
+
 def unreadable(out: RunFolder | Path) -> dict[str, str]:
     """The metrics whose artifact is in ``out`` but which cannot be read from it (key -> why, one line): what
     :func:`measure_all` leaves out, so that a comparison can say so instead of staying silent."""
@@ -176,7 +210,7 @@ def unreadable(out: RunFolder | Path) -> dict[str, str]:
         if not folder.exists(metric.source):
             continue
         try:
-            metric.read(folder.json(metric.source))
+            read(folder, metric)
         except ArtifactError as exc:
             found[metric.key] = str(exc)
         except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
@@ -188,20 +222,13 @@ def measure_all(out: RunFolder | Path) -> dict[str, Measured]:
     """Every metric whose artifact is in ``out`` and readable, in the order of :func:`all_metrics`; a missing or
     malformed artifact only drops its own metrics."""
     folder = RunFolder.of(out)
-    docs: dict[str, Any] = {}
     found: dict[str, Measured] = {}
     for metric in all_metrics():
-        if metric.source not in docs:
-            try:
-                docs[metric.source] = folder.json(metric.source)
-            except ArtifactError:
-                docs[metric.source] = None
-        if docs[metric.source] is None:
-            continue
         try:
-            value, samples = metric.read(docs[metric.source])
+            doc = folder.json(metric.source)
+            value, samples = read(folder, metric)
         except (ArtifactError, KeyError, TypeError, IndexError, AttributeError):
-            continue
-        held = CACHE_NOT_DISABLED if metric.cache_off and cache_not_disabled(docs[metric.source]) else None
+            continue  # each file read and parsed once by the folder; a refusal drops only this metric
+        held = CACHE_NOT_DISABLED if metric.cache_off and cache_not_disabled(doc) else None
         found[metric.key] = Measured(metric, value, tuple(samples), held)
     return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from voice_llm import registry
 from voice_llm.registry import CheckEntry
 from voice_llm.util import artifacts as names
+from voice_llm.run import artifacts as typed
 from voice_llm.run.folder import RunFolder
 from voice_llm.scenario import brief
 from voice_llm.util import stats
@@ -40,12 +41,11 @@ _Failed = CheckFailed
 _require, _num = require, finite_number
 
 
-def _known(doc: Any, key: str, what: str) -> Any:
-    """``doc[key]``, or NotCheckable with the reason the step wrote when it had to leave it null."""
-    value = doc.get(key) if isinstance(doc, dict) else None
+def _known(value: float | None, unknown: Any, key: str, what: str) -> float:
+    """``value`` (a typed artifact's field ``key``), or NotCheckable with the reason the step wrote in its
+    ``unknown`` when it had to leave it null."""
     if value is None:
-        reasons = doc.get("unknown") if isinstance(doc, dict) else None
-        reason = (reasons or {}).get(key) if isinstance(reasons, dict) else None
+        reason = unknown.get(key) if isinstance(unknown, Mapping) else None
         raise NotCheckable(f"{what} is null: {reason or 'no reason recorded'}")
     return value
 
@@ -202,36 +202,34 @@ def check_health(out: RunFolder | Path) -> str:
     """The server was up: its health route answered HTTP 200 (any body: vLLM, SGLang and TGI send none), or,
     for a server with no health route (llama-cpp-python, Ollama), its model list answered and named a model.
     A body that itself says something other than "ok" contradicts the 200 and fails."""
-    health = RunFolder.of(out).json(names.HEALTH)
-    _require(isinstance(health, dict), f"health.json is not an object: {health!r:.120}")
-    route = health.get("route")
+    health = RunFolder.of(out).artifact(typed.Health)
+    route = health.route
     if route is None:  # a folder from before health.json recorded what was seen: the body of /health alone
-        source = health.get("source", "/health")
-        _require(health.get("status") == "ok", f"{source or 'the server'} said {health!r:.200}")
+        source = health.doc.get("source", "/health")
+        _require(health.status == "ok", f"{source or 'the server'} said {health.doc!r:.200}")
         return f"status ok (from {source})"
-    code = health.get("http_status")
+    code = health.http_status
     _require(code == 200, f"{route} answered HTTP {code!r}, not 200")
     if route == "/health":
-        said = health.get("status")
+        said = health.status
         _require(said in (None, "ok"), f"/health answered HTTP 200 but says status {said!r}")
-        body = f'status "{said}"' if said else ("an empty body" if health.get("body_text") == "" else "a body")
+        body = f'status "{said}"' if said else ("an empty body" if health.doc.get("body_text") == "" else "a body")
         return f"/health answered HTTP 200 with {body}"
-    ids = health.get("model_ids")
-    _require(isinstance(ids, list) and bool(ids), f"{route} answered HTTP 200 but lists no model: {ids!r}")
-    tried = ", ".join(f"{t.get('route')} HTTP {t.get('http_status')}" for t in health.get("tried") or []
+    ids = health.model_ids
+    _require(bool(ids), f"{route} answered HTTP 200 but lists no model: {ids and list(ids)!r}")
+    assert ids is not None
+    tried = ", ".join(f"{t.get('route')} HTTP {t.get('http_status')}" for t in health.doc.get("tried") or []
                       if isinstance(t, dict))
     return f"no health route ({tried or 'none answered'}); {route} answered HTTP 200 listing {', '.join(map(str, ids))}"
 
 
 def check_props(out: RunFolder | Path) -> str:
-    props = RunFolder.of(out).json(names.PROPS)
-    settings = props.get("default_generation_settings") or {}
-    unknown = props.get("unknown") or {}
-    if settings.get("n_ctx") is None and "n_ctx" in unknown:
-        raise NotCheckable(f"n_ctx is null: {unknown['n_ctx']}")
-    n_ctx = settings.get("n_ctx")
-    _require(isinstance(n_ctx, int) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
-    return f"n_ctx {n_ctx}, total_slots {props.get('total_slots')}"
+    props = RunFolder.of(out).artifact(typed.Props)
+    n_ctx = props.n_ctx
+    if n_ctx is None and "n_ctx" in props.unknown:
+        raise NotCheckable(f"n_ctx is null: {props.unknown['n_ctx']}")
+    _require(isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
+    return f"n_ctx {n_ctx}, total_slots {props.total_slots}"
 
 
 def check_sse_raw(out: RunFolder | Path) -> str:
@@ -265,26 +263,27 @@ def check_chunks(out: RunFolder | Path) -> str:
 def check_ttft(out: RunFolder | Path) -> str:
     """Invariant and the brief's relation: first token < total within each answer (one clock); the medians are
     those of the runs (the one median rule, stats.median)."""
-    doc = RunFolder.of(out).json(names.TTFT)
-    runs = doc["runs"]
+    doc = RunFolder.of(out).artifact(typed.Ttft)  # the shape (finite numbers, whole token counts): its parse
+    runs = doc.runs
     _require(len(runs) == brief.TTFT_RUNS, f"{len(runs)} runs, expected {brief.TTFT_RUNS}")
     for i, run in enumerate(runs, 1):
-        _require(0 < _num(run["ttft_ms"], "ttft_ms") < _num(run["total_ms"], "total_ms"),
-                 f"run {i}: ttft {run['ttft_ms']} not below total {run['total_ms']}")
-        _require(isinstance(run["tokens"], int) and run["tokens"] > 0, f"run {i}: tokens {run['tokens']!r}")
-    for key, field in (("ttft_p50", "ttft_ms"), ("total_p50", "total_ms")):
-        expected = stats.median([r[field] for r in runs])
-        _require(doc[key] == expected, f"{key} {doc[key]} is not the median of the {field} ({expected})")
-    return f"ttft < total in 5 runs; p50 {doc['ttft_p50']:.1f} / {doc['total_p50']:.1f} ms"
+        _require(0 < run.ttft_ms < run.total_ms, f"run {i}: ttft {run.ttft_ms} not below total {run.total_ms}")
+        _require(run.tokens is not None and run.tokens > 0, f"run {i}: tokens {run.tokens!r}")
+    for key, stated, values in (("ttft_p50", doc.ttft_p50, [r.ttft_ms for r in runs]),
+                                ("total_p50", doc.total_p50, [r.total_ms for r in runs])):
+        field = key.replace("_p50", "_ms")
+        expected = stats.median(values)
+        _require(stated == expected, f"{key} {stated} is not the median of the {field} ({expected})")
+    return f"ttft < total in 5 runs; p50 {doc.ttft_p50:.1f} / {doc.total_p50:.1f} ms"
 
 
 def _prefill_grows(out: RunFolder | Path, key: str, unit: str) -> str:
     """Invariant: ``key`` grows 0 -> 4 -> 12 documents. For the time it is the brief's relation (long prompt >
     short): 12 documents are many times the tokens of none, so their prefill is many times the work."""
-    rows = RunFolder.of(out).json(names.PREFILL)
+    rows = RunFolder.of(out).artifact(typed.Prefill).rows
     expected = list(brief.PREFILL_DOC_COUNTS)
-    _require([r["docs"] for r in rows] == expected, f"docs are {[r['docs'] for r in rows]}, expected {expected}")
-    values = [_num(_known(r, key, f"{r['docs']} docs {key}"), key) for r in rows]
+    _require([r.docs for r in rows] == expected, f"docs are {[r.docs for r in rows]}, expected {expected}")
+    values = [_known(r.value(key), r.unknown, key, f"{r.docs} docs {key}") for r in rows]
     _require(values[0] < values[1] < values[2], f"{key} does not grow with documents: {values}")
     return f"{key} " + " -> ".join(f"{v:.0f}" for v in values) + f" {unit}"
 
@@ -315,24 +314,31 @@ CACHE_HIT_TOKENS_SHARE = 0.1
 CACHE_PREFIX_TOKENS_SHARE = 0.9
 
 
+def _hit_and_miss(doc: typed.Cache) -> tuple[typed.CacheCase, typed.CacheCase]:
+    """The miss and the hit, which every cache.json has (its parse requires them)."""
+    assert doc.first is not None and doc.second is not None
+    return doc.first, doc.second
+
+
 def check_cache_time(out: RunFolder | Path) -> str:
     """The client clock alone. Invariant (the brief's relation): a hit (identical or changed-suffix prompt) is
     faster than the miss, the changed prefix (a miss) slower than the hit. Expectation: by the factors above."""
-    doc = RunFolder.of(out).json(names.CACHE)
-    f_t, s_t = _num(doc["first"]["ttft_ms"], "first.ttft_ms"), _num(doc["second"]["ttft_ms"], "second.ttft_ms")
+    doc = RunFolder.of(out).artifact(typed.Cache)
+    first, second = _hit_and_miss(doc)
+    f_t, s_t = first.ttft_ms, second.ttft_ms
     missed: list[str] = []
     _require(s_t < f_t, f"second (a cache hit) ttft {s_t:.0f} ms is not below first (a miss) {f_t:.0f} ms")
     expect(s_t < f_t / CACHE_TIME_FACTOR, f"second ttft {s_t:.0f} ms is not below first / {CACHE_TIME_FACTOR:g} "
            f"({f_t / CACHE_TIME_FACTOR:.0f} ms)", missed)
     parts = [f"first {f_t:.0f} ms, second {s_t:.0f} ms"]
-    if "changed_prefix" in doc:
-        p_t = _num(doc["changed_prefix"]["ttft_ms"], "prefix.ttft_ms")
+    if doc.changed_prefix is not None:
+        p_t = doc.changed_prefix.ttft_ms
         _require(p_t > s_t, f"changed_prefix (a miss) ttft {p_t:.0f} ms is not above the cache hit's {s_t:.0f} ms")
         expect(p_t > CACHE_PREFIX_TIME_FACTOR * s_t, f"changed_prefix ttft {p_t:.0f} ms is not above "
                f"{CACHE_PREFIX_TIME_FACTOR:g} x the hit's {s_t:.0f} ms", missed)
         parts.append(f"prefix {p_t:.0f} ms")
-    if "changed_suffix" in doc:
-        x_t = _num(doc["changed_suffix"]["ttft_ms"], "suffix.ttft_ms")
+    if doc.changed_suffix is not None:
+        x_t = doc.changed_suffix.ttft_ms
         _require(x_t < f_t, f"changed_suffix (a hit of the prefix) ttft {x_t:.0f} ms is not below first {f_t:.0f} ms")
         expect(x_t < f_t / CACHE_TIME_FACTOR, f"changed_suffix ttft {x_t:.0f} ms is not below first / "
                f"{CACHE_TIME_FACTOR:g} ({f_t / CACHE_TIME_FACTOR:.0f} ms)", missed)
@@ -344,24 +350,24 @@ def check_cache(out: RunFolder | Path) -> str:
     """The server's token counts. Invariant: the hit computed fewer tokens than the miss, the changed suffix fewer
     than the miss, the changed prefix more than the hit. Expectation: the hit almost nothing (a tenth), the
     changed prefix nearly everything (90 %): how much is reused depends on the server's cache and the template."""
-    doc = RunFolder.of(out).json(names.CACHE)
-    first, second = doc["first"], doc["second"]
-    if first.get("prompt_n") is None or second.get("prompt_n") is None:
-        _known(doc, "prompt_n", "cache prompt_n")  # the reason the step wrote for the whole file
-    f_n, s_n = _num(first["prompt_n"], "first.prompt_n"), _num(second["prompt_n"], "second.prompt_n")
+    doc = RunFolder.of(out).artifact(typed.Cache)
+    first, second = _hit_and_miss(doc)
+    # A count the server did not report: the reason the step wrote for the whole file.
+    f_n = _known(first.prompt_n, doc.unknown, "prompt_n", "cache prompt_n")
+    s_n = _known(second.prompt_n, doc.unknown, "prompt_n", "cache prompt_n")
     missed: list[str] = []
     _require(s_n < f_n, f"second prompt_n {s_n:.0f} is not below first {f_n:.0f}: no cache hit")
     expect(s_n <= CACHE_HIT_TOKENS_SHARE * f_n, f"second prompt_n {s_n:.0f} is more than "
            f"{CACHE_HIT_TOKENS_SHARE:.0%} of first {f_n:.0f}", missed)
     parts = [f"first {f_n:.0f} tokens computed, second {s_n:.0f}"]
-    if "changed_prefix" in doc:
-        p_n = _num(doc["changed_prefix"]["prompt_n"], "prefix.prompt_n")
+    if doc.changed_prefix is not None:
+        p_n = _num(doc.changed_prefix.prompt_n, "prefix.prompt_n")
         _require(p_n > s_n, f"changed_prefix prompt_n {p_n:.0f} is not above the hit's {s_n:.0f}: a miss reused it all")
         expect(p_n >= CACHE_PREFIX_TOKENS_SHARE * f_n, f"changed_prefix prompt_n {p_n:.0f} is less than "
                f"{CACHE_PREFIX_TOKENS_SHARE:.0%} of first's {f_n:.0f}", missed)
         parts.append(f"prefix {p_n:.0f}")
-    if "changed_suffix" in doc:
-        x_n = _num(doc["changed_suffix"]["prompt_n"], "suffix.prompt_n")
+    if doc.changed_suffix is not None:
+        x_n = _num(doc.changed_suffix.prompt_n, "suffix.prompt_n")
         _require(x_n < f_n, f"changed_suffix prompt_n {x_n:.0f} is not below first {f_n:.0f}: the prefix was not reused")
         expect(x_n <= CACHE_HIT_TOKENS_SHARE * f_n, f"changed_suffix prompt_n {x_n:.0f} is more than "
                f"{CACHE_HIT_TOKENS_SHARE:.0%} of first {f_n:.0f}", missed)
@@ -372,13 +378,14 @@ def check_cache(out: RunFolder | Path) -> str:
 def check_sentence(out: RunFolder | Path) -> str:
     """Invariant: ttft <= first sentence <= total, the times of one answer on one clock; the first sentence is
     the start of the text it was cut from."""
-    doc = RunFolder.of(out).json(names.SENTENCE)
-    t, s, total = (_num(doc[k], k) for k in ("ttft_ms", "first_sentence_ms", "total_ms"))
+    doc = RunFolder.of(out).artifact(typed.Sentence)
+    t, s, total = doc.ttft_ms, _num(doc.first_sentence_ms, "first_sentence_ms"), doc.total_ms
     _require(t <= s <= total, f"not ttft {t:.0f} <= first_sentence {s:.0f} <= total {total:.0f}")
-    first = doc["first_sentence"]
-    _require(bool(first) and doc["text"].strip().startswith(first), "first_sentence is not the start of text")
-    if "smart_first_sentence_ms" in doc:
-        smart = _num(doc["smart_first_sentence_ms"], "smart_first_sentence_ms")
+    first = doc.first_sentence
+    _require(bool(first) and isinstance(doc.text, str) and doc.text.strip().startswith(first or ""),
+             "first_sentence is not the start of text")
+    if doc.smart_first_sentence_ms is not None:
+        smart = doc.smart_first_sentence_ms
         _require(t <= smart <= total, f"smart first sentence {smart:.0f} ms outside ttft..total")
     return f"ttft {t:.0f} <= first sentence {s:.0f} <= total {total:.0f} ms"
 
@@ -390,14 +397,15 @@ def check_sentence(out: RunFolder | Path) -> str:
 CANCEL_IDLE_SLACK_MS = 50.0
 
 
-def _cancel_times(doc: dict[str, Any]) -> tuple[list[float], float | None]:
+def _cancel_times(doc: typed.Cancel) -> tuple[list[float], float | None]:
     """The listed chunks' times and the answer's own ms per token (mean gap between its received tokens; None
     with fewer than two tokens)."""
-    chunks = doc["chunks"]
-    _require(isinstance(chunks, list), "cancel.json has no chunk list")
-    _require(doc["received_tokens"] == len(chunks),
-             f"received_tokens {doc['received_tokens']!r} but {len(chunks)} chunks are listed")
-    times = [_num(chunk["t_ms"], "chunk t_ms") for chunk in chunks]
+    chunks = doc.chunks
+    _require(chunks is not None, "cancel.json has no chunk list")
+    assert chunks is not None
+    _require(doc.received_tokens == len(chunks),
+             f"received_tokens {doc.received_tokens!r} but {len(chunks)} chunks are listed")
+    times = [chunk.t_ms for chunk in chunks]
     _require(all(a <= b for a, b in zip(times, times[1:])), "cancel chunk times decrease somewhere")
     return times, (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 2 else None
 
@@ -427,16 +435,15 @@ def check_cancel_cut(out: RunFolder | Path) -> str:
     the 0.5 s mark and after every listed token (one clock), no [DONE] in the raw stream. Expectation: the close
     came before the whole answer would have ended at the speed of its first tokens (an extrapolation: the token
     rate of a loaded machine changes within one answer)."""
-    doc = RunFolder.of(out).json(names.CANCEL)
-    received, max_tokens = doc["received_tokens"], doc["max_tokens"]
-    _require(isinstance(received, int) and 0 < received < max_tokens,
-             f"received {received} tokens of max {max_tokens}: not a cut")
+    doc = RunFolder.of(out).artifact(typed.Cancel)
+    received, max_tokens = doc.received_tokens, doc.max_tokens
+    _require(0 < received < max_tokens, f"received {received} tokens of max {max_tokens}: not a cut")
     times, token_ms = _cancel_times(doc)
-    closed = _num(doc["closed_at_ms"], "closed_at_ms")
+    closed = doc.closed_at_ms
     cut = brief.CANCEL_CLOSE_AFTER_MS
     _require(closed >= cut, f"closed at {closed:.0f} ms, before the {cut:.0f} ms cut")
     _require(times[-1] <= closed, f"a token at {times[-1]:.0f} ms is listed after the close at {closed:.0f} ms")
-    _cancel_raw(out, received, doc.get("raw"))
+    _cancel_raw(out, received, doc.raw)
     missed: list[str] = []
     if token_ms is None:
         speed = "one token before the cut: no token time"
@@ -448,11 +455,13 @@ def check_cancel_cut(out: RunFolder | Path) -> str:
     return unless_missed(f"{received}/{max_tokens} tokens, closed at {closed:.0f} ms ({speed})", missed)
 
 
-def cancel_idle_limit(doc: dict[str, Any]) -> tuple[float, float] | None:
+def cancel_idle_limit(doc: typed.Cancel | Mapping[str, Any]) -> tuple[float, float] | None:
     """(the bound on the slot going idle after the close, the answer's ms per token): two token times +
     CANCEL_IDLE_SLACK_MS, as :func:`check_cancel` holds it; None with one token before the cut. The summary's words
     about the stop come from the same bound, so they cannot say "at once" beside a finding. CheckFailed when the
-    chunks are not a cut's."""
+    chunks are not a cut's; ArtifactError when the document (cancel.json as saved) does not parse."""
+    if not isinstance(doc, typed.Cancel):
+        doc = typed.Cancel.parse(doc)
     _, token_ms = _cancel_times(doc)
     return None if token_ms is None else (2 * token_ms + CANCEL_IDLE_SLACK_MS, token_ms)
 
@@ -461,15 +470,14 @@ def check_cancel(out: RunFolder | Path) -> str:
     """The server side. Invariant: its slot (or its requests-in-flight gauge) went idle after the close, not
     before it, and its log (when ours) shows the 'cancel task' the brief names as the server's understanding.
     Expectation: idle within two token times + CANCEL_IDLE_SLACK_MS (a time bound; see above)."""
-    doc = RunFolder.of(out).json(names.CANCEL)
-    idle = _num(_known(doc, "slot_idle_after_ms", "slot_idle_after_ms"), "slot_idle_after_ms")
+    doc = RunFolder.of(out).artifact(typed.Cancel)  # cancel_logged true, false or null: its parse
+    idle = _known(doc.slot_idle_after_ms, doc.unknown, "slot_idle_after_ms", "slot_idle_after_ms")
     limit = cancel_idle_limit(doc)
     _require(idle >= 0, f"slot idle {idle:.1f} ms after the close: before the close, the answer was not cut")
-    logged = doc.get("cancel_logged")
-    _require(logged is not False, "the server log shows no 'cancel task'")
-    _require(logged in (True, None), f"cancel_logged is {logged!r}, not true, false or null")
-    logged = "cancel logged" if logged else "server log not ours to read"
-    source = (doc.get("sources") or {}).get("slot_idle_after_ms", "/slots")
+    _require(doc.cancel_logged is not False, "the server log shows no 'cancel task'")
+    logged = "cancel logged" if doc.cancel_logged else "server log not ours to read"
+    sources = doc.doc.get("sources")
+    source = (sources if isinstance(sources, Mapping) else {}).get("slot_idle_after_ms", "/slots")
     if limit is None:
         raise NotCheckable(f"idle {idle:.1f} ms after the close (from {source}), {logged}; one token before the "
                            "cut: no token time to bound the stop by")
@@ -507,7 +515,7 @@ def _kept_streams(out: Path) -> list[Path]:
 
 def check_report(out: RunFolder | Path) -> str:
     """Invariant: report.json equals what its sources give."""
-    saved = RunFolder.of(out).json(names.REPORT)
+    saved = RunFolder.of(out).artifact(typed.Report).doc  # its numbers finite or null: its parse
     expected = build_report(out)
     wrong = [k for k in expected if saved.get(k) != expected[k]]
     _require(not wrong, f"report.json differs from its sources in {', '.join(wrong)}")

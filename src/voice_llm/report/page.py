@@ -17,29 +17,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from voice_llm import __version__, registry
 from voice_llm.registry import SectionEntry
 from voice_llm.analysis import metrics, noise
+from voice_llm.analysis.keynumbers import all_key_numbers
 from voice_llm.analysis.keynumbers import headline as keynumbers_headline
 from voice_llm.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.checks.core import counts as check_counts
 from voice_llm.checks.core import ran_steps
 from voice_llm.errors import ArtifactError, ReportIncompleteError
-from voice_llm.report import style
+from voice_llm.report import charts, style
 from voice_llm.report.capability_table import read_capability_rows
-from voice_llm.report.style import BLUE, GREEN, GREY, ORANGE, RED, TIME_AXIS, WIDE, Chart, NoDataError
+from voice_llm.report.style import NoDataError
 from voice_llm.run.folder import RunFolder
 from voice_llm.util.artifacts import (CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, RUN, SENTENCE, TTFT,
                                       write_bytes_atomic)
-
-if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = ["CORE_SECTIONS", "NoDataError", "metadata_rows", "render_report", "sections"]
 
@@ -85,29 +80,18 @@ def render_report(out: RunFolder | Path, checks: Sequence[CheckResult] | None = 
     return path
 
 
-# --- reading and validating artifact values (the shared validators are voice_llm.report.style's) ----------------
-
-
-def _chunks(value: Any, where: str) -> list[tuple[float, str]]:
-    """The ``[{t_ms, text}]`` chunk list of sentence.json / cancel.json, as (time, text) pairs."""
-    if not isinstance(value, list):
-        raise ArtifactError(f"{where}: 'chunks' should be a JSON list")
-    chunks = []
-    for index, item in enumerate(value):
-        row = style.mapping(item, f"{where} chunks[{index}]")
-        text = row.get("text")
-        if not isinstance(text, str):
-            raise ArtifactError(f"{where} chunks[{index}]: 'text' should be a string")
-        chunks.append((style.number(row, "t_ms", f"{where} chunks[{index}]"), text))
-    return chunks
-
-
 # --- sections: the core's and every capability's ------------------------------------------------------------
 
 
 def _render_section(folder: RunFolder, section: SectionEntry, failures: list[tuple[str, str]]) -> str:
+    kind = charts.KIND_OF.get(section.builder)  # a core chart draws its file's typed value (one parse per folder)
     try:
-        data = folder if section.artifact is None else folder.json(section.artifact)
+        if section.artifact is None:
+            data: Any = folder
+        else:
+            data = folder.json(section.artifact) if kind is None else folder.artifact(kind)
+    except NoDataError as exc:
+        return _missing_section_html(section, str(exc), "no data")
     except ArtifactError as exc:
         return _missing_section_html(section, str(exc))
     try:
@@ -191,314 +175,14 @@ def _not_run_html(steps: Sequence[str]) -> str:
             "sections are left out (run those steps with <code>--out</code> here to add them).</p>\n")
 
 
-# --- sentence stream -----------------------------------------------------------------------------------------
-
-
-def _sentence_chart(data: Any) -> Chart:
-    where = SENTENCE
-    doc = style.mapping(data, where)
-    ttft = style.number(doc, "ttft_ms", where)
-    total = style.number(doc, "total_ms", where)
-    first = style.optional_number(doc, "first_sentence_ms", where)
-    smart = style.optional_number(doc, "smart_first_sentence_ms", where)
-    chunks = _chunks(doc.get("chunks"), where)
-
-    fig = style.figure(WIDE)
-    ax = fig.add_subplot()
-    if chunks:
-        times = [t for t, _ in chunks]
-        # Characters so far show both when chunks arrive (the dots) and how much text a TTS could already speak.
-        received = np.cumsum([len(text) for _, text in chunks])
-        ax.step(times, received, where="post", color=GREY, linewidth=1)
-        ax.plot(times, received, "o", color=GREY, markersize=3, label=f"{len(chunks)} chunks")
-    style.vline(ax, ttft, f"first token: {style.ms(ttft)} ms", BLUE, "-")
-    if first is not None:
-        style.vline(ax, first, f"first sentence, brief's rule: {style.ms(first)} ms", ORANGE, "--")
-    if smart is not None:
-        style.vline(ax, smart, f"first sentence, smart splitter: {style.ms(smart)} ms", GREEN, ":")
-    style.vline(ax, total, f"end of answer: {style.ms(total)} ms", RED, "-.")
-    ax.set_xlim(0, max([total, *(t for t, _ in chunks), 1.0]) * 1.02)  # 1 ms at least: never a zero-width axis
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel(TIME_AXIS)
-    ax.set_ylabel("characters received")
-    ax.legend(loc="upper left")
-    return Chart(fig, _sentence_caption(ttft, first, smart, total), _sentence_text_html(doc, chunks))
-
-
-def _sentence_caption(ttft: float, first: float | None, smart: float | None, total: float) -> str:
-    tail = f"the first token came at {style.ms(ttft)} ms and the answer ended at {style.ms(total)} ms."
-    if first is None and smart is None:
-        return f"No whole sentence was found, so a voice assistant would wait for the end; {tail}"
-    options = []
-    if first is not None:
-        options.append(f"after {style.ms(first)} ms with the brief's rule")
-    if smart is not None:
-        options.append(f"after {style.ms(smart)} ms with the smart splitter")
-    return f"A voice assistant could start speaking the first sentence {' or '.join(options)}; {tail}"
-
-
-def _sentence_text_html(doc: Mapping[str, Any], chunks: Sequence[tuple[float, str]]) -> str:
-    rows = "".join(
-        f'<tr><td class="num">{style.ms(t)}</td><td><code>{style.esc(text)}</code></td></tr>\n' for t, text in chunks
-    )
-    return (
-        '<dl class="texts">\n'
-        f"<dt>first sentence, brief's rule</dt><dd>{style.esc(doc.get('first_sentence') or '—')}</dd>\n"
-        f"<dt>first sentence, smart splitter</dt><dd>{style.esc(doc.get('smart_first_sentence') or '—')}</dd>\n"
-        f"<dt>whole answer</dt><dd>{style.esc(doc.get('text') or '—')}</dd>\n</dl>\n"
-        f"<details><summary>all {len(chunks)} chunks</summary>\n"
-        '<table class="chunks"><thead><tr><th>t (ms)</th><th>text</th></tr></thead><tbody>\n'
-        f"{rows}</tbody></table>\n</details>\n"
-    )
-
-
-# --- time to first token -------------------------------------------------------------------------------------
-
-
-def _ttft_chart(data: Any) -> Chart:
-    where = TTFT
-    doc = style.mapping(data, where)
-    runs = [style.mapping(run, f"{where} runs[{i}]") for i, run in enumerate(style.rows(doc.get("runs"), f"{where} runs"))]
-    ttfts = [style.number(run, "ttft_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    totals = [style.number(run, "total_ms", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    tokens = [style.optional_number(run, "tokens", f"{where} runs[{i}]") for i, run in enumerate(runs)]
-    ttft_p50 = style.number(doc, "ttft_p50", where)
-    total_p50 = style.number(doc, "total_p50", where)
-
-    fig = style.figure(WIDE)
-    left, right = fig.subplots(1, 2)
-    names = [str(i + 1) for i in range(len(runs))]
-    style.bars(left, names, ttfts, BLUE, "ms")
-    left.axhline(ttft_p50, color=ORANGE, linestyle="--")
-    left.set_title(f"time to first token (dashed: median {style.ms(ttft_p50)} ms)")
-    left.set_xlabel("run")
-    # Token counts under each run: a longer answer explains a longer total.
-    total_names = [name if n is None else f"{name}\n{style.count(n)} tok" for name, n in zip(names, tokens)]
-    style.bars(right, total_names, totals, GREY, "ms")
-    right.axhline(total_p50, color=ORANGE, linestyle="--")
-    right.set_title(f"time to the whole answer (dashed: median {style.ms(total_p50)} ms)")
-    right.set_xlabel("run (answer length in tokens)")
-    for ax in (left, right):
-        ax.set_ylabel("time (ms)")
-    caption = (
-        f"Over {len(runs)} runs the first token arrived after {style.ms(ttft_p50)} ms (median) "
-        f"and the whole answer after {style.ms(total_p50)} ms."
-    )
-    return Chart(fig, caption)
-
-
-# --- prefill cost --------------------------------------------------------------------------------------------
-
-
-def _fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
-    """Least-squares slope and intercept, or None when the points cannot define a line."""
-    if len(x) < 2 or np.ptp(x) == 0:
-        return None
-    slope, intercept = np.polyfit(np.asarray(x, dtype=float), np.asarray(y, dtype=float), 1)
-    return float(slope), float(intercept)
-
-
-def _rate_text(fit: tuple[float, float] | None) -> str:
-    if fit is None:
-        return "no fit: needs at least two different prompt sizes"
-    slope = fit[0]
-    if slope <= 0:
-        return f"fit slope {slope:.3f} ms/token: no positive prefill rate"
-    return f"prefill: {slope:.2f} ms/token ≈ {style.count(1000 / slope)} tokens/s"
-
-
-def _prefill_chart_client_only(rows: Sequence[Mapping[str, Any]]) -> Chart:
-    """Without the server's token counts (not llama-server): first-token time against the number of documents."""
-    points = sorted((style.number(row, "docs", f"{PREFILL}[{i}]"), style.number(row, "ttft_ms", f"{PREFILL}[{i}]"))
-                    for i, row in enumerate(rows))
-    docs, ttft = (list(column) for column in zip(*points))
-    fig = style.figure(WIDE)
-    ax = fig.add_subplot()
-    ax.plot(docs, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
-    _prefill_axes(ax, "documents in the system prompt")
-    reason = next((r.get("unknown", {}).get("prompt_n") for r in rows if isinstance(r.get("unknown"), Mapping)), None)
-    caption = (f"{style.count(docs[-1])} documents cost {style.ms(ttft[-1])} ms before the first word, against {style.ms(ttft[0])} ms "
-               f"with {style.count(docs[0])}; prompt token counts are not shown ({reason or 'the server sent none'}).")
-    return Chart(fig, caption)
-
-
-def _prefill_chart(data: Any) -> Chart:
-    where = PREFILL
-    rows = [style.mapping(row, f"{where}[{i}]") for i, row in enumerate(style.rows(data, where))]
-    # Null with a reason (a server without timings) draws from the client clock; a missing key is malformed.
-    if any(key in row and row[key] is None for row in rows for key in ("prompt_n", "prompt_ms")):
-        return _prefill_chart_client_only(rows)
-    points = sorted(
-        (
-            style.number(row, "prompt_n", f"{where}[{i}]"),
-            style.number(row, "prompt_ms", f"{where}[{i}]"),
-            style.number(row, "ttft_ms", f"{where}[{i}]"),
-            style.number(row, "docs", f"{where}[{i}]"),
-        )
-        for i, row in enumerate(rows)
-    )
-    prompt_n, prompt_ms, ttft, docs = (list(column) for column in zip(*points))
-    fit = _fit_line(prompt_n, prompt_ms)
-
-    fig = style.figure(WIDE)
-    ax = fig.add_subplot()
-    if fit is not None:
-        xs = np.array([0.0, max(prompt_n) * 1.05])
-        ax.plot(xs, fit[0] * xs + fit[1], color=BLUE, linewidth=1, alpha=0.7, label="least-squares fit of prompt_ms")
-    ax.plot(prompt_n, prompt_ms, "o", color=BLUE, markersize=7, label="prompt_ms (server prefill time)")
-    ax.plot(prompt_n, ttft, "s--", color=ORANGE, markersize=6, linewidth=1, label="ttft_ms (measured by the client)")
-    for x, y, d in zip(prompt_n, ttft, docs):
-        ax.annotate(f"{style.count(d)} docs", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
-    ax.text(0.99, 0.04, _rate_text(fit), transform=ax.transAxes, ha="right", va="bottom", fontsize=10,
-            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
-    _prefill_axes(ax, "prompt size (prompt_n, tokens)")
-    return Chart(fig, _prefill_caption(points[-1], fit))
-
-
-def _prefill_axes(ax: Axes, xlabel: str) -> None:
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.margins(x=0.08, y=0.12)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("time (ms)")
-    ax.legend(loc="upper left")
-
-
-def _prefill_caption(largest: tuple[float, float, float, float], fit: tuple[float, float] | None) -> str:
-    prompt_n, _, ttft, docs = largest
-    sentence = f"{style.count(docs)} documents ({style.count(prompt_n)} prompt tokens) cost {style.ms(ttft)} ms before the first word"
-    if fit is not None and fit[0] > 0:
-        sentence += f"; the server reads the prompt at about {style.count(1000 / fit[0])} tokens/s"
-    return sentence + "."
-
-
-# --- prompt cache --------------------------------------------------------------------------------------------
-
-_CACHE_CASES = (
-    ("first", "first"),
-    ("second", "second\n(identical)"),
-    ("changed_suffix", "changed\nsuffix"),
-    ("changed_prefix", "changed\nprefix"),
-)
-
-
-def _cache_chart_client_only(doc: Mapping[str, Any], ttft: Mapping[str, float]) -> Chart:
-    """Without the server's token counts: the first-token times alone show what the cache did."""
-    fig = style.figure(WIDE)
-    ax = fig.add_subplot()
-    style.bars(ax, [label for _, label in _CACHE_CASES], list(ttft.values()), BLUE, "ms")
-    ax.set_title("time to first token")
-    ax.set_ylabel("time (ms)")
-    ax.set_xlabel("request")
-    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
-    caption = (
-        f"Re-sending the same prompt got the first token after {style.ms(ttft['second'])} ms instead of "
-        f"{style.ms(ttft['first'])} ms; changing its end cost {style.ms(ttft['changed_suffix'])} ms and changing its start "
-        f"{style.ms(ttft['changed_prefix'])} ms. Token counts are not shown "
-        f"({unknown.get('prompt_n') or 'the server sent none'})."
-    )
-    return Chart(fig, caption)
-
-
-def _cache_chart(data: Any) -> Chart:
-    doc = style.mapping(data, CACHE)
-    cases = {key: style.mapping(doc.get(key), f"{CACHE} {key}") for key, _ in _CACHE_CASES}
-    ttft = {key: style.number(case, "ttft_ms", f"{CACHE} {key}") for key, case in cases.items()}
-    if any("prompt_n" in case and case["prompt_n"] is None for case in cases.values()):
-        return _cache_chart_client_only(doc, ttft)
-    prompt_n = {key: style.number(case, "prompt_n", f"{CACHE} {key}") for key, case in cases.items()}
-    cache_n = {key: style.optional_number(case, "cache_n", f"{CACHE} {key}") for key, case in cases.items()}
-    labels = [label for _, label in _CACHE_CASES]
-
-    fig = style.figure(WIDE)
-    left, right = fig.subplots(1, 2)
-    style.bars(left, labels, list(ttft.values()), BLUE, "ms")
-    left.set_title("time to first token")
-    left.set_ylabel("time (ms)")
-    # Evaluated and reused tokens side by side: together they show what the cache saved.
-    x = np.arange(len(labels))
-    evaluated = right.bar(x - 0.2, list(prompt_n.values()), width=0.4, color=ORANGE, label="prompt_n (evaluated)")
-    right.bar_label(evaluated, labels=[style.count(v) for v in prompt_n.values()], padding=2, fontsize=9)
-    if all(v is not None for v in cache_n.values()):
-        reused = [v or 0.0 for v in cache_n.values()]
-        cached = right.bar(x + 0.2, reused, width=0.4, color=GREEN, label="cache_n (reused from cache)")
-        right.bar_label(cached, labels=[style.count(v) for v in reused], padding=2, fontsize=9)
-    right.set_xticks(x, labels)
-    right.set_title("prompt tokens")
-    right.set_ylabel("tokens")
-    # Headroom above the tallest bar so the legend never covers a bar.
-    right.set_ylim(0, max(max(prompt_n.values()), *(v or 0.0 for v in cache_n.values())) * 1.45 or 1)
-    right.legend(loc="upper center", ncols=2)
-    for ax in (left, right):
-        ax.set_xlabel("request")
-    caption = (
-        f"Re-sending the same prompt got the first token after {style.ms(ttft['second'])} ms instead of "
-        f"{style.ms(ttft['first'])} ms ({style.count(prompt_n['second'])} of {style.count(prompt_n['first'])} prompt tokens "
-        f"evaluated); changing its end cost {style.ms(ttft['changed_suffix'])} ms and changing its start "
-        f"{style.ms(ttft['changed_prefix'])} ms."
-    )
-    return Chart(fig, caption)
-
-
-# --- cancellation --------------------------------------------------------------------------------------------
-
-
-def _cancel_chart(data: Any) -> Chart:
-    where = CANCEL
-    doc = style.mapping(data, where)
-    max_tokens = style.number(doc, "max_tokens", where)
-    received = style.number(doc, "received_tokens", where)
-    closed = style.number(doc, "closed_at_ms", where)
-    idle_after = style.optional_number(doc, "slot_idle_after_ms", where)
-    chunks = _chunks(doc["chunks"], where) if "chunks" in doc else []
-    idle_at = None if idle_after is None else closed + idle_after
-
-    fig = style.figure((WIDE[0], 2.9))
-    ax = fig.add_subplot()
-    # Two lanes: what the client saw, and how long the server slot stayed busy.
-    ax.barh(1, closed, left=0, height=0.5, color=BLUE, alpha=0.25, label="client receiving")
-    if chunks:
-        ax.vlines([t for t, _ in chunks], 0.78, 1.22, color=BLUE, linewidth=1, label=f"{len(chunks)} chunks received")
-    busy_until = closed if idle_at is None else idle_at
-    ax.barh(0, busy_until, left=0, height=0.5, color=GREY, alpha=0.3, label="server slot busy")
-    style.vline(ax, closed, f"client closed: {style.ms(closed)} ms", RED, "--")
-    if idle_at is not None:
-        style.vline(ax, idle_at, f"slot idle: {style.ms(idle_at)} ms", GREEN, "-")
-    ax.set_yticks([0, 1], ["server slot", "client stream\n(request sent at 0)"])
-    ax.set_ylim(-0.6, 1.6)
-    ax.set_xlim(0, max(busy_until, 1.0) * 1.25)
-    ax.grid(axis="y", visible=False)
-    ax.set_xlabel(TIME_AXIS)
-    ax.set_title(f"{style.count(received)} of {style.count(max_tokens)} tokens received", loc="left")
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return Chart(fig, _cancel_caption(doc, received, max_tokens, closed, idle_after))
-
-
-def _cancel_caption(doc: Mapping[str, Any], received: float, max_tokens: float, closed: float,
-                    idle_after: float | None) -> str:
-    start = f"The client hung up at {style.ms(closed)} ms after {style.count(received)} of {style.count(max_tokens)} tokens"
-    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), Mapping) else {}
-    if idle_after is None and unknown.get("slot_idle_after_ms"):
-        middle = f"and {unknown['slot_idle_after_ms']}"
-    elif idle_after is None:
-        middle = "and the server slot was not seen idle afterwards"
-    else:
-        middle = f"and the server slot was idle again {style.ms(idle_after)} ms later"
-    logged = doc.get("cancel_logged")
-    end = "" if not isinstance(logged, bool) else (
-        "; the server log shows the cancel" if logged else "; the server log does not show the cancel"
-    )
-    return f"{start}, {middle}{end}."
-
-
 # The core's sections, in page order, as a capability registers its own (voice_llm.registry.SectionEntry, the
 # builder the function itself); each capability's are placed among them by their ``after``.
 CORE_SECTIONS: tuple[SectionEntry, ...] = (
-    SectionEntry("sentence", "Sentence stream: when could speech start?", SENTENCE, _sentence_chart),
-    SectionEntry("ttft", "Time to first token, five runs", TTFT, _ttft_chart),
-    SectionEntry("prefill", "Prefill: what documents in the prompt cost", PREFILL, _prefill_chart),
-    SectionEntry("cache", "Prompt cache", CACHE, _cache_chart),
-    SectionEntry("cancel", "Cancellation (barge-in)", CANCEL, _cancel_chart),
+    SectionEntry("sentence", "Sentence stream: when could speech start?", SENTENCE, charts.sentence_chart),
+    SectionEntry("ttft", "Time to first token, five runs", TTFT, charts.ttft_chart),
+    SectionEntry("prefill", "Prefill: what documents in the prompt cost", PREFILL, charts.prefill_chart),
+    SectionEntry("cache", "Prompt cache", CACHE, charts.cache_chart),
+    SectionEntry("cancel", "Cancellation (barge-in)", CANCEL, charts.cancel_chart),
 )
 
 
@@ -634,19 +318,18 @@ def _key_numbers_html(out: RunFolder, ran: Sequence[str] | None = None) -> str:
     found = metrics.measure_all(out)
     labels = keynumbers_labels(out)  # "cache not disabled" where the run's server ignored cache_prompt
     unknown = numbers.get("unknown") if isinstance(numbers.get("unknown"), Mapping) else {}
+    metric_of = {number.key: number.metric_key for number in all_key_numbers()}
     for key, value in numbers.items():
         if isinstance(value, (Mapping, list)) or key in _NOT_NUMBERS:  # noise is shown on its own; ids below
             continue
         label, unit = labels.get(key, (key, ""))
         if value is None and isinstance(unknown.get(key), str):  # a step not run here: the page names it once
             continue
-        rows.append((label, _value_cell(value, unit) + _range_cell(found.get(_SPREAD_OF.get(key, key)), unit)))
+        rows.append((label, _value_cell(value, unit) + _range_cell(found.get(metric_of.get(key, key)), unit)))
     return _table(rows, "numbers")
 
 
 _NOT_NUMBERS = frozenset({"run_id", "schema_version"})
-# report.json's keys whose metric has another name in voice_llm.analysis.metrics.
-_SPREAD_OF = {"ttft_12docs_ms": "prefill_12docs_ttft_ms"}
 
 
 def _range_cell(measured: metrics.Measured | None, unit: str) -> str:
@@ -716,12 +399,12 @@ def _checks_html(checks: Sequence[CheckResult] | None) -> str:
 
 
 def _page(header: str, checks: str, sections: Sequence[str]) -> str:
-    charts = sum(section.count('<figure class="chart"') for section in sections)
+    drawn = sum(section.count('<figure class="chart"') for section in sections)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>voice-llm report</title>\n<style>{style.CSS}</style>\n<script>{style.RENDER_PROBE}</script>\n</head>\n"
-        f'<body data-charts="{charts}" data-rendered="0">\n{header}{checks}{"".join(sections)}'
+        f'<body data-charts="{drawn}" data-rendered="0">\n{header}{checks}{"".join(sections)}'
         f"<footer>voice-llm {style.esc(__version__)}: rendered from the artifact files alone; "
         "no server was queried.</footer>\n</body>\n</html>\n"
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 
-from voice_llm.errors import ArtifactError
+from voice_llm.errors import ArtifactError, NoDataError
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
     from matplotlib.axes import Axes
@@ -75,8 +75,7 @@ SERIES = (BLUE, ORANGE, GREEN, PURPLE, RED, GREY)
 _SVG_ID_RE = re.compile(r'\b(id="|href="#|url\(#)([^")]+)')
 
 
-class NoDataError(ArtifactError):
-    """The step ran but saved nothing to draw: the section says "no data" with this reason."""
+# NoDataError (voice_llm.errors): the step ran but saved nothing to draw; the section says "no data" with it.
 
 
 @dataclass(frozen=True)

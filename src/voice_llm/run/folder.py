@@ -24,13 +24,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from voice_llm.errors import ArtifactError
 from voice_llm.run import meta as runmeta
 from voice_llm.util.artifacts import RUN, inside, loads_json, read_artifact_bytes
 
-__all__ = ["RunFolder", "UnknownSchemaError", "schema_of", "states_schema"]
+# A typed artifact's class (voice_llm.run.artifacts.Artifact): not imported here, since that module reads the
+# schema rule below (no import cycle); anything with ``NAME`` and ``parse(doc, what)`` will do.
+A = TypeVar("A")
+
+__all__ = ["RunFolder", "UnknownSchemaError", "refuse_unknown", "schema_of", "states_schema"]
 
 
 class UnknownSchemaError(ArtifactError):
@@ -57,7 +61,9 @@ def states_schema(doc: Any) -> bool:
     return any(isinstance(row, Mapping) and runmeta.SCHEMA in row for row in rows)
 
 
-def _refuse_unknown(name: str, doc: Any) -> None:
+def refuse_unknown(name: str, doc: Any) -> None:
+    """The schema-version rule (see the module's docstring): an UnknownSchemaError naming ``name`` when ``doc``
+    states a version this voice-llm does not read; nothing for a known one or a file from before versions."""
     version = schema_of(doc)
     if version is None and not states_schema(doc):
         return  # no key: a file from before schema versions, read as before
@@ -83,6 +89,7 @@ class RunFolder:
         self._sha: dict[str, str] = {}
         self._record: runmeta.RunRecord | None | bool = False if record is None else record  # False: not read yet
         self._membership: runmeta.Membership | None = None
+        self._typed: dict[type, Any] = {}  # an artifact's typed value, or the ArtifactError its parse raised
 
     @classmethod
     def of(cls, source: RunFolder | Path) -> RunFolder:
@@ -141,7 +148,7 @@ class RunFolder:
         """One JSON artifact, parsed once; refused (an ArtifactError naming it) when missing, malformed, nested
         too deeply, or of a newer schema version than this voice-llm reads."""
         doc = self._parsed(name)
-        _refuse_unknown(name, doc)
+        refuse_unknown(name, doc)
         return doc
 
     def jsonl(self, name: str) -> list[Any]:
@@ -158,6 +165,22 @@ class RunFolder:
                 raise
             self._docs[key] = rows
         return self._docs[key]
+
+    def artifact(self, kind: type[A]) -> A:
+        """The file of a core artifact (``kind.NAME``, e.g. :class:`voice_llm.run.artifacts.Ttft`) as its typed
+        value, read by :meth:`json` and parsed once (:meth:`voice_llm.run.artifacts.Artifact.parse`); a refusal is
+        the same ArtifactError, naming the file and the field, every time it is asked. The kind is passed rather
+        than the file name so that a type checker knows what comes back."""
+        if kind not in self._typed:
+            try:
+                name = kind.NAME  # type: ignore[attr-defined]
+                self._typed[kind] = kind.parse(self.json(name), name)  # type: ignore[attr-defined]
+            except ArtifactError as exc:
+                self._typed[kind] = exc
+        found = self._typed[kind]
+        if isinstance(found, ArtifactError):
+            raise found
+        return found  # type: ignore[no-any-return]
 
     def sha256(self, name: str) -> str:
         if name not in self._sha:
@@ -191,7 +214,7 @@ class RunFolder:
                 doc = self._parsed(name)
             except ArtifactError:
                 continue
-            _refuse_unknown(name, doc)
+            refuse_unknown(name, doc)
 
     def membership(self) -> runmeta.Membership:
         """How the files relate to run.json (the one walk of the manifest), from the bytes read
