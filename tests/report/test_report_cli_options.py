@@ -111,6 +111,15 @@ def used_by(command: str) -> set[str]:
         dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
         return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
                 | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
+    if command not in cli.COMMANDS:  # a whole command a capability adds (``commands=``: agent): its module's reads
+        owner = next(c for c in registry.capabilities() if c.commands and command in _commands_of(c))
+        source = inspect.getsource(importlib.import_module(owner.commands.partition(":")[0]))
+        used = set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | _args_read(source)
+        for names in re.findall(r'for key in \(([^)]*)\)', source):  # flags read in a loop: values.get(key)
+            used |= set(re.findall(r'"(\w+)"', names))
+        if "quiet" in offered_flags(command):
+            used.add("quiet")
+        return used
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)
     used = _args_read(source)
@@ -119,6 +128,18 @@ def used_by(command: str) -> set[str]:
     if "progress" in _body(inspect.getsource(handler)):  # main makes the progress from --quiet
         used.add("quiet")
     return used
+
+
+def _commands_of(capability: registry.Capability) -> set[str]:
+    """The command names a capability's ``commands=`` function adds."""
+    parser = argparse.ArgumentParser(add_help=False)
+    sub = parser.add_subparsers(dest="command")
+    registry.resolve(capability.commands)(sub)
+    return set(sub.choices)
+
+
+def offered_flags(command: str) -> set[str]:
+    return offered(subparsers(cli.build_parser())[command])
 
 
 def unused_options(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
