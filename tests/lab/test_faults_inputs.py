@@ -300,8 +300,12 @@ def test_report_step_on_a_folder_missing_earlier_steps(tmp_path: Path, env: dict
     out.mkdir()
     (out / "ttft.json").write_text(json.dumps({"runs": [], "ttft_p50": 1.0, "total_p50": 2.0}))
     result = cli("report", "--out", str(out), "-q", env=env)
-    assert_clean_failure(result, "prefill.json is missing in", str(out))
-    assert not (out / "report.json").exists()
+    # A report draws what the folder has (issue 31 item 18): the steps not run are null with the reason, never a
+    # refusal of the whole page, never a traceback.
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["ttft_p50_ms"] is None or isinstance(report["ttft_p50_ms"], (int, float))
+    assert "prefill.json" in report["unknown"]["ttft_12docs_ms"], report["unknown"]
 
 
 def test_an_artifact_that_is_a_folder(tmp_path: Path, env: dict[str, str]) -> None:
