@@ -69,7 +69,7 @@ def _body(source: str) -> str:
 
 def _plugin_flags_read(command: str | None = None) -> set[str]:
     """The flags read (``values.get("...")``) by the options values of the registered capabilities that offer flags
-    to ``command`` and of those they require (converse speaks with tts's options); None: every capability, as the
+    to ``command`` and of those they require (dial and agent require tts); None: every capability, as the
     lab's handler builds them all."""
     capabilities = {c.name: c for c in registry.capabilities()}
     readers = set(capabilities)
@@ -112,6 +112,11 @@ def used_by(command: str) -> set[str]:
         dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
         return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
                 | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
+    if command == "agent":  # a command the agent capability adds: the flags its settings_from and main read
+        source = inspect.getsource(importlib.import_module("voice_llm.agent.command"))
+        looped = " ".join(re.findall(r"for key in \(([^)]*)\)", source))  # values.get(key) over a tuple of names
+        # (--quiet: main makes the progress it is given from it)
+        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | set(re.findall(r'"(\w+)"', looped)) | {"quiet"}
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)
     used = _args_read(source)
