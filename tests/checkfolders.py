@@ -87,15 +87,17 @@ def planned_by_step(out: Path) -> None:
     write(out, "run.json", run)
 
 
-def converse_alone(out: Path) -> Path:
-    """A run of `voice-llm converse` alone into an empty OUT, as the step leaves it: converse.json, converse/ (a real
-    call, from sample_out), and a run.json that plans the lab's steps too and records converse as the one that ran."""
+def dial_alone(out: Path) -> Path:
+    """A run of `voice-llm converse` alone into an empty OUT, as the step leaves it: dial.json and dial/ (a real call,
+    from sample_out: `voice-llm converse --out TMP` on a real llama-server with SmolLM2-135M, dial against
+    voice-llm's agent on loopback; its files copied, its run_id dropped as sample_out's files have none), and a
+    run.json that plans the lab's steps too and records converse as the one that ran."""
     from voice_llm.lab.steps import lab_steps, steps
 
     sample_out = FIXTURES / "sample_out"
     out.mkdir()
-    shutil.copy(sample_out / "converse.json", out)
-    shutil.copytree(sample_out / "converse", out / "converse")
+    shutil.copy(sample_out / "dial.json", out)
+    shutil.copytree(sample_out / "dial", out / "dial")
     run = read(SAMPLE_RUN, "run.json")
     table = steps()
     planned = list(dict.fromkeys([*lab_steps(), "converse"]))

@@ -35,7 +35,6 @@ Reference = Callable[..., Any] | str
 # The capability packages, in the order their steps, checks and sections come after the core's.
 CAPABILITIES: tuple[str, ...] = (
     "voice_llm.tts",
-    "voice_llm.converse",
     "voice_llm.agent",
     "voice_llm.dial",
     "voice_llm.repeats",

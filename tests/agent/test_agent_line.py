@@ -339,3 +339,27 @@ def test_the_first_piece_of_a_reply_loses_its_lead_in_silence_but_not_the_pauses
     pause_ms = (loud[quiet[0] + 1] - loud[quiet[0]]) / 8
     assert abs(loud[quiet[0]] - loud[0] - first) <= 16  # the first sentence whole
     assert 60 <= pause_ms <= 60 + 20 + 2  # the second keeps its 60 ms lead-in (and the first's last frame's padding)
+
+
+def test_an_empty_reply_is_said_as_the_servers_not_the_engines(capsys: pytest.CaptureFixture[str]) -> None:
+    """The server streams no text: the turn makes no sound, nobody hears it, and the agent's log says why in the speak
+    step's words (moved from converse's reply: an empty server answer is not the TTS failing)."""
+    with FakeServer([answer([]), answer(["Okay."])]) as fake, serving(settings(fake.url)) as served:
+        with dial(served.url) as ws:
+            caller = TwilioCaller(ws)
+            caller.begin()
+            caller.say(speech(400))
+            caller.say(silence(500))
+            err: list[str] = []
+            wait_for(lambda: err.append(capsys.readouterr().err) or "empty reply" in "".join(err))
+            assert not [m for m in caller.received if m["event"] == "media"]  # nothing was sent for it
+            caller.say(speech(400))  # the call goes on: the next line is answered
+            caller.say(silence(500))
+            assert caller.until("mark")["event"] == "mark"
+            caller.hang_up()
+    err.append(capsys.readouterr().err)
+    said = [line for line in "".join(err).splitlines() if "empty reply" in line]
+    assert said == ["voice-llm agent: call 1: turn attempt 1 failed: the server sent an empty reply: the reply has "
+                    "no text to speak"], said
+    assert "Traceback" not in "".join(err)
+    assert agent_threads() == []

@@ -1,7 +1,7 @@
 """Round 4 (issue 31) on `check`: the exact bad inputs found by adversarial testing, each giving its one line and
 exit status, the folder left as it was.
 
-- item 4: a step present in the folder whose capability is left out gives N/C lines, never silence (converse, tts);
+- item 4: a step present in the folder whose capability is left out gives N/C lines, never silence (dial, tts);
 - item 10: ``"schema_version": null`` is refused; only a missing key means a file from before versions;
 - item 19: after Ctrl-C, a step not run is N/C (not FAIL), no line names an exception class, and a folder that
   holds only the complete streams an interrupted `sentence` kept as raw/*.sse.partial is a run folder.
@@ -14,13 +14,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, converse_alone, planned_by_step, read, reseal, write
+from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, dial_alone, planned_by_step, read, reseal, write
 
 from voice_llm import registry
 from voice_llm.checks.base import FAIL, NOT_CHECKABLE, PASS
 from voice_llm.checks.core import run_checks
 from voice_llm.cli import main as cli
-from voice_llm.converse import CAPABILITY as CONVERSE
+from voice_llm.dial import CAPABILITY as DIAL
 from voice_llm.errors import ArtifactError
 from voice_llm.tts import CAPABILITY as TTS
 
@@ -42,25 +42,26 @@ def _check(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str
 # --- item 4: a capability left out never checks in silence -----------------------------------------------------
 
 
-def test_a_converse_step_checked_without_converse_gives_na_lines_not_silence(
+def test_a_converse_step_checked_without_dial_gives_na_lines_not_silence(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    out = converse_alone(tmp_path / "out")
-    doc = read(out, "converse.json")
-    doc["turns"][0]["gap_ms"] = -250.0  # the issue's tampered copy: a negative gap
-    write(out, "converse.json", doc)
-    reseal(out, "converse.json")
+    out = dial_alone(tmp_path / "out")
+    doc = read(out, "dial.json")
+    doc["turns"][0]["heard"]["gap_ms"] = -250.0  # the issue's tampered copy: a negative gap
+    write(out, "dial.json", doc)
+    reseal(out, "dial.json")
     before = _snapshot(out)
-    monkeypatch.setenv(registry.WITHOUT_ENV, "converse")
+    monkeypatch.setenv(registry.WITHOUT_ENV, "dial")
     status, lines, err = _check(out, capsys)
-    left_out = [line for line in lines if line.startswith("N/C   converse:")]
-    assert len(left_out) == len(CONVERSE.checks), lines
-    assert all("not checkable: capability converse left out" in line for line in left_out), left_out
-    assert not [line for line in lines if line.startswith("PASS  converse")]
+    left_out = [line for line in lines if line.startswith("N/C   dial:")]
+    # the checks of the step that ran (converse), each once
+    assert len(left_out) == len([e for e in DIAL.checks if e.step == "converse"]), lines
+    assert all("not checkable: capability dial left out" in line for line in left_out), left_out
+    assert not [line for line in lines if line.startswith("PASS  dial")]
     assert status == cli.EXIT_OK and err == ""  # nothing failed: not checkable is said, never passed
     assert _snapshot(out) == before
 
 
-def test_tts_left_out_names_the_speak_checks_and_converse_with_it(tmp_path: Path) -> None:
+def test_tts_left_out_names_the_speak_checks_and_dial_with_it(tmp_path: Path) -> None:
     out = Path(shutil.copytree(SAMPLE_OUT, tmp_path / "out"))
     shutil.copy(SAMPLE_AUDIO, out / "audio.json")  # a folder without run.json: the speak step's file is there
     with registry.without("tts"):
@@ -68,18 +69,22 @@ def test_tts_left_out_names_the_speak_checks_and_converse_with_it(tmp_path: Path
     for entry in TTS.checks:
         found = next(r for r in results if r.name == entry.name)
         assert found.status == NOT_CHECKABLE and "capability tts left out" in found.detail, found
-    converse = [r for r in results if r.name.startswith("converse:")]
-    assert converse and all(r.status == NOT_CHECKABLE and "left out with tts, which it requires" in r.detail
-                            for r in converse), converse
-    with registry.without("converse"):  # with tts: the same folder's speak checks run
+    dial = [r for r in results if r.name.startswith("dial:")]
+    assert dial and all(r.status == NOT_CHECKABLE and "left out with tts, which it requires" in r.detail
+                        for r in dial), dial
+    # a folder without run.json: dial's checks apply by dial.json, registered for two steps (dial, converse), each
+    # named once, and no step of it is said to be unchecked
+    assert len(dial) == len({r.name for r in dial}) == len([e for e in DIAL.checks if e.step == "dial"])
+    assert not [r for r in results if r.name.endswith(": its files")]
+    with registry.without("dial"):  # with tts: the same folder's speak checks run
         assert any(r.name == TTS.checks[0].name and "left out" not in r.detail for r in run_checks(out))
 
 
 def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_path: Path) -> None:
-    out = converse_alone(tmp_path / "out")
-    with registry.without("converse"):
+    out = dial_alone(tmp_path / "out")
+    with registry.without("dial"):
         results = run_checks(out)
-    # Every converse check is named N/C; no separate line for the step, which its checks cover.
+    # Every dial check of the converse step is named N/C; no separate line for the step, which its checks cover.
     assert not [r for r in results if r.name == "converse: its files"]
     with registry.without("call"):  # a call that ran with its capability left out is said too
         run = read(out, "run.json")
@@ -96,10 +101,10 @@ def test_a_left_out_capability_whose_step_has_no_check_still_gets_a_line(tmp_pat
 # --- item 10: schema_version null is refused -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["run.json", "converse.json"])
+@pytest.mark.parametrize("name", ["run.json", "dial.json"])
 def test_a_null_schema_version_is_refused_in_one_line(tmp_path: Path, name: str,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    out = converse_alone(tmp_path / "out")
+    out = dial_alone(tmp_path / "out")
     doc = read(out, name)
     doc["schema_version"] = None
     write(out, name, doc)

@@ -44,11 +44,20 @@ def test_the_cores_entries_are_the_same_types_holding_their_functions() -> None:
 
 def test_a_capability_lists_each_thing_once() -> None:
     for capability in _every_capability():
-        for kind in ("checks", "sections", "steps"):
+        for kind in ("sections", "steps"):
             names = [entry.name for entry in getattr(capability, kind)]
             assert len(names) == len(set(names)), (capability.name, kind, names)
-        functions = [entry.function for entry in capability.checks]
+        # A check once per step. Two steps writing the same artifact may share a check (dial's `dial` and the lab's
+        # `converse` both write dial.json): then the name is the same check of the same artifact in both, which
+        # the core runs once in a folder where both apply (voice_llm.checks.core.capability_checks).
+        names = [(entry.step, entry.name) for entry in capability.checks]
+        assert len(names) == len(set(names)), (capability.name, names)
+        functions = [(entry.step, entry.function) for entry in capability.checks]
         assert len(functions) == len(set(functions)), (capability.name, functions)
+        by_name: dict[str, set[tuple[object, object]]] = {}
+        for entry in capability.checks:
+            by_name.setdefault(entry.name, set()).add((entry.function, entry.artifact))
+        assert all(len(found) == 1 for found in by_name.values()), (capability.name, by_name)
 
 
 # --- a planted typo is named --------------------------------------------------------------------------------
@@ -73,11 +82,11 @@ def _planted(capability: registry.Capability, kind: str) -> tuple[registry.Capab
 
 
 @pytest.mark.parametrize("package, kind", [
-    ("voice_llm.tts", "check"), ("voice_llm.converse", "check"), ("voice_llm.load", "check"), ("voice_llm.call", "check"),
+    ("voice_llm.tts", "check"), ("voice_llm.dial", "check"), ("voice_llm.load", "check"), ("voice_llm.call", "check"),
     ("voice_llm.tts", "section"), ("voice_llm.repeats", "section"), ("voice_llm.call", "section"),
     ("voice_llm.tts", "step"), ("voice_llm.call", "step"),
-    ("voice_llm.tts", "metrics"), ("voice_llm.converse", "key_numbers"), ("voice_llm.tts", "cli"),
-    ("voice_llm.load", "commands"), ("voice_llm.converse", "options"), ("voice_llm.tts", "install"),
+    ("voice_llm.tts", "metrics"), ("voice_llm.dial", "key_numbers"), ("voice_llm.tts", "cli"),
+    ("voice_llm.load", "commands"), ("voice_llm.dial", "options"), ("voice_llm.tts", "install"),
 ])
 def test_a_planted_typo_is_named(package: str, kind: str) -> None:
     capability = importlib.import_module(package).CAPABILITY

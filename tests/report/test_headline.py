@@ -1,6 +1,7 @@
 """The caller's number first (issue 26.6): report.html opens with one line, "the caller hears the assistant N ms
 after they stop talking (median, p90)", above the noise warning and the tables, drawn from the key numbers a
-capability marks as the headline (today converse's mouth-to-ear). No server: folders from tests/fixtures."""
+capability marks as the headline (dial's heard mouth-to-ear: the lab's converse step, dial against voice-llm's agent,
+or `voice-llm dial`). No server: folders from tests/fixtures."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from voice_llm import registry
 from voice_llm.analysis import keynumbers
 from voice_llm.analysis.keynumbers import KeyNumber
 from voice_llm.report.page import SUBTITLE, render_report
-from voice_llm.util.artifacts import CONVERSE, CONVERSE_DIR
+from voice_llm.util.artifacts import DIAL, DIAL_DIR
 
 TESTS = Path(__file__).resolve().parents[1]
 SAMPLE_RUN = TESTS / "fixtures" / "sample_run"
-EXAMPLE = TESTS / "converse" / "data" / "example"
+SAMPLE_OUT = TESTS / "fixtures" / "sample_out"  # its dial.json and dial/: a real converse call (dial + agent)
 
 
 @pytest.fixture()
@@ -28,41 +29,41 @@ def lab(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def called(lab: Path) -> Path:
-    """The lab's folder with a converse call in it (the example call: 2 turns), joined to its run."""
-    doc = json.loads((EXAMPLE / CONVERSE).read_text())
+    """The lab's folder with a converse call in it (sample_out's real call), joined to its run."""
+    doc = json.loads((SAMPLE_OUT / DIAL).read_text())
     doc["run_id"] = json.loads((lab / "run.json").read_text())["run_id"]
-    doc["summary"]["mouth_to_ear_ms"] = {"median": 1432.4, "p90": 1890.6, "n": 2}
-    (lab / CONVERSE).write_text(json.dumps(doc))
-    shutil.copytree(EXAMPLE / CONVERSE_DIR, lab / CONVERSE_DIR)
+    doc["summary"]["heard_gap_ms"] = {"median": 1432.4, "p90": 1890.6, "n": 2}
+    (lab / DIAL).write_text(json.dumps(doc))
+    shutil.copytree(SAMPLE_OUT / DIAL_DIR, lab / DIAL_DIR)
     return lab
 
 
 def test_the_headline_is_the_marked_key_numbers(called: Path) -> None:
     found = keynumbers.headline(called)
-    assert (found.source, found.median_ms, found.p90_ms) == (CONVERSE, 1432.4, 1890.6)
+    assert (found.source, found.median_ms, found.p90_ms) == (DIAL, 1432.4, 1890.6)
     assert found.sentence() == "The caller hears the assistant 1432 ms after they stop talking (median; p90 1891 ms)."
     marked = [(k.key, k.headline) for k in keynumbers.all_key_numbers() if k.headline]
-    assert marked == [("mouth_to_ear_ms", "median"), ("mouth_to_ear_p90_ms", "p90")]
+    assert marked == [("heard_mouth_to_ear_ms", "median"), ("heard_mouth_to_ear_p90_ms", "p90")]
 
 
 def test_a_run_without_the_call_says_what_measures_it(lab: Path) -> None:
     assert keynumbers.headline(lab).sentence() == \
         "The caller's number (mouth to ear) was not measured in this run (`voice-llm converse` measures it)."
-    with registry.without("converse"):
+    with registry.without("dial"):
         assert "measured by no registered capability" in keynumbers.headline(lab).sentence()
 
 
 def test_an_impossible_value_is_not_a_headline(called: Path) -> None:
-    doc = json.loads((called / CONVERSE).read_text())
-    doc["summary"]["mouth_to_ear_ms"]["median"] = -3
-    (called / CONVERSE).write_text(json.dumps(doc))
+    doc = json.loads((called / DIAL).read_text())
+    doc["summary"]["heard_gap_ms"]["median"] = -3
+    (called / DIAL).write_text(json.dumps(doc))
     found = keynumbers.headline(called)
     assert found.median_ms is None and "cannot be read" in found.sentence() and "-3" in found.sentence()
 
 
 def test_any_capability_can_mark_the_headline(lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The mechanism is the flag, not converse: a number another artifact holds (dial's, when it has one) is taken
-    the same way, the first registered one the run measured."""
+    """The mechanism is the flag, not dial: a number another artifact holds is taken the same way, the first
+    registered one the run measured."""
     (lab / "other.json").write_text(json.dumps({"heard": {"p50": 880.0, "p90": 1200.0}}))
     numbers = (KeyNumber("heard_ms", "heard", "ms", "other.json", ("heard", "p50"), optional=True, headline="median"),
                KeyNumber("heard_p90_ms", "heard p90", "ms", "other.json", ("heard", "p90"), optional=True, headline="p90"))

@@ -66,8 +66,10 @@ def out(tmp_path: Path) -> Path:
 def test_check_names_what_it_cannot_see_and_passes_the_rest(out: Path) -> None:
     results = run_checks(out)
     # (The sample folder has no run.json and no repeats: the whole-run and repeat checks are not checkable either.)
+    # (Its real call's agent reported no transcript of the caller's lines: dial's WER is not checkable either.)
     unchecked = {r.name: r.detail for r in results
-                 if r.status == NOT_CHECKABLE and "run" not in r.name and "repeats" not in r.name}
+                 if r.status == NOT_CHECKABLE and "run" not in r.name and "repeats" not in r.name
+                 and r.name != "dial: WER recomputed from the agent's transcripts"}
     assert set(unchecked) == {
         "props: context size", "prefill: prompt tokens grow 0 -> 4 -> 12 docs",
         "prefill: server prefill time grows 0 -> 4 -> 12 docs", "cache hit far below miss: prompt tokens",

@@ -15,6 +15,7 @@ import importlib
 import inspect
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import pytest
 from voice_llm import registry
 from voice_llm.cli import main as cli
 from voice_llm.lab.steps import STEPS
-from clihelpers import cli as cli_in_process, cli_env
+from clihelpers import cli_env
 
 _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
 # StepOptions field, or tts's TTSOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds
@@ -68,7 +69,7 @@ def _body(source: str) -> str:
 
 def _plugin_flags_read(command: str | None = None) -> set[str]:
     """The flags read (``values.get("...")``) by the options values of the registered capabilities that offer flags
-    to ``command`` and of those they require (converse speaks with tts's options); None: every capability, as the
+    to ``command`` and of those they require (dial and agent require tts); None: every capability, as the
     lab's handler builds them all."""
     capabilities = {c.name: c for c in registry.capabilities()}
     readers = set(capabilities)
@@ -111,15 +112,11 @@ def used_by(command: str) -> set[str]:
         dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
         return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
                 | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
-    if command not in cli.COMMANDS:  # a whole command a capability adds (``commands=``: agent): its module's reads
-        owner = next(c for c in registry.capabilities() if c.commands and command in _commands_of(c))
-        source = inspect.getsource(importlib.import_module(owner.commands.partition(":")[0]))
-        used = set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | _args_read(source)
-        for names in re.findall(r'for key in \(([^)]*)\)', source):  # flags read in a loop: values.get(key)
-            used |= set(re.findall(r'"(\w+)"', names))
-        if "quiet" in offered_flags(command):
-            used.add("quiet")
-        return used
+    if command == "agent":  # a command the agent capability adds: the flags its settings_from and main read
+        source = inspect.getsource(importlib.import_module("voice_llm.agent.command"))
+        looped = " ".join(re.findall(r"for key in \(([^)]*)\)", source))  # values.get(key) over a tuple of names
+        # (--quiet: main makes the progress it is given from it)
+        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | set(re.findall(r'"(\w+)"', looped)) | {"quiet"}
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)
     used = _args_read(source)
@@ -128,18 +125,6 @@ def used_by(command: str) -> set[str]:
     if "progress" in _body(inspect.getsource(handler)):  # main makes the progress from --quiet
         used.add("quiet")
     return used
-
-
-def _commands_of(capability: registry.Capability) -> set[str]:
-    """The command names a capability's ``commands=`` function adds."""
-    parser = argparse.ArgumentParser(add_help=False)
-    sub = parser.add_subparsers(dest="command")
-    registry.resolve(capability.commands)(sub)
-    return set(sub.choices)
-
-
-def offered_flags(command: str) -> set[str]:
-    return offered(subparsers(cli.build_parser())[command])
 
 
 def unused_options(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
@@ -179,7 +164,8 @@ def test_no_command_offers_an_option_twice_or_none_at_all() -> None:
 
 def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**cli_env(tmp_path / "state"), "COLUMNS": "250"}  # help lines unwrapped
-    return cli_in_process(*args, env=env)
+    return subprocess.run([sys.executable, "-m", "voice_llm", *args], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("value", ["inf", "1e300", "-inf", "nan", "0", "-5", "86401", "soon"])

@@ -2,7 +2,7 @@
 new user would, each giving its page or its one line and exit status, earlier artifacts left as they were.
 
 - item 18: a report draws the sections it has data for and names the steps not run (every step but prefill and
-  cache; converse alone; `load` into an empty folder: no "not available" boxes, no "max callers None");
+  cache; converse (dial + agent) alone; `load` into an empty folder: no "not available" boxes, no "max callers None");
 - item 16 (second half): `report` never writes before it knows it can finish (report.json is not rewritten when
   the page then refuses);
 - item 20: words that contradict the numbers (the barge-in sentence beside a slot idle check flags, the first-audio
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from builders import fake_load_run
-from checkfolders import SAMPLE_AUDIO, SAMPLE_RUN, clean_run, converse_alone, planned_by_step, read, reseal, write
+from checkfolders import SAMPLE_AUDIO, SAMPLE_RUN, clean_run, dial_alone, planned_by_step, read, reseal, write
 
 from voice_llm import registry
 from voice_llm.analysis import compare, noise
@@ -82,11 +82,14 @@ def test_a_folder_of_every_step_but_prefill_and_cache_gets_its_report(
 
 
 def test_converse_alone_gets_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = converse_alone(tmp_path / "out")
+    out = dial_alone(tmp_path / "out")
     assert cli.main(["report", "--out", str(out)]) == cli.EXIT_OK, capsys.readouterr().err
-    assert read(out, "report.json")["mouth_to_ear_ms"] == read(out, "converse.json")["summary"]["mouth_to_ear_ms"]["median"]
+    assert read(out, "report.json")["heard_mouth_to_ear_ms"] == read(out, "dial.json")["summary"]["heard_gap_ms"]["median"]
     page = (out / "report.html").read_text()
-    assert "converse" in _sections(page) and "ttft" not in _sections(page) and "spread" not in _sections(page)
+    assert {"dial", "dial-wave"} <= set(_sections(page))  # the call as heard, and its recording
+    # the spread draws the measurements there are: the heard turns are the samples of dial's metrics
+    assert "ttft" not in _sections(page) and "spread" in _sections(page)
+    assert "heard mouth-to-ear" in page
     assert "Not run in this folder: <strong>ttft, prefill, cache, sentence, speak, cancel" in page, page
     assert "not available" not in page and "the health step did not run in this folder" in page
 

@@ -318,12 +318,6 @@ def test_the_users_plan_wins_and_is_checked_against_the_turns_taken(tmp_path: Pa
     assert one_line(info) == f"{folder / 'barge-in.txt'} names turn 4, but a 3-turn call has no turn 5 to cut in with"
 
 
-def test_converse_form_keeps_the_users_transcripts(tmp_path: Path) -> None:
-    folder = folder_of(tmp_path, 2)
-    (folder / "script.txt").write_text("mine one\nmine two\n")
-    assert [u.script for u in c.load_folder_scored(folder, ("clinic one", "clinic two"))] == ["mine one", "mine two"]
-
-
 @pytest.mark.slow  # Silero
 def test_noise_without_a_voice_is_refused_by_the_vad(tmp_path: Path) -> None:
     from voice_llm.speech.vad import SileroVAD, require_speech

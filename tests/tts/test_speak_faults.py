@@ -67,7 +67,7 @@ def test_tts_failing_mid_answer(piper, tmp_path: Path, monkeypatch: pytest.Monke
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: FailsOn(piper, "medicines"))
     # engine_for keeps loaded engines per process: a fresh cache here, so an engine loaded by an earlier test
-    # (the session lab, converse) is not the one this test meant to replace
+    # (the session lab, another test) is not the one this test meant to replace
     monkeypatch.setattr(speak, "_loaded", functools.lru_cache(maxsize=2)(speak._loaded.__wrapped__))
     with FakeServer(Reply.stream(at(0.0, llama_events(ANSWER)))) as fake:
         with pytest.raises(SynthesisError, match=r"piper failed on 'Fast for 8 hours") as failure:
@@ -83,7 +83,7 @@ def test_answer_with_nothing_speakable(piper, tmp_path: Path, monkeypatch: pytes
     earlier = _earlier_audio(tmp_path)
     monkeypatch.setattr(speak, "load_engine", lambda *a: piper)
     # engine_for keeps loaded engines per process: a fresh cache here, so an engine loaded by an earlier test
-    # (the session lab, converse) is not the one this test meant to replace
+    # (the session lab, another test) is not the one this test meant to replace
     monkeypatch.setattr(speak, "_loaded", functools.lru_cache(maxsize=2)(speak._loaded.__wrapped__))
     with FakeServer(Reply.stream(at(0.0, llama_events(["...", " ", "!!"])))) as fake:
         with pytest.raises(NothingToSpeakError, match="no speakable text: '... !!'"):

@@ -56,7 +56,7 @@ from voice_llm.speech import vad as vadmod
 from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.speech.stt import Transcriber, default_threads, load_transcriber
 from voice_llm.sse import Chunk, StreamCancel, StreamError, StreamResult
-from voice_llm.tts import AudioChunk, SpokenSegment, TTSEngine, load_engine, speak_stoppable
+from voice_llm.tts import AudioChunk, SpokenSegment, TTSEngine, load_engine, nothing_to_speak, speak_stoppable
 from voice_llm.util.artifacts import write_bytes_atomic
 
 PRE_ROLL_FRAMES = 5  # frames kept before the VAD's speech start (its onset lags the true start by 24-110 ms)
@@ -410,6 +410,10 @@ class Call:
         result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.clause_words, on_audio)
         turn.result, turn.segments = result, segments
         turn.synthesis_end = time.perf_counter()
+        if not turn.stop.is_set() and not any(s.audio for s in segments):
+            # no sound to send: the turn is dropped (nobody heard it), and the log says why in the speak step's
+            # words (an empty server reply is not the engine's failure; moved from converse's interrupt.py)
+            turn.error = str(nothing_to_speak(tts, result.text, "reply"))
         if result.started_at is not None:  # the reader's own stamps: one clock for the stream's events
             turn.events["request_sent"] = result.started_at
             if result.chunks:

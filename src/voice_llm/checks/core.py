@@ -559,12 +559,18 @@ def capability_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> tup
     the steps the run ran (an entry without a step: always), or, for a folder without run.json, those whose
     artifact is there (an entry without an artifact: always, as the core's)."""
     folder = RunFolder.of(out)
-    found = []
+    found: list[CheckEntry] = []
     for capability in registry.capabilities():
         for entry in capability.checks:
-            if _applies(entry, folder, steps):
+            if _applies(entry, folder, steps) and not _same_check_in(entry, found):
                 found.append(entry)  # run by name when it runs: one that does not resolve is its own FAIL
     return tuple(found)
+
+
+def _same_check_in(entry: CheckEntry, found: Sequence[CheckEntry]) -> bool:
+    """The same check of the same artifact, registered for another step that writes it (dial's `dial` and
+    `converse` both write dial.json): in a folder without run.json both apply by the artifact, and it runs once."""
+    return any(e.name == entry.name and e.function == entry.function and e.artifact == entry.artifact for e in found)
 
 
 def _left_out() -> tuple[registry.Capability, ...]:
@@ -591,14 +597,18 @@ def left_out_checks(out: RunFolder | Path, steps: Sequence[str] | None) -> list[
     found: list[CheckResult] = []
     for capability in left_out:
         why = _why_left_out(capability, left_out)
-        applied = [entry for entry in capability.checks if _applies(entry, folder, steps)]
+        applied: list[CheckEntry] = []
+        for entry in capability.checks:
+            if _applies(entry, folder, steps) and not _same_check_in(entry, applied):
+                applied.append(entry)
         found += [CheckResult(entry.name, NOT_CHECKABLE, f"{why}; its relation is not checked") for entry in applied]
         checked = {entry.step for entry in applied}
         if steps is not None:
             ran = [step.name for step in capability.steps if step.name in steps and step.name not in checked]
         else:
+            covered = {entry.artifact for entry in applied}  # a check of its artifact, registered for a sibling step
             ran = [step.name for step in capability.steps if step.name not in checked
-                   and any(folder.exists(name) for name in step.artifacts)]
+                   and not covered & set(step.artifacts) and any(folder.exists(name) for name in step.artifacts)]
         found += [CheckResult(f"{step}: its files", NOT_CHECKABLE, f"{why}; step {step} ran in this folder and is "
                               "not checked") for step in ran]
     return found

@@ -6,23 +6,20 @@ step is dial against voice-llm's own agent on loopback. Heavy libraries are impo
 
 from __future__ import annotations
 
-from voice_llm.registry import CAPABILITIES, Capability, CheckEntry, SectionEntry, StepEntry
+from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 
-# The lab's converse step (dial against voice-llm's agent) replaces the old converse capability's: while that one is
-# still registered, its step and its flags keep the name, and dial adds only `dial`. Removing
-# "voice_llm.converse" from registry.CAPABILITIES is all it takes to switch (voice_llm.dial.step reads this too).
-REPLACES_CONVERSE = "voice_llm.converse" not in CAPABILITIES
+# The lab's converse step: dial against voice-llm's agent (it replaced the old in-process converse capability, whose
+# self-comparing checks went with it, issue 27 item 7); `voice-llm converse` is the short command for it.
 CONVERSE_STEP = StepEntry("converse", "the call as heard: dial against voice-llm's agent on loopback",
                           "voice_llm.dial.converse", (DIAL,), after="speak", reads_kb=True)
 
 
 # --- dial's checks, report sections, key numbers and metrics (D2: dial/checks.py, report.py, numbers.py) -------
 _CHECKS = "voice_llm.dial.checks"
-# The steps that write dial.json get the same checks: `voice-llm dial URL`, and the lab's `converse` once it is dial's
-# (REPLACES_CONVERSE; before, the old converse capability's step of that name writes converse.json and these checks
-# would fail it). tests/dial/test_dial_checks.py holds every dial.json step of this capability to it.
-_STEPS = ("dial", "converse") if REPLACES_CONVERSE else ("dial",)
+# The steps that write dial.json get the same checks: `voice-llm dial URL`, and the lab's `converse`.
+# tests/dial/test_dial_checks.py holds every dial.json step of this capability to it.
+_STEPS = ("dial", "converse")
 HEARD_TITLE = "The call as heard: from the end of the caller's speech to the first sound they heard"
 WAVE_TITLE = "The call as recorded at the caller's ear (caller left, heard right)"
 _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for step in _STEPS for name, function in (
@@ -43,8 +40,9 @@ _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for s
     ("dial: the dialer kept up with real time", "check_real_time"),
     ("dial: median heard mouth-to-ear within the 1.2 s target", "check_target"),
 ))
-# Only for a folder with a dial call of this run (optional; the waveform, which reads the folder, draws nothing
-# without one): `voice-llm dial` runs outside the lab for now.
+# Only for a folder with a dial call of this run (optional: another run's leftover dial.json is not drawn; the
+# waveform, which reads the folder, draws nothing without one): the lab's converse step writes it, `voice-llm dial`
+# outside the lab.
 _DIAL_SECTIONS = (
     SectionEntry("dial", HEARD_TITLE, DIAL, "voice_llm.dial.report:heard_chart", after="firstaudio", optional=True),
     SectionEntry("dial-wave", WAVE_TITLE, None, "voice_llm.dial.report:waveform_section", after="dial"),
@@ -63,7 +61,7 @@ CAPABILITY = Capability(
     steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
                      (DIAL,), in_lab=False, needs_server=False),
            # the lab's call: dial against voice-llm's own agent (a subprocess on loopback, on the lab's server)
-           *((CONVERSE_STEP,) if REPLACES_CONVERSE else ())),
+           CONVERSE_STEP),
     cli="voice_llm.dial.step:add_flags",
     options="voice_llm.dial.step:options_value",
     artifacts=(DIAL, DIAL_DIR, DIAL_PARTIAL),

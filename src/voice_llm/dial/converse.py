@@ -24,14 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.dial.call import DialError
-from voice_llm.dial.step import (DIAL_DIR, DialOptions, Tracing, dial_step, options_of, prepare_call)
-from voice_llm.lab.context import LabContext
+from voice_llm.dial.step import (DIAL_DIR, NAME, DialOptions, Tracing, dial_step, options_of, prepare_call)
+from voice_llm.lab.context import LabContext, StepOptions
 from voice_llm.line import wire
+from voice_llm.speech.stt import check_installed
 from voice_llm.util.artifacts import loads_json
 
 READY_TIMEOUT_S = 600.0  # loading Whisper and Piper, warming them and priming the LLM, on a loaded 2-core machine
 STOP_GRACE_S = 10.0  # SIGTERM -> exit: the agent closes its calls and flushes its spans
 AGENT_LOG = f"{DIAL_DIR}/agent.log"
+
+
+def prepare(options: StepOptions) -> None:
+    """What the call needs, asked before the lab (or `voice-llm converse`) asks a server anything or writes a file
+    (voice_llm.lab.pipeline.prepare_steps; issue 31 item 14): the STT --stt names, installed with its weights. The
+    agent transcribes the caller's lines with it and the caller the heard replies, so without it the step would
+    fail only after every earlier step of the lab. (The Piper voice is the speak step's prepare's.)"""
+    check_installed(options.plugin(NAME, DialOptions()).stt)
 
 
 def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_endpoint: str | None) -> list[str]:
@@ -148,7 +157,8 @@ def run(ctx: LabContext) -> list[Path]:
                 try:
                     ready = agent.wait_ready()
                     written = dial_step(ctx, options, ready["listen"], identity=identity_of(ready),
-                                        prepared=prepared, tracing=tracing)
+                                        prepared=prepared, tracing=tracing,
+                                        more_files={"agent_log": AGENT_LOG})
                 finally:
                     status = agent.stop()
                     if log_path.is_file():

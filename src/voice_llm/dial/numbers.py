@@ -71,12 +71,14 @@ def metrics() -> tuple[Metric, ...]:
 
 def key_numbers() -> tuple[KeyNumber, ...]:
     """report.json's fields of a dial run (only when dial.json is there). A median of nothing is null there
-    (dial.json writes ``{"median": null, "n": 0}``)."""
+    (dial.json writes ``{"median": null, "n": 0}``). The heard mouth-to-ear's median and p90 are the report's
+    headline (voice_llm.analysis.keynumbers.headline): the caller's number, measured at the caller's ear on a real
+    line (the lab's converse step, or `voice-llm dial`)."""
     return (
         KeyNumber(HEARD_KEY, "heard mouth-to-ear, median over turns", "ms", DIAL,
-                  ("summary", "heard_gap_ms", "median"), optional=True),
+                  ("summary", "heard_gap_ms", "median"), optional=True, headline="median"),
         KeyNumber("heard_mouth_to_ear_p90_ms", "heard mouth-to-ear, p90 over turns", "ms", DIAL,
-                  ("summary", "heard_gap_ms", "p90"), optional=True),
+                  ("summary", "heard_gap_ms", "p90"), optional=True, headline="p90"),
         KeyNumber(BARGE_KEY, "barge-in: audio heard after the caller cut in (median)", "ms", DIAL,
                   ("summary", "barge_in_heard_after_onset_ms", "median"), optional=True),
         KeyNumber("heard_minus_reported_ms", "heard minus the agent's own latency (median): the line's share", "ms",

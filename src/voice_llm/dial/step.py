@@ -35,7 +35,7 @@ from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
-from voice_llm.dial import REPLACES_CONVERSE, call as callmod, otlp
+from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
 from voice_llm.dial.measure import FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
@@ -243,8 +243,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """The dial command's flags (the capability's ``cli=``): the agent's URL and the line; the lab's and the
     converse step's (dial against voice-llm's agent)."""
     if command in CONVERSE_COMMANDS:
-        if REPLACES_CONVERSE:  # else the old converse capability's flags are these commands' (voice_llm.dial)
-            add_converse_flags(parser, command)
+        add_converse_flags(parser, command)
         return
     if command != "dial":
         return
@@ -269,7 +268,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 def options_value(values: Mapping[str, Any]) -> DialOptions | None:
     """The dial options from a command's flags; None for a command that has none of them."""
     command = values.get("command")
-    if command != "dial" and not (command in CONVERSE_COMMANDS and REPLACES_CONVERSE):
+    if command != "dial" and command not in CONVERSE_COMMANDS:
         return None
     caller_audio = values.get("caller_audio")
     return DialOptions(
@@ -622,9 +621,11 @@ class Tracing:
 
 def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
               caller: Caller | None = None, prepared: Prepared | None = None,
-              tracing: Tracing | None = None) -> list[Path]:
+              tracing: Tracing | None = None, more_files: Mapping[str, str] | None = None) -> list[Path]:
     """The call to ``url`` with ``options``, measured and written (see the module's docstring). ``tracing``: a
-    receiver already listening (the lab's converse step starts it before its agent); else --otlp starts one."""
+    receiver already listening (the lab's converse step starts it before its agent); else --otlp starts one.
+    ``more_files``: files of dial/ the caller of this function writes after it (the converse step's agent log),
+    named under dial.json's ``files`` so that check knows them as the step's (dial.checks.check_files)."""
     prepared = prepared or prepare_call(ctx, options, caller)
     caller, stt, stt_info = prepared.caller, prepared.stt, prepared.stt_info
     folder = ctx.path(DIAL_DIR)
@@ -669,6 +670,7 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         otlp_files = _write_otlp(ctx, receiver)
         otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown)
     doc = document(log, options, caller, rows, unknown, identity, stt_info, otlp_block, otlp_files)
+    doc["files"].update(more_files or {})
     if error is not None:
         return _keep_partial(ctx, live, log, doc, error)
     written = [ctx.write_bytes(caller_wav_name(ln.index), _mono_wav(ln.samples, ln.rate)) for ln in caller.lines]

@@ -471,16 +471,3 @@ def select_turns(audio: CallerAudio, turns: int | None, barge_in_turns: Sequence
                          f"{dropped[0] + 1} turns, the call has {count} (name the turns in "
                          f"{Path(audio.folder) / BARGE_IN_FILE})")
     return CallerTurns(audio.utterances[:count], chosen, tuple(notes))
-
-
-def load_folder_scored(folder: Path, scripts: Sequence[str]) -> list[Utterance]:
-    """converse's form (deleted with converse/): :func:`load_folder`, where a folder without transcripts is scored
-    against ``scripts`` (the dialogue's lines) as converse always did; more WAVs than lines is refused."""
-    audio = load_folder(folder)
-    if audio.scripts_from is not None:
-        return list(audio.utterances)
-    if len(audio.utterances) > len(scripts):
-        raise CallerAudioError(f"--caller-audio {folder} holds {len(audio.utterances)} WAVs, but the dialogue has "
-                               f"only {len(scripts)} caller lines (one WAV per turn, in name order)")
-    return [Utterance(u.index, scripts[u.index - 1], u.samples, u.source, u.converted_from, u.floor, u.start, u.end)
-            for u in audio.utterances]

@@ -48,7 +48,7 @@ CAPABILITY = Capability(
 )
 
 
-# The public face another capability may use (voice_llm.converse, which requires tts, speaks its replies with the
+# The public face another capability may use (voice_llm.agent, which requires tts, speaks its replies with the
 # speak step's engine, strategies and stoppable pipeline). Imported last: these modules import the names above.
 from voice_llm.tts.engine import SAMPLE_WIDTH, speakable  # noqa: E402
 from voice_llm.tts.live import SpokenSegment, nothing_to_speak, speak_stoppable  # noqa: E402

@@ -1,4 +1,4 @@
-"""Which TTS engines there are and how one is loaded: the table the speak step, the CLI and converse share."""
+"""Which TTS engines there are and how one is loaded: the table the speak step, the CLI and the agent share."""
 
 from __future__ import annotations
 

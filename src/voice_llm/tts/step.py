@@ -72,7 +72,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def add_voice_flags(parser: argparse.ArgumentParser) -> None:
-    """--tts, --voice, --clause-words: also offered by a capability that speaks with this engine (converse)."""
+    """--tts, --voice, --clause-words: also offered by a capability that speaks with this engine (`voice-llm agent`)."""
     parser.add_argument("--tts", choices=ENGINES, default=TTSOptions.engine,
                         help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
     parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")

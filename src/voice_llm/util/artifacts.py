@@ -51,9 +51,6 @@ REPORT_HTML = "report.html"
 RAW_DIR = "raw"  # raw/<request>.sse: every request's bytes as received
 # Not in the lab by default: one call (`voice-llm call`) and calls under load (`voice-llm load`).
 CALL = "call.json"
-CONVERSE = "converse.json"  # the caller's turn (voice_llm.converse), with call.wav and the caller WAVs under CONVERSE_DIR
-CONVERSE_DIR = "converse"
-CONVERSE_PARTIAL = "converse-partial.json"  # a call that failed midway: what was measured, beside the last good one
 DIAL = "dial.json"  # a call on a real line, measured at the caller's ear (voice_llm.dial); call.wav, events under DIAL_DIR
 DIAL_DIR = "dial"
 DIAL_PARTIAL = "dial-partial.json"  # a dropped or failed call: what was heard until then, beside the last good one
