@@ -93,6 +93,9 @@ def add_commands(sub: Any) -> None:
                         "(LocalSmartTurnAnalyzerV3, with --engine pipecat)")
     p.add_argument("--ready-file", type=Path, default=None, metavar="PATH",
                    help="write the ready line (JSON: listen, protocol, engines, versions, pid) here when serving")
+    p.add_argument("--include-usage", action="store_true",
+                   help="ask the server for a final usage chunk (stream_options.include_usage), as the lab's requests "
+                        "do on a server whose stream carries no timings (vLLM, SGLang)")
     p.add_argument("--no-prime", action="store_true",
                    help="send no priming request with the system prompt before the first call")
     p.set_defaults(run_command=main)
@@ -117,6 +120,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "engine": values.get("engine") or DEFAULT_ENGINE, "turn": values.get("turn") or "silence",
         "ready_file": Path(values["ready_file"]).expanduser() if values.get("ready_file") else None,
         "prime": not values.get("no_prime"),
+        "include_usage": bool(values.get("include_usage")),
     }
     for key in ("timeout", "deadline"):
         if values.get(key) is not None:

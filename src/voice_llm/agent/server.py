@@ -394,6 +394,7 @@ class Call:
                 on_chunk(chunk)
             turn.events["request_sent"] = time.perf_counter()
             return client.chat(turn.messages, settings.max_tokens, True, model=self.agent.model, on_chunk=seen,
+                               include_usage=settings.include_usage,
                                should_stop=lambda _chunk: turn.stop.is_set(), cancel=turn.cancel)
 
         def on_audio(index: int, chunk: AudioChunk) -> None:
@@ -699,7 +700,7 @@ class Agent:
         if self.settings.prime:
             try:
                 self.client.chat([{"role": "system", "content": self.system}, {"role": "user", "content": "Hello."}],
-                                 1, True, model=self.model)
+                                 1, True, model=self.model, include_usage=self.settings.include_usage)
             except StreamError as exc:
                 raise AgentError(f"the LLM server at {self.settings.url} does not answer: {exc}") from exc
         if self.settings.otlp:

@@ -50,6 +50,7 @@ class AgentSettings:
     ready_file: Path | None = None
     turn: str = "silence"  # Silero then --endpoint-ms of silence (both engines), or smart: pipecat's smart turn
     prime: bool = True  # one request with the system prompt before the first call, so its prefix is cached
+    include_usage: bool = False  # stream_options.include_usage on every request (the lab's probe asks for it)
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
 
     def __post_init__(self) -> None:

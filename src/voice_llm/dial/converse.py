@@ -59,6 +59,8 @@ def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_
     model = ctx.capabilities.model if ctx.capabilities is not None else None
     if model:
         command += ["--model", model]
+    if ctx.capabilities is not None and ctx.capabilities.request_options().get("include_usage"):
+        command.append("--include-usage")  # what every request of this run asks of this server, the agent's too
     if otlp_endpoint is not None:
         command += ["--otlp", otlp_endpoint]
     return command
