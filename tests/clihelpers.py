@@ -30,9 +30,9 @@ USER_SETTINGS = ("VOICE_LLM_API_KEY", "LLAMA_API_KEY", "VOICE_LLM_MODEL", "VOICE
 
 
 # For a lab against a fake server that does not test the caller's turn: the capabilities that run a whole call
-# (real Whisper, Silero and Piper in real time, ~1 min of a lab's 1.5) left out. dial and agent replace converse;
-# the registry passes over a name it does not know.
-WITHOUT_THE_CALL = {"VOICE_LLM_WITHOUT": "converse,dial,agent"}
+# (real Whisper, Silero and Piper in real time, ~1 min of a lab's 1.5) left out: dial, whose converse step it is, and
+# the agent it dials.
+WITHOUT_THE_CALL = {"VOICE_LLM_WITHOUT": "dial,agent"}
 
 
 def cli_env(state_dir: Path) -> dict[str, str]:
