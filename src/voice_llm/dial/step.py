@@ -180,15 +180,18 @@ def _echo_db(text: str) -> float:
     return value
 
 
-def add_call_flags(parser: argparse.ArgumentParser) -> None:
-    """The caller's flags, shared by `dial` and the lab's converse step."""
-    group = parser.add_argument_group("the caller (dial)")
-    group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
-                       help="the phone's jitter delay before playout starts from idle (default 40)")
+def _caller_audio_flags(group: Any) -> None:  # an argparse argument group
+    """Whose lines the caller speaks: `dial`, `converse` and the lab."""
     group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
                        help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
     group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
                        help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
+
+
+def _line_flags(group: Any) -> None:  # an argparse argument group
+    """The phone's side of the line and the call's barge-in plan: `dial` and `converse` (the lab keeps defaults)."""
+    group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+                       help="the phone's jitter delay before playout starts from idle (default 40)")
     group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
                        metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
                                             "with --caller-audio its barge-in.txt if any; 'none')")
@@ -199,6 +202,13 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
                        help="a speakerphone with no echo canceller: the heard audio back into the caller's uplink "
                             "60 ms later, attenuated by DB (e.g. -20; default off)")
+
+
+def add_call_flags(parser: argparse.ArgumentParser) -> None:
+    """The caller's flags of `dial`."""
+    group = parser.add_argument_group("the caller (dial)")
+    _caller_audio_flags(group)
+    _line_flags(group)
     group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
 
@@ -217,26 +227,13 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
                        help="faster-whisper's CPU threads (default: every core)")
     group.add_argument("--strategy", choices=STRATEGIES, default=None,
                        help="how the agent cuts its replies for speech (default: the agent's, clauses)")
-    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
-                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
-    group.add_argument("--turns", type=flags.positive_int, default=DEFAULT_TURNS, metavar="N",
-                       help=f"how many caller lines (default {DEFAULT_TURNS})")
+    _caller_audio_flags(group)
     if command == "converse":
         group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
                            help="the line to the agent: twilio (default) or pcm")
         group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
                            help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
-        group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
-                           help="the phone's jitter delay before playout starts from idle (default 40)")
-        group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
-                           metavar="LIST", help="turns whose reply the caller cuts into (default 3, with "
-                                                "--caller-audio its barge-in.txt if any; 'none')")
-        group.add_argument("--loss", type=_loss, default=0.0, metavar="PCT",
-                           help="frames lost on the line, both ways, seeded (0-100 %%; default 0)")
-        group.add_argument("--seed", type=flags.non_negative_int, default=1, metavar="N",
-                           help="the seed of the line's losses (default 1)")
-        group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
-                           help="the heard audio back into the caller's uplink 60 ms later at DB (default off)")
+        _line_flags(group)
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
