@@ -49,6 +49,7 @@ TURNS = ("silence", "smart")
 VAD_STOP_S = 0.2
 # smart-turn: the VAD stop after a shorter silence, then the model's verdict ends the turn (pipecat's default).
 SMART_VAD_STOP_S = 0.2
+EXPORT_TIMEOUT_S = 3.0  # one OTLP export, retries included
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,9 @@ def _setup_tracing(settings: PipecatSettings) -> Any:
     endpoint = settings.otlp.rstrip("/")
     if not endpoint.endswith("/v1/traces"):
         endpoint += "/v1/traces"
-    setup_tracing("voice-llm-pipecat-agent", exporter=OTLPSpanExporter(endpoint=endpoint))
+    # A bounded export: an export retries with backoff until its timeout, so a receiver gone at hang-up (the dialer's,
+    # closed after the call) must not hold the agent's stop for a minute.
+    setup_tracing("voice-llm-pipecat-agent", exporter=OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S))
     return trace.get_tracer_provider()
 
 
@@ -293,7 +296,9 @@ def serve(settings: PipecatSettings) -> int:
         asyncio.run(main())
     finally:
         if provider is not None and hasattr(provider, "shutdown"):
-            provider.shutdown()  # flush the last spans
+            if hasattr(provider, "force_flush"):
+                provider.force_flush(timeout_millis=int(EXPORT_TIMEOUT_S * 1000))  # the last spans, bounded
+            provider.shutdown()
     return 0
 
 
