@@ -50,6 +50,7 @@ VAD_STOP_S = 0.2
 # smart-turn: the VAD stop after a shorter silence, then the model's verdict ends the turn (pipecat's default).
 SMART_VAD_STOP_S = 0.2
 EXPORT_TIMEOUT_S = 3.0  # one OTLP export, retries included
+BATCH_DELAY_MS = 200  # the span processor's export delay (OTEL_BSP_SCHEDULE_DELAY), unless the user set one
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,9 @@ def _setup_tracing(settings: PipecatSettings) -> Any:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from pipecat.utils.tracing.setup import setup_tracing
 
+    # pipecat's tracing exports through the SDK's BatchSpanProcessor, whose default delay is 5 s: a turn span ended by
+    # the hang-up would reach the dialer's receiver after it closed. A short delay sends each span while the call runs.
+    os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", str(BATCH_DELAY_MS))
     endpoint = settings.otlp.rstrip("/")
     if not endpoint.endswith("/v1/traces"):
         endpoint += "/v1/traces"
