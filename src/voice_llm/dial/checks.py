@@ -177,14 +177,18 @@ class Recording:
         return min(max(0, math.ceil(t_ms * self.rate / 1000.0 - 1e-6)), self.frames)
 
 
-def decode_stereo(data: bytes, name: str) -> Recording:
-    """A stereo 16-bit WAV's two channels; an ArtifactError naming ``name`` for anything else."""
+def _read_wav(data: bytes, name: str) -> tuple[tuple[int, int, int], bytes]:
+    """(channels, sample width, rate) and the frames of a WAV; an ArtifactError naming ``name`` when unreadable."""
     try:
         with wave.open(io.BytesIO(data), "rb") as wav:
-            shape = (wav.getnchannels(), wav.getsampwidth(), wav.getframerate())
-            pcm = wav.readframes(wav.getnframes())
+            return (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()), wav.readframes(wav.getnframes())
     except (wave.Error, EOFError, OSError) as exc:
         raise ArtifactError(f"{name} is not a readable WAV file: {exc}") from exc
+
+
+def decode_stereo(data: bytes, name: str) -> Recording:
+    """A stereo 16-bit WAV's two channels; an ArtifactError naming ``name`` for anything else."""
+    shape, pcm = _read_wav(data, name)
     if shape[:2] != (2, 2):
         raise ArtifactError(f"{name}: {shape[0]} channel(s), {8 * shape[1]}-bit; expected stereo 16-bit")
     both = np.frombuffer(pcm[: len(pcm) // 4 * 4], dtype="<i2")
@@ -192,12 +196,7 @@ def decode_stereo(data: bytes, name: str) -> Recording:
 
 
 def decode_mono(data: bytes, name: str, rate: int) -> np.ndarray:
-    try:
-        with wave.open(io.BytesIO(data), "rb") as wav:
-            shape = (wav.getnchannels(), wav.getsampwidth(), wav.getframerate())
-            pcm = wav.readframes(wav.getnframes())
-    except (wave.Error, EOFError, OSError) as exc:
-        raise ArtifactError(f"{name} is not a readable WAV file: {exc}") from exc
+    shape, pcm = _read_wav(data, name)
     _require(shape == (1, 2, rate), f"{name}: {shape[0]} ch, {8 * shape[1]}-bit, {shape[2]} Hz; expected mono "
                                     f"16-bit {rate} Hz (the line's rate)")
     return np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")
