@@ -102,6 +102,15 @@ def _may_start_the_managed_server(args: tuple[str, ...]) -> bool:
     return command == "up" or (command in ("lab", "load") and not any(a.split("=")[0] == "--url" for a in args))
 
 
+def _forget_what_a_new_process_would_not_know() -> None:
+    """The TTS engine the speak step loads once per process, found on an earlier command's PATH: a command run here
+    with espeak-ng off its PATH must find it missing, as a new process would (CI ran such a test after one that had
+    loaded espeak-ng, and it went on to ask the server)."""
+    from voice_llm.tts import step as tts_step
+
+    tts_step.forget_loaded_engines()
+
+
 def cli(*args: str, env: dict[str, str], timeout: float = 120,
         cwd: Path | str | None = None) -> subprocess.CompletedProcess[str]:
     """`voice-llm ARGS` run in this process (see the module's docstring). ``timeout`` is kept for the callers'
@@ -110,6 +119,7 @@ def cli(*args: str, env: dict[str, str], timeout: float = 120,
 
     if _may_start_the_managed_server(args):
         return cli_process(*args, env=env, timeout=timeout, cwd=cwd)
+    _forget_what_a_new_process_would_not_know()
     with _as_a_process(env, cwd), _captured_fds() as texts:
         try:
             status = cli_main.main(list(args))

@@ -295,7 +295,8 @@ class FakeServer:
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
     def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0,
-                 script_probe: bool = False) -> None:
+                 script_probe: bool = False, port: int = 0) -> None:
+        self.port = port  # 0: a free one; a test that re-runs a command against "the same server" passes the last
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         self.keep_alive = keep_alive  # requests per kept-alive connection (Content-Length replies); 0: close each
         assert self.replies, "at least one reply"
@@ -319,7 +320,7 @@ class FakeServer:
         return f"http://{host}:{port}"
 
     def __enter__(self) -> FakeServer:
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", self.port), _Handler)
         self._httpd.fake = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fakeserver", daemon=True)

@@ -261,7 +261,8 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
     assert check.returncode == 3, check.stdout + check.stderr
     assert "Traceback" not in check.stderr
     lines = check.stdout.splitlines()
-    assert any(line.startswith(f"FAIL  the run finished every step: the run failed at step {run['failed_step']}")
+    # Interrupted is the user's choice, not inconsistent evidence: not checkable, naming the step (issue 31 item 19).
+    assert any(line.startswith(f"N/C   the run finished every step: interrupted during step {run['failed_step']}")
                for line in lines), lines
     assert any(line.startswith("FAIL  one run: every file as the run wrote it") and "report.json" in line
                for line in lines), lines
@@ -269,7 +270,8 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
                for line in lines), lines
     assert not any(line.startswith("FAIL  report equals its sources") for line in lines), lines
     assert any(line.startswith("PASS  sse_raw") for line in lines), lines
-    assert any(line.startswith("PASS  ttft < total") for line in lines), lines
+    # The earlier run's ttft.json is not this run's: its relation is not checked on it, neither PASS nor FAIL.
+    assert not any(line.startswith(("PASS  ttft < total", "FAIL  ttft < total")) for line in lines), lines
     # check only reads: the run's files are still as they were.
     for name, data in sentinels.items():
         assert (out / name).read_bytes() == data

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeserver import FakeServer, Reply, at, llama_events
+from fakeserver import FakeServer, Reply, at, llama_events, unused_port
 
 from clihelpers import assert_clean_failure, cli
 
@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espe
               pytest.mark.slow]  # a real speech engine
 
 
-def speak(out: Path, env: dict[str, str], *replies: Reply) -> tuple[int, str]:
-    with FakeServer(list(replies)) as fake:
+def speak(out: Path, env: dict[str, str], *replies: Reply, port: int) -> tuple[int, str]:
+    """`speak` against a fake on ``port``: every re-run is against the same server, so it joins the run the folder
+    holds (a folder made against another server is refused before anything is written, tests/run/test_identity_runs)."""
+    with FakeServer(list(replies), port=port) as fake:
         result = cli("speak", "--url", fake.url, "--out", str(out), "-q", "--tts", "espeak", "--repeat", "1",
                      env=env)
     return result.returncode, result.stderr
@@ -52,7 +54,8 @@ def snapshot(out: Path) -> dict[str, bytes]:
 
 def test_a_failed_speak_rerun_keeps_the_earlier_audio_and_its_raw_streams(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "out"
-    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(FIRST))))
+    port = unused_port()
+    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(FIRST))), port=port)
     assert code == 0, err
     before = audio_lines(out, env)
     assert set(before.values()) == {"PASS"}, before
@@ -60,7 +63,7 @@ def test_a_failed_speak_rerun_keeps_the_earlier_audio_and_its_raw_streams(tmp_pa
 
     # The re-run: its first answer (whole) completes with other words, the next one is cut by a reset.
     cut = at(0.0, llama_events(SECOND, done=False)[:3])
-    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(SECOND))), Reply.stream(cut, end="reset"))
+    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(SECOND))), Reply.stream(cut, end="reset"), port=port)
     assert code != 0 and "Traceback" not in err, err
     after = snapshot(out)
     for name, data in kept.items():
@@ -71,7 +74,7 @@ def test_a_failed_speak_rerun_keeps_the_earlier_audio_and_its_raw_streams(tmp_pa
     assert audio_lines(out, env) == before  # check still verifies the earlier run from its files
 
     # A successful re-run replaces the old raw files (after its audio.json) and verifies in turn.
-    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(SECOND))))
+    code, err = speak(out, env, Reply.stream(at(0.0, llama_events(SECOND))), port=port)
     assert code == 0, err
     assert b"midnight" in (out / "raw" / "speak-whole-1.sse").read_bytes()
     assert not list((out / "raw").glob("*.partial"))

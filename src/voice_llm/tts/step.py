@@ -110,6 +110,11 @@ def _loaded(engine: str, voice: str | None, deadline_s: float | None) -> TTSEngi
     return load_engine(engine, voice, deadline_s)
 
 
+def forget_loaded_engines() -> None:
+    """Drops the engines loaded so far: the next command loads (and looks for its program) anew."""
+    _loaded.cache_clear()
+
+
 def engine_for(options: SpeakOptions, deadline_s: float | None = None) -> TTSEngine:
     """The engine and voice the options name, loaded and warmed up once per process: the pipeline loads it before
     it asks the server anything (a bad --voice fails there, leaving no file), and the step uses the same one."""
