@@ -26,7 +26,6 @@ def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.C
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--turn", "smart"], "needs --engine pipecat"),
     (["--protocol", "pcm", "--rate", "100"], "rate"),
 ])
 def test_contradicting_settings_are_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

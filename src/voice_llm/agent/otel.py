@@ -6,8 +6,10 @@ Shape: the GenAI semantic conventions' voice-agent draft (shared/notes/line.md):
 end of the reply's audio at the caller (its last mark echoed, the barge-in, or the hang-up), with children
 ``speech_to_text``, ``chat`` (the LLM request) and ``text_to_speech``. Ours on the turn span:
 ``voice_llm.turn.number``, ``voice_llm.latency.reported_ms`` (first audio sent - VAD speech end, what pipecat and
-LiveKit report from their VAD's stop), ``voice_llm.breakdown.<part>_ms``, and each event as a span event at its
-time. The draft has no attribute for perceived latency: that is the caller's to measure.
+LiveKit report from their VAD's stop), ``voice_llm.breakdown.<part>_ms``, what ended the caller's turn
+(``voice_llm.turn.mode`` silence | smart, ``voice_llm.turn.rule`` silence | model_complete | fallback_silence,
+``voice_llm.turn.silence_ms``; with smart ``voice_llm.smart_turn.probability`` / ``.complete`` / ``.inference_ms`` /
+``.checks``: voice_llm.agent.turn), and each event as a span event at its time. The draft has no attribute for perceived latency: that is the caller's to measure.
 
 Spans are made when a turn is over, with their real bounds (epoch ns: the agent's perf_counter readings converted
 with one offset taken at start), exported by a BatchSpanProcessor over OTLP/HTTP protobuf, flushed at each turn's
@@ -93,6 +95,7 @@ class SpanExport:
                       "voice_llm.turn.number": record["number"]}
         if record.get("model"):
             attributes["gen_ai.request.model"] = record["model"]
+        attributes.update(record.get("turn_attributes") or {})  # what ended the caller's turn (agent.turn.Decision)
         if record["reported_ms"] is not None:
             attributes["voice_llm.latency.reported_ms"] = record["reported_ms"]
         for part, value in (record["breakdown"] or {}).items():

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.agent import turn as turnmod
 from voice_llm.agent.audio import Framer, Resampler
 from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
 from voice_llm.agent.otel import Clock, SpanExport
@@ -74,6 +75,8 @@ LEAD_KEEP_MS = 10
 MARK_SLACK_S = 1.0
 JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT decode cannot be stopped)
 EXECUTOR_THREADS = 2
+# --turn smart: the frames of the utterance handed to the model, enough for its window (the last 8 s)
+SMART_WINDOW_FRAMES = -(-turnmod.MODEL_WINDOW_S * SAMPLE_RATE // FRAME_SAMPLES)
 
 class AgentError(VoiceLLMError):
     """The agent cannot start (the port is taken, the LLM server does not answer, an engine does not load)."""
@@ -126,6 +129,7 @@ class Engines:
     new_vad: Callable[[], Callable[[bytes], float]]
     engines: dict[str, Any]
     versions: dict[str, str]
+    smart: turnmod.SmartTurnModel | None = None  # --turn smart: pipecat's smart-turn model, shared by every call
 
 
 def _version(package: str) -> str | None:
@@ -136,7 +140,9 @@ def _version(package: str) -> str | None:
 
 
 def load_engines(settings: AgentSettings) -> Engines:
-    """Silero (one per call; one made here for its identity), Whisper and Piper, each loaded and warmed up once."""
+    """Silero (one per call; one made here for its identity), Whisper and Piper, each loaded and warmed up once;
+    with --turn smart pipecat's smart-turn model first (a missing extra is one line before anything else loads)."""
+    smart = turnmod.SmartTurnModel() if settings.turn == turnmod.SMART else None
     vad = vadmod.SileroVAD()
     vad(bytes(FRAME_SAMPLES * 2))  # warm
     stt = load_transcriber(settings.stt, settings.stt_threads or default_threads())
@@ -146,7 +152,8 @@ def load_engines(settings: AgentSettings) -> Engines:
     engines = {"vad": vad.info(), "stt": stt.info(),
                "tts": {"engine": tts.name, "voice": tts.voice, "versions": tts.versions(), "threads": tts_threads,
                        "threads_note": "onnxruntime's intra-op threads; 0 is its default, one per physical core"}}
-    return Engines(LockedSTT(stt), LockedTTS(tts), vadmod.SileroVAD, engines, {})
+    versions = {"pipecat-ai": smart.version, "onnxruntime": _version("onnxruntime") or ""} if smart else {}
+    return Engines(LockedSTT(stt), LockedTTS(tts), vadmod.SileroVAD, engines, versions, smart)
 
 
 def identity_versions() -> dict[str, str | None]:
@@ -193,6 +200,7 @@ class Turn:
     ended_at: float | None = None  # the invoke_agent span's end: audio played out, the barge-in, or the hang-up
     heard_text: str | None = None
     synthesis_end: float | None = None
+    decision: turnmod.Decision | None = None  # what ended the caller's turn (--turn silence | smart)
 
     def breakdown(self) -> tuple[float | None, dict[str, float] | None]:
         """(reported latency ms, parts ms) from the events; None where an event is missing."""
@@ -227,7 +235,8 @@ class Call:
         self.line = agent.settings.line
         self.loop = asyncio.get_running_loop()
         self.vad = agent.engines.new_vad()
-        self.endpointer = vadmod.Endpointer(self.settings.endpoint_ms, None, self.settings.vad_threshold)
+        self.turning = turnmod.TurnTaker(self.settings.turn, self.settings.endpoint_ms, self.settings.vad_threshold)
+        self.checked_at: dict[int, tuple[float, float | None]] = {}  # smart: CHECK frame -> (asked, verdict) times
         self.inbound = Resampler(self.line.rate, SAMPLE_RATE)
         self.pending = np.zeros(0, np.int16)
         self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=PRE_ROLL_FRAMES)
@@ -240,6 +249,7 @@ class Call:
         self.stream_sid: str | None = None
         self.started = self.line.protocol == wire.PCM  # a PCM line has no start message
         self.closing: str | None = None
+        self.hung_up = False
         self.span: Any = None
         self.unknown_events: set[str] = set()
         self.marks: dict[str, tuple[Turn, int]] = {}
@@ -324,7 +334,7 @@ class Call:
     def _on_frame(self, frame: np.ndarray) -> None:
         probability = self.vad(frame.astype("<i2").tobytes())
         now = time.perf_counter()
-        events = self.endpointer.push(probability)
+        events = self.turning.push(probability)
         if self.utterance is not None and len(self.utterance) < MAX_UTTERANCE_FRAMES:
             self.utterance.append(frame)
         self.recent.append(frame)
@@ -347,15 +357,52 @@ class Call:
                 self.utterance = list(self.recent)
         elif event.kind == vadmod.SPEECH_END:
             self.last_speech_end = now
+            self.checked_at = {}
+        elif event.kind == turnmod.CHECK and self.utterance:
+            self._check(event.frame, now)
         elif event.kind == vadmod.ENDPOINT and self.utterance:
             self._start_turn(now)
+
+    def _check(self, frame: int, now: float) -> None:
+        """--turn smart: the model on the utterance so far, on its own thread; the verdict comes back to the loop."""
+        judge = self.agent.engines.smart
+        assert judge is not None and self.agent.judging is not None and self.utterance is not None
+        samples = np.concatenate(self.utterance[-SMART_WINDOW_FRAMES:])
+        self.checked_at[frame] = (now, None)
+        future = self.agent.judging.submit(judge.judge, samples)
+
+        def done(f: Any) -> None:
+            try:
+                verdict = f.result()
+            except Exception as exc:  # the model failing: as incomplete (the fallback silence ends the turn)
+                log(f"call {self.number}: smart turn failed: {exc.__class__.__name__}: {str(exc)[:200]}")
+                verdict = None
+            try:
+                self.loop.call_soon_threadsafe(self._on_verdict, frame, verdict)
+            except RuntimeError:
+                pass  # the loop is closed: the agent stopped, nobody waits for this verdict
+        future.add_done_callback(done)
+
+    def _on_verdict(self, frame: int, verdict: turnmod.Verdict | None) -> None:
+        now = time.perf_counter()
+        if frame in self.checked_at:
+            self.checked_at[frame] = (self.checked_at[frame][0], now)
+        if self.closing is not None or self.hung_up:
+            return  # the call is over: a verdict starts no turn
+        for event in self.turning.verdict(frame, verdict):
+            self._on_event(event, now)
 
     # -- turns ----------------------------------------------------------------------------------------------
 
     def _start_turn(self, now: float) -> None:
         assert self.utterance is not None
-        turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance),
-                    events={"vad_speech_end": self.last_speech_end, "endpoint": now})
+        decision = self.turning.decision
+        events: dict[str, float | None] = {"vad_speech_end": self.last_speech_end, "endpoint": now}
+        if decision is not None and decision.check_frame in self.checked_at:
+            # the model's run that decided (or that said incomplete before the fallback): asked, and answered
+            events["smart_turn_check"], events["smart_turn_verdict"] = self.checked_at[decision.check_frame]
+        turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance), events=events,
+                    decision=decision)
         turn.framer = Framer(self.line.frame_samples)
         previous = [t for t in self.turns if t.state != "dropped"]
         self.turns.append(turn)
@@ -507,7 +554,8 @@ class Call:
         reported = record["reported_ms"]
         parts = " ".join(f"{k} {v:.0f}" for k, v in (record["breakdown"] or {}).items())
         log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
-            f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); heard {heard[:60]!r}")
+            f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); {_decided(turn.decision)}; "
+            f"heard {heard[:60]!r}")
         if self.agent.spans is not None and self.span is not None:
             spans, span = self.agent.spans, self.span
             self.agent.exports.add(self.loop.run_in_executor(None, lambda: (spans.turn(span, record), spans.flush())))
@@ -529,6 +577,8 @@ class Call:
                 "synthesis_end": turn.synthesis_end, "model": self.agent.model, "transcript": turn.transcript,
                 "reply": result.text if result is not None else None, "heard": turn.heard_text,
                 "chat_attributes": chat,
+                "turn": turn.decision.as_dict() if turn.decision is not None else None,
+                "turn_attributes": turn.decision.span_attributes() if turn.decision is not None else {},
                 "stt_attributes": {"gen_ai.request.model": stt_info.get("model", self.agent.engines.stt.name)}}
 
     # -- sending --------------------------------------------------------------------------------------------
@@ -623,6 +673,7 @@ class Call:
     # -- hang-up ------------------------------------------------------------------------------------------------
 
     async def _hang_up(self) -> None:
+        self.hung_up = True
         now = time.perf_counter()
         for timer in self.timers:
             timer.cancel()
@@ -642,6 +693,16 @@ class Call:
             spans, span = self.agent.spans, self.span
             await asyncio.gather(*self.agent.exports, return_exceptions=True)
             await self.loop.run_in_executor(None, lambda: (spans.end_call(span, time.perf_counter()), spans.flush()))
+
+
+def _decided(decision: turnmod.Decision | None) -> str:
+    """The log's words for what ended the caller's turn."""
+    if decision is None:
+        return "turn -"
+    said = f"turn {decision.mode} {decision.rule} after {decision.silence_ms:.0f} ms of silence"
+    if decision.verdict is not None:
+        said += f" (P(complete) {decision.verdict.probability:.2f}, inference {decision.verdict.inference_ms:.0f} ms)"
+    return said
 
 
 def trim_lead(samples: np.ndarray, rate: int) -> np.ndarray:
@@ -687,6 +748,12 @@ class Agent:
         self.count = 0
         self.refused = 0
         self.port: int | None = None
+        # --turn smart: the model's one thread (one run at a time, as pipecat's analyzer has; shut down in close)
+        self.judging: ThreadPoolExecutor | None = None
+        if settings.turn == turnmod.SMART:
+            if engines.smart is None:
+                raise AgentError("--turn smart: no smart-turn model was loaded")
+            self.judging = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-smart-turn")
 
     def prepare(self) -> None:
         """Before listening: the model name (when not given) and one request priming the system prompt's cache."""
@@ -715,8 +782,9 @@ class Agent:
                 "engines": {**self.engines.engines,
                             "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
                                     "cache_prompt": True},
-                            "turn": {"vad_threshold": s.vad_threshold, "endpoint_ms": s.endpoint_ms,
-                                     "strategy": s.strategy, "clause_words": s.clause_words}},
+                            "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
+                                     "vad_threshold": s.vad_threshold, "strategy": s.strategy,
+                                     "clause_words": s.clause_words}},
                 "versions": {**identity_versions(), **self.engines.versions},
                 "pacing": ("as synthesized; clear on a barge-in" if s.protocol == wire.TWILIO
                            else f"at most {PCM_LEAD_S * 1000:.0f} ms ahead of real time (a PCM line has no clear)"),
@@ -762,6 +830,8 @@ class Agent:
         """After the last call: every span exported and the exporter's thread joined."""
         if self.spans is not None:
             self.spans.shutdown()
+        if self.judging is not None:
+            self.judging.shutdown(wait=True, cancel_futures=True)
 
 
 def _peer(ws: Any) -> str:

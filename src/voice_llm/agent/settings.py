@@ -48,7 +48,7 @@ class AgentSettings:
     max_calls: int = DEFAULT_MAX_CALLS
     engine: str = DEFAULT_ENGINE
     ready_file: Path | None = None
-    turn: str = "silence"  # Silero then --endpoint-ms of silence (both engines), or smart: pipecat's smart turn
+    turn: str = "silence"  # Silero then --endpoint-ms of silence, or smart: pipecat's smart-turn model (both engines)
     prime: bool = True  # one request with the system prompt before the first call, so its prefix is cached
     include_usage: bool = False  # stream_options.include_usage on every request (the lab's probe asks for it)
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
@@ -66,8 +66,6 @@ class AgentSettings:
             raise ConfigError(f"--max-calls must be at least 1, not {self.max_calls}")
         if self.turn not in TURNS:
             raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
-        if self.turn == "smart" and self.engine != "pipecat":
-            raise ConfigError("--turn smart is pipecat's LocalSmartTurnAnalyzerV3: it needs --engine pipecat")
         if not 1 <= self.max_tokens <= 4096:
             raise ConfigError(f"--max-tokens must be 1-4096, not {self.max_tokens}")
 

@@ -97,6 +97,15 @@ class Endpointer:
             return [Event(PREEMPTIVE, frame, silence_ms)] + self._endpoint(frame, silence_ms)
         return self._endpoint(frame, silence_ms)
 
+    def endpoint_now(self) -> Event | None:
+        """End the turn in the pause going on, at the last frame fed, before ``endpoint_ms`` (another rule decided,
+        such as the agent's smart turn: voice_llm.agent.turn); None when there is no pause to end."""
+        if self.state != "pause":
+            return None
+        silence_ms = self.silent * self.frame_ms
+        self.state, self.silent = "idle", 0
+        return Event(ENDPOINT, self.frames - 1, silence_ms)
+
     def _endpoint(self, frame: int, silence_ms: float) -> list[Event]:
         if self.silent < self.endpoint_frames:
             return []
