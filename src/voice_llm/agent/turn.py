@@ -19,6 +19,7 @@ the agent unless asked).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,7 @@ MODEL_WINDOW_S = 8
 # threads measured slower (211 vs 160 ms a run), and the model runs while STT and the LLM may want the cores.
 MODEL_THREADS = 1
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
+MODEL_PACKAGE = "pipecat.audio.turn.smart_turn.data"
 SMART_MODULE = "pipecat.audio.turn.smart_turn.local_smart_turn_v3"
 
 CHECK = "turn_check"  # an event of smart mode: the pause has lasted SMART_SILENCE_MS, ask the model now
@@ -204,7 +206,12 @@ class SmartTurnModel:
                               f"{EXTRA_LINE}") from None
         self.version = importlib.metadata.version(PIPECAT_PACKAGE)
         self.threads = threads
-        analyzer = module.LocalSmartTurnAnalyzerV3(sample_rate=SAMPLE_RATE, cpu_count=threads)
+        # the weights in the wheel, named (pipecat's own lookup of the default goes through a deprecated API)
+        weights = importlib.resources.files(MODEL_PACKAGE) / MODEL_FILE
+        if not weights.is_file():
+            raise ConfigError(f"--turn smart: {MODEL_FILE} is not in pipecat-ai {self.version}'s wheel: {EXTRA_LINE}")
+        analyzer = module.LocalSmartTurnAnalyzerV3(smart_turn_model_path=str(weights), sample_rate=SAMPLE_RATE,
+                                                   cpu_count=threads)
         analyzer.set_sample_rate(SAMPLE_RATE)
         if not callable(getattr(analyzer, "_predict_endpoint", None)):
             raise ConfigError(f"--turn smart: pipecat-ai {self.version} has no LocalSmartTurnAnalyzerV3."
