@@ -347,6 +347,8 @@ class Call:
             last = self.turns[-1] if self.turns else None
             if last is not None and last.state == "pending":
                 self._drop(last)  # no audio of it sent yet: the caller went on; the same utterance continues
+                log(f"call {self.number}: turn attempt {last.attempt} dropped, the caller went on "
+                    f"({_decided(last.decision)})")
                 merge = self.utterance is not None
             elif last is not None and last.state == "speaking":
                 if self._playing(last, now):
