@@ -205,6 +205,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
             "agent_transcript": AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
             "wer": wer(SCRIPTS[i % len(SCRIPTS)], AGENT_HEARD[i % len(AGENT_HEARD)]).as_dict() if plan.otlp else None,
             "false_barge_in": False, "false_barge_in_at": None,
+            "cut_off": False, "cut_off_at": None,
         }
         if barge:
             turn["barge_in"] = {"onset_ms": None, "heard_silent_ms": heard_end, "heard_after_onset_ms": None,
@@ -278,7 +279,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
                     "barge_in_heard_after_onset_ms": {"median": stats.median(barges) if barges else None,
                                                       "n": len(barges)},
                     "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)},
-                    "false_barge_ins": 0},
+                    "false_barge_ins": 0, "cut_offs": 0},
         "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl",
                   "caller_wavs": [t["caller_wav"] for t in turns], "otlp": otlp_files},
         "otlp": {"listen": "127.0.0.1:4318", "bodies": len(otlp_files), "spans": 4 * n_turns, "refused": [],

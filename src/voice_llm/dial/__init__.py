@@ -34,6 +34,7 @@ _DIAL_CHECKS = tuple(CheckEntry(name, step, f"{_CHECKS}:{function}", DIAL) for s
     ("dial: nothing heard before it arrived; every clear honoured within a frame", "check_clears"),
     ("dial: marks echoed only after their audio played, or on a clear", "check_marks"),
     ("dial: false barge-ins (the agent cut itself, the caller silent) counted from the files", "check_false_barge_ins"),
+    ("dial: cut-offs (the agent heard inside the caller's line) counted from the files", "check_cut_offs"),
     ("dial: summary recomputed from the turns", "check_summary"),
     ("dial: WER recomputed from the agent's transcripts", "check_wer"),
     ("dial: heard minus agent-reported within the line's jitter + 2 frames", "check_agent_reported"),

@@ -42,26 +42,84 @@ class CallerVoice:
                 "versions": self.versions}
 
 
-def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_SCALE) -> tuple[list[Utterance],
-                                                                                                CallerVoice]:
-    """Each line spoken by Piper's default voice at ``length_scale`` with both noise terms off (the same line gives
-    the same samples every run), resampled to 16 kHz mono. Moved from converse/voice.py."""
+# The caller lines with a planned mid-sentence pause (`--caller-lines pause`, issue 29 item 5 and issue 28's "no
+# cut-off on the pause line"): the first line is one sentence spoken in two parts with PAUSE_MS of digital silence
+# between them (a caller who stops to think mid-sentence; an agent whose endpoint is shorter than the pause answers
+# into it: a cut-off), then one ordinary clinic line with no pause (the same call's control turn).
+PAUSE_MS = 600.0
+PAUSE_LINES: tuple[tuple[str, ...], ...] = (
+    ("I need to move my appointment to", "next Tuesday afternoon, if you have anything."),
+    ("Okay. Do you take Medicare?",),
+)
+
+
+def _piper(length_scale: float) -> tuple[Any, Any, Path]:
     model, config = default_voice()
     try:
         from piper import PiperVoice, SynthesisConfig
     except ImportError as exc:
         raise TTSUnavailableError(f"Piper is not installed: pip install '{PIPER_PACKAGE}>=1.8,<1.9'") from exc
     voice = PiperVoice.load(model, config_path=config)
-    rate = int(voice.config.sample_rate)
     syn = SynthesisConfig(length_scale=length_scale, noise_scale=CALLER_NOISE_SCALE, noise_w_scale=CALLER_NOISE_W_SCALE)
-    utterances = []
-    for index, line in enumerate(lines, start=1):
-        pcm = b"".join(chunk.audio_int16_bytes for chunk in voice.synthesize(line, syn_config=syn))
-        speech = speech_caller.resample(np.frombuffer(pcm, np.int16), rate)
-        utterances.append(speech_caller.utterance(index, line, speech, "synthesized", None,
+    return voice, syn, model
+
+
+def _speak(voice: Any, syn: Any, text: str) -> np.ndarray:
+    """``text`` spoken by ``voice``, resampled to 16 kHz mono int16."""
+    pcm = b"".join(chunk.audio_int16_bytes for chunk in voice.synthesize(text, syn_config=syn))
+    return speech_caller.resample(np.frombuffer(pcm, np.int16), int(voice.config.sample_rate))
+
+
+def _versions() -> dict[str, str]:
+    return {p: importlib.metadata.version(p) for p in (PIPER_PACKAGE, "onnxruntime", DEFAULT_VOICE_PACKAGE, "av")}
+
+
+def synthesize_lines(lines: Sequence[str], length_scale: float = CALLER_LENGTH_SCALE) -> tuple[list[Utterance],
+                                                                                                CallerVoice]:
+    """Each line spoken by Piper's default voice at ``length_scale`` with both noise terms off (the same line gives
+    the same samples every run), resampled to 16 kHz mono. Moved from converse/voice.py."""
+    voice, syn, model = _piper(length_scale)
+    utterances = [speech_caller.utterance(index, line, _speak(voice, syn, line), "synthesized", None,
+                                          f"the synthesized line {index}")
+                  for index, line in enumerate(lines, start=1)]
+    return utterances, CallerVoice("piper", model.stem, length_scale, _versions())
+
+
+def join_parts(parts: Sequence[np.ndarray], pause_ms: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The parts of one sentence (16 kHz) joined by ``pause_ms`` of digital silence, each join's quiet edges (the
+    synthesizer's own lead and tail silence, under the part's floor) trimmed so the caller is silent for the pause
+    and no longer; returns the line and where each pause is in it (samples, [start, end))."""
+    pause = np.zeros(round(pause_ms * SAMPLE_RATE / 1000), np.int16)
+    pieces: list[np.ndarray] = []
+    pauses = []
+    for i, part in enumerate(parts):
+        span = audible_span(part, noise_floor(part)) or (0, len(part))
+        lo = span[0] if i > 0 else 0
+        hi = span[1] if i < len(parts) - 1 else len(part)
+        if i > 0:
+            at = sum(len(p) for p in pieces)
+            pauses.append((at, at + len(pause)))
+            pieces.append(pause)
+        pieces.append(part[lo:hi].astype(np.int16))
+    return np.concatenate(pieces), pauses
+
+
+def synthesize_paused(lines: Sequence[Sequence[str]], pause_ms: float = PAUSE_MS,
+                      length_scale: float = CALLER_LENGTH_SCALE) -> tuple[list[Utterance], list[list[tuple[int, int]]],
+                                                                          CallerVoice]:
+    """Lines given in parts, each part spoken by Piper as :func:`synthesize_lines` does and the parts of a line
+    joined by ``pause_ms`` of digital silence (:func:`join_parts`); one turn each, its script the whole sentence.
+    Returns the utterances, each one's planned pauses (16 kHz samples of the utterance, its lead silence counted)
+    and the voice."""
+    voice, syn, model = _piper(length_scale)
+    utterances, pauses = [], []
+    lead = speech_caller.LEAD_MS * SAMPLE_RATE // 1000
+    for index, parts in enumerate(lines, start=1):
+        speech, gaps = join_parts([_speak(voice, syn, part) for part in parts], pause_ms)
+        utterances.append(speech_caller.utterance(index, " ".join(parts), speech, "synthesized", None,
                                                   f"the synthesized line {index}"))
-    versions = {p: importlib.metadata.version(p) for p in (PIPER_PACKAGE, "onnxruntime", DEFAULT_VOICE_PACKAGE, "av")}
-    return utterances, CallerVoice("piper", model.stem, length_scale, versions)
+        pauses.append([(lead + a, lead + b) for a, b in gaps])
+    return utterances, pauses, CallerVoice("piper", model.stem, length_scale, _versions())
 
 
 def load_lines(folder: Path) -> speech_caller.CallerAudio:
@@ -98,6 +156,9 @@ class CallerLine:
     floor: int  # speech.caller.noise_floor of these samples
     start: int  # first sample above the floor
     end: int  # one past the last
+    # planned pauses inside the speech, as sent: each the run of samples at or under the floor around the pause
+    # the line was made with ([start, end) samples; `--caller-lines pause`); () for a line without one
+    pauses: tuple[tuple[int, int], ...] = ()
 
     @property
     def duration_ms(self) -> float:
@@ -112,8 +173,20 @@ class CallerLine:
         return self.end * 1000.0 / self.rate
 
 
-def on_line(utterance: Utterance, line: wire.LineFormat) -> CallerLine:
-    """``utterance`` (16 kHz) as it travels on ``line``: resampled, encoded and decoded once."""
+def quiet_run(samples: np.ndarray, floor: int, at: int) -> tuple[int, int]:
+    """The run of samples at or under ``floor`` around sample ``at`` ([start, end)); (at, at) when ``at`` sounds."""
+    if not 0 <= at < len(samples) or abs(int(samples[at])) > floor:
+        return at, at
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > floor)
+    before, after = loud[loud < at], loud[loud > at]
+    return (int(before[-1]) + 1 if before.size else 0), (int(after[0]) if after.size else len(samples))
+
+
+def on_line(utterance: Utterance, line: wire.LineFormat,
+            pauses: Sequence[tuple[int, int]] = ()) -> CallerLine:
+    """``utterance`` (16 kHz) as it travels on ``line``: resampled, encoded and decoded once. ``pauses``: the
+    planned pauses in the utterance (16 kHz samples); each is kept as the silent run it became on the line (the
+    resampler's edges and the codec move it by a few samples)."""
     samples = to_rate(utterance.samples, SAMPLE_RATE, line.rate)
     samples = wire.decode(line, wire.encode(line, samples))
     floor = noise_floor(samples)
@@ -121,5 +194,7 @@ def on_line(utterance: Utterance, line: wire.LineFormat) -> CallerLine:
     if span is None:
         raise CallerAudioError(f"turn {utterance.index} ({utterance.source}) has no sample above the noise floor "
                                f"({floor}) once resampled to the line's {line.rate} Hz")
+    scale = line.rate / SAMPLE_RATE
+    kept = tuple(quiet_run(samples, floor, round((a + b) / 2 * scale)) for a, b in pauses)
     return CallerLine(utterance.index, utterance.script, samples, line.rate, utterance.source,
-                      utterance.converted_from, floor, span[0], span[1])
+                      utterance.converted_from, floor, span[0], span[1], tuple(p for p in kept if p[1] > p[0]))

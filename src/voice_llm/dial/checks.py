@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.checks.base import CheckFailed, NotCheckable, expect, unless_missed
+from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
 from voice_llm.errors import ArtifactError
@@ -1072,3 +1072,101 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
     if not counted:
         return f"no false barge-in: {len(clears)} clear{'s' if len(clears) != 1 else ''}, none cut a reply with the caller silent"
     return f"{counted} false barge-in{'s' if counted != 1 else ''}: {'; '.join(lines)}"
+
+
+def _pause_of(turn: Mapping[str, Any], t_ms: float) -> str:
+    """", inside its planned pause A..B ms" when ``t_ms`` falls in one of the turn's pauses (turns[].caller)."""
+    caller = turn.get("caller") if isinstance(turn.get("caller"), dict) else {}
+    for pause in caller.get("pauses_ms") or []:
+        if isinstance(pause, list) and len(pause) == 2 and all(isinstance(x, (int, float)) for x in pause) \
+                and pause[0] <= t_ms < pause[1]:
+            return f", inside its planned pause {pause[0]:.0f}..{pause[1]:.0f} ms"
+    return ""
+
+
+def check_cut_offs(out: RunFolder | Any) -> str:
+    """Law: the cut-offs dial.json states (the agent heard inside the caller's own speech span, a pause in the line
+    included; settings.cut_off_rule) are the recording's, and none is missing. Re-derived from call.wav alone: each
+    line's speech span from the caller channel (the caller WAV's own samples under an echo, as check_heard_gaps
+    does), the reply a barge-in line cut into excluded up to its heard silence re-measured on the heard channel
+    (the first 200 ms of silence from the line's onset), then the first heard sample above floor.heard inside the
+    span. It holds because the recording is the samples the caller sent and heard, appended frame by frame, and the
+    dialer measured the same samples with the same floor: the first heard sound stated is the file's within a frame
+    (the window edges are one frame wide for the same reason), nothing sounds in the window before it, a turn
+    stated without one has no sound inside its window, and a turn stated unknown is one the files cannot show
+    either (the reply cut into never went silent inside the line, or the recording ended first) with its reason in
+    ``unknown``; summary.cut_offs counts the turns that can show it. That the agent talked into the caller's line is
+    the agent's behaviour (its endpoint shorter than the caller's pause), never a failure: a FINDING."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
+    turns = doc["turns"]
+    if not any("cut_off" in t for t in turns):
+        raise NotCheckable("dial.json counts no cut-offs (written before they were measured)")
+    call = recording(folder, doc)
+    frame_ms = _frame_ms(doc)
+    f = round(frame_ms * call.rate / 1000)
+    wavs = caller_wavs(folder, doc)
+    measured = measure(call, doc, [len(w) for w in wavs], wavs)
+    _, heard_floor = _floors(doc)
+    hold = round(_silent_run(doc) * call.rate / 1000)
+    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), dict) else {}
+    counted, known, cut = 0, 0, []
+    for position, ((where, turn), seen) in enumerate(zip(_turns(doc), measured)):
+        flag, at = turn.get("cut_off"), _part(turn, "cut_off_at", where)
+        _require(flag in (True, False, None) and (flag is True) == (at is not None),
+                 f"{where}: cut_off {flag!r} but cut_off_at {at!r}")
+        _require(seen.speech_start is not None and seen.speech_end is not None,
+                 f"{where}: no caller sound on call.wav in its line's span")
+        start, end = seen.speech_start, seen.speech_end  # type: ignore[assignment]
+        looked_from, why = start, None
+        previous = turns[position - 1] if position else None
+        if previous is not None and _part(previous, "barge_in", f"turn {position}") is not None:
+            silent = silent_from(call.right, heard_floor, start, hold)
+            if silent is None:
+                why = "the reply cut into never goes silent on call.wav"
+            elif silent >= end:
+                why = f"the reply cut into plays to the line's end on call.wav (silent at {call.ms(silent):.1f} ms)"
+            else:
+                looked_from = silent
+        if why is None and end > call.frames and first_sound(call.right, heard_floor, looked_from, end) is None:
+            why = "call.wav ends before the caller's line"
+        if why is not None:
+            _require(flag is None, f"{where}: cut_off {flag!r}, but {why}: the heard channel cannot show it")
+            _require(isinstance(unknown.get(f"turns[{position}].cut_off"), str),
+                     f"{where}: cut_off is null without its reason in unknown")
+            continue
+        _require(flag is not None, f"{where}: cut_off is null, but call.wav shows the caller's span "
+                                   f"{call.ms(looked_from):.1f}..{call.ms(end):.1f} ms whole")
+        known += 1
+        if at is None:
+            sound = first_sound(call.right, heard_floor, looked_from + f, end - f)
+            _require(sound is None, f"{where}: no cut-off in {ARTIFACT}, call.wav's heard channel sounds at "
+                                    f"{call.ms(sound or 0):.1f} ms, {call.ms(end - (sound or 0)):.0f} ms before the "
+                                    "caller's speech end")
+            continue
+        t = _must(at, "t_ms", f"{where} cut_off_at")
+        left = _must(at, "caller_speech_left_ms", f"{where} cut_off_at")
+        stated_end = _must(_obj(turn, "caller", where), "speech_end_ms", f"{where} caller")
+        _require(abs(left - (stated_end - t)) <= TOLERANCE_MS,
+                 f"{where}: caller_speech_left_ms {left}, speech_end {stated_end} - t {t} = {stated_end - t}")
+        sample = call.at(t)
+        _require(call.ms(looked_from) - frame_ms <= t < call.ms(end) + frame_ms,
+                 f"{where}: a cut-off at {t:.1f} ms, outside the caller's span {call.ms(looked_from):.1f}.."
+                 f"{call.ms(end):.1f} ms on call.wav")
+        _require(first_sound(call.right, heard_floor, sample - f, sample + f + 1) is not None,
+                 f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel is silent within a frame of it")
+        earlier = first_sound(call.right, heard_floor, looked_from + f, sample - f)
+        _require(earlier is None, f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel already sounds in the "
+                                  f"caller's span at {call.ms(earlier or 0):.1f} ms")
+        counted += 1
+        cut.append(f"{where}: the agent heard at {t:.0f} ms, {left:.0f} ms before the caller's speech end"
+                   f"{_pause_of(turn, t)}")
+    stated = _obj(doc, "summary").get("cut_offs")
+    _require(stated == (counted if known else None),
+             f"summary.cut_offs {stated!r}, the turns count {counted if known else None} (of {known} that can show it)")
+    if not known:
+        raise NotCheckable("no turn's heard channel can show a cut-off (the reasons are in unknown)")
+    detail = f"{counted} cut-off(s) in {known} turn(s), re-derived from call.wav"
+    if counted:
+        raise Finding(f"the agent talked into the caller's line: {'; '.join(cut)} ({detail})")
+    return f"no cut-off: nothing heard inside the caller's speech in {known} turn(s), re-derived from call.wav"

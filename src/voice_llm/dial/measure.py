@@ -25,6 +25,16 @@ FALSE_BARGE_IN_RULE = ("the agent cut its own reply with no caller speech (the c
                        f"playout buffer ran dry) with the heard reply silent >= {SILENT_AFTER_MS:g} ms, then sounding "
                        "again")
 
+CUT_OFF_RULE = ("the agent talked while the caller was mid-utterance: the first heard sound inside the caller's own "
+                "speech span of a line [speech_start, speech_end) (the line's true span from its samples as sent, "
+                "pauses inside it included; an echo is on the uplink only, the heard channel is what the caller "
+                "heard), looked for from the span's start or, on a line that barges in on the previous reply (a "
+                "planned barge-in), from that reply's heard silence (the previous turn's barge_in.heard_silent_ms): "
+                "the reply cut into, still playing under the caller, is the barge-in's, not a cut-off; "
+                "caller_speech_left_ms = speech_end - that sound. Unknown (null, with why) where the heard channel "
+                "cannot show it: the reply cut into never went silent, or went silent only after the line's end, or "
+                "the recording ended before the line did")
+
 FLOOR_RULE = (f"a sample is sound when |sample| > the channel's floor: speech.caller.noise_floor = min(max({FLOOR_MIN} "
               f"(-50.3 dBFS), {NOISE_FACTOR:g} x the peak of the channel's quietest 512-sample frame), {FLOOR_MAX} "
               "(-30.3 dBFS)); the caller's floor per line (its samples as sent), the heard floor over the whole heard "

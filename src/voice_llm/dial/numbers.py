@@ -1,6 +1,6 @@
 """A dial run in the core's tables: its key numbers (report.json's heard mouth-to-ear median and p90, barge-in heard
-after the onset, heard minus the agent's own number) and its metrics for ``voice-llm compare`` (the heard
-mouth-to-ear and the barge-in's heard time, with their samples). Registered as ``key_numbers=`` and ``metrics=``
+after the onset, heard minus the agent's own number, the count of cut-offs) and its metrics for ``voice-llm compare``
+(the heard mouth-to-ear and the barge-in's heard time, with their samples). Registered as ``key_numbers=`` and ``metrics=``
 in voice_llm.dial.CAPABILITY.
 
 How the turns of one call are treated (issue 31 item 5): each heard turn is one sample. The turns of a call are
@@ -26,6 +26,7 @@ from voice_llm.util.artifacts import DIAL
 
 HEARD_KEY = "heard_mouth_to_ear_ms"
 BARGE_KEY = "barge_in_heard_after_onset_ms"
+CUT_OFFS_KEY = "cut_offs"
 
 
 def _turns(doc: Any) -> list[Mapping[str, Any]]:
@@ -83,4 +84,8 @@ def key_numbers() -> tuple[KeyNumber, ...]:
                   ("summary", "barge_in_heard_after_onset_ms", "median"), optional=True),
         KeyNumber("heard_minus_reported_ms", "heard minus the agent's own latency (median): the line's share", "ms",
                   DIAL, ("summary", "heard_minus_reported_ms", "median"), optional=True),
+        # a count, not a time (no compare metric: one call's turns are 0 or 1 each, nothing for a rank test); null
+        # when no turn's heard channel could show it (dial.json's unknown says why)
+        KeyNumber(CUT_OFFS_KEY, "cut-offs: turns the agent was heard inside the caller's line", "turns", DIAL,
+                  ("summary", "cut_offs"), optional=True),
     )

@@ -250,6 +250,12 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
     summary = doc.get("summary") if isinstance(doc.get("summary"), Mapping) else {}
     if summary.get("false_barge_ins"):
         conditions += f"; {summary['false_barge_ins']} false barge-in(s): the agent cut its own reply, the caller silent"
+    if summary.get("cut_offs"):
+        conditions += (f"; {summary['cut_offs']} cut-off(s): the agent was heard inside the caller's line "
+                       f"({_cut_offs(doc)})")
+    elif "cut_offs" in summary:
+        conditions += ("; cut-offs: not measurable (see dial.json unknown)" if summary["cut_offs"] is None
+                       else "; no cut-off (nothing heard inside the caller's speech)")
     setup = (f"{line.get('protocol')} line, {line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
              f"{line.get('jitter_ms')} ms{conditions}; agent {agent.get('url', 'unknown')}")
     parts = _median_parts(rows)
@@ -264,6 +270,25 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
         + (f" Turns {', '.join(silent)}: no reply heard, not drawn." if silent else "")
     )
     return style.Chart(fig, caption, summary_row_html(doc))
+
+
+def _cut_offs(doc: Mapping[str, Any]) -> str:
+    """"turn 1 at 2,510 ms, 1,480 ms before the caller's end (in its planned pause)", for each cut-off turn."""
+    found = []
+    for turn in _turns(doc):
+        at = turn.get("cut_off_at") if isinstance(turn.get("cut_off_at"), Mapping) else None
+        if not turn.get("cut_off") or at is None:
+            continue
+        t = style.optional_number(at, "t_ms", f"{DIAL} turn {turn.get('index')} cut_off_at")
+        left = style.optional_number(at, "caller_speech_left_ms", f"{DIAL} turn {turn.get('index')} cut_off_at")
+        caller = turn.get("caller") if isinstance(turn.get("caller"), Mapping) else {}
+        paused = t is not None and any(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float)
+                                                                                   for x in p) and p[0] <= t < p[1]
+                                       for p in caller.get("pauses_ms") or [])
+        found.append(f"turn {turn.get('index')} at {style.ms(t)} ms, {style.ms(left)} ms before the caller's end"
+                     + (" (in its planned pause)" if paused else "") if t is not None and left is not None
+                     else f"turn {turn.get('index')}")
+    return "; ".join(found)
 
 
 def _median_parts(rows: Sequence[_Row]) -> str:

@@ -37,8 +37,9 @@ from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
-from voice_llm.dial.caller import CallerLine, CallerVoice, load_lines, on_line, synthesize_lines, to_rate
-from voice_llm.dial.measure import FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
+from voice_llm.dial.caller import (PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
+                                   synthesize_lines, synthesize_paused, to_rate)
+from voice_llm.dial.measure import CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -63,6 +64,11 @@ LINE_CONDITIONS = ("loss: each direction its own seeded stream (numpy PCG64 of [
                    "caller put on the line, lost frames included. echo: left = codec(clip(caller + "
                    "rint(heard 60 ms earlier x 10^(echo_db/20))))")
 HEARD_PAD_MS = 100.0  # audio kept around a reply for its transcription (Whisper hears the word edges)
+# --caller-lines: what the synthesized caller says. clinic: the dialogue's lines (default); pause: a sentence with
+# a planned mid-sentence pause of caller.PAUSE_MS, then one ordinary line (caller.PAUSE_LINES): cut-offs
+CLINIC_LINES = "clinic"
+PAUSE = "pause"
+CALLER_LINES = (CLINIC_LINES, PAUSE)
 
 
 def caller_wav_name(index: int) -> str:
@@ -83,6 +89,7 @@ class DialOptions:
     jitter_ms: float = DEFAULT_JITTER_MS
     cap_s: float = DEFAULT_CAP_S
     caller_audio: Path | None = None
+    caller_lines: str = CLINIC_LINES  # the synthesized lines: the dialogue's (clinic) or the pause lines
     dialogue: str = DEFAULT_DIALOGUE
     turns: int = DEFAULT_TURNS
     deadline_s: float = callmod.DEFAULT_DEADLINE_S
@@ -120,6 +127,11 @@ class DialOptions:
             raise ConfigError(f"--echo-db must be -120..0 dB (an attenuation), not {self.echo_db:g}")
         if self.stt not in STT_CHOICES:
             raise ConfigError(f"--stt must be one of {', '.join(STT_CHOICES)}, not {self.stt!r}")
+        if self.caller_lines not in CALLER_LINES:
+            raise ConfigError(f"--caller-lines must be one of {', '.join(CALLER_LINES)}, not {self.caller_lines!r}")
+        if self.caller_lines != CLINIC_LINES and self.caller_audio is not None:
+            raise ConfigError(f"--caller-lines {self.caller_lines} is synthesized; --caller-audio brings the "
+                              "caller's own lines: one or the other")
         if self.turns < 1:
             raise ConfigError(f"--turns must be at least 1, not {self.turns}")
         if self.jitter_ms < 0 or self.jitter_ms > 1000:
@@ -184,6 +196,9 @@ def _caller_audio_flags(group: Any) -> None:  # an argparse argument group
     """Whose lines the caller speaks: `dial`, `converse` and the lab."""
     group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
                        help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
+    group.add_argument("--caller-lines", choices=CALLER_LINES, default=CLINIC_LINES,
+                       help=f"the synthesized caller's lines: clinic (default) or pause (a sentence with a "
+                            f"{PAUSE_MS:g} ms pause mid-sentence, then one ordinary line: counts cut-offs)")
     group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
                        help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
 
@@ -275,6 +290,7 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
+        caller_lines=values.get("caller_lines") or CLINIC_LINES,
         turns=values.get("turns") or DEFAULT_TURNS,
         deadline_s=values.get("deadline") or callmod.DEFAULT_DEADLINE_S,
         reply_wait_s=values.get("reply_wait"),
@@ -298,6 +314,16 @@ class Caller:
     barge_in_turns: tuple[int, ...] | None = None  # None: the options' (--barge-in-turns)
     notes: tuple[str, ...] = ()  # what the user's folder changed about the call, one line each (also on stderr)
     folder: Mapping[str, Any] | None = None  # the user's folder as loaded (speech.caller.CallerAudio.as_dict)
+    lines_set: str | None = None  # --caller-lines (clinic, pause); None: the user's own audio
+    pause_ms: float | None = None  # the planned pause of the pause lines (caller.PAUSE_MS)
+
+    def as_dict(self) -> dict[str, Any]:
+        """dial.json's caller block; a planned pause per turn as [start_ms, end_ms] in its caller WAV (the silent
+        run it is as sent; turns[].caller.pauses_ms has it on the call clock)."""
+        return {"source": self.source, "voice": self.voice.as_dict() if self.voice else None,
+                "script": self.dialogue, "folder": self.folder, "notes": list(self.notes), "lines": self.lines_set,
+                "pause_ms": self.pause_ms,
+                "pauses_ms": [[[ms(a, ln.rate), ms(b, ln.rate)] for a, b in ln.pauses] for ln in self.lines]}
 
 
 def caller_lines(options: DialOptions) -> Caller:
@@ -312,9 +338,18 @@ def caller_lines(options: DialOptions) -> Caller:
                               default_turns=DEFAULT_TURNS, default_barge_in=callmod.DEFAULT_BARGE_IN_TURNS)
         return Caller(tuple(on_line(u, line) for u in picked.utterances), None, str(options.caller_audio), None,
                       picked.barge_in_turns, picked.notes, audio.as_dict())
+    if options.caller_lines == PAUSE:
+        # no barge-in unless asked for (--barge-in-turns): the pause lines measure cut-offs, not barge-ins
+        count = min(options.turns, len(PAUSE_LINES)) if options.turns_given else len(PAUSE_LINES)
+        utterances, pauses, voice = synthesize_paused(PAUSE_LINES[:count], PAUSE_MS)
+        barge = tuple(t for t in options.barge_in_turns if t < count) if options.barge_in_given else ()
+        notes = () if options.barge_in_given else (f"--caller-lines {PAUSE}: no barge-in (--barge-in-turns to plan one)",)
+        return Caller(tuple(on_line(u, line, p) for u, p in zip(utterances, pauses)), voice, "synthesized", PAUSE,
+                      barge, notes, lines_set=PAUSE, pause_ms=PAUSE_MS)
     dialogue = load_dialogue(options.dialogue)
     utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
-    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name)
+    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name,
+                  lines_set=CLINIC_LINES)
 
 
 # --- measuring at the ear -----------------------------------------------------------------------------------------
@@ -378,6 +413,36 @@ def _false_barge_in(heard: Heard, clears: Sequence[tuple[float, float]], arrival
         ran_dry = any(stop * 1000.0 / rate - frame_ms - 1e-6 <= t <= resumed * 1000.0 / rate for t in idles)
         if ran_dry and _caller_silent(speech, first, resumed + 1):
             return {"kind": "stopped", "silent_ms": ms(stop, rate), "resumed_ms": ms(resumed, rate)}
+    return None
+
+
+def _cut_off(heard: Heard, start: int, end: int, previous: Mapping[str, Any] | None, rate: int, key: str,
+             unknown: _Unknown) -> dict[str, Any] | None:
+    """The agent talking while the caller is mid-utterance (CUT_OFF_RULE): the first heard sound in the caller's
+    own speech span [start, end) (samples), a pause inside the line included. On a line that barges in on the
+    previous reply (``previous``: that turn's row, whose ``barge_in`` is set), that reply still playing under the
+    caller is the planned barge-in: the search starts at its heard silence. Returns {"t_ms",
+    "caller_speech_left_ms"}, or None: no cut-off, or (with the reason put in ``unknown``) the heard channel cannot
+    show it; the caller tells the two apart by ``unknown``."""
+    total = len(heard.samples)
+    looked_from = start
+    barge = previous.get("barge_in") if previous is not None else None
+    if barge is not None:
+        silent_ms = barge.get("heard_silent_ms")
+        if silent_ms is None:
+            unknown(f"{key}.cut_off", "the reply this line barged in on never went silent: a new reply under it "
+                                      "cannot be told from it")
+            return None
+        looked_from = max(start, round(silent_ms * rate / 1000))
+        if looked_from >= end:
+            unknown(f"{key}.cut_off", "the reply this line barged in on played to the line's end: a new reply under "
+                                      "it cannot be told from it")
+            return None
+    t = heard.first_sound(looked_from, end)
+    if t is not None:
+        return {"t_ms": ms(t, rate), "caller_speech_left_ms": ms(end - t, rate)}
+    if end > total:
+        unknown(f"{key}.cut_off", "the recording ended before the caller's line did")
     return None
 
 
@@ -456,6 +521,11 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
         rows[-1]["false_barge_in_at"] = _false_barge_in(heard, clears_dropped, arrivals, idles, speech, end,
                                                         next_start, first, hold, rate, frame_ms)
         rows[-1]["false_barge_in"] = rows[-1]["false_barge_in_at"] is not None
+        cut = _cut_off(heard, start, end, rows[-2] if n else None, rate, key, unknown)
+        rows[-1]["cut_off_at"] = cut
+        rows[-1]["cut_off"] = True if cut is not None else (None if f"{key}.cut_off" in unknown.reasons else False)
+        if line.pauses:
+            rows[-1]["caller"]["pauses_ms"] = [[ms(offset + a, rate), ms(offset + b, rate)] for a, b in line.pauses]
         unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
                               "reported by the agent")
         del next_end
@@ -484,6 +554,18 @@ def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, add
             gap = row["heard"]["gap_ms"]
             row["heard_minus_reported_ms"] = round(gap - found.latency_ms, 3) if gap is not None else None
     return otlp.summary(address, receiver.bodies(), clock)
+
+
+def cut_offs(rows: Sequence[Mapping[str, Any]], unknown: _Unknown) -> int | None:
+    """summary.cut_offs: the turns whose line the agent talked into (CUT_OFF_RULE), over the turns whose heard
+    channel can show it; None when none can (the reasons are the turns' in ``unknown``); when only some can, the
+    count is theirs and ``unknown`` names the others."""
+    known = [row for row in rows if row.get("cut_off") is not None]
+    if len(known) < len(rows):
+        left_out = ", ".join(str(row["index"]) for row in rows if row.get("cut_off") is None)
+        unknown("summary.cut_offs", f"turn(s) {left_out} cannot show a cut-off (their turns[].cut_off reasons): "
+                                    "counted over the others" if known else "no turn's heard channel can show it")
+    return sum(1 for row in known if row["cut_off"]) if known else None
 
 
 def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict[str, Any]],
@@ -516,13 +598,13 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         "t0_epoch_ns": log.t0_epoch_ns,
         "floor": {"rule": FLOOR_RULE, "caller": max((ln.floor for ln in caller.lines), default=None),
                   "heard": heard.floor},
-        "caller": {"source": caller.source, "voice": caller.voice.as_dict() if caller.voice else None,
-                   "script": caller.dialogue, "folder": caller.folder, "notes": list(caller.notes)},
+        "caller": caller.as_dict(),
         "settings": {"turns": len(caller.lines), "barge_in_turns": list(log.settings.barge_in_turns),
                      "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
                      "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
+                     "cut_off_rule": CUT_OFF_RULE,
                      "stt": options.stt, "stt_engine": stt_info},
         "turns": rows,
         "playout": log.playout,
@@ -533,7 +615,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         "summary": {"heard_gap_ms": summary_of(gaps),
                     "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
                     "heard_minus_reported_ms": summary_of(diffs) if diffs else None,
-                    "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in"))},
+                    "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in")),
+                    "cut_offs": cut_offs(rows, unknown)},
         "files": {"call_wav": CALL_WAV, "events": EVENTS, "caller_wavs": [caller_wav_name(r["index"]) for r in rows],
                   "otlp": list(otlp_files)},
         "otlp": dict(otlp_block) if otlp_block is not None else None,
