@@ -11,6 +11,7 @@ PORT   ?= 8080
 # on 2 idle cores (the CLI default is 3); 1 is the brief's single measurement.
 REPEAT ?= 2
 PYTEST_ARGS ?=
+FAST_JOBS ?= auto
 
 .PHONY: lab test test-fast install venv clean
 
@@ -32,17 +33,21 @@ lab: install
 # llama-cpp-python (the second backend the tests run the lab against) is sdist-only: its wheel is built once
 # (~3 min on 2 cores) into ~/.cache/voice-llm and installed from there.
 # The tests also run the pipecat agent for real (the optional extra `pipecat`; `make lab` does not need it).
+# Two runs, every test once: the fast tier on every core (its tests share nothing), then the slow tier in one process
+# (its session lab and server are started once, and its real-time calls measure a machine not shared with a second
+# pytest worker). Both run even if the first fails; either failing fails `make test` (pytest's exit 5, no test
+# collected, included).
 test: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat]'
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	fast=0; $(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS) || fast=$$?; \
+	slow=0; $(BIN)/python -m pytest -m slow $(PYTEST_ARGS) || slow=$$?; \
+	echo "make test: fast tier exit $$fast, slow tier exit $$slow"; test $$fast -eq 0 && test $$slow -eq 0
 
 # The fast tier (pyproject's `slow` marker, tests/conftest.py): no llama-server build, model, llama-cpp-python or
 # browser is needed, so none is fetched; a test that asks for one is slow by its fixture and left out. Its tests
 # share nothing across modules, so they run on every core (pytest-xdist; FAST_JOBS=0 runs them in one process).
-# `make test` stays in one process: its session lab and server must be started once, and measure an idle machine.
-FAST_JOBS ?= auto
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS)
 

@@ -18,8 +18,8 @@ The cells:
 - line: `clean` | `loss2` (2 % of 20 ms frames lost both ways, seed 1) | `echo20` (a speakerphone with no echo
   canceller: the heard audio back into the uplink 60 ms later at -20 dB).
 
-Per cell: the four clinic lines (turn 3 is cut into by line 4: a planned barge-in) and, with --pause (the default),
-a second call of the pause line (`--caller-lines pause`: a sentence with a planned 600 ms pause in its middle)
+Per cell: the four clinic lines (turn 3 is cut into by line 4: a planned barge-in) and, on the clean line with
+--pause (the default), a second call of the pause line (`--caller-lines pause`: a sentence with a planned 600 ms pause in its middle)
 whose turn must not be ended inside the pause: a reply heard while the caller is still mid-sentence is a cut-off.
 Read from each call's dial.json: heard gap median/p90 over the answered turns, heard minus the agent's own
 latency (its self-report error), false barge-ins (the agent cut its own reply, the caller silent), cut-offs, the
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(f"{name}: calling (load {load()})", file=sys.stderr)
                         cell: dict[str, Any] = {"agent": engine, "turn": mode, "line": line,
                                                 "call": dial(agent, otlp_port, calls / name, line, [])}
-                        if args.pause:
+                        if args.pause and line == "clean":  # the endpoint decides a cut-off, not the line
                             cell["pause"] = dial(agent, otlp_port, calls / f"{name}-pause", line,
                                                  ["--caller-lines", "pause", "--barge-in-turns", "none"])
                         print(f"{name}: {json.dumps({k: cell['call'].get(k) for k in ('heard_gap_ms', 'reported_ms', 'error')})}",

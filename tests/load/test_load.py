@@ -26,9 +26,21 @@ CALL_CHECKS = tuple((entry.name, entry.run) for entry in CALL_CAPABILITY.checks)
 pytestmark = pytest.mark.server
 
 
-def _locust_processes() -> list[str]:
+def _locust_processes(state: str) -> list[str]:
+    """The Locust master and workers still running that this module's commands started: those whose environment
+    holds this module's VOICE_LLM_STATE (a worker outliving its load is reparented, so ancestry cannot say; another
+    session's Locust on the same machine is not this test's leftover)."""
     found = subprocess.run(["pgrep", "-af", "voice_caller.py|voice_llm.load.sweep"], capture_output=True, text=True)
-    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+    ours = []
+    for line in found.stdout.splitlines():
+        pid = line.split(" ", 1)[0]
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone since pgrep listed it
+            continue
+        if f"VOICE_LLM_STATE={state}".encode() in environ:
+            ours.append(line)
+    return ours
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +57,7 @@ def four_slots(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, mo
         yield env, port
     finally:
         cli("down", "--port", str(port), env=env)
-        assert not _locust_processes()
+        assert not _locust_processes(env["VOICE_LLM_STATE"])
 
 
 def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots: tuple[dict[str, str], int],
@@ -58,7 +70,7 @@ def test_sweep_with_two_workers_writes_goodput_per_step_and_a_verdict(four_slots
                  # a slow shared machine starts turns in each short window
                  "--no-stop", "--out", str(tmp_path), "-q", env=env, timeout=400)
     assert result.returncode in (0, EXIT_NO_VERDICT), result.stderr
-    assert not _locust_processes()
+    assert not _locust_processes(env["VOICE_LLM_STATE"])
     doc = json.loads((tmp_path / "load.json").read_text())
     (sweep,) = doc["sweeps"]
     assert sweep["slots"] == 4 and len(sweep["workers"]) == 2

@@ -9,6 +9,7 @@ from typing import Any
 
 from voice_llm.errors import ConfigError
 from voice_llm.line import wire
+from voice_llm.speech import stt
 
 ENGINES = ("builtin", "pipecat")
 DEFAULT_ENGINE = "builtin"
@@ -19,6 +20,11 @@ DEFAULT_MAX_CALLS = 1
 DEFAULT_MAX_TOKENS = 48  # LINE.md: a reply the caller may talk over must still be streaming then
 DEFAULT_ENDPOINT_MS = 300.0
 DEFAULT_STRATEGY = "clauses"
+# Whisper's encoder window for the caller's turns. 30 s is Whisper's own (faster-whisper pads every utterance to it);
+# a turn of a phone call is a few seconds, and a 10 s window encodes a third of the frames. Measured before it was
+# made the default (BENCHMARKS.md "Whisper's window"): the same transcripts of the caller lines, a shorter STT stage.
+# A turn longer than the window, or a decode that repeats itself, goes through the 30 s path (speech.stt).
+DEFAULT_STT_WINDOW_S = 30
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class AgentSettings:
     vad_threshold: float = 0.5
     stt: str = "faster-whisper"
     stt_threads: int | None = None  # None: every core
+    stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
     tts: str = "piper"
     voice: str | None = None
     strategy: str = DEFAULT_STRATEGY
@@ -66,6 +73,8 @@ class AgentSettings:
             raise ConfigError(f"--max-calls must be at least 1, not {self.max_calls}")
         if self.turn not in TURNS:
             raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
+        if not stt.MIN_CHUNK_S <= self.stt_window_s <= stt.DEFAULT_CHUNK_S:
+            raise ConfigError(f"--stt-window must be {stt.MIN_CHUNK_S}-{stt.DEFAULT_CHUNK_S} s, not {self.stt_window_s}")
         if not 1 <= self.max_tokens <= 4096:
             raise ConfigError(f"--max-tokens must be 1-4096, not {self.max_tokens}")
 
