@@ -27,6 +27,7 @@ CAPABILITY = Capability(
         ("load: verdict and stop rule follow from the steps", "check_load_verdict"),
         ("load: warm-up dropped, turns in their windows", "check_load_windows"),
         ("load: ttft <= first sentence <= end per turn", "check_load_turn_order"),
+        ("load: heard gap = first sound - speech end; refused and failed turns carry no gap", "check_load_heard"),
     )),
     # After the core's cancellation section (behind call's, which is registered first, when call is there).
     sections=(SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,

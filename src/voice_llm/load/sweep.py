@@ -142,7 +142,12 @@ class Sweep:
         options = parser.parse_args(args=["--headless"])
         # Custom options reach every worker with each spawn message: the callers' settings, for remote workers too.
         setattr(options, voice_caller.CONFIG_OPTION, plan.caller.to_json())
-        self.env = Environment(user_classes=[voice_caller.VoiceCaller], events=events, host=plan.caller.url,
+        # Dialing callers (load --dial): the same sweep, each user a real call on the line (voice_caller.DialCaller)
+        user = voice_caller.VoiceCaller if plan.dial is None else voice_caller.DialCaller
+        if plan.dial is not None:
+            setattr(options, voice_caller.DIAL_OPTION, plan.dial.to_json())
+        self.env = Environment(user_classes=[user], events=events,
+                               host=plan.caller.url if plan.dial is None else plan.dial.url,
                                stop_timeout=0, parsed_options=options)
         port = plan.master_port or free_port(plan.bind_host)
         self.port = port
@@ -216,14 +221,17 @@ class Sweep:
                 "master_cpu_s": time.process_time() - master_cpu}
         drain_s = self.drain(index, end)
         measured = [s for s in self.collected.samples if s["step"] == index and s["phase"] == "measure"]
-        summary = stats.summarize_step(measured, plan.slo_first_sentence_ms, end - start)
+        summary = stats.summarize_step(measured, plan.slo_ms, end - start, plan.metric)
         cpu = self.step_cpu(index)
         step = {"step": index, "callers": callers, "window": {"start": start, "end": end, "drain_s": drain_s},
-                "cpu": cpu, "generator_bound": stats.generator_bound(cpu), "host": host, **summary}
-        first = step["first_sentence_ms"]
-        log(f"step {index + 1}: {summary['turns']} turns, first sentence p50 {_ms(first['p50'])} "
-            f"p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors {summary['errors']}, "
-            f"cancelled {summary['cancelled']}, load {host['loadavg_1m']:.2f}")
+                "cpu": cpu, "generator_bound": stats.generator_bound(cpu, summary), "host": host, **summary}
+        first = step[plan.metric]
+        what = "heard gap" if plan.dial is not None else "first sentence"
+        extra = (f"refused {summary['refused']}, late frames {summary['late_frames']} of {summary['call_frames']}"
+                 if plan.dial is not None else f"cancelled {summary['cancelled']}")
+        log(f"step {index + 1}: {summary['turns']} turns ({summary['judged']} judged), {what} p50 "
+            f"{_ms(first['p50'])} p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors "
+            f"{summary['errors']}, {extra}, load {host['loadavg_1m']:.2f}")
         return step
 
     def result(self, started: float, workers: list[str], steps: list[dict[str, Any]], stopped: str | None,
@@ -253,7 +261,7 @@ class Sweep:
                 current = f"during the {callers}-caller step"
                 step = self.run_step(index, callers)
                 steps.append(step)
-                stopped = stats.stop_reason(step, plan.slo_first_sentence_ms)
+                stopped = stats.stop_reason(step, plan.slo_ms, plan.metric)
                 if stopped and plan.stop_on_budget:
                     log(f"stopped: {stopped}")
                     break
