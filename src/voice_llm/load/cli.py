@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"steps of concurrent callers, upward (default {_csv(DEFAULT_CALLERS)}; --dial {_csv(DIAL_CALLERS)})")
     p.add_argument("--max-callers", type=flags.positive_int, default=64, help="never run a step with more callers than this")
     p.add_argument("--step-s", type=flags.positive_number, default=None,
-                   help=f"measured window per step (s; default {DEFAULT_STEP_S:g}, --dial {DIAL_STEP_S:g})")
+                   help=f"measured window per step (s; default {DEFAULT_STEP_S:g}; --dial: the longest, {DIAL_STEP_S:g}, "
+                        f"ended sooner once {stats.MIN_JUDGED_TURNS} judged turns are in)")
     p.add_argument("--warmup-s", type=flags.non_negative_number, default=None,
                    help=f"dropped window at the start of each step (s; default {DEFAULT_WARMUP_S:g}, --dial {DIAL_WARMUP_S:g})")
     dial = p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), judged at its ear")

@@ -48,6 +48,9 @@ def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: lis
         "dial_url": settings.dial,
         "slo_heard_ms": settings.slo_heard_ms if dial else None,
         "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
+        # when a measured window ends: after step_s, or (dialing callers) once min_judged_turns judged turns of
+        # it were reported, whichever comes first
+        "window_ends": "at step_s or at min_judged_turns judged turns" if dial else "at step_s",
         "slo_first_sentence_ms": settings.slo_first_sentence_ms,
         "goodput_target": stats.GOODPUT_TARGET,
         "max_error_rate": stats.MAX_ERROR_RATE,

@@ -26,7 +26,7 @@ DEFAULT_MASTER_PORT = 5557
 DEFAULT_SLO_HEARD_MS = 1500.0
 DIAL_TURNS = 2
 DIAL_CALLERS = (1, 2, 3, 4, 6, 8)  # a CPU box holds few real-time callers: small steps up
-DIAL_STEP_S = 150.0
+DIAL_STEP_S = 300.0  # the longest measured window: it ends once MIN_JUDGED_TURNS judged turns are in
 DIAL_WARMUP_S = 20.0
 DIAL_DEADLINE_S = 60.0
 
@@ -102,6 +102,7 @@ class SweepPlan:
     quiet: bool = False  # no progress lines from the master
     dial: DialConfig | None = None  # dialing callers (load --dial): judged on the heard gap, not the first sentence
     slo_heard_ms: float = DEFAULT_SLO_HEARD_MS
+    enough_judged: int | None = None  # end a measured window once this many judged turns were reported (None: at step_s)
 
     @property
     def metric(self) -> str:

@@ -33,6 +33,7 @@ from voice_llm.load.settings import LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S,
                                  CallerConfig, DialConfig, SweepPlan)
+from voice_llm.load import stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
@@ -292,7 +293,9 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
         caller, dial, described = dial_caller(settings)
     else:
         caller, described = caller_config(settings, "", out)
-    base_plan = replace(sweep_plan(settings, caller, None), dial=dial)
+    # Dialing callers: a step's window ends as soon as it holds enough judged turns for a verdict (or at --step-s)
+    base_plan = replace(sweep_plan(settings, caller, None), dial=dial,
+                        enough_judged=stats.MIN_JUDGED_TURNS if dial is not None else None)
     run = LoadRun(described=described)
     planned: list[int | None] = [None] if settings.url or dial else list(settings.slots)
     t0 = time.perf_counter()

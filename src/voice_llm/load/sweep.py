@@ -181,12 +181,18 @@ class Sweep:
         self.runner.send_message(voice_caller.PHASE_MESSAGE, {"step": step, "phase": phase, "callers": callers})
         return time.time()
 
-    def wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone."""
+    def wait(self, seconds: float, enough: Callable[[], bool] = lambda: False) -> None:
+        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone; sooner when
+        ``enough`` says so."""
         deadline = time.monotonic() + seconds
-        while (remaining := deadline - time.monotonic()) > 0:
+        while (remaining := deadline - time.monotonic()) > 0 and not enough():
             gevent.sleep(min(remaining, 5 * POLL_S))
             self.check_workers()
+
+    def judged_so_far(self, step: int) -> int:
+        """The judged turns of ``step``'s measured window the workers have reported so far."""
+        return sum(1 for s in self.collected.samples
+                   if s["step"] == step and s["phase"] == "measure" and stats.judged(s, self.plan.metric))
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -215,7 +221,11 @@ class Sweep:
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         start = self.announce(index, "measure", callers)
-        self.wait(plan.step_s)
+        # A window that ends once enough judged turns are in (dialing callers: --step-s is then the longest one):
+        # when it ends depends on how many turns were reported, never on what they measured, so the step's numbers
+        # are those of every turn that started in it (the drain waits for the calls still running).
+        needed = plan.enough_judged
+        self.wait(plan.step_s, (lambda: self.judged_so_far(index) >= needed) if needed else (lambda: False))
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
