@@ -106,12 +106,13 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     (call / "dial").mkdir(parents=True)
     for n in (1, 2):
         (call / f"dial/caller-0{n}.wav").write_bytes(b"RIFF" + bytes([n]))
-    doc = _dial_doc([_turn(1, 4000.0, 900.0), _turn(2, 9000.0, 800.0)])
     lines = tmp_path / "lines"
-    assert dialing.keep_lines(call, doc, lines)
+    assert not dialing.keep_lines(call, lines)  # no dial.json: nothing kept
+    _write(call, "dial.json", _dial_doc([_turn(1, 4000.0, 900.0), _turn(2, 9000.0, 800.0)]))
+    assert dialing.keep_lines(call, lines)
     assert sorted(p.name for p in lines.iterdir()) == ["caller-01.wav", "caller-02.wav", "script.txt"]
     assert (lines / "script.txt").read_text() == "line 1\nline 2\n"
-    assert not dialing.keep_lines(call, doc, lines)  # made once
+    assert not dialing.keep_lines(call, lines)  # made once
     later = dialing.dial_command(DialConfig(url="ws://h:1/", barge_in_turns=(1,)), tmp_path / "b", lines)
     assert later[later.index("--caller-audio") + 1] == str(lines) and "--turns" not in later
     assert later[later.index("--barge-in-turns") + 1] == "1"

@@ -26,7 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,11 +89,18 @@ def dial_command(config: DialConfig, out: Path, lines: Path | None) -> list[str]
     return [*command, "--turns", str(config.turns)]
 
 
-def keep_lines(call_out: Path, doc: Mapping[str, Any], lines: Path) -> bool:
-    """After a call that went through: its caller WAVs and their script as the caller-audio folder ``lines``
-    (made whole under a temporary name, then renamed: a concurrent call sees no folder or a complete one).
-    False when ``lines`` exists already (another caller of this worker made it) or the call has no WAVs."""
+def keep_lines(call_out: Path, lines: Path) -> bool:
+    """After a call that went through (its dial.json in ``call_out``): its caller WAVs and their script as the
+    caller-audio folder ``lines`` (made whole under a temporary name, then renamed: a concurrent call sees no
+    folder or a complete one). False when ``lines`` exists already (another caller of this worker made it), or
+    the call left no readable dial.json or WAVs (the next call synthesizes its lines again)."""
     if lines.exists():
+        return False
+    try:
+        doc = read_json(call_out / DIAL_JSON)
+    except ArtifactError:
+        return False
+    if not isinstance(doc, dict):
         return False
     names = [row.get("caller_wav") for row in doc.get("turns") or []]
     scripts = [row.get("script") for row in doc.get("turns") or []]

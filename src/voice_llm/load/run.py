@@ -296,6 +296,9 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
     # Dialing callers: a step's window ends as soon as it holds enough judged turns for a verdict (or at --step-s)
     base_plan = replace(sweep_plan(settings, caller, None), dial=dial,
                         enough_judged=stats.MIN_JUDGED_TURNS if dial is not None else None)
+    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
+        base_plan = replace(base_plan, drain_timeout_s=max(base_plan.drain_timeout_s,
+                                                           (2 * dial.turns + 1) * dial.deadline_s + 30.0))
     run = LoadRun(described=described)
     planned: list[int | None] = [None] if settings.url or dial else list(settings.slots)
     t0 = time.perf_counter()

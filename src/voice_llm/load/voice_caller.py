@@ -276,9 +276,8 @@ class DialCaller(User):
             call = dialing.CallId(self.worker, self.name, self.calls, placed)
             samples = dialing.call_samples(out, proc.returncode, err.decode("utf-8", "replace"), call, STATE.clock)
             if lines is None and not any(s["error"] for s in samples):
-                doc = dialing.read_json(out / dialing.DIAL_JSON)
                 target = STATE.tmp / "lines"
-                if dialing.keep_lines(out, doc, target) or target.is_dir():
+                if dialing.keep_lines(out, target) or target.is_dir():
                     STATE.lines = target
         finally:
             _stop_call(proc)
