@@ -4,6 +4,7 @@ hand-made dial.json files and samples (no agent, no Locust)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,17 @@ def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> No
     assert "the agent: no verdict" in caption and "dials the agent at ws://127.0.0.1:9/" in caption
     assert fig.axes[0].get_ylabel() == "heard gap (ms)"
     assert extra.count("<tr>") == 1 + 2 and "1 refused: close code 1013" in extra
+
+
+@pytest.mark.parametrize("given, needle", [
+    ({"dial": "http://127.0.0.1:9/"}, "ws:// or wss://"),
+    ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (2,)}, "must be 1..1"),
+    ({"dial": "ws://127.0.0.1:9/", "url": "http://127.0.0.1:9"}, "drop --url"),
+])
+def test_bad_dial_settings_are_refused_before_anything_is_written(tmp_path: Path, given: dict, needle: str) -> None:
+    from voice_llm.errors import ConfigError
+    from voice_llm.load.run import run_load
+
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        run_load(LoadSettings(out=tmp_path / "out", **given))
+    assert not (tmp_path / "out").exists()

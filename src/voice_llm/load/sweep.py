@@ -214,7 +214,8 @@ class Sweep:
 
     def run_step(self, index: int, callers: int) -> dict[str, Any]:
         plan = self.plan
-        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured")
+        until = f" (or until {plan.enough_judged} judged turns are in)" if plan.enough_judged else ""
+        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
         self.wait(plan.warmup_s)
@@ -239,7 +240,8 @@ class Sweep:
         what = "heard gap" if plan.dial is not None else "first sentence"
         extra = (f"refused {summary['refused']}, late frames {summary['late_frames']} of {summary['call_frames']}"
                  if plan.dial is not None else f"cancelled {summary['cancelled']}")
-        log(f"step {index + 1}: {summary['turns']} turns ({summary['judged']} judged), {what} p50 "
+        log(f"step {index + 1}: {summary['turns']} turns ({summary['judged']} judged) in {end - start:.0f} s "
+            f"measured + {drain_s:.0f} s drain, {what} p50 "
             f"{_ms(first['p50'])} p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors "
             f"{summary['errors']}, {extra}, load {host['loadavg_1m']:.2f}")
         return step
