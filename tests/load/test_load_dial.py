@@ -181,6 +181,22 @@ def test_the_verdict_is_the_most_callers_at_goodput_on_enough_heard_turns() -> N
     assert stats.verdict(_steps([3000.0] * 20), None)["max_callers"] == 0
 
 
+def test_a_step_that_missed_more_than_the_target_allows_fails_early() -> None:
+    # 1 miss in 20 is allowed (95 %): 2 misses in the first 19 turns fail the step whatever the 20th does
+    assert stats.ALLOWED_MISSES == 1
+    one_miss, two_misses = _steps([900.0] * 5 + [3000.0]), _steps([3000.0, None])
+    assert not stats.failed_early(one_miss[0]) and stats.failed_early(two_misses[0])
+    early = stats.verdict(two_misses, None, early=True)
+    assert (early["max_callers"], early["failed_early"], early["judged_turns"]) == (0, [1], 2)
+    assert stats.verdict(two_misses, None)["max_callers"] is None  # text callers: the 20-turn rule only
+    assert stats.verdict(one_miss, None, early=True)["max_callers"] is None
+    # a passing step still needs its 20 judged turns; the failing step after it is judged early
+    steps = _steps([900.0] * 20, [900.0] * 3 + [None] * 2)
+    verdict = stats.verdict(steps, None, early=True)
+    assert (verdict["max_callers"], verdict["failed_early"]) == (1, [2])
+    assert verdict["limited_by"] == "the agent's call limit (calls refused, close code 1013)"
+
+
 def _fake_dial_run(tmp_path: Path) -> Path:
     """load.json + CSV as `load --dial` writes them, from a made-up master result."""
     dial = DialConfig(url="ws://127.0.0.1:9/")
@@ -257,3 +273,13 @@ def test_bad_dial_settings_are_refused_before_anything_is_written(tmp_path: Path
     with pytest.raises(ConfigError, match=re.escape(needle)):
         run_load(LoadSettings(out=tmp_path / "out", **given))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_verdict_line_says_a_step_failed_early() -> None:
+    from voice_llm.load import cli
+
+    steps = _steps([3000.0, None])
+    sweep = {"url": "ws://127.0.0.1:9/", "slots": None, "steps": steps, "verdict": stats.verdict(steps, None, early=True)}
+    line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 300.0}, sweep)
+    assert "max callers = 0 (heard gap <= 1500 ms" in line
+    assert "at 1 callers 2 of 2 judged turns missed, more than the 1 in 20 the target allows" in line

@@ -70,8 +70,12 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     for step in sweep["steps"]:
         measured = [s for s in samples if s["step"] == step["step"] and s["phase"] == "measure"]
         heard = [s for s in measured if s["heard_gap_ms"] is not None]
-        assert heard, f"{step['callers']} callers: no heard gap measured"
-        assert step["heard_gap_ms"]["p50"] in [s["heard_gap_ms"] for s in heard]  # nearest rank: one of the samples
+        # a step ends early once it missed more than the target allows (stats.failed_early): the 2-caller step
+        # can end on its refusals alone, before a turn of the caller on the line ends in its window
+        assert heard or (stats.failed_early(step) and step["refused"] > stats.ALLOWED_MISSES), \
+            f"{step['callers']} callers: no heard gap measured"
+        if heard:  # nearest rank: one of the samples
+            assert step["heard_gap_ms"]["p50"] in [s["heard_gap_ms"] for s in heard]
         assert 0.0 <= step["goodput"] <= 1.0
         judged = [s for s in measured if s["error"] or s["heard_gap_ms"] is not None]
         assert step["goodput"] == sum(1 for s in judged if not s["error"] and s["heard_gap_ms"] <= 1500.0) / len(judged)
@@ -80,6 +84,7 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
         for s in heard:
             assert s["first_sound_ms"] - s["speech_end_ms"] == pytest.approx(s["heard_gap_ms"], abs=0.01)
     one, two = sweep["steps"]
+    assert one["heard_gap_ms"]["p50"] is not None, "the 1-caller step heard the agent"
     assert one["refused"] == 0, "one caller on a one-call agent is never refused"
     assert two["refused"] >= 1, "two callers on a one-call agent: the second is refused while the first is on the line"
     refusals = [s for s in samples if s["refused"]]
@@ -93,4 +98,5 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
             assert entry.name.startswith("load: ttft"), entry.name  # dialing callers make no LLM request
     verdict = sweep["verdict"]
     assert verdict["judged_per_step"] == [s["judged"] for s in sweep["steps"]]
-    assert verdict == stats.verdict(sweep["steps"], None)
+    assert verdict == stats.verdict(sweep["steps"], None, early=True)
+    assert verdict["max_callers"] is not None or not any(stats.decided(s, True) for s in sweep["steps"])

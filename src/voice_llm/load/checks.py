@@ -123,7 +123,7 @@ def check_load_verdict(out: RunFolder | Path) -> str:
                  f"slots {sweep['slots']}: turns {turns} are not counts")
         if not any(turns):
             empty.append(f"slots {sweep['slots']}")
-        again = stats.verdict(sweep["steps"], sweep["slots"])
+        again = stats.verdict(sweep["steps"], sweep["slots"], early=doc.get("mode") == "dial")
         _require(again == sweep["verdict"], f"slots {sweep['slots']}: verdict {sweep['verdict']} but the steps say {again}")
         if doc.get("stop_on_budget", True):
             metric, slo = _judged_on(doc)

@@ -173,12 +173,24 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
                 f"{_more_turns(doc, sweep, minimum)}")
     limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
     rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
-             else f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}")
+             else _none_passed(sweep, minimum))
     budget = (f"heard gap <= {doc['slo_heard_ms']:.0f} ms" if doc.get("mode") == "dial"
               else f"first sentence <= {doc['slo_first_sentence_ms']:.0f} ms")
     return (f"{where}: max callers = {verdict['max_callers']} ({budget} "
             f"for >= {100 * verdict['goodput_target']:.0f} % of turns; {rests}; tested up to "
             f"{verdict['tested_up_to']}{limit})")
+
+
+def _none_passed(sweep: dict[str, Any], minimum: int) -> str:
+    """Why the verdict is 0: the first judged step failed early (dialing callers: more misses than the target
+    allows in ``minimum`` turns) or on its ``minimum`` judged turns."""
+    verdict = sweep["verdict"]
+    first = next(s for s in sweep["steps"] if stats.decided(s, "failed_early" in verdict))
+    if first["callers"] in (verdict.get("failed_early") or []):
+        return (f"no step passed: at {first['callers']} callers {first['judged'] - first['good']} of "
+                f"{first['judged']} judged turns missed, more than the {verdict['allowed_misses']} in {minimum} the "
+                "target allows")
+    return f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}"
 
 
 def _more_turns(doc: dict[str, Any], sweep: dict[str, Any], minimum: int) -> str:

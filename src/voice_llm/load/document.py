@@ -26,7 +26,7 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
         "slots": slots, "url": url, "workers": result["workers"], "stopped": result["stopped"],
         "started": result["started"], "ended": result["ended"], "master_port": result.get("master_port"),
         "interrupted": result.get("interrupted"), "steps": steps,
-        "verdict": stats.verdict(steps, slots),
+        "verdict": stats.verdict(steps, slots, plan.decide_early),
     }
     return doc, samples
 
@@ -50,7 +50,8 @@ def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: lis
         "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
         # when a measured window ends: after step_s, or (dialing callers) once min_judged_turns judged turns of
         # it were reported, whichever comes first
-        "window_ends": "at step_s or at min_judged_turns judged turns" if dial else "at step_s",
+        "window_ends": ("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
+                        "target allows in min_judged_turns (the step then fails early)") if dial else "at step_s",
         "slo_first_sentence_ms": settings.slo_first_sentence_ms,
         "goodput_target": stats.GOODPUT_TARGET,
         "max_error_rate": stats.MAX_ERROR_RATE,

@@ -110,6 +110,12 @@ class SweepPlan:
         return stats.DIAL_METRIC if self.dial is not None else stats.TEXT_METRIC
 
     @property
+    def decide_early(self) -> bool:
+        """Dialing callers: a step that already missed more than the target allows is judged failing at once
+        (voice_llm.load.stats.failed_early), and its measured window ends there."""
+        return self.dial is not None
+
+    @property
     def slo_ms(self) -> float:
         return self.slo_heard_ms if self.dial is not None else self.slo_first_sentence_ms
 

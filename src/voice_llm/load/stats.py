@@ -21,6 +21,7 @@ LATE_FRAMES_SHARE of its frames behind real time makes its step generator-bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,8 @@ HOST_BUSY_SHARE = 0.9
 # goodput can tell 95 % from 100 %, i.e. one late turn is allowed and a second is not. Below it one turn decides
 # the step (3 judged turns: one late one is 67 %), so the verdict would rest on chance.
 MIN_JUDGED_TURNS = 20
+# The misses MIN_JUDGED_TURNS judged turns may hold and still pass GOODPUT_TARGET: 1 of 20.
+ALLOWED_MISSES = MIN_JUDGED_TURNS - math.ceil(GOODPUT_TARGET * MIN_JUDGED_TURNS - 1e-9)
 PERCENTILES = (50, 90, 99)
 # The metric each mode judges its turns on (the sample's column), and the SLO's name in load.json.
 TEXT_METRIC = "first_sentence_ms"
@@ -185,12 +188,28 @@ def limited_by(step: Mapping[str, Any], slots: int | None) -> str:
     return "server"
 
 
-def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, Any]:
+def failed_early(step: Mapping[str, Any]) -> bool:
+    """Has this step, on fewer than MIN_JUDGED_TURNS judged turns, already missed more than the target allows in
+    MIN_JUDGED_TURNS (ALLOWED_MISSES)? Then any MIN_JUDGED_TURNS of its turns hold those misses too and goodput
+    over them is below the target: the step fails whatever its remaining turns would have shown, the same result
+    the 20-turn rule gives whenever this fires (so no bias towards failing, only sooner)."""
+    judged_turns = step.get("judged", 0)
+    return judged_turns < MIN_JUDGED_TURNS and judged_turns - step.get("good", 0) > ALLOWED_MISSES
+
+
+def decided(step: Mapping[str, Any], early: bool) -> bool:
+    """Is the step judged: on at least MIN_JUDGED_TURNS turns, or (``early``: dialing callers) failed early."""
+    return step.get("judged", 0) >= MIN_JUDGED_TURNS or (early and failed_early(step))
+
+
+def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None, early: bool = False) -> dict[str, Any]:
     """Max callers = the largest step with goodput >= 95 % over at least MIN_JUDGED_TURNS judged turns; and what
     limited the first step past it. ``max_callers`` is None (no verdict) when no step was judged on enough turns:
-    a step with fewer can neither pass nor show a limit."""
-    enough = [s for s in steps if s.get("judged", 0) >= MIN_JUDGED_TURNS]
-    passing = [s for s in enough if s["goodput"] is not None and s["goodput"] >= GOODPUT_TARGET]
+    a step with fewer can neither pass nor show a limit. ``early`` (dialing callers): a step that failed early
+    (:func:`failed_early`) is judged too, a failing one."""
+    enough = [s for s in steps if decided(s, early)]
+    passing = [s for s in enough if s.get("judged", 0) >= MIN_JUDGED_TURNS and s["goodput"] is not None
+               and s["goodput"] >= GOODPUT_TARGET]
     best = max(passing, key=lambda s: s["callers"], default=None)
     max_callers = best["callers"] if best else (0 if enough else None)
     beyond = [s for s in enough if s["callers"] > (max_callers or 0) and s["goodput"] < GOODPUT_TARGET]
@@ -204,6 +223,8 @@ def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, 
         # the turns the verdict rests on: the passing step's (or, with none passing, the judged steps' fewest)
         "judged_turns": best["judged"] if best else min((s["judged"] for s in enough), default=None),
         "judged_per_step": [s.get("judged", 0) for s in steps],
+        **({"failed_early": [s["callers"] for s in steps if failed_early(s)], "allowed_misses": ALLOWED_MISSES}
+           if early else {}),
     }
 
 

@@ -189,10 +189,15 @@ class Sweep:
             gevent.sleep(min(remaining, 5 * POLL_S))
             self.check_workers()
 
-    def judged_so_far(self, step: int) -> int:
-        """The judged turns of ``step``'s measured window the workers have reported so far."""
-        return sum(1 for s in self.collected.samples
-                   if s["step"] == step and s["phase"] == "measure" and stats.judged(s, self.plan.metric))
+    def decided_so_far(self, step: int) -> bool:
+        """Do the turns of ``step``'s measured window reported so far judge it: enough of them (plan.enough_judged),
+        or (plan.decide_early) more misses than the target allows (stats.failed_early)?"""
+        plan = self.plan
+        judged = [s for s in self.collected.samples
+                  if s["step"] == step and s["phase"] == "measure" and stats.judged(s, plan.metric)]
+        good = sum(1 for s in judged if stats.good(s, plan.slo_ms, plan.metric))
+        return len(judged) >= (plan.enough_judged or stats.MIN_JUDGED_TURNS) or \
+            (plan.decide_early and stats.failed_early({"judged": len(judged), "good": good}))
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -226,7 +231,7 @@ class Sweep:
         # when it ends depends on how many turns were reported, never on what they measured, so the step's numbers
         # are those of every turn that started in it (the drain waits for the calls still running).
         needed = plan.enough_judged
-        self.wait(plan.step_s, (lambda: self.judged_so_far(index) >= needed) if needed else (lambda: False))
+        self.wait(plan.step_s, (lambda: self.decided_so_far(index)) if needed else (lambda: False))
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
