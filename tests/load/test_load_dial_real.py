@@ -28,8 +28,10 @@ from voice_llm.load import checks, stats
 from voice_llm.load.samples import read_samples
 
 
-def _dialers() -> list[str]:
-    found = subprocess.run(["pgrep", "-af", "voice_llm dial|voice_caller.py|voice_llm.load.sweep"],
+def _dialers(url: str) -> list[str]:
+    """This sweep's dial calls (their agent's URL is this test's), and any Locust master or worker (as
+    tests/load/test_load.py looks for them): other dial processes on a shared machine are not ours."""
+    found = subprocess.run(["pgrep", "-af", f"voice_llm dial {url}|voice_caller.py|voice_llm.load.sweep"],
                            capture_output=True, text=True)
     return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 
@@ -61,7 +63,7 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
         agent.send_signal(signal.SIGTERM)
         agent.communicate(timeout=120)
     assert result.returncode in (0, EXIT_NO_VERDICT), result.stderr
-    assert not _dialers(), "no dial call, master or worker outlives the command"
+    assert not _dialers(url), "no dial call, master or worker outlives the command"
     doc = json.loads((out / "load.json").read_text())
     assert (doc["mode"], doc["metric"], doc["slo_heard_ms"]) == ("dial", "heard_gap_ms", 1500.0)
     (sweep,) = doc["sweeps"]
