@@ -179,6 +179,7 @@ def test_the_verdict_is_the_most_callers_at_goodput_on_enough_heard_turns() -> N
     assert verdict["limited_by"] == "the agent's call limit (calls refused, close code 1013)"
     assert stats.verdict(_steps([900.0] * 19), None)["max_callers"] is None  # 19 judged turns: no verdict
     assert stats.verdict(_steps([3000.0] * 20), None)["max_callers"] == 0
+    assert stats.verdict(_steps([900.0] * 20, [3000.0] * 20), None)["limited_by"] == "agent"
 
 
 def test_a_step_that_missed_more_than_the_target_allows_fails_early() -> None:

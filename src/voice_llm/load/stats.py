@@ -185,7 +185,7 @@ def limited_by(step: Mapping[str, Any], slots: int | None) -> str:
     busy = (step.get("host") or {}).get("cpu_busy")
     if busy is not None and busy >= HOST_BUSY_SHARE:
         return "cpu"
-    return "server"
+    return "agent" if "calls" in step else "server"  # a dialing step (it counts calls) measured the agent
 
 
 def failed_early(step: Mapping[str, Any]) -> bool:
