@@ -159,10 +159,11 @@ def check_load_windows(out: RunFolder | Path) -> str:
 
 
 def check_load_turn_order(out: RunFolder | Path) -> str:
-    """Invariant: ttft <= first sentence <= end, the times of one turn on one clock (text callers)."""
+    """Invariant: the times of one turn on one clock: ttft <= first sentence <= end (text callers); the heard gap
+    is first sound - speech end, and a failed turn has none (dialing callers: :func:`_heard_order`)."""
     doc, samples = _evidence(out)
     if doc.get("mode") == "dial":
-        raise NotCheckable("dialing callers make no LLM request of their own: no ttft or first sentence")
+        return _heard_order(samples)
     timed = [s for s in samples if s["ttft_ms"] is not None]
     for s in timed:
         first = s["first_sentence_ms"] if s["first_sentence_ms"] is not None else s["ttft_ms"]
@@ -172,13 +173,10 @@ def check_load_turn_order(out: RunFolder | Path) -> str:
     return f"ttft <= first sentence <= end in {len(timed)} turns"
 
 
-def check_load_heard(out: RunFolder | Path) -> str:
+def _heard_order(samples: Sequence[Mapping[str, Any]]) -> str:
     """Invariant (dialing callers): each turn's heard gap is its two call-clock times' difference (dial.json
     rounds each to the microsecond; 0.01 ms allowed); an error turn (refused: close code 1013, or no reply)
     carries no gap, and a refusal is an error: a failed turn is never counted as a slow one."""
-    doc, samples = _evidence(out)
-    if doc.get("mode") != "dial":
-        raise NotCheckable("text callers: no call on the line, no heard gap")
     timed = 0
     for s in samples:
         where = f"{s['caller']} call {s['call']} turn {s['turn']}"
