@@ -62,7 +62,7 @@ class WorkerState:
     config: CallerConfig | None = None
     dial: DialConfig | None = None
     clock: dialing.PhaseClock = field(default_factory=dialing.PhaseClock)
-    calls: dict[int, float] = field(default_factory=dict)  # dialing calls running: id -> when placed
+    calls: dict[tuple[int, int], float] = field(default_factory=dict)  # dialing calls running -> when placed
     lines: Path | None = None  # the caller-audio folder the first call made (voice_llm.load.dialing)
     tmp: Path | None = None
 
@@ -264,7 +264,7 @@ class DialCaller(User):
         cfg = self.config
         assert STATE.tmp is not None
         self.calls += 1
-        key = id(self) * 1000 + self.calls
+        key = (id(self), self.calls)
         out = Path(tempfile.mkdtemp(prefix="call-", dir=STATE.tmp))
         lines = STATE.lines if STATE.lines is not None and STATE.lines.is_dir() else None
         placed = time.time()
