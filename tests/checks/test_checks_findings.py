@@ -381,7 +381,7 @@ def test_an_impossible_sample_fails(load_out: Path, value: str) -> None:
     row[header.index("ttft_ms")] = value
     (load_out / "load_samples.csv").write_text("\n".join([*csv[:2], ",".join(row), *csv[3:]]) + "\n")
     results = load_results(load_out)
-    turn_order = results["load: ttft <= first sentence <= end per turn"]
+    turn_order = results["load: each turn's times in order on one clock"]
     assert turn_order.status == FAIL and "ttft_ms" in turn_order.detail, turn_order
     assert ("negative" if value == "-5.0" else "not a finite number") in turn_order.detail
 

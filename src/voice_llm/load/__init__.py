@@ -26,7 +26,9 @@ CAPABILITY = Capability(
         ("load: every step recomputed from the raw samples", "check_load_matches_samples"),
         ("load: verdict and stop rule follow from the steps", "check_load_verdict"),
         ("load: warm-up dropped, turns in their windows", "check_load_windows"),
-        ("load: ttft <= first sentence <= end per turn", "check_load_turn_order"),
+        # text callers: ttft <= first sentence <= end; dialing callers: heard gap = first sound - speech end,
+        # and a refused or failed turn carries no gap
+        ("load: each turn's times in order on one clock", "check_load_turn_order"),
     )),
     # After the core's cancellation section (behind call's, which is registered first, when call is there).
     sections=(SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,

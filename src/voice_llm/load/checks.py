@@ -23,6 +23,10 @@ from voice_llm.run.folder import RunFolder
 WINDOW_SLACK_S = 2.0  # the phase message reaches a worker a little after the master's clock changed phase
 _COMPARED = ("turns", "errors", "cancelled", "judged", "good", "goodput", "good_turns_per_s", "ttft_ms",
              "first_sentence_ms", "itl_ms", "itl_p99_max_ms", "workers")
+# Keys added later (load_schema_version 2): compared where load.json has them (a file written before has not).
+_COMPARED_LATER = ("error_reasons", "heard_gap_ms", "refused", "calls", "late_frames", "call_frames", "calls_behind",
+                   "barge_ins", "agent_reported_ms")
+FRAME_MS = 20.0  # dial's line frames: the heard gap is measured on the call clock to within one
 
 
 __all__ = ["CheckFailed", "NotCheckable"]
@@ -30,7 +34,8 @@ _require = require
 # The sample columns that are times or counts: each a finite number >= 0 where present ("start" is a clock
 # reading, finite only).
 _NON_NEGATIVE = ("ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms", "prompt_ms", "tokens",
-                 "prompt_n", "cache_n", "callers", "turn")
+                 "prompt_n", "cache_n", "callers", "turn", "speech_end_ms", "first_sound_ms", "call_frames",
+                 "late_frames", "barge_in_heard_after_onset_ms", "agent_reported_ms")
 
 
 # --- load.json ------------------------------------------------------------------------------------------------
@@ -82,18 +87,28 @@ def _measured(samples: Sequence[Mapping[str, Any]], slots: Any, step: int) -> li
 def check_load_matches_samples(out: RunFolder | Path) -> str:
     """Invariant: every step of load.json is what its measured samples give (derived equals source)."""
     doc, samples = _evidence(out)
-    slo = doc["slo_first_sentence_ms"]
+    metric, slo = _judged_on(doc)
     count = 0
     for sweep in doc["sweeps"]:
         for step in sweep["steps"]:
             window = step["window"]
             again = stats.summarize_step(_measured(samples, sweep["slots"], step["step"]), slo,
-                                         window["end"] - window["start"])
-            for key in _COMPARED:
-                _require(again[key] == step[key], f"slots {sweep['slots']}, {step['callers']} callers: {key} is "
-                                                  f"{step[key]!r} in {LOAD} but {again[key]!r} from the samples")
+                                         window["end"] - window["start"], metric)
+            for key in (*_COMPARED, *(k for k in _COMPARED_LATER if k in step or k in again and metric == stats.DIAL_METRIC)):
+                _require(again.get(key) == step.get(key), f"slots {sweep['slots']}, {step['callers']} callers: {key} "
+                                                          f"is {step.get(key)!r} in {LOAD} but {again.get(key)!r} "
+                                                          "from the samples")
             count += 1
     return f"{count} steps recomputed from {len(samples)} raw samples"
+
+
+def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float]:
+    """The metric load.json's turns are judged on and its budget: the first sentence (text callers; a file from
+    before load_schema_version 2 says no mode) or the heard gap (mode dial)."""
+    if doc.get("mode") == "dial":
+        _require(doc.get("metric") == stats.DIAL_METRIC, f"{LOAD}: mode dial judged on {doc.get('metric')!r}")
+        return stats.DIAL_METRIC, finite_number(doc.get("slo_heard_ms"), f"{LOAD} slo_heard_ms")
+    return stats.TEXT_METRIC, finite_number(doc.get("slo_first_sentence_ms"), f"{LOAD} slo_first_sentence_ms")
 
 
 def check_load_verdict(out: RunFolder | Path) -> str:
@@ -108,14 +123,15 @@ def check_load_verdict(out: RunFolder | Path) -> str:
                  f"slots {sweep['slots']}: turns {turns} are not counts")
         if not any(turns):
             empty.append(f"slots {sweep['slots']}")
-        again = stats.verdict(sweep["steps"], sweep["slots"])
+        again = stats.verdict(sweep["steps"], sweep["slots"], early=doc.get("mode") == "dial")
         _require(again == sweep["verdict"], f"slots {sweep['slots']}: verdict {sweep['verdict']} but the steps say {again}")
         if doc.get("stop_on_budget", True):
-            reasons = [stats.stop_reason(s, doc["slo_first_sentence_ms"]) for s in sweep["steps"]]
+            metric, slo = _judged_on(doc)
+            reasons = [stats.stop_reason(s, slo, metric) for s in sweep["steps"]]
             _require(all(r is None for r in reasons[:-1]), f"slots {sweep['slots']}: the sweep went on after {reasons}")
         callers = [s["callers"] for s in sweep["steps"]]
         _require(callers == sorted(set(callers)), f"slots {sweep['slots']}: steps not strictly upward: {callers}")
-        slots = "the server's slots" if sweep["slots"] is None else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}"
+        slots = ("the agent" if doc.get("mode") == "dial" else "the server's slots") if sweep["slots"] is None else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}"
         verdicts.append(f"{slots}: {'no verdict' if again['max_callers'] is None else again['max_callers']}")
     if empty:
         raise NotCheckable(f"no turn was measured in any step of {', '.join(empty)}: the verdict "
@@ -143,8 +159,11 @@ def check_load_windows(out: RunFolder | Path) -> str:
 
 
 def check_load_turn_order(out: RunFolder | Path) -> str:
-    """Invariant: ttft <= first sentence <= end, the times of one turn on one clock."""
-    _, samples = _evidence(out)
+    """Invariant: the times of one turn on one clock: ttft <= first sentence <= end (text callers); the heard gap
+    is first sound - speech end, and a failed turn has none (dialing callers: :func:`_heard_order`)."""
+    doc, samples = _evidence(out)
+    if doc.get("mode") == "dial":
+        return _heard_order(samples)
     timed = [s for s in samples if s["ttft_ms"] is not None]
     for s in timed:
         first = s["first_sentence_ms"] if s["first_sentence_ms"] is not None else s["ttft_ms"]
@@ -152,3 +171,25 @@ def check_load_turn_order(out: RunFolder | Path) -> str:
                  f"{s['caller']} turn {s['turn']}: ttft {s['ttft_ms']:.1f} <= first sentence {s['first_sentence_ms']} "
                  f"<= end {s['e2e_ms']:.1f} ms does not hold")
     return f"ttft <= first sentence <= end in {len(timed)} turns"
+
+
+def _heard_order(samples: Sequence[Mapping[str, Any]]) -> str:
+    """Invariant (dialing callers): each turn's heard gap is its two call-clock times' difference (dial.json
+    rounds each to the microsecond; 0.01 ms allowed); an error turn (refused: close code 1013, or no reply)
+    carries no gap, and a refusal is an error: a failed turn is never counted as a slow one."""
+    timed = 0
+    for s in samples:
+        where = f"{s['caller']} call {s['call']} turn {s['turn']}"
+        if s.get("refused"):
+            _require(bool(s.get("error")), f"{where}: refused but not counted as an error")
+        if s.get("error"):
+            _require(s.get("heard_gap_ms") is None, f"{where}: an error ({s['error']}) with a heard gap "
+                                                    f"{s.get('heard_gap_ms')} ms: a failed turn counted as a timed one")
+            continue
+        gap, end, first = s.get("heard_gap_ms"), s.get("speech_end_ms"), s.get("first_sound_ms")
+        _require(gap is not None and end is not None and first is not None,
+                 f"{where}: a turn without an error has no heard gap ({gap}), speech end ({end}) or first sound ({first})")
+        _require(abs((first - end) - gap) <= 0.01, f"{where}: heard gap {gap} ms but first sound {first} - speech "
+                                                   f"end {end} = {first - end:.3f} ms")
+        timed += 1
+    return f"heard gap = first sound - speech end in {timed} dialing turns; errors carry no gap"

@@ -23,7 +23,9 @@ from voice_llm.errors import EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EXIT_RE
 from voice_llm.lab import flags
 from voice_llm.load import stats, voice_caller_path
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
-                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S)
+                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,
+                                 DIAL_CALLERS, DIAL_DEADLINE_S, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
+                                 SPEECH_WORDS_PER_S)
 from voice_llm.load.run import run_load
 from voice_llm.load.settings import LoadSettings
 from voice_llm.load.stats import slots_label
@@ -50,10 +52,27 @@ def add_commands(sub: Any) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `load` subcommand's own flags (add_commands adds the common ones: --out, --url, --kb, --api-key...)."""
-    p.add_argument("--callers", type=flags.int_list, default=DEFAULT_CALLERS, help="steps of concurrent callers, upward (1,2,4,8)")
+    p.add_argument("--callers", type=flags.int_list, default=None,
+                   help=f"steps of concurrent callers, upward (default {_csv(DEFAULT_CALLERS)}; --dial {_csv(DIAL_CALLERS)})")
     p.add_argument("--max-callers", type=flags.positive_int, default=64, help="never run a step with more callers than this")
-    p.add_argument("--step-s", type=flags.positive_number, default=DEFAULT_STEP_S, help="measured window per step (s)")
-    p.add_argument("--warmup-s", type=flags.non_negative_number, default=DEFAULT_WARMUP_S, help="dropped window at the start of each step (s)")
+    p.add_argument("--step-s", type=flags.positive_number, default=None,
+                   help=f"measured window per step (s; default {DEFAULT_STEP_S:g}; --dial: the longest, {DIAL_STEP_S:g}, "
+                        f"ended sooner once {stats.MIN_JUDGED_TURNS} judged turns are in)")
+    p.add_argument("--warmup-s", type=flags.non_negative_number, default=None,
+                   help=f"dropped window at the start of each step (s; default {DEFAULT_WARMUP_S:g}, --dial {DIAL_WARMUP_S:g})")
+    dial = p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), judged at its ear")
+    dial.add_argument("--dial", metavar="URL", default=None,
+                      help="the agent's WebSocket (e.g. `voice-llm agent --max-calls 4`'s ws://127.0.0.1:18300/); no "
+                           "LLM server is started or asked")
+    dial.add_argument("--slo-heard-ms", type=flags.positive_number, default=DEFAULT_SLO_HEARD_MS,
+                      help="heard-gap budget: goodput counts turns heard within it; the sweep stops when p90 exceeds it")
+    dial.add_argument("--dial-turns", type=flags.positive_int, default=DIAL_TURNS,
+                      help=f"caller lines per call (default {DIAL_TURNS}: short calls, a verdict in minutes)")
+    dial.add_argument("--dial-barge-in-turns", type=_turn_list, default=(),
+                      help="turns whose reply the caller cuts into (default none)")
+    dial.add_argument("--dial-protocol", choices=("twilio", "pcm"), default="twilio", help="the line (default twilio)")
+    dial.add_argument("--dial-deadline", dest="dial_deadline_s", type=flags.positive_number, default=DIAL_DEADLINE_S,
+                      help="dial --deadline: the longest wait for the handshake, a reply, a reply's end (s)")
     p.add_argument("--slo-first-sentence-ms", type=flags.positive_number, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
                    help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
     p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
@@ -81,6 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=flags.port_number,
                    help=f"the port the master listens on for workers (--master, --worker: default "
                         f"{DEFAULT_MASTER_PORT}; local workers: a free port unless given)")
+
+
+def _csv(values: tuple[int, ...]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _turn_list(text: str) -> tuple[int, ...]:
+    return () if text.strip().lower() in ("", "none") else tuple(flags.int_list(text))
 
 
 # The flags whose dest is not the settings' field name.
@@ -136,6 +163,8 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     """The verdict of one sweep, with the turns it rests on; or why there is none and how to get one."""
     verdict = sweep["verdict"]
     where = slots_label(sweep["slots"]) if sweep["slots"] is not None else sweep["url"]
+    if doc.get("mode") == "dial":
+        where = f"the agent at {sweep['url']}"
     minimum = verdict.get("min_judged_turns", stats.MIN_JUDGED_TURNS)
     if verdict["max_callers"] is None:
         judged = ", ".join(f"{s['judged']} at {s['callers']} callers" for s in sweep["steps"]) or "no step"
@@ -144,10 +173,24 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
                 f"{_more_turns(doc, sweep, minimum)}")
     limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
     rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
-             else f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}")
-    return (f"{where}: max callers = {verdict['max_callers']} (first sentence <= {doc['slo_first_sentence_ms']:.0f} ms "
+             else _none_passed(sweep, minimum))
+    budget = (f"heard gap <= {doc['slo_heard_ms']:.0f} ms" if doc.get("mode") == "dial"
+              else f"first sentence <= {doc['slo_first_sentence_ms']:.0f} ms")
+    return (f"{where}: max callers = {verdict['max_callers']} ({budget} "
             f"for >= {100 * verdict['goodput_target']:.0f} % of turns; {rests}; tested up to "
             f"{verdict['tested_up_to']}{limit})")
+
+
+def _none_passed(sweep: dict[str, Any], minimum: int) -> str:
+    """Why the verdict is 0: the first judged step failed early (dialing callers: more misses than the target
+    allows in ``minimum`` turns) or on its ``minimum`` judged turns."""
+    verdict = sweep["verdict"]
+    first = next(s for s in sweep["steps"] if stats.decided(s, "failed_early" in verdict))
+    if first["callers"] in (verdict.get("failed_early") or []):
+        return (f"no step passed: at {first['callers']} callers {first['judged'] - first['good']} of "
+                f"{first['judged']} judged turns missed, more than the {verdict['allowed_misses']} in {minimum} the "
+                "target allows")
+    return f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}"
 
 
 def _more_turns(doc: dict[str, Any], sweep: dict[str, Any], minimum: int) -> str:
@@ -156,6 +199,8 @@ def _more_turns(doc: dict[str, Any], sweep: dict[str, Any], minimum: int) -> str
              if s["judged"] and s["window"]["end"] > s["window"]["start"]]
     # at the slowest step's rate, with a fifth to spare, rounded up to 30 s
     longer = f"--step-s {30 * math.ceil(1.2 * minimum / min(rates) / 30)}" if rates else "a longer --step-s"
+    if doc.get("mode") == "dial":
+        return f"lengthen the measured window ({longer}, now {doc['step_s']:g} s)"
     think = (doc.get("caller") or {}).get("think", {}).get("think_scale", 1.0)
     return (f"lengthen the measured window ({longer}, now {doc['step_s']:g} s) or let the callers think less "
             f"between turns (e.g. --think-scale {think / 4:g}, now {think:g})")

@@ -18,21 +18,40 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
     for live in result["steps"]:
         window = live["window"]
         measured = [s for s in samples if s["step"] == live["step"] and s["phase"] == "measure"]
-        summary = stats.summarize_step(measured, plan.slo_first_sentence_ms, window["end"] - window["start"])
+        summary = stats.summarize_step(measured, plan.slo_ms, window["end"] - window["start"], plan.metric)
         steps.append({"step": live["step"], "callers": live["callers"], "window": window, "cpu": live["cpu"],
-                      "generator_bound": live["generator_bound"], "host": live["host"], **summary})
+                      "generator_bound": stats.generator_bound(live["cpu"], summary), "host": live["host"],
+                      **summary})
     doc = {
         "slots": slots, "url": url, "workers": result["workers"], "stopped": result["stopped"],
         "started": result["started"], "ended": result["ended"], "master_port": result.get("master_port"),
         "interrupted": result.get("interrupted"), "steps": steps,
-        "verdict": stats.verdict(steps, slots),
+        "verdict": stats.verdict(steps, slots, plan.decide_early),
     }
     return doc, samples
 
 
+# load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
+# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons.
+LOAD_SCHEMA_VERSION = 2
+
+
 def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: list[dict[str, Any]],
                   interrupted: str | None = None) -> dict[str, Any]:
+    dial = settings.dial is not None
     return {
+        "load_schema_version": LOAD_SCHEMA_VERSION,
+        # text: callers are LLM requests judged on the first sentence; dial: real calls on the line to the agent
+        # at dial_url, judged on the gap each caller heard (metric: the samples' column a turn is judged on)
+        "mode": "dial" if dial else "text",
+        "metric": stats.DIAL_METRIC if dial else stats.TEXT_METRIC,
+        "dial_url": settings.dial,
+        "slo_heard_ms": settings.slo_heard_ms if dial else None,
+        "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
+        # when a measured window ends: after step_s, or (dialing callers) once min_judged_turns judged turns of
+        # it were reported, whichever comes first
+        "window_ends": ("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
+                        "target allows in min_judged_turns (the step then fails early)") if dial else "at step_s",
         "slo_first_sentence_ms": settings.slo_first_sentence_ms,
         "goodput_target": stats.GOODPUT_TARGET,
         "max_error_rate": stats.MAX_ERROR_RATE,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from voice_llm.load import stats
 from voice_llm.server.config import api_key_from_env
 from voice_llm.sse import parse_json
 
@@ -19,6 +20,15 @@ DEFAULT_WARMUP_S = 15.0
 DEFAULT_SLO_FIRST_SENTENCE_MS = 1000.0
 DEFAULT_BARGE_IN_SHARE = 0.1
 DEFAULT_MASTER_PORT = 5557
+# Dialing callers (load --dial URL): the heard-gap SLO and a short call, so that a step is judged in minutes:
+# 2 caller lines per call, no barge-in (its cut-off reply would end the turn early), the caller's lines made once
+# per worker and reused (voice_llm.load.dialing).
+DEFAULT_SLO_HEARD_MS = 1500.0
+DIAL_TURNS = 2
+DIAL_CALLERS = (1, 2, 3, 4, 6, 8)  # a CPU box holds few real-time callers: small steps up
+DIAL_STEP_S = 300.0  # the longest measured window: it ends once MIN_JUDGED_TURNS judged turns are in
+DIAL_WARMUP_S = 20.0
+DIAL_DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,28 @@ class CallerConfig:
 
 
 @dataclass(frozen=True)
+class DialConfig:
+    """What every dialing caller does (load --dial): one `voice-llm dial URL` call after another, each in a
+    subprocess of its own (the dialer's real-time asyncio loop never runs in a gevent-patched worker)."""
+
+    url: str  # the agent's WebSocket
+    protocol: str = "twilio"
+    turns: int = DIAL_TURNS
+    barge_in_turns: tuple[int, ...] = ()
+    deadline_s: float = DIAL_DEADLINE_S  # dial --deadline: the longest wait for the handshake, a reply, its end
+    refused_pause_s: float = 5.0  # after a refused or failed call, before the caller dials again
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> DialConfig:
+        data = parse_json(text)  # the one guarded parser
+        data["barge_in_turns"] = tuple(data["barge_in_turns"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class SweepPlan:
     """The stepped sweep one master runs against one server."""
 
@@ -68,6 +100,24 @@ class SweepPlan:
     stop_on_budget: bool = True
     slots: int | None = None  # the server's slots, when known (for the verdict's "limited by")
     quiet: bool = False  # no progress lines from the master
+    dial: DialConfig | None = None  # dialing callers (load --dial): judged on the heard gap, not the first sentence
+    slo_heard_ms: float = DEFAULT_SLO_HEARD_MS
+    enough_judged: int | None = None  # end a measured window once this many judged turns were reported (None: at step_s)
+
+    @property
+    def metric(self) -> str:
+        """The sample column each turn is judged on (voice_llm.load.stats)."""
+        return stats.DIAL_METRIC if self.dial is not None else stats.TEXT_METRIC
+
+    @property
+    def decide_early(self) -> bool:
+        """Dialing callers: a step that already missed more than the target allows is judged failing at once
+        (voice_llm.load.stats.failed_early), and its measured window ends there."""
+        return self.dial is not None
+
+    @property
+    def slo_ms(self) -> float:
+        return self.slo_heard_ms if self.dial is not None else self.slo_first_sentence_ms
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -78,7 +128,11 @@ class SweepPlan:
         caller = data.pop("caller")
         caller["turns"] = tuple(caller["turns"])
         data["callers"] = tuple(data["callers"])
-        return cls(caller=CallerConfig(**caller), **data)
+        dial = data.pop("dial", None)
+        if dial is not None:
+            dial["barge_in_turns"] = tuple(dial["barge_in_turns"])
+            dial = DialConfig(**dial)
+        return cls(caller=CallerConfig(**caller), dial=dial, **data)
 
 
 def api_key() -> str | None:

@@ -30,6 +30,8 @@ def load_section(doc: Any) -> style.Chart:
 
 
 def _sweep_label(sweep: Mapping[str, Any]) -> str:
+    if str(sweep.get("url") or "").startswith(("ws://", "wss://")):  # dialing callers: the agent is measured
+        return "the agent"
     return slots_label(sweep.get("slots"))
 
 
@@ -72,8 +74,16 @@ def _no_data(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
+def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float, str]:
+    """The metric the turns are judged on, its budget and its name: the heard gap of dialing callers (mode dial),
+    else the first sentence."""
+    if doc.get("mode") == "dial":
+        return "heard_gap_ms", float(doc["slo_heard_ms"]), "heard gap"
+    return "first_sentence_ms", float(doc["slo_first_sentence_ms"]), "first sentence"
+
+
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
-    slo = float(doc["slo_first_sentence_ms"])
+    metric, slo, what = _judged_on(doc)
     target = float(doc["goodput_target"])
     fig = style.figure((10.0, 4.0))
     left, right = fig.subplots(1, 2)
@@ -84,13 +94,13 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
         callers = [s["callers"] for s in steps]
         all_callers.update(callers)
         label = _sweep_label(sweep)
-        left.plot(callers, [s["first_sentence_ms"]["p90"] for s in steps], "o-", color=color, label=f"{label}: p90")
-        left.plot(callers, [s["first_sentence_ms"]["p50"] for s in steps], "o--", color=color, alpha=0.6, label=f"{label}: p50")
+        left.plot(callers, [s[metric]["p90"] for s in steps], "o-", color=color, label=f"{label}: p90")
+        left.plot(callers, [s[metric]["p50"] for s in steps], "o--", color=color, alpha=0.6, label=f"{label}: p50")
         right.plot(callers, [100 * s["goodput"] if s["goodput"] is not None else None for s in steps], "o-",
                    color=color, label=f"{label}: {_max_callers(sweep)}")
-    shown = [v for sw in drawn for s in sw["steps"] for v in s["first_sentence_ms"].values() if v]
+    shown = [v for sw in drawn for s in sw["steps"] for v in s[metric].values() if v]
     if not drawn or not shown:
-        reasons = "; ".join(f"{_sweep_label(sw)}: {no_data_reason(sw) or 'no first sentence in any turn'}"
+        reasons = "; ".join(f"{_sweep_label(sw)}: {no_data_reason(sw) or f'no {what} in any turn'}"
                             for sw in doc["sweeps"]) or "load.json holds no sweep"
         for ax in (left, right):
             _no_data(ax, f"no data\n{reasons}")
@@ -105,7 +115,7 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
             ax.set_xticks(ticks, [str(c) for c in ticks])
             ax.set_xlabel("concurrent callers")
             ax.legend(loc="best", fontsize=8)
-        left.set_ylabel("first sentence (ms)")
+        left.set_ylabel(f"{what} (ms)")
         if max(shown + [slo]) > 20 * min(shown + [slo]):
             left.set_yscale("log")  # a budget of 1 s and an overloaded step of minutes on one readable axis
         else:
@@ -115,19 +125,41 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     verdicts = "; ".join(_verdict_words(s) for s in doc["sweeps"]) or "no sweep"
     caller = doc.get("caller", {})
     ended = f" The run ended early: {doc['interrupted']}." if doc.get("interrupted") else ""
+    if doc.get("mode") == "dial":
+        caption = (f"{verdicts}. Each caller dials the agent at {doc.get('dial_url')}: {caller.get('turns', '?')}-line "
+                   f"calls in real time (voice-llm dial), one after another; the heard gap is measured at the "
+                   f"caller's ear, from the end of their speech to the first sound heard. Steps of {doc['step_s']:g} s "
+                   f"measured after {doc['warmup_s']:g} s warm-up.{ended}")
+        return fig, caption, _load_tables(doc)
     caption = (f"{verdicts}. Each caller runs the {caller.get('dialogue', '?')} call with {caller.get('docs', '?')} "
                f"documents, thinking between turns as long as speaking takes; {style.percent(caller.get('barge_in_share'))} of "
                f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.{ended}")
     return fig, caption, _load_tables(doc)
 
 
+def _dial_row(s: Mapping[str, Any]) -> list[str]:
+    heard, barge = s["heard_gap_ms"], s.get("barge_ins") or {}
+    load = (s.get("host") or {}).get("loadavg_1m")
+    late = f"{s['late_frames']} of {s['call_frames']}" + (" generator-bound" if s["generator_bound"] else "")
+    errors = "; ".join(f"{n} {why}" for why, n in (s.get("error_reasons") or {}).items()) or "0"
+    return [str(s["callers"]), f"{s['turns']} ({s['judged']})",
+            f"{style.ms(heard['p50'])}/{style.ms(heard['p90'])}/{style.ms(heard['p99'])}", style.percent(s["goodput"]),
+            errors, str(s.get("refused", 0)), late,
+            f"{barge.get('honoured', 0)} of {barge.get('n', 0)}", "–" if load is None else f"{load:.2f}"]
+
+
 def _load_tables(doc: Mapping[str, Any]) -> str:
-    header = ["callers", "turns", "ttft p50/p90", "1st sentence p50/p90/p99", "token gap p50", "goodput",
+    dial = doc.get("mode") == "dial"
+    header = ["callers", "turns (judged)", "heard gap p50/p90/p99", "goodput", "errors", "refused", "late frames",
+              "barge-ins honoured", "host load"] if dial else ["callers", "turns", "ttft p50/p90", "1st sentence p50/p90/p99", "token gap p50", "goodput",
               "good turns/s", "errors", "cancelled", "worker CPU", "host load"]
     parts = []
     for sweep in doc["sweeps"]:
         rows = []
         for s in sweep["steps"]:
+            if dial:
+                rows.append(_dial_row(s))
+                continue
             first, ttft = s["first_sentence_ms"], s["ttft_ms"]
             share = max((w["share"] for w in s["cpu"].values()), default=None)
             cpu = "–" if share is None else f"{100 * share:.0f} %" + (" generator-bound" if s["generator_bound"] else "")

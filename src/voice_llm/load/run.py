@@ -32,7 +32,8 @@ from voice_llm.load.document import load_document, sweep_document
 from voice_llm.load.settings import LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S,
-                                 CallerConfig, SweepPlan)
+                                 CallerConfig, DialConfig, SweepPlan)
+from voice_llm.load import stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
@@ -89,6 +90,31 @@ def caller_config(settings: LoadSettings, url: str, out: Path) -> tuple[CallerCo
     return config, described
 
 
+def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialConfig, dict[str, Any]]:
+    """Dialing callers: the call each makes (the text caller's config travels empty: no LLM request is made)."""
+    assert settings.dial is not None
+    if settings.url:
+        raise ConfigError("--dial measures the agent at its URL; the LLM server behind it is the agent's own "
+                          "(`voice-llm agent --url ...`): drop --url")
+    if urllib.parse.urlsplit(settings.dial).scheme.lower() not in ("ws", "wss"):
+        raise ConfigError(f"--dial takes the agent's WebSocket, ws:// or wss://, not {settings.dial!r}")
+    if settings.dial_protocol not in ("twilio", "pcm"):
+        raise ConfigError(f"--dial-protocol must be twilio or pcm, not {settings.dial_protocol!r}")
+    if any(t < 1 or t >= settings.dial_turns for t in settings.dial_barge_in_turns):
+        raise ConfigError(f"--dial-barge-in-turns {list(settings.dial_barge_in_turns)}: a barge-in cuts into turn "
+                          f"K's reply with line K+1, so K must be 1..{settings.dial_turns - 1} (--dial-turns "
+                          f"{settings.dial_turns})")
+    dial = DialConfig(url=settings.dial, protocol=settings.dial_protocol, turns=settings.dial_turns,
+                      barge_in_turns=tuple(settings.dial_barge_in_turns), deadline_s=settings.dial_deadline_s)
+    described = {"mode": "dial", "url": dial.url, "protocol": dial.protocol, "turns": dial.turns,
+                 "barge_in_turns": list(dial.barge_in_turns), "deadline_s": dial.deadline_s,
+                 "refused_pause_s": dial.refused_pause_s,
+                 "how": "each caller: one `voice-llm dial URL --stt none` subprocess per call, one call after "
+                        "another; the first call of each worker synthesizes the lines (Piper), later calls say "
+                        "that call's caller WAVs (--caller-audio); a turn starts at the caller's speech end"}
+    return CallerConfig(url=dial.url, system="", turns=()), dial, described
+
+
 def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) -> SweepPlan:
     callers = tuple(sorted({n for n in settings.callers if n <= settings.max_callers}))
     if not callers:
@@ -108,7 +134,7 @@ def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) 
         # local workers connect to a free port unless --master-port names one (then it is that port or an error)
         master_port=(settings.master_port or DEFAULT_MASTER_PORT) if remote else (settings.master_port or 0),
         stop_on_budget=settings.stop_on_budget, slots=slots,
-        quiet=settings.quiet,
+        quiet=settings.quiet, slo_heard_ms=settings.slo_heard_ms,
     )
 
 
@@ -262,18 +288,35 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
     notify = notify or (lambda line: None)
     out = settings.out.expanduser()
     # Bad flags, dialogue or KB are named before any server starts or any file is written.
-    caller, described = caller_config(settings, "", out)
-    base_plan = sweep_plan(settings, caller, None)
+    dial: DialConfig | None = None
+    if settings.dial is not None:
+        caller, dial, described = dial_caller(settings)
+    else:
+        caller, described = caller_config(settings, "", out)
+    # Dialing callers: a step's window ends as soon as it holds enough judged turns for a verdict (or at --step-s)
+    base_plan = replace(sweep_plan(settings, caller, None), dial=dial,
+                        enough_judged=stats.MIN_JUDGED_TURNS if dial is not None else None)
+    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
+        base_plan = replace(base_plan, drain_timeout_s=max(base_plan.drain_timeout_s,
+                                                           (2 * dial.turns + 1) * dial.deadline_s + 30.0))
     run = LoadRun(described=described)
-    planned: list[int | None] = [None] if settings.url else list(settings.slots)
+    planned: list[int | None] = [None] if settings.url or dial else list(settings.slots)
     t0 = time.perf_counter()
     sampler = noise.LoadSampler(lambda: run.server_pids)
 
     def servers() -> Iterator[contextlib.AbstractContextManager[session.Target]]:
+        if dial is not None:  # the agent is the one measured; its LLM server is its own business
+            pid = local_listener_pid(dial.url)
+            if pid is not None:
+                run.server_pids.add(pid)
+            yield contextlib.nullcontext(session.given_target(dial.url))
+            return
         for slots in planned:
             yield _server_of(settings, slots, progress, run)
 
     def check(client: ServerClient, target: session.Target, first: bool) -> None:
+        if dial is not None:
+            return  # no LLM request is made: nothing to fit into a context
         if settings.url:
             run.slots = target.facts.total_slots
         # Before the first turn of each sweep; the first also checks the managed servers still to come.
@@ -284,6 +327,9 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
             notify(note)
 
     def sweep(live: session.Live) -> None:
+        if dial is not None:
+            _sweep(base_plan, settings, run, None, dial.url)
+            return
         assert live.probed is not None
         model = live.probed.capabilities.model  # every request names the model the probe found, as the lab's do
         plan = replace(base_plan, caller=replace(caller, url=live.target.url, model=model), slots=run.slots)
@@ -323,7 +369,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
 
     plan = session.Plan(out=out, command=STEP, asked=session.Asked(settings.url, settings.api_key, settings.timeout),
                         kb=settings.kb, steps={STEP: (LOAD, LOAD_SAMPLES)}, new_run=settings.new_run,
-                        wait=settings.wait_for_out)
+                        wait=settings.wait_for_out, ask_server=dial is None)
     hooks = session.Hooks(servers=servers, step=sweep, preflight=check, close=close, after=after)
     try:
         with sampler:
@@ -356,7 +402,7 @@ def _sweep(plan: SweepPlan, settings: LoadSettings, run: LoadRun, slots: int | N
             run.interrupted = exc.partial.get("interrupted")
         run.interrupted = run.interrupted or ("interrupted (SIGINT or SIGTERM)" if isinstance(exc, SweepInterrupted)
                                               else f"failed: {exc}")
-        run.interrupted += f", in the sweep of {slots_label(slots)}"
+        run.interrupted += f", in the sweep of {slots_label(slots) if plan.dial is None else 'the agent at ' + url}"
         raise
     run.add(plan, result, slots, url)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S,
-                                 DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S)
+from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_SLO_FIRST_SENTENCE_MS,
+                                 DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_DEADLINE_S,
+                                 DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, SPEECH_WORDS_PER_S)
 from voice_llm.scenario import dialogue as dialogues
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
@@ -16,7 +17,9 @@ from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
 class LoadSettings:
     """Everything a load run needs. ``url`` None: the managed llama-server on ``port``, started once per value of
     ``slots`` (each slot with ``CTX_PER_SLOT`` tokens, or ``ctx`` when that is more) and stopped after its sweep
-    when this run started it."""
+    when this run started it. ``dial``: the agent's WebSocket; each caller is then a real call on the line
+    (voice_llm.load.dialing), judged on the heard gap against ``slo_heard_ms``, and no LLM server is started or
+    asked (the agent has its own). ``callers``, ``step_s``, ``warmup_s`` left None take the mode's defaults."""
 
     out: Path = field(default_factory=default_out_dir)
     kb_dir: Path | None = None
@@ -27,10 +30,10 @@ class LoadSettings:
     new_run: bool = False  # OUT holds a run made against another server: replace it instead of refusing
     quiet: bool = False
     # the sweep
-    callers: tuple[int, ...] = DEFAULT_CALLERS
+    callers: tuple[int, ...] = None  # type: ignore[assignment]  # None: the mode's default (__post_init__)
     max_callers: int = 64
-    step_s: float = DEFAULT_STEP_S
-    warmup_s: float = DEFAULT_WARMUP_S
+    step_s: float = None  # type: ignore[assignment]
+    warmup_s: float = None  # type: ignore[assignment]
     slo_first_sentence_ms: float = DEFAULT_SLO_FIRST_SENTENCE_MS
     stop_on_budget: bool = True
     workers: int = 2
@@ -55,6 +58,20 @@ class LoadSettings:
     master_host: str = "127.0.0.1"
     master_bind_host: str = "0.0.0.0"
     master_port: int | None = None
+    # dialing callers (load --dial URL)
+    dial: str | None = None
+    slo_heard_ms: float = DEFAULT_SLO_HEARD_MS
+    dial_turns: int = DIAL_TURNS
+    dial_barge_in_turns: tuple[int, ...] = ()
+    dial_protocol: str = "twilio"
+    dial_deadline_s: float = DIAL_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        dial = self.dial is not None
+        for name, text, dialing in (("callers", DEFAULT_CALLERS, DIAL_CALLERS), ("step_s", DEFAULT_STEP_S, DIAL_STEP_S),
+                                    ("warmup_s", DEFAULT_WARMUP_S, DIAL_WARMUP_S)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, dialing if dial else text)
 
     @property
     def kb(self) -> Path:

@@ -12,10 +12,16 @@ Rules (README "Calls under load"):
 * the sweep stops after a step whose first-sentence p90 exceeds the budget or whose errors exceed 1 %;
 * verdict: max callers = the largest step with goodput >= 95 % over at least MIN_JUDGED_TURNS judged turns; with
   no step that has that many, there is no verdict (and the line says how to get one).
+
+Dialing callers (``load --dial URL``, metric ``heard_gap_ms``): the same rules on the heard gap each caller's ear
+measured (dial.json turns[i].heard.gap_ms) instead of the first sentence; a call the agent refused (close code
+1013) or that failed is an error sample (never a slow turn); a caller whose dialer fell more than
+LATE_FRAMES_SHARE of its frames behind real time makes its step generator-bound.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,14 +38,29 @@ HOST_BUSY_SHARE = 0.9
 # goodput can tell 95 % from 100 %, i.e. one late turn is allowed and a second is not. Below it one turn decides
 # the step (3 judged turns: one late one is 67 %), so the verdict would rest on chance.
 MIN_JUDGED_TURNS = 20
+# The misses MIN_JUDGED_TURNS judged turns may hold and still pass GOODPUT_TARGET: 1 of 20.
+ALLOWED_MISSES = MIN_JUDGED_TURNS - math.ceil(GOODPUT_TARGET * MIN_JUDGED_TURNS - 1e-9)
 PERCENTILES = (50, 90, 99)
+# The metric each mode judges its turns on (the sample's column), and the SLO's name in load.json.
+TEXT_METRIC = "first_sentence_ms"
+DIAL_METRIC = "heard_gap_ms"
+# A dialer tick that runs more than one 20 ms frame late is a late frame (dial.json playout.late_frames; the
+# recording never skips one, so the gaps stay on the call clock, but the caller's audio went out late). Above 1 %
+# of a call's frames the caller was not keeping real time: its step measured the generator, not the agent.
+LATE_FRAMES_SHARE = 0.01
 
 # The raw sample, one row per turn; the CSV's columns in this order.
 SAMPLE_FIELDS = (
     "slots", "step", "callers", "phase", "worker", "caller", "call", "turn", "start",
     "ttft_ms", "first_sentence_ms", "e2e_ms", "tokens", "itl_p50_ms", "itl_p99_ms",
     "prompt_n", "cache_n", "error", "cancelled", "prompt_ms",
+    # dialing callers (load --dial): the call clock's speech end and first heard sound (ms since the call's
+    # sample 0), the gap between them, the call's frames and late frames (on each of its turns), a refusal
+    # (close code 1013), the barge-in on this turn's reply, the agent's own latency when its spans came
+    "heard_gap_ms", "speech_end_ms", "first_sound_ms", "call_frames", "late_frames", "refused",
+    "barge_in", "barge_in_heard_after_onset_ms", "agent_reported_ms",
 )
+DIAL_FIELDS = SAMPLE_FIELDS[SAMPLE_FIELDS.index("heard_gap_ms"):]
 
 
 def _spread(values: Sequence[float]) -> dict[str, float | None]:
@@ -50,24 +71,69 @@ def _present(samples: Iterable[Mapping[str, Any]], key: str) -> list[float]:
     return [float(s[key]) for s in samples if s.get(key) is not None]
 
 
-def judged(sample: Mapping[str, Any]) -> bool:
-    """Can this turn be judged against the first-sentence budget? Not if the caller cut it before its first
-    sentence (a barge-in is the caller's choice, not the server's failure)."""
-    return bool(sample.get("error")) or sample.get("first_sentence_ms") is not None
+def judged(sample: Mapping[str, Any], metric: str = TEXT_METRIC) -> bool:
+    """Can this turn be judged against the budget? Not if the caller cut it before its first sentence (a
+    barge-in is the caller's choice, not the server's failure). An error (a refused call too) is judged: a miss."""
+    return bool(sample.get("error")) or sample.get(metric) is not None
 
 
-def good(sample: Mapping[str, Any], slo_ms: float) -> bool:
-    return not sample.get("error") and sample.get("first_sentence_ms") is not None and \
-        float(sample["first_sentence_ms"]) <= slo_ms
+def good(sample: Mapping[str, Any], slo_ms: float, metric: str = TEXT_METRIC) -> bool:
+    return not sample.get("error") and sample.get(metric) is not None and float(sample[metric]) <= slo_ms
 
 
-def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s: float) -> dict[str, Any]:
-    """Percentiles, errors, cancels and goodput of one step's measured turns."""
+def error_reasons(samples: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many turns failed with each error text (a refusal's text names the close code and the agent's reason)."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        if s.get("error"):
+            counts[str(s["error"])] = counts.get(str(s["error"]), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _calls(samples: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], Mapping[str, Any]]:
+    """One sample per call (worker, caller, call): the call-level columns (frames, late frames) are on each turn."""
+    calls: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for s in samples:
+        if s.get("call_frames") is not None:
+            calls.setdefault((str(s["worker"]), str(s["caller"]), int(s["call"])), s)
+    return calls
+
+
+def behind(sample: Mapping[str, Any]) -> bool:
+    """Did this call's dialer fall behind real time (late frames above LATE_FRAMES_SHARE of its frames)?"""
+    frames, late = sample.get("call_frames"), sample.get("late_frames")
+    return bool(frames) and late is not None and late > LATE_FRAMES_SHARE * frames
+
+
+def _dial_summary(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What only dialing callers have: the heard gaps, the dialers' real time, refusals, barge-ins honoured (the
+    heard channel fell silent after the caller cut in: dial.json barge_in.heard_after_onset_ms is a number)."""
+    calls = _calls(samples)
+    barges = [s for s in samples if s.get("barge_in")]
+    return {
+        "heard_gap_ms": _spread(_present(samples, DIAL_METRIC)),
+        "refused": sum(1 for s in samples if s.get("refused")),
+        "calls": len(calls),
+        "late_frames": sum(int(s["late_frames"] or 0) for s in calls.values()),
+        "call_frames": sum(int(s["call_frames"]) for s in calls.values()),
+        "calls_behind": sum(1 for s in calls.values() if behind(s)),
+        "barge_ins": {"n": len(barges),
+                      "honoured": sum(1 for s in barges if s.get("barge_in_heard_after_onset_ms") is not None),
+                      "heard_after_onset_ms": _spread(_present(barges, "barge_in_heard_after_onset_ms"))},
+        "agent_reported_ms": _spread(_present(samples, "agent_reported_ms")),
+    }
+
+
+def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s: float,
+                   metric: str = TEXT_METRIC) -> dict[str, Any]:
+    """Percentiles, errors, cancels and goodput of one step's measured turns, judged on ``metric`` (the first
+    sentence of text callers; the heard gap of dialing callers, who also get their own numbers)."""
     turns = len(samples)
     errors = sum(1 for s in samples if s.get("error"))
     cancelled = sum(1 for s in samples if s.get("cancelled"))
-    judged_turns = [s for s in samples if judged(s)]
-    good_turns = sum(1 for s in judged_turns if good(s, slo_ms))
+    judged_turns = [s for s in samples if judged(s, metric)]
+    good_turns = sum(1 for s in judged_turns if good(s, slo_ms, metric))
+    dial = _dial_summary(samples) if metric == DIAL_METRIC else {}
     return {
         "turns": turns,
         "errors": errors,
@@ -83,14 +149,17 @@ def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s
         "itl_ms": _spread(_present(samples, "itl_p50_ms")),
         "itl_p99_max_ms": max(_present(samples, "itl_p99_ms"), default=None),
         "workers": sorted({str(s["worker"]) for s in samples}),
+        "error_reasons": error_reasons(samples),
+        **dial,
     }
 
 
-def stop_reason(step: Mapping[str, Any], slo_ms: float) -> str | None:
+def stop_reason(step: Mapping[str, Any], slo_ms: float, metric: str = TEXT_METRIC) -> str | None:
     """Why the sweep stops after this step, or None to go on."""
-    p90 = step["first_sentence_ms"]["p90"]
+    p90 = step[metric]["p90"]
     if p90 is not None and p90 > slo_ms:
-        return f"first-sentence p90 {p90:.0f} ms > budget {slo_ms:.0f} ms at {step['callers']} callers"
+        what = "heard-gap" if metric == DIAL_METRIC else "first-sentence"
+        return f"{what} p90 {p90:.0f} ms > budget {slo_ms:.0f} ms at {step['callers']} callers"
     if step["error_rate"] > MAX_ERROR_RATE:
         return f"errors {100 * step['error_rate']:.1f} % > {100 * MAX_ERROR_RATE:.0f} % at {step['callers']} callers"
     if step["turns"] == 0:
@@ -98,29 +167,49 @@ def stop_reason(step: Mapping[str, Any], slo_ms: float) -> str | None:
     return None
 
 
-def generator_bound(cpu: Mapping[str, Mapping[str, float]]) -> bool:
-    """Was any worker busier than GENERATOR_BOUND_SHARE of one core during the measured window?"""
-    return any(w.get("share", 0.0) >= GENERATOR_BOUND_SHARE for w in cpu.values())
+def generator_bound(cpu: Mapping[str, Mapping[str, float]], summary: Mapping[str, Any] | None = None) -> bool:
+    """Was any worker busier than GENERATOR_BOUND_SHARE of one core during the measured window, or (dialing
+    callers, ``summary`` of the step) did a caller's dialer fall behind real time?"""
+    return any(w.get("share", 0.0) >= GENERATOR_BOUND_SHARE for w in cpu.values()) or \
+        bool((summary or {}).get("calls_behind"))
 
 
 def limited_by(step: Mapping[str, Any], slots: int | None) -> str:
     """The most likely limit of a step that missed the goodput target, from what was recorded beside it."""
     if step.get("generator_bound"):
         return "generator"
+    if step.get("refused"):
+        return "the agent's call limit (calls refused, close code 1013)"
     if slots is not None and step["callers"] > slots:
         return "slots"
     busy = (step.get("host") or {}).get("cpu_busy")
     if busy is not None and busy >= HOST_BUSY_SHARE:
         return "cpu"
-    return "server"
+    return "agent" if "calls" in step else "server"  # a dialing step (it counts calls) measured the agent
 
 
-def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, Any]:
+def failed_early(step: Mapping[str, Any]) -> bool:
+    """Has this step, on fewer than MIN_JUDGED_TURNS judged turns, already missed more than the target allows in
+    MIN_JUDGED_TURNS (ALLOWED_MISSES)? Then any MIN_JUDGED_TURNS of its turns hold those misses too and goodput
+    over them is below the target: the step fails whatever its remaining turns would have shown, the same result
+    the 20-turn rule gives whenever this fires (so no bias towards failing, only sooner)."""
+    judged_turns = step.get("judged", 0)
+    return judged_turns < MIN_JUDGED_TURNS and judged_turns - step.get("good", 0) > ALLOWED_MISSES
+
+
+def decided(step: Mapping[str, Any], early: bool) -> bool:
+    """Is the step judged: on at least MIN_JUDGED_TURNS turns, or (``early``: dialing callers) failed early."""
+    return step.get("judged", 0) >= MIN_JUDGED_TURNS or (early and failed_early(step))
+
+
+def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None, early: bool = False) -> dict[str, Any]:
     """Max callers = the largest step with goodput >= 95 % over at least MIN_JUDGED_TURNS judged turns; and what
     limited the first step past it. ``max_callers`` is None (no verdict) when no step was judged on enough turns:
-    a step with fewer can neither pass nor show a limit."""
-    enough = [s for s in steps if s.get("judged", 0) >= MIN_JUDGED_TURNS]
-    passing = [s for s in enough if s["goodput"] is not None and s["goodput"] >= GOODPUT_TARGET]
+    a step with fewer can neither pass nor show a limit. ``early`` (dialing callers): a step that failed early
+    (:func:`failed_early`) is judged too, a failing one."""
+    enough = [s for s in steps if decided(s, early)]
+    passing = [s for s in enough if s.get("judged", 0) >= MIN_JUDGED_TURNS and s["goodput"] is not None
+               and s["goodput"] >= GOODPUT_TARGET]
     best = max(passing, key=lambda s: s["callers"], default=None)
     max_callers = best["callers"] if best else (0 if enough else None)
     beyond = [s for s in enough if s["callers"] > (max_callers or 0) and s["goodput"] < GOODPUT_TARGET]
@@ -134,6 +223,8 @@ def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None) -> dict[str, 
         # the turns the verdict rests on: the passing step's (or, with none passing, the judged steps' fewest)
         "judged_turns": best["judged"] if best else min((s["judged"] for s in enough), default=None),
         "judged_per_step": [s.get("judged", 0) for s in steps],
+        **({"failed_early": [s["callers"] for s in steps if failed_early(s)], "allowed_misses": ALLOWED_MISSES}
+           if early else {}),
     }
 
 

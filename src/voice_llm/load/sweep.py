@@ -142,7 +142,12 @@ class Sweep:
         options = parser.parse_args(args=["--headless"])
         # Custom options reach every worker with each spawn message: the callers' settings, for remote workers too.
         setattr(options, voice_caller.CONFIG_OPTION, plan.caller.to_json())
-        self.env = Environment(user_classes=[voice_caller.VoiceCaller], events=events, host=plan.caller.url,
+        # Dialing callers (load --dial): the same sweep, each user a real call on the line (voice_caller.DialCaller)
+        user = voice_caller.VoiceCaller if plan.dial is None else voice_caller.DialCaller
+        if plan.dial is not None:
+            setattr(options, voice_caller.DIAL_OPTION, plan.dial.to_json())
+        self.env = Environment(user_classes=[user], events=events,
+                               host=plan.caller.url if plan.dial is None else plan.dial.url,
                                stop_timeout=0, parsed_options=options)
         port = plan.master_port or free_port(plan.bind_host)
         self.port = port
@@ -176,12 +181,23 @@ class Sweep:
         self.runner.send_message(voice_caller.PHASE_MESSAGE, {"step": step, "phase": phase, "callers": callers})
         return time.time()
 
-    def wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone."""
+    def wait(self, seconds: float, enough: Callable[[], bool] = lambda: False) -> None:
+        """Sleep ``seconds`` in short slices, noticing a worker or the voice-llm process that is gone; sooner when
+        ``enough`` says so."""
         deadline = time.monotonic() + seconds
-        while (remaining := deadline - time.monotonic()) > 0:
+        while (remaining := deadline - time.monotonic()) > 0 and not enough():
             gevent.sleep(min(remaining, 5 * POLL_S))
             self.check_workers()
+
+    def decided_so_far(self, step: int) -> bool:
+        """Do the turns of ``step``'s measured window reported so far judge it: enough of them (plan.enough_judged),
+        or (plan.decide_early) more misses than the target allows (stats.failed_early)?"""
+        plan = self.plan
+        judged = [s for s in self.collected.samples
+                  if s["step"] == step and s["phase"] == "measure" and stats.judged(s, plan.metric)]
+        good = sum(1 for s in judged if stats.good(s, plan.slo_ms, plan.metric))
+        return len(judged) >= (plan.enough_judged or stats.MIN_JUDGED_TURNS) or \
+            (plan.decide_early and stats.failed_early({"judged": len(judged), "good": good}))
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -203,27 +219,36 @@ class Sweep:
 
     def run_step(self, index: int, callers: int) -> dict[str, Any]:
         plan = self.plan
-        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured")
+        until = f" (or until {plan.enough_judged} judged turns are in)" if plan.enough_judged else ""
+        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
         self.wait(plan.warmup_s)
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         start = self.announce(index, "measure", callers)
-        self.wait(plan.step_s)
+        # A window that ends once enough judged turns are in (dialing callers: --step-s is then the longest one):
+        # when it ends depends on how many turns were reported, never on what they measured, so the step's numbers
+        # are those of every turn that started in it (the drain waits for the calls still running).
+        needed = plan.enough_judged
+        self.wait(plan.step_s, (lambda: self.decided_so_far(index)) if needed else (lambda: False))
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
         drain_s = self.drain(index, end)
         measured = [s for s in self.collected.samples if s["step"] == index and s["phase"] == "measure"]
-        summary = stats.summarize_step(measured, plan.slo_first_sentence_ms, end - start)
+        summary = stats.summarize_step(measured, plan.slo_ms, end - start, plan.metric)
         cpu = self.step_cpu(index)
         step = {"step": index, "callers": callers, "window": {"start": start, "end": end, "drain_s": drain_s},
-                "cpu": cpu, "generator_bound": stats.generator_bound(cpu), "host": host, **summary}
-        first = step["first_sentence_ms"]
-        log(f"step {index + 1}: {summary['turns']} turns, first sentence p50 {_ms(first['p50'])} "
-            f"p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors {summary['errors']}, "
-            f"cancelled {summary['cancelled']}, load {host['loadavg_1m']:.2f}")
+                "cpu": cpu, "generator_bound": stats.generator_bound(cpu, summary), "host": host, **summary}
+        first = step[plan.metric]
+        what = "heard gap" if plan.dial is not None else "first sentence"
+        extra = (f"refused {summary['refused']}, late frames {summary['late_frames']} of {summary['call_frames']}"
+                 if plan.dial is not None else f"cancelled {summary['cancelled']}")
+        log(f"step {index + 1}: {summary['turns']} turns ({summary['judged']} judged) in {end - start:.0f} s "
+            f"measured + {drain_s:.0f} s drain, {what} p50 "
+            f"{_ms(first['p50'])} p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors "
+            f"{summary['errors']}, {extra}, load {host['loadavg_1m']:.2f}")
         return step
 
     def result(self, started: float, workers: list[str], steps: list[dict[str, Any]], stopped: str | None,
@@ -253,7 +278,7 @@ class Sweep:
                 current = f"during the {callers}-caller step"
                 step = self.run_step(index, callers)
                 steps.append(step)
-                stopped = stats.stop_reason(step, plan.slo_first_sentence_ms)
+                stopped = stats.stop_reason(step, plan.slo_ms, plan.metric)
                 if stopped and plan.stop_on_budget:
                     log(f"stopped: {stopped}")
                     break

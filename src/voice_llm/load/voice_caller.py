@@ -9,6 +9,9 @@ floor) reads each stream unchanged: no FastHttpUser (it buffers 1024 bytes befor
 A worker tags each turn with the sweep phase the master announced when the turn *started* (message
 ``voice_phase``), keeps the raw samples and sends them with its regular report to the master
 (``report_to_master`` -> ``worker_report``), together with its own CPU time over each measured window.
+
+:class:`DialCaller` (``load --dial URL``) is the other user: each call a `voice-llm dial` subprocess against the
+agent (voice_llm.load.dialing says why), its turns tagged afterwards with the phase at each turn's start.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from locust import User, events, task
 from locust.runners import WorkerRunner
 
 import random
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +35,15 @@ import gevent
 
 from voice_llm import sse
 from voice_llm.scenario.dialogue import TurnTiming, time_turn, words
-from voice_llm.load.plan import CallerConfig, api_key
+from voice_llm.load import dialing
+from voice_llm.load.plan import CallerConfig, DialConfig, api_key
 
 # Report every second instead of every 3 s: the master waits for a step's last turns before it judges the step.
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
 PHASE_MESSAGE = "voice_phase"
 CONFIG_OPTION = "voice_llm_caller"  # the master's parsed_options attribute that carries CallerConfig as JSON
+DIAL_OPTION = "voice_llm_dial"  # ... and DialConfig, for dialing callers
+CALL_STOP_S = 10.0  # a dial subprocess still running when its user is stopped: SIGTERM, then this long to exit
 ERROR_PAUSE_S = 1.0  # after a failed turn the call ends; wait this long before the next call
 
 
@@ -50,6 +60,11 @@ class WorkerState:
     cpu_mark: tuple[float, float] | None = None  # (process CPU s, wall s) when the measured window began
     callers_started: int = 0
     config: CallerConfig | None = None
+    dial: DialConfig | None = None
+    clock: dialing.PhaseClock = field(default_factory=dialing.PhaseClock)
+    calls: dict[tuple[int, int], float] = field(default_factory=dict)  # dialing calls running -> when placed
+    lines: Path | None = None  # the caller-audio folder the first call made (voice_llm.load.dialing)
+    tmp: Path | None = None
 
 
 STATE = WorkerState()
@@ -65,6 +80,7 @@ def _on_phase(environment: Any, msg: Any, **_: Any) -> None:
     STATE.step, STATE.phase, STATE.callers = int(data["step"]), str(data["phase"]), int(data["callers"])
     if STATE.phase == "measure":
         STATE.cpu_mark = now
+    STATE.clock.add(dialing.Phase(time.time(), STATE.step, STATE.phase, STATE.callers))
 
 
 @events.init.add_listener
@@ -77,7 +93,11 @@ def _on_init(environment: Any, **_: Any) -> None:
 def _on_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     data["voice_samples"], STATE.samples = STATE.samples, []
     data["voice_cpu"], STATE.cpu = STATE.cpu, []
-    data["voice_inflight"] = {str(k): v for k, v in STATE.inflight.items() if v}
+    inflight = {str(k): v for k, v in STATE.inflight.items() if v}
+    for placed in STATE.calls.values():  # a dialing call running may have turns in every measured step it overlaps
+        for step in STATE.clock.measured_steps(placed):
+            inflight[str(step)] = inflight.get(str(step), 0) + 1
+    data["voice_inflight"] = inflight
     data["voice_phase"] = [STATE.step, STATE.phase]
     data["voice_clock"] = time.time()  # lets the master put the samples' start times on its own clock
 
@@ -190,3 +210,83 @@ def _stop_after(count: int) -> Callable[[sse.Chunk], bool]:
         return seen >= count
 
     return should_stop
+
+
+# --- dialing callers (load --dial URL) ---------------------------------------------------------------------------
+
+
+def dial_config(environment: Any) -> DialConfig:
+    if STATE.dial is None:
+        text = getattr(environment.parsed_options, DIAL_OPTION, None)
+        if not text:
+            raise RuntimeError(f"the master sent no {DIAL_OPTION}: start this worker under `voice-llm load --dial`")
+        STATE.dial = DialConfig.from_json(text)
+        STATE.tmp = Path(tempfile.mkdtemp(prefix="voice-llm-dial-"))
+    return STATE.dial
+
+
+@events.quitting.add_listener
+def _on_quit(environment: Any, **_: Any) -> None:
+    if STATE.tmp is not None:
+        shutil.rmtree(STATE.tmp, ignore_errors=True)
+
+
+def _stop_call(proc: subprocess.Popen[bytes]) -> None:
+    """The call's dialer, when its user is stopped mid-call (the sweep ended): SIGTERM (dial hangs up and keeps
+    what it had), then SIGKILL; never left behind."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(CALL_STOP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class DialCaller(User):
+    """One caller on the line: a real `voice-llm dial` call per task run (real-time audio, the playout ear, the
+    heard gaps measured by the dialer), then the next call. A refused or failed call is one error sample; the
+    caller waits ``refused_pause_s`` before dialling again (a caller who cannot get through tries again later)."""
+
+    def on_start(self) -> None:
+        self.config = dial_config(self.environment)
+        STATE.callers_started += 1
+        self.worker = getattr(self.environment.runner, "client_id", "local")
+        self.name = f"{self.worker}/{STATE.callers_started}"
+        self.rng = random.Random(f"dial:{self.name}")
+        self.calls = 0
+        # Callers do not dial in lockstep: the first call of each starts within a second or two of the others'.
+        gevent.sleep(self.rng.uniform(0.0, 2.0))
+
+    @task
+    def call(self) -> None:
+        cfg = self.config
+        assert STATE.tmp is not None
+        self.calls += 1
+        key = (id(self), self.calls)
+        out = Path(tempfile.mkdtemp(prefix="call-", dir=STATE.tmp))
+        lines = STATE.lines if STATE.lines is not None and STATE.lines.is_dir() else None
+        placed = time.time()
+        STATE.calls[key] = placed
+        proc = subprocess.Popen(dialing.dial_command(cfg, out, lines), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = proc.communicate()  # cooperative under gevent's patch: the other callers go on meanwhile
+            call = dialing.CallId(self.worker, self.name, self.calls, placed)
+            samples = dialing.call_samples(out, proc.returncode, err.decode("utf-8", "replace"), call, STATE.clock)
+            if lines is None and not any(s["error"] for s in samples):
+                target = STATE.tmp / "lines"
+                if dialing.keep_lines(out, target) or target.is_dir():
+                    STATE.lines = target
+        finally:
+            _stop_call(proc)
+            STATE.calls.pop(key, None)
+            shutil.rmtree(out, ignore_errors=True)
+        STATE.samples.extend(samples)
+        for sample in samples:
+            self.environment.events.request.fire(
+                request_type="DIAL", name="turn", response_time=sample["heard_gap_ms"] or 0.0, response_length=0,
+                exception=RuntimeError(sample["error"]) if sample["error"] else None, context={})
+        if any(s["error"] for s in samples):
+            gevent.sleep(cfg.refused_pause_s)

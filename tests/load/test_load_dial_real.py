@@ -1,0 +1,101 @@
+"""`voice-llm load --dial` for real: a tiny sweep (1 then 2 callers) of real dial callers against `voice-llm agent`
+(Silero, tiny.en, Piper) on the session's real llama-server, over Locust (master + 1 worker process).
+
+The agent takes one call at a time (--max-calls 1), so the 2-caller step has a caller refused (close code 1013)
+while the other is on the line: the refusals are counted as errors with the agent's reason, never as slow turns.
+What must hold is structure and relations inside the run (heard gaps per step, goodput in [0, 1] and equal to
+the samples' share within the SLO, refusals = 1013 errors, the checks pass), never a time: the shared machine's
+load decides how long every reply takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clihelpers import cli, cli_env
+from conftest import RunningServer
+from fakeserver import free_port
+from voice_llm.errors import EXIT_NO_VERDICT
+from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.load import stats
+from voice_llm.load.samples import read_samples
+
+
+def _dialers(url: str) -> list[str]:
+    """This sweep's dial calls (their agent's URL is this test's), and any Locust master or worker (as
+    tests/load/test_load.py looks for them): other dial processes on a shared machine are not ours."""
+    found = subprocess.run(["pgrep", "-af", f"voice_llm dial {url}|voice_caller.py|voice_llm.load.sweep"],
+                           capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server: RunningServer,
+                                                                    tmp_path: Path) -> None:
+    port = free_port()
+    ready_file = tmp_path / "ready.json"
+    agent = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}",
+         "--url", shared_server.url, "--max-calls", "1", "--max-tokens", "16", "--stt-threads", "1",
+         "--ready-file", str(ready_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        deadline = time.monotonic() + 180
+        while not ready_file.exists():
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            assert time.monotonic() < deadline, "the agent was not ready in 180 s"
+            time.sleep(0.2)
+        url = json.loads(ready_file.read_text())["listen"]
+        out = tmp_path / "out"
+        # every step runs whatever the machine's load (--no-stop); a short window, ended at 40 s or 20 judged turns
+        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "40", "--warmup-s", "5",
+                     "--workers", "1", "--no-stop", "--out", str(out), "-q", env=cli_env(tmp_path / "state"),
+                     timeout=600)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.communicate(timeout=120)
+    assert result.returncode in (0, EXIT_NO_VERDICT), result.stderr
+    assert not _dialers(url), "no dial call, master or worker outlives the command"
+    doc = json.loads((out / "load.json").read_text())
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"]) == ("dial", "heard_gap_ms", 1500.0)
+    (sweep,) = doc["sweeps"]
+    assert sweep["url"] == url and [s["callers"] for s in sweep["steps"]] == [1, 2]
+    samples = read_samples(out / "load_samples.csv")
+    for step in sweep["steps"]:
+        measured = [s for s in samples if s["step"] == step["step"] and s["phase"] == "measure"]
+        heard = [s for s in measured if s["heard_gap_ms"] is not None]
+        # a step ends early once it missed more than the target allows (stats.failed_early): the 2-caller step
+        # can end on its refusals alone, before a turn of the caller on the line ends in its window
+        assert heard or (stats.failed_early(step) and step["refused"] > stats.ALLOWED_MISSES), \
+            f"{step['callers']} callers: no heard gap measured"
+        if heard:  # nearest rank: one of the samples
+            assert step["heard_gap_ms"]["p50"] in [s["heard_gap_ms"] for s in heard]
+        assert 0.0 <= step["goodput"] <= 1.0
+        judged = [s for s in measured if s["error"] or s["heard_gap_ms"] is not None]
+        assert step["goodput"] == sum(1 for s in judged if not s["error"] and s["heard_gap_ms"] <= 1500.0) / len(judged)
+        assert step["calls"] >= 1 and step["call_frames"] > 0 and step["late_frames"] >= 0
+        assert step["refused"] == sum(1 for s in measured if s["refused"])
+        for s in heard:
+            assert s["first_sound_ms"] - s["speech_end_ms"] == pytest.approx(s["heard_gap_ms"], abs=0.01)
+    one, two = sweep["steps"]
+    assert one["heard_gap_ms"]["p50"] is not None, "the 1-caller step heard the agent"
+    assert one["refused"] == 0, "one caller on a one-call agent is never refused"
+    assert two["refused"] >= 1, "two callers on a one-call agent: the second is refused while the first is on the line"
+    refusals = [s for s in samples if s["refused"]]
+    assert all(s["error"].startswith("refused: close code 1013") and s["heard_gap_ms"] is None for s in refusals)
+    assert two["error_reasons"][refusals[0]["error"]] >= 1 and "--max-calls" in refusals[0]["error"]
+    assert "limit" in " ".join(two["error_reasons"])
+    for entry in LOAD_CAPABILITY.checks:
+        assert entry.run(out), entry.name
+    verdict = sweep["verdict"]
+    assert verdict["judged_per_step"] == [s["judged"] for s in sweep["steps"]]
+    assert verdict == stats.verdict(sweep["steps"], None, early=True)
+    assert verdict["max_callers"] is not None or not any(stats.decided(s, True) for s in sweep["steps"])
