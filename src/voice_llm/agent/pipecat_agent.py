@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -294,7 +295,9 @@ def serve(settings: PipecatSettings) -> int:
         while not server.started and not serving.done():
             await asyncio.sleep(0.02)
         if server.started:
-            line = json.dumps(identity(settings))
+            # --listen HOST:0 asks for any free port: the ready line names the one the socket was bound to.
+            bound = [sock.getsockname()[1] for srv in getattr(server, "servers", []) for sock in srv.sockets]
+            line = json.dumps(identity(dataclasses.replace(settings, port=bound[0]) if bound else settings))
             if settings.ready_file is not None:
                 write_bytes_atomic(settings.ready_file, (line + "\n").encode())
             print(line, flush=True)

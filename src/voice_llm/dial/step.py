@@ -139,9 +139,16 @@ class DialOptions:
         if not self.deadline_s > 0:
             raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
         if self.url is not None:
-            scheme = urllib.parse.urlsplit(self.url).scheme.lower()
-            if scheme not in ("ws", "wss"):
+            parts = urllib.parse.urlsplit(self.url)
+            if parts.scheme.lower() not in ("ws", "wss"):
                 raise ConfigError(f"the agent's URL must be ws:// or wss://, not {self.url!r}")
+            try:
+                port = parts.port
+            except ValueError:
+                raise ConfigError(f"the agent's URL has no valid port: {self.url!r}") from None
+            if port == 0:  # what `agent --listen HOST:0` asked for, not where it listens: its ready line says that
+                raise ConfigError(f"port 0 in {self.url!r} is no agent's address: dial the port the agent's ready "
+                                  "line names")
         if self.otlp is not None:
             try:
                 otlp.parse_listen(self.otlp)
