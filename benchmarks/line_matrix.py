@@ -50,6 +50,7 @@ AGENTS = ("builtin", "pipecat")
 TURN_MODES = ("silence", "smart")
 READY_S = 300.0  # an agent's start: Whisper, Piper (and pipecat's imports) loaded, the prompt primed
 DIAL_TIMEOUT_S = 900.0
+PAUSE_LAST_WORD = "anything"  # "... next Tuesday afternoon, if you have anything." (voice_llm.dial.caller.PAUSE_LINES)
 
 
 def free_port() -> int:
@@ -145,7 +146,19 @@ def numbers(doc: dict[str, Any]) -> dict[str, Any]:
         "barge_in_heard_after_onset_ms": (summary.get("barge_in_heard_after_onset_ms") or {}).get("median"),
         "late_frames": playout.get("late_frames"),
         "agent_engines": ((doc.get("agent") or {}).get("identity") or {}).get("engines"),
+        "agent_transcripts": [t.get("agent_transcript") for t in turns],
+        "agent_word_errors": [[(t.get("wer") or {}).get("errors"), (t.get("wer") or {}).get("words")] for t in turns],
     }
+
+
+def answered_whole(pause: dict[str, Any]) -> bool | None:
+    """Did the agent answer the pause line's whole sentence, or only its first half (its turn ended inside the
+    pause, and the reply was to "I need to move my appointment to")? From the agent's own transcript of turn 1, as
+    its spans report it: the second half's last word in it. None when the agent reported no transcript."""
+    transcripts = pause.get("agent_transcripts") or []
+    if not transcripts or not transcripts[0]:
+        return None
+    return PAUSE_LAST_WORD in transcripts[0].lower()
 
 
 def fmt(value: Any, unit: str = "") -> str:
@@ -158,7 +171,7 @@ def fmt(value: Any, unit: str = "") -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     rows = ["| agent | end of turn | line | heard median / p90 (ms) | heard − self-reported (median ms) | "
-            "false barge-ins | barge-in heard after onset (ms) | word errors | pause line: cut-offs, heard gap | load |",
+            "false barge-ins | barge-in heard after onset (ms) | agent's word errors | pause line (600 ms mid-sentence) | load |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in result["cells"]:
         call, pause = cell["call"], cell.get("pause") or {}
@@ -167,7 +180,10 @@ def markdown(result: dict[str, Any]) -> str:
         words = call.get("word_errors")
         pause_text = "—"
         if pause:
-            pause_text = (f"{fmt(pause.get('cut_offs'))} cut-off(s), "
+            whole = answered_whole(pause)
+            answer = {True: "answered the whole sentence", False: "answered the first half (turn ended in the pause)",
+                      None: "no transcript reported"}[whole]
+            pause_text = (f"{answer}; heard talk-over {fmt(pause.get('cut_offs'))}; heard gap "
                           f"{fmt((pause.get('heard_gap_ms') or [None])[0])} ms" if pause.get("exit") == 0
                           else f"failed: {pause.get('error')}")
         rows.append(f"| {cell['agent']} | {cell['turn']} | {cell['line']} | {heard} | "
@@ -187,7 +203,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pause", action=argparse.BooleanOptionalAction, default=True,
                         help="a second call per cell: the pause line (cut-offs)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "line-matrix")
+    parser.add_argument("--render", action="store_true",
+                        help="re-read the calls of --out's line-matrix.json and write its table again (no call)")
     args = parser.parse_args(argv)
+    if args.render:
+        result = json.loads((args.out / "line-matrix.json").read_text())
+        for cell in result["cells"]:
+            for key in ("call", "pause"):
+                if cell.get(key) and cell[key].get("dial_json"):
+                    cell[key].update(numbers(json.loads(Path(cell[key]["dial_json"]).read_text())))
+        (args.out / "line-matrix.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.out / "line-matrix.md").write_text(markdown(result))
+        print(markdown(result))
+        return 0
     agents, modes = args.agents.split(","), args.turns.split(",")
     lines = args.lines.split(",")
     unknown = [x for x in lines if x not in LINES] + [x for x in agents if x not in AGENTS] + \

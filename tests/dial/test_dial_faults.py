@@ -171,3 +171,21 @@ def test_the_stt_failing_after_the_call_keeps_the_measurements(tmp_path):
     doc = assert_partial(tmp_path, "out of memory")
     assert doc["turns"][0]["heard"]["gap_ms"] is not None  # what was heard is measured without the words
     assert doc["unknown"]["turns[0].heard.transcript"].startswith("not transcribed: faster-whisper failed")
+
+
+def test_cli_the_callers_reply_end_and_think_time_are_set_and_kept(tmp_path, capsys):
+    """--reply-end-ms and --think-ms reach the call: dial.json states them, and the second line starts no sooner
+    than the first reply's last heard sound + both (the law `check` holds the call to, from the files)."""
+    out, wavs = tmp_path / "out", write_tone_wavs(tmp_path / "wavs", 2)
+    with FakeAgent(REPLY) as agent:
+        status, err = _cli(capsys, agent.url, "--out", str(out), "--caller-audio", str(wavs), "--turns", "2",
+                           "--barge-in-turns", "none", "--stt", "none", "--deadline", "5",
+                           "--reply-end-ms", "450", "--think-ms", "120")
+    assert status == 0, err
+    doc = read_json(out / "dial.json")
+    assert doc["settings"]["reply_end_ms"] == 450 and doc["settings"]["think_ms"] == 120
+    first, second = doc["turns"]
+    assert second["caller"]["offset_ms"] >= first["heard"]["last_sound_ms"] + 450 + 120 - doc["line"]["frame_ms"]
+    # and sooner than the defaults would have let it (700 + 300 ms): on the call clock, counted in frames
+    assert second["caller"]["offset_ms"] < first["heard"]["last_sound_ms"] + 700 + 300
+    assert main(["check", str(out)]) == 0, capsys.readouterr().out

@@ -233,6 +233,13 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
     _line_flags(group)
     group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
                        help="a turn with no heard reply within S s fails the call (default: --deadline)")
+    group.add_argument("--reply-end-ms", type=flags.positive_number, default=callmod.REPLY_END_MS, metavar="MS",
+                       help=f"the reply has ended when the caller has heard silence this long and nothing is "
+                            f"buffered (default {callmod.REPLY_END_MS:g}); an agent whose replies pause longer "
+                            "mid-reply (a slow machine, sentence-by-sentence synthesis) is otherwise talked over")
+    group.add_argument("--think-ms", type=flags.non_negative_number, default=callmod.THINK_MS, metavar="MS",
+                       help=f"the caller's pause after a reply ended before the next line (default "
+                            f"{callmod.THINK_MS:g})")
 
 
 CONVERSE_COMMANDS = frozenset({"lab", "converse"})
@@ -306,6 +313,8 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         turns_given=values.get("turns") is not None,
         barge_in_given=values.get("barge_in_turns") is not None,
         stt=values.get("stt") or DEFAULT_STT, stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
+        reply_end_ms=values["reply_end_ms"] if values.get("reply_end_ms") is not None else callmod.REPLY_END_MS,
+        think_ms=values["think_ms"] if values.get("think_ms") is not None else callmod.THINK_MS,
     )
 
 
