@@ -14,8 +14,8 @@ from typing import Any
 from voice_llm import registry
 from voice_llm.agent import server
 from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_MAX_CALLS,
-                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_STRATEGY, DEFAULT_STT_WINDOW_S,
-                                      ENGINES, TURNS, AgentSettings)
+                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
+                                      DEFAULT_STT_WINDOW_S, ENGINES, TURNS, AgentSettings)
 from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
 from voice_llm.lab import flags
 from voice_llm.line import wire
@@ -72,6 +72,9 @@ def add_commands(sub: Any) -> None:
                    help="faster-whisper tiny.en (default), or none: a fixed line instead of a transcript")
     p.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
                    help="faster-whisper's CPU threads (default: every core)")
+    p.add_argument("--speculative-stt", action=argparse.BooleanOptionalAction, default=DEFAULT_SPECULATIVE_STT,
+                   help="transcribe from the VAD's speech end, before the endpoint, and commit at the endpoint (a "
+                        f"resumed utterance drops it) (default {'on' if DEFAULT_SPECULATIVE_STT else 'off'})")
     p.add_argument("--stt-window", type=flags.positive_int, default=DEFAULT_STT_WINDOW_S, metavar="S",
                    help=f"Whisper's encoder window in seconds, 1-30 (default {DEFAULT_STT_WINDOW_S}; a longer turn "
                         "takes the 30 s path)")
@@ -117,6 +120,8 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "endpoint_ms": values.get("endpoint_ms") or DEFAULT_ENDPOINT_MS,
         "stt": values.get("stt") or DEFAULT_STT, "stt_threads": values.get("stt_threads"),
         "stt_window_s": values.get("stt_window") or DEFAULT_STT_WINDOW_S,
+        "speculative_stt": (values["speculative_stt"] if values.get("speculative_stt") is not None
+                            else DEFAULT_SPECULATIVE_STT),
         "tts": values.get("tts") or "piper", "voice": values.get("voice"),
         "clause_words": values.get("clause_words") or 4, "strategy": values.get("strategy") or DEFAULT_STRATEGY,
         "max_tokens": values.get("max_tokens") or DEFAULT_MAX_TOKENS,

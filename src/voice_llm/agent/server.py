@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +176,20 @@ class SegmentSent:
 
 
 @dataclass
+class Speculation:
+    """The caller's utterance transcribed from the VAD's speech end, before the endpoint (``--speculative-stt``,
+    issue 28 item 2): Whisper works while the endpointer waits out its silence. The endpoint commits the transcript
+    (waiting for it if the decode is still running); a speech start before the endpoint drops it (the caller went
+    on: the next speech end decodes the whole utterance again). Started and ended on the agent's clock."""
+
+    frames: int  # the utterance's 32 ms frames when the decode was asked for
+    future: Future[str]
+    asked: float  # the speech end's moment on the loop, when the decode was handed to the STT thread
+    started: float | None = None
+    ended: float | None = None
+
+
+@dataclass
 class Turn:
     """One endpoint's answer: STT, the reply stream, its audio on the line. Its state changes only on the loop."""
 
@@ -201,6 +215,7 @@ class Turn:
     heard_text: str | None = None
     synthesis_end: float | None = None
     decision: turnmod.Decision | None = None  # what ended the caller's turn (--turn silence | smart)
+    speculation: Speculation | None = None  # --speculative-stt: the transcript started at the speech end
 
     def breakdown(self) -> tuple[float | None, dict[str, float] | None]:
         """(reported latency ms, parts ms) from the events; None where an event is missing."""
@@ -213,13 +228,20 @@ class Turn:
         def ms(a: str, b: str) -> float:
             return round((e[b] - e[a]) * 1000.0, 1)  # type: ignore[operator]
 
-        parts = {"endpoint_wait": ms("vad_speech_end", "endpoint"), "stt": ms("stt_start", "stt_end"),
+        if self.speculation is None:
+            stt = ms("stt_start", "stt_end")
+            # endpoint -> STT start (the lock, the thread) and STT end -> request sent (history, body)
+            handoff = round(ms("endpoint", "stt_start") + ms("stt_end", "request_sent"), 1)
+        else:
+            # A speculative decode began before the endpoint: only what is left of it after the endpoint is on the
+            # turn's critical path, so the parts still add up to the reported latency.
+            stt = max(0.0, ms("endpoint", "stt_end"))
+            handoff = round(ms("endpoint", "request_sent") - stt, 1)
+        parts = {"endpoint_wait": ms("vad_speech_end", "endpoint"), "stt": stt,
                  "request_to_first_token": ms("request_sent", "first_token"),
                  "first_token_to_first_segment": ms("first_token", "first_segment_text"),
                  "segment_to_first_audio": ms("first_segment_text", "first_audio_ready"),
-                 "audio_to_sent": ms("first_audio_ready", "first_audio_sent"),
-                 # endpoint -> STT start (the lock, the thread) and STT end -> request sent (history, body)
-                 "handoff": round(ms("endpoint", "stt_start") + ms("stt_end", "request_sent"), 1)}
+                 "audio_to_sent": ms("first_audio_ready", "first_audio_sent"), "handoff": handoff}
         return ms("vad_speech_end", "first_audio_sent"), parts
 
 
@@ -242,6 +264,8 @@ class Call:
         self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=PRE_ROLL_FRAMES)
         self.utterance: list[np.ndarray] | None = None  # the frames of the utterance being collected
         self.last_speech_end: float | None = None
+        self.speculation: Speculation | None = None  # --speculative-stt: the decode of the pause in progress
+        self.speculations_dropped = 0  # decodes thrown away because the caller went on before the endpoint
         self.turns: list[Turn] = []
         self.answered = 0
         self.history: list[dict[str, str]] = [{"role": "system", "content": agent.system}]
@@ -342,6 +366,10 @@ class Call:
             self._on_event(event, now)
 
     def _on_event(self, event: vadmod.Event, now: float) -> None:
+        if event.kind in (vadmod.SPEECH_START, vadmod.RESUMED) and self.speculation is not None:
+            # the caller went on inside the pause (RESUMED) or after an endpoint: that decode ends before the words
+            self.speculation = None
+            self.speculations_dropped += 1
         if event.kind == vadmod.SPEECH_START:
             merge = False
             last = self.turns[-1] if self.turns else None
@@ -360,6 +388,8 @@ class Call:
         elif event.kind == vadmod.SPEECH_END:
             self.last_speech_end = now
             self.checked_at = {}
+            if self.agent.speculating is not None and self.utterance:
+                self._speculate()
         elif event.kind == turnmod.CHECK and self.utterance:
             self._check(event.frame, now)
         elif event.kind == vadmod.ENDPOINT and self.utterance:
@@ -385,6 +415,33 @@ class Call:
                 pass  # the loop is closed: the agent stopped, nobody waits for this verdict
         future.add_done_callback(done)
 
+    def _speculate(self) -> None:
+        """--speculative-stt: the utterance so far (its speech ends here) decoded on the agent's STT thread."""
+        assert self.agent.speculating is not None and self.utterance is not None
+        samples = np.concatenate(self.utterance)
+        stt = self.agent.engines.stt
+        holder: list[Speculation] = []
+
+        def decode() -> str:
+            holder[0].started = time.perf_counter()  # before the STT lock, as a plain turn's stt_start is
+            try:
+                return stt.transcribe(samples)
+            finally:
+                holder[0].ended = time.perf_counter()
+        # the Speculation exists before its job can run: the executor's thread only starts it after submit returns
+        future: Future[str] = Future()
+        holder.append(Speculation(len(self.utterance), future, time.perf_counter()))
+        self.speculation = holder[0]
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(decode())
+            except BaseException as exc:  # noqa: BLE001 - handed to the turn that waits for it, as its own STT's
+                future.set_exception(exc)
+        self.agent.speculating.submit(run)
+
     def _on_verdict(self, frame: int, verdict: turnmod.Verdict | None) -> None:
         now = time.perf_counter()
         if frame in self.checked_at:
@@ -404,7 +461,8 @@ class Call:
             # the model's run that decided (or that said incomplete before the fallback): asked, and answered
             events["smart_turn_check"], events["smart_turn_verdict"] = self.checked_at[decision.check_frame]
         turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance), events=events,
-                    decision=decision)
+                    decision=decision, speculation=self.speculation)
+        self.speculation = None
         turn.framer = Framer(self.line.frame_samples)
         previous = [t for t in self.turns if t.state != "dropped"]
         self.turns.append(turn)
@@ -415,9 +473,13 @@ class Call:
     def _run_turn(self, turn: Turn, previous: Turn | None) -> None:
         """The turn thread: STT, then the reply streamed and spoken. Its audio goes to the loop as it is made."""
         try:
-            turn.events["stt_start"] = time.perf_counter()
-            transcript = self.agent.engines.stt.transcribe(turn.samples)
-            turn.events["stt_end"] = time.perf_counter()
+            if turn.speculation is not None:  # decoded from the speech end: wait for what is left of it
+                transcript = turn.speculation.future.result()
+                turn.events["stt_start"], turn.events["stt_end"] = turn.speculation.started, turn.speculation.ended
+            else:
+                turn.events["stt_start"] = time.perf_counter()
+                transcript = self.agent.engines.stt.transcribe(turn.samples)
+                turn.events["stt_end"] = time.perf_counter()
             turn.transcript = transcript
             if turn.stop.is_set():
                 return
@@ -581,7 +643,14 @@ class Call:
                 "chat_attributes": chat,
                 "turn": turn.decision.as_dict() if turn.decision is not None else None,
                 "turn_attributes": turn.decision.span_attributes() if turn.decision is not None else {},
-                "stt_attributes": {"gen_ai.request.model": stt_info.get("model", self.agent.engines.stt.name)}}
+                "stt": {"speculative": turn.speculation is not None,
+                        "decode_ms": (round((turn.events["stt_end"] - turn.events["stt_start"]) * 1000.0, 1)
+                                      if turn.events.get("stt_end") is not None
+                                      and turn.events.get("stt_start") is not None else None),
+                        "speculations_dropped": self.speculations_dropped,
+                        "asked": turn.speculation.asked if turn.speculation is not None else None},
+                "stt_attributes": {"gen_ai.request.model": stt_info.get("model", self.agent.engines.stt.name),
+                                   "voice_llm.stt.speculative": turn.speculation is not None}}
 
     # -- sending --------------------------------------------------------------------------------------------
 
@@ -752,6 +821,10 @@ class Agent:
         self.port: int | None = None
         # --turn smart: the model's one thread (one run at a time, as pipecat's analyzer has; shut down in close)
         self.judging: ThreadPoolExecutor | None = None
+        # --speculative-stt: the decodes started at a speech end, one at a time (the STT lock serializes them anyway)
+        self.speculating: ThreadPoolExecutor | None = None
+        if settings.speculative_stt and settings.stt != "none":
+            self.speculating = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-speculative-stt")
         if settings.turn == turnmod.SMART:
             if engines.smart is None:
                 raise AgentError("--turn smart: no smart-turn model was loaded")
@@ -782,6 +855,9 @@ class Agent:
         return {"listen": f"ws://{s.host}:{self.port}/", "protocol": s.protocol, "rate": s.line.rate,
                 "codec": s.line.codec, "engine": "builtin",
                 "engines": {**self.engines.engines,
+                            "stt": ({**self.engines.engines["stt"], "speculative": self.speculating is not None}
+                                    if isinstance(self.engines.engines.get("stt"), dict)
+                                    else self.engines.engines.get("stt")),
                             "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
                                     "cache_prompt": True},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
@@ -834,6 +910,8 @@ class Agent:
             self.spans.shutdown()
         if self.judging is not None:
             self.judging.shutdown(wait=True, cancel_futures=True)
+        if self.speculating is not None:
+            self.speculating.shutdown(wait=True, cancel_futures=True)
 
 
 def _peer(ws: Any) -> str:

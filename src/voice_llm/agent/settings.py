@@ -25,6 +25,10 @@ DEFAULT_STRATEGY = "clauses"
 # made the default (BENCHMARKS.md "Whisper's window"): the same transcripts of the caller lines, a shorter STT stage.
 # A turn longer than the window, or a decode that repeats itself, goes through the 30 s path (speech.stt).
 DEFAULT_STT_WINDOW_S = 30
+# Speculative STT (issue 28 item 2): Whisper starts at the VAD's speech end (the first silent frame) instead of at the
+# endpoint, so up to the endpoint's silence of its decode is off the critical path; a resumed utterance drops it.
+# The default is set by the A/B measurement in BENCHMARKS.md ("Speculative STT").
+DEFAULT_SPECULATIVE_STT = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class AgentSettings:
     stt: str = "faster-whisper"
     stt_threads: int | None = None  # None: every core
     stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
+    speculative_stt: bool = DEFAULT_SPECULATIVE_STT  # decode from the VAD's speech end, commit at the endpoint
     tts: str = "piper"
     voice: str | None = None
     strategy: str = DEFAULT_STRATEGY
