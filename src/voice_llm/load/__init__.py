@@ -37,4 +37,5 @@ CAPABILITY = Capability(
                            "voice_llm.load.report:load_section", after="cancel", optional=True),),
     artifacts=(LOAD, LOAD_SAMPLES),
     commands="voice_llm.load.cli:add_commands",
+    compare="voice_llm.load.compare:compare_load",
 )

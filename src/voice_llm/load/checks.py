@@ -65,14 +65,15 @@ def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
             _require(finite_number(value, where) >= 0 or key == "start", f"{where} is negative: {value!r}")
 
 
-def _load(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_load(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """load.json and its raw samples, as saved (ArtifactError when either cannot be read)."""
     doc = RunFolder.of(out).json(LOAD)
     return doc, read_samples(RunFolder.of(out).file(doc.get("samples_csv", LOAD_SAMPLES)))  # never outside OUT
 
 
 def _evidence(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """load.json and its samples, refused when they measured nothing or hold impossible numbers."""
-    doc, samples = _load(out)
+    doc, samples = read_load(out)
     sweeps = _sweeps(doc)
     _possible(samples)
     if not samples:  # no turn at all: a relation on the samples has nothing to hold on (unless a step claims turns)
