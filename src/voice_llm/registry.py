@@ -115,6 +115,9 @@ class Capability:
     install: str | None = None  # () -> None: what `voice-llm install` fetches for it
     artifacts: tuple[str, ...] = ()  # every file it may leave in OUT (check knows a run folder by them)
     requires: tuple[str, ...] = field(default=())  # other capabilities whose public face it uses
+    # (out_a: Path, out_b: Path) -> None, or {"kind", "lines": [str], ...}: its own part of `voice-llm compare A B`
+    # for what the core's metrics cannot hold (two load sweeps, step by step); None when neither folder is its kind
+    compare: str | None = None
 
 
 _disabled: set[str] = set()

@@ -219,7 +219,7 @@ def _fake_dial_run(tmp_path: Path) -> Path:
 def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -> None:
     out = _fake_dial_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 2)
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 3)
     first, second = doc["sweeps"][0]["steps"]
     assert (first["judged"], first["good"], second["refused"], second["goodput"]) == (2, 1, 1, 0.5)
     samples = read_samples(out / "load_samples.csv")
@@ -262,6 +262,8 @@ def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> No
     ({"dial": "http://127.0.0.1:9/"}, "ws:// or wss://"),
     ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (2,)}, "must be 1..1"),
     ({"dial": "ws://127.0.0.1:9/", "url": "http://127.0.0.1:9"}, "drop --url"),
+    ({"otlp_listen": "127.0.0.1:0"}, "goes with --dial URL"),
+    ({"dial": "ws://127.0.0.1:9/", "otlp_listen": "nowhere"}, "--otlp-listen takes HOST:PORT"),
 ])
 def test_bad_dial_settings_are_refused_before_anything_is_written(tmp_path: Path, given: dict, needle: str) -> None:
     from voice_llm.errors import ConfigError

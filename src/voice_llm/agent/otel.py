@@ -26,6 +26,9 @@ from typing import Any
 
 TRACES_PATH = "/v1/traces"
 FLUSH_TIMEOUT_MS = 5000
+# The Twilio streamSid of the call (from its `start`), on the call span and on each turn span: one OTLP receiver
+# for many concurrent calls (`voice-llm load --dial URL --otlp-listen`) matches spans to calls by it.
+STREAM_SID = "voice_llm.call.stream_sid"
 MAX_EXPORT_LINES = 5  # an unreachable receiver is said a few times, not once per retry for the whole call
 
 
@@ -93,6 +96,9 @@ class SpanExport:
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "voice-llm",
                       "gen_ai.agent.invocation.end_reason": record["end_reason"],
                       "voice_llm.turn.number": record["number"]}
+        sid = (getattr(call_span, "attributes", None) or {}).get(STREAM_SID)
+        if sid:  # on each turn too: a turn's span is exported at its end, the call's only at hang-up
+            attributes[STREAM_SID] = sid
         if record.get("model"):
             attributes["gen_ai.request.model"] = record["model"]
         attributes.update(record.get("turn_attributes") or {})  # what ended the caller's turn (agent.turn.Decision)

@@ -45,7 +45,7 @@ import numpy as np
 from voice_llm.agent import turn as turnmod
 from voice_llm.agent.audio import Framer, Resampler
 from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
-from voice_llm.agent.otel import Clock, SpanExport
+from voice_llm.agent.otel import STREAM_SID, Clock, SpanExport
 from voice_llm.agent.settings import AgentSettings
 from voice_llm.client.api import ServerClient
 from voice_llm.client.capabilities import model_ids
@@ -347,6 +347,8 @@ class Call:
             raise wire.LineError(f"start announces {str(encoding)[:30]!r} at {str(rate)[:10]} Hz; this agent's "
                                  f"Twilio line takes {wire.TWILIO_ENCODING} at {wire.TWILIO_RATE} Hz (a wrong codec)")
         self.stream_sid, self.started = sid, True
+        if self.span is not None:  # the call's id on its trace: a load run's one receiver tells its calls apart by it
+            self.span.set_attribute(STREAM_SID, sid)
 
     def _on_audio(self, samples: np.ndarray) -> None:
         data = self.inbound.push(samples)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from voice_llm import registry
 from voice_llm.analysis import metrics, noise
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats
@@ -246,13 +247,16 @@ def _measurements(folder: RunFolder) -> dict[str, metrics.Measured]:
     return found
 
 
-def _side(out: Path) -> RunSide:
+def _side(out: Path, others: bool = False) -> RunSide:
+    """One run's side. ``others``: a capability compares these folders itself (two load runs), so a side without
+    any of the core's metrics is no refusal."""
     if not out.is_dir():
         raise ArtifactError(f"no run folder at {out}")
     folder = RunFolder(out)  # each side read once
     folder.require_known_schema()
     folder.require_one_run()  # never compare a folder that is itself a mix of runs
-    found = _measurements(folder)  # a folder of another kind, or without measurements: refused even with --force
+    # a folder of another kind, or without measurements: refused even with --force
+    found = metrics.measure_all(folder) if others else _measurements(folder)
     record = folder.record
     metadata = (record.doc.get("metadata") or {}) if record else {}
     return RunSide(out, record.run_id if record else None, metadata, noise.assess(folder), setup_of(folder, metadata),
@@ -280,6 +284,8 @@ class Comparison:
     only_in_one: tuple[str, ...]
     differences: tuple[tuple[str, Any, Any], ...]
     forced: tuple[str, ...]  # the refusals --force overrode
+    # what capabilities compared themselves (Capability.compare: load's steps), each {"kind", "lines", ...}
+    others: tuple[Mapping[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         side = lambda s: {"out": str(s.out), "run_id": s.run_id, "noisy": s.noise.get("noisy"),  # noqa: E731
@@ -291,27 +297,42 @@ class Comparison:
             "metrics": [m.as_dict() for m in self.metrics],
             "only_in_one": list(self.only_in_one),
             "notice_ms": NOTICE_MS, "alpha": ALPHA,
+            "capabilities": [dict(other) for other in self.others],
         }
 
 
 def compare_runs(out_a: Path, out_b: Path, force: bool = False) -> Comparison:
     """Both runs' metrics side by side. Raises IncomparableRunsError when they measured different prompts or
     documents (or the files cannot tell) unless ``force``; a folder mixing runs is always refused."""
-    a, b = _side(out_a), _side(out_b)
-    refused = _refusals(a, b)
+    others = capability_comparisons(out_a, out_b)
+    a, b = _side(out_a, bool(others)), _side(out_b, bool(others))
+    found_a, found_b = a.found, b.found
+    shared = [key for key in found_a if key in found_b]
+    # The prompts and documents matter to the core's metrics; a capability's own comparison says what it needs
+    # alike (load: the same metric and budget), so two runs that share no core metric are not refused for them.
+    refused = _refusals(a, b) if shared or not others else []
     if refused and not force:
         raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: {'; '.join(refused)}; "
                                     "pass --force to compare anyway")
-    found_a, found_b = a.found, b.found
-    shared = [key for key in found_a if key in found_b]
-    if not shared:
+    if not shared and not others:
         raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: they share no measured metric "
-                                    f"(A has {', '.join(found_a)}; B has {', '.join(found_b)})")
+                                    f"(A has {', '.join(found_a) or 'none'}; B has {', '.join(found_b) or 'none'})")
     differences = tuple(metadata_differences(a.setup, b.setup))
     rows = tuple(compare_metric(found_a[key], found_b[key], _depends_on(found_a[key].metric, differences))
                  for key in shared)
     only = tuple(sorted(set(found_a) ^ set(found_b)))
-    return Comparison(a, b, rows, only, differences, tuple(refused))
+    return Comparison(a, b, rows, only, differences, tuple(refused), others)
+
+
+def capability_comparisons(out_a: Path, out_b: Path) -> tuple[Mapping[str, Any], ...]:
+    """What each registered capability with a ``compare`` hook says of the two folders (those of its kind)."""
+    found = []
+    for capability in registry.capabilities():
+        if capability.compare and out_a.is_dir() and out_b.is_dir():
+            result = registry.resolve(capability.compare)(out_a, out_b)
+            if result:
+                found.append(result)
+    return tuple(found)
 
 
 def noise_brief(assessment: Mapping[str, Any]) -> str:
@@ -370,6 +391,9 @@ def summary_lines(comparison: Comparison) -> list[str]:
         why = sorted({label for m in changed for label in m.setup_differs}, key=list(CONCERNS).index)
         lines.append(f"changed with the set-up ({', '.join(why)}), not judged like for like: "
                      + "; ".join(m.label for m in changed))
+    lines += [line for other in comparison.others for line in other.get("lines") or []]
+    if not comparison.metrics:  # only a capability's own comparison (two load runs): its lines are the verdict
+        return lines
     heard = [m.label for m in comparison.metrics if m.noticeable]
     untold = [metrics.label_of(key) for _, key, _ in unread if metrics.is_audible(key)]
     if heard:

@@ -22,6 +22,8 @@ _CHECKS = "voice_llm.load.checks"
 CAPABILITY = Capability(
     name="load",
     summary="calls under load on Locust: the load command, its checks and section",
+    # dial's OTLP receiver: the agent's spans for every dialing call of a sweep (load --dial --otlp-listen)
+    requires=("dial",),
     checks=tuple(CheckEntry(name, "load", f"{_CHECKS}:{function}", LOAD) for name, function in (
         ("load: every step recomputed from the raw samples", "check_load_matches_samples"),
         ("load: verdict and stop rule follow from the steps", "check_load_verdict"),
@@ -35,4 +37,5 @@ CAPABILITY = Capability(
                            "voice_llm.load.report:load_section", after="cancel", optional=True),),
     artifacts=(LOAD, LOAD_SAMPLES),
     commands="voice_llm.load.cli:add_commands",
+    compare="voice_llm.load.compare:compare_load",
 )

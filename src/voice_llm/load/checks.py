@@ -26,6 +26,8 @@ _COMPARED = ("turns", "errors", "cancelled", "judged", "good", "goodput", "good_
 # Keys added later (load_schema_version 2): compared where load.json has them (a file written before has not).
 _COMPARED_LATER = ("error_reasons", "heard_gap_ms", "refused", "calls", "late_frames", "call_frames", "calls_behind",
                    "barge_ins", "agent_reported_ms")
+# load_schema_version 3: the agent's stage times per step (dialing callers), compared in a file of that version on
+_COMPARED_V3 = ("agent_stage_turns", "agent_stages_ms")
 FRAME_MS = 20.0  # dial's line frames: the heard gap is measured on the call clock to within one
 
 
@@ -63,14 +65,15 @@ def _possible(samples: Sequence[Mapping[str, Any]]) -> None:
             _require(finite_number(value, where) >= 0 or key == "start", f"{where} is negative: {value!r}")
 
 
-def _load(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_load(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """load.json and its raw samples, as saved (ArtifactError when either cannot be read)."""
     doc = RunFolder.of(out).json(LOAD)
     return doc, read_samples(RunFolder.of(out).file(doc.get("samples_csv", LOAD_SAMPLES)))  # never outside OUT
 
 
 def _evidence(out: RunFolder | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """load.json and its samples, refused when they measured nothing or hold impossible numbers."""
-    doc, samples = _load(out)
+    doc, samples = read_load(out)
     sweeps = _sweeps(doc)
     _possible(samples)
     if not samples:  # no turn at all: a relation on the samples has nothing to hold on (unless a step claims turns)
@@ -94,12 +97,20 @@ def check_load_matches_samples(out: RunFolder | Path) -> str:
             window = step["window"]
             again = stats.summarize_step(_measured(samples, sweep["slots"], step["step"]), slo,
                                          window["end"] - window["start"], metric)
-            for key in (*_COMPARED, *(k for k in _COMPARED_LATER if k in step or k in again and metric == stats.DIAL_METRIC)):
+            later = [k for k in _COMPARED_LATER if k in step or k in again and metric == stats.DIAL_METRIC]
+            if _schema(doc) >= 3 and metric == stats.DIAL_METRIC:
+                later += _COMPARED_V3
+            for key in (*_COMPARED, *later):
                 _require(again.get(key) == step.get(key), f"slots {sweep['slots']}, {step['callers']} callers: {key} "
                                                           f"is {step.get(key)!r} in {LOAD} but {again.get(key)!r} "
                                                           "from the samples")
             count += 1
     return f"{count} steps recomputed from {len(samples)} raw samples"
+
+
+def _schema(doc: Mapping[str, Any]) -> int:
+    version = doc.get("load_schema_version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
 def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float]:
@@ -124,6 +135,8 @@ def check_load_verdict(out: RunFolder | Path) -> str:
         if not any(turns):
             empty.append(f"slots {sweep['slots']}")
         again = stats.verdict(sweep["steps"], sweep["slots"], early=doc.get("mode") == "dial")
+        if _schema(doc) < 3:
+            again.pop("saturating_stage", None)  # added in load_schema_version 3
         _require(again == sweep["verdict"], f"slots {sweep['slots']}: verdict {sweep['verdict']} but the steps say {again}")
         if doc.get("stop_on_budget", True):
             metric, slo = _judged_on(doc)

@@ -73,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dial.add_argument("--dial-protocol", choices=("twilio", "pcm"), default="twilio", help="the line (default twilio)")
     dial.add_argument("--dial-deadline", dest="dial_deadline_s", type=flags.positive_number, default=DIAL_DEADLINE_S,
                       help="dial --deadline: the longest wait for the handshake, a reply, a reply's end (s)")
+    dial.add_argument("--otlp-listen", metavar="HOST:PORT", default=None,
+                      help="receive the agent's OTel spans of every call here (start the agent with --otlp "
+                           "http://HOST:PORT): each step gets the agent's stage times and the stage that grew most")
     p.add_argument("--slo-first-sentence-ms", type=flags.positive_number, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
                    help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
     p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
@@ -172,6 +175,7 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
                 f"fewest on which one late turn still passes {100 * verdict['goodput_target']:.0f} % goodput; "
                 f"{_more_turns(doc, sweep, minimum)}")
     limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
+    limit += _stage(verdict.get("saturating_stage"), bool(verdict["limited_by"]))
     rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
              else _none_passed(sweep, minimum))
     budget = (f"heard gap <= {doc['slo_heard_ms']:.0f} ms" if doc.get("mode") == "dial"
@@ -179,6 +183,16 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     return (f"{where}: max callers = {verdict['max_callers']} ({budget} "
             f"for >= {100 * verdict['goodput_target']:.0f} % of turns; {rests}; tested up to "
             f"{verdict['tested_up_to']}{limit})")
+
+
+def _stage(saturating: dict[str, Any] | None, limited: bool) -> str:
+    """The agent's stage that grew most (its own spans): 'at 3 callers, STT grew most (+812 ms median from 1)'."""
+    if not saturating:
+        return ""
+    label = stats.STAGE_LABELS.get(saturating["stage"], saturating["stage"])
+    grew = (f"{label} at {saturating['callers']} callers (+{saturating['growth_ms']:.0f} ms median from "
+            f"{saturating['from_callers']} caller{'' if saturating['from_callers'] == 1 else 's'})")
+    return f": {grew}" if limited else f"; the agent's stage that grew most: {grew}"
 
 
 def _none_passed(sweep: dict[str, Any], minimum: int) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from voice_llm.errors import ArtifactError
 from voice_llm.load.plan import DialConfig
-from voice_llm.load.stats import SAMPLE_FIELDS
+from voice_llm.load.stats import AGENT_STAGES, SAMPLE_FIELDS, stage_column
 from voice_llm.util.artifacts import DIAL, DIAL_PARTIAL, read_json
 
 DIAL_JSON = DIAL  # what `voice-llm dial` writes into its OUT
@@ -159,6 +159,9 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
     """One sample per turn the call measured a heard gap for; a call that failed (``error``) adds one error sample
     for the turn it failed in (the first without a heard gap), and nothing after it."""
     t0 = _number(doc.get("t0_epoch_ns"))
+    line = doc.get("line") if isinstance(doc.get("line"), Mapping) else {}
+    sid = line.get("stream_sid") if isinstance(line.get("stream_sid"), str) and line.get("stream_sid") else None
+    t0_ns = doc.get("t0_epoch_ns") if isinstance(doc.get("t0_epoch_ns"), int) else None
     playout = doc.get("playout") or {}
     frames, late = playout.get("frames"), playout.get("late_frames")
     rows: list[dict[str, Any]] = []
@@ -171,7 +174,8 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
         sample = _blank(call, int(turn.get("index") or position), start, clock.at(start))
         sample.update({"call_frames": frames if isinstance(frames, int) else None,
                        "late_frames": late if isinstance(late, int) else None,
-                       "speech_end_ms": end, "first_sound_ms": _number(heard.get("first_sound_ms"))})
+                       "speech_end_ms": end, "first_sound_ms": _number(heard.get("first_sound_ms")),
+                       "stream_sid": sid, "t0_epoch_ns": t0_ns})
         if gap is None:
             sample["error"] = (error or "no heard reply after the caller's line")[:ERROR_CHARS]
             rows.append(sample)
@@ -184,6 +188,9 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
         reported = turn.get("agent_reported")
         if isinstance(reported, Mapping):
             sample["agent_reported_ms"] = _number(reported.get("latency_ms"))
+        breakdown = turn.get("agent_breakdown")  # when the call itself received the agent's spans (dial --otlp)
+        if isinstance(breakdown, Mapping):
+            sample.update({stage_column(stage): _number(breakdown.get(stage)) for stage in AGENT_STAGES})
         rows.append(sample)
     if error is not None:  # failed after its last measured turn (e.g. the hang-up): the next turn is the miss
         sample = _blank(call, len(rows) + 1, call.placed if not rows else rows[-1]["start"], clock.at(

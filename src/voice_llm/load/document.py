@@ -33,7 +33,7 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
 
 # load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
 # (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons.
-LOAD_SCHEMA_VERSION = 2
+LOAD_SCHEMA_VERSION = 3
 
 
 def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: list[dict[str, Any]],

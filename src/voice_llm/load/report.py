@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 
-from voice_llm.load.stats import slots_label
+from voice_llm.load.stats import AGENT_STAGES, STAGE_LABELS, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
 from voice_llm.util.artifacts import LOAD
@@ -52,12 +52,21 @@ def no_data_reason(sweep: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _grew(verdict: Mapping[str, Any]) -> str:
+    grew = verdict.get("saturating_stage")
+    if not grew:
+        return ""
+    return (f"; the agent's stage that grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} at "
+            f"{grew['callers']} callers (+{grew['growth_ms']:.0f} ms)")
+
+
 def _verdict_words(sweep: Mapping[str, Any]) -> str:
     verdict = sweep["verdict"]
     if verdict.get("max_callers") is None:
         return (f"{_sweep_label(sweep)}: no verdict (fewer than {verdict.get('min_judged_turns', '?')} judged turns "
-                "in every step)")
+                f"in every step){_grew(verdict)}")
     limit = f" (limited by {verdict['limited_by']})" if verdict.get("limited_by") else ""
+    limit += _grew(verdict)
     rests = f", on {verdict['judged_turns']} judged turns" if verdict.get("judged_turns") is not None else ""
     return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
 
@@ -85,9 +94,12 @@ def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float, str]:
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     metric, slo, what = _judged_on(doc)
     target = float(doc["goodput_target"])
-    fig = style.figure((10.0, 4.0))
-    left, right = fig.subplots(1, 2)
     drawn = [sweep for sweep in doc["sweeps"] if no_data_reason(sweep) is None]
+    timed = next((sw for sw in drawn if any(s.get("agent_stage_turns") for s in sw["steps"])), None)
+    fig = style.figure((15.0, 4.0) if timed is not None else (10.0, 4.0))
+    left, right, *third = fig.subplots(1, 3 if timed is not None else 2)
+    if timed is not None:
+        _draw_stages(third[0], timed)
     all_callers: set[int] = set()
     for color, sweep in zip(SERIES, drawn):
         steps = sweep["steps"]
@@ -137,6 +149,51 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     return fig, caption, _load_tables(doc)
 
 
+# One colour per agent stage (the report palette, then its lighter shades for the last ones).
+_STAGE_COLORS = (*SERIES[:5], GREY, "#bbbbbb")
+
+
+def _draw_stages(ax: Any, sweep: Mapping[str, Any]) -> None:
+    """The agent's own stage times per step (the median of each over the step's turns with spans), stacked in the
+    order they happen in a turn: the stage that grows with the callers is the band that widens."""
+    steps = [s for s in sweep["steps"] if s.get("agent_stage_turns")]
+    x = list(range(len(steps)))
+    bottom = [0.0] * len(steps)
+    for color, stage in zip(_STAGE_COLORS, AGENT_STAGES):
+        values = [s["agent_stages_ms"].get(stage) or 0.0 for s in steps]
+        ax.bar(x, values, bottom=bottom, color=color, width=0.6, label=STAGE_LABELS[stage])
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(x, [f"{s['callers']}\n({s['agent_stage_turns']} turns)" for s in steps])
+    ax.set_xlabel("concurrent callers")
+    ax.set_ylabel("the agent's stage medians (ms, its own spans)")
+    ax.set_ylim(bottom=0)
+    grew = (sweep.get("verdict") or {}).get("saturating_stage")
+    if grew:
+        ax.set_title(f"grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} "
+                     f"(+{grew['growth_ms']:.0f} ms at {grew['callers']} callers)", fontsize=9)
+    ax.legend(loc="upper left", fontsize=7)
+
+
+def _stages_table(sweep: Mapping[str, Any]) -> str:
+    """The stage medians per step and each one's growth from the first timed step (ms)."""
+    steps = [s for s in sweep["steps"] if s.get("agent_stage_turns")]
+    if not steps:
+        return ""
+    base = steps[0]["agent_stages_ms"]
+    rows = []
+    for s in steps:
+        cells = []
+        for stage in AGENT_STAGES:
+            value, first = s["agent_stages_ms"].get(stage), base.get(stage)
+            grown = "" if s is steps[0] or value is None or first is None else f" ({value - first:+.0f})"
+            cells.append(style.ms(value) + grown)
+        rows.append([str(s["callers"]), str(s["agent_stage_turns"]), *cells])
+    header = ["callers", "turns with spans", *(STAGE_LABELS[stage] for stage in AGENT_STAGES)]
+    return ("<p>The agent's own stage times (median per step, from its spans; in brackets the growth from "
+            f"{steps[0]['callers']} caller{'' if steps[0]['callers'] == 1 else 's'}, ms):</p>\n"
+            + style.table(header, rows, "load-stages"))
+
+
 def _dial_row(s: Mapping[str, Any]) -> list[str]:
     heard, barge = s["heard_gap_ms"], s.get("barge_ins") or {}
     load = (s.get("host") or {}).get("loadavg_1m")
@@ -173,7 +230,7 @@ def _load_tables(doc: Mapping[str, Any]) -> str:
         reason = no_data_reason(sweep)
         title = _verdict_words(sweep).replace(": ", " — ", 1)
         body = (f'<p class="missing">no data: {html.escape(reason)}</p>\n' if reason else "") + \
-            (style.table(header, rows, "load-steps") if rows else "")
+            (style.table(header, rows, "load-steps") if rows else "") + (_stages_table(sweep) if dial else "")
         parts.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(stopped)}</p>\n" + body)
     if not parts:
         parts.append(f'<p class="missing">no data: load.json holds no sweep{_ended(doc)}</p>\n')

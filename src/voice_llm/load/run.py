@@ -33,7 +33,7 @@ from voice_llm.load.settings import LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S,
                                  CallerConfig, DialConfig, SweepPlan)
-from voice_llm.load import stats
+from voice_llm.load import stages, stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
@@ -259,6 +259,9 @@ class LoadRun:
     samples: list[dict[str, Any]] = field(default_factory=list)
     interrupted: str | None = None  # None: every sweep ran to its end
     server_pids: set[int] = field(default_factory=set)  # measured servers on this machine (noise: their own CPU)
+    receiver: Any = None  # dialing callers with --otlp-listen: the run's OTLP receiver (voice_llm.load.stages)
+    attached: list[stages.Attached] = field(default_factory=list)
+    otlp_address: str | None = None  # HOST:PORT it listens on (the port bound, for --otlp-listen HOST:0)
     slots: int | None = None  # the slots of the server being swept
     # what was written (by the session's close hook)
     doc: dict[str, Any] | None = None
@@ -266,6 +269,8 @@ class LoadRun:
     samples_path: Path | None = None
 
     def add(self, plan: SweepPlan, result: dict[str, Any], slots: int | None, url: str) -> None:
+        if self.receiver is not None:  # the agent's stage times onto the turns, before any step is summarized
+            self.attached.append(stages.attach(result["samples"], self.receiver.spans()))
         doc, rows = sweep_document(plan, result, slots, url)
         self.sweeps.append(doc)
         self.samples.extend(rows)
@@ -346,6 +351,8 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
         record = live.record
         live.state.step = STEP
         live.state.ran.append(STEP)
+        if settings.otlp_listen is not None:
+            run.described["agent_spans"] = stages.block(run.otlp_address, run.receiver, run.attached)
         run.doc = load_document(settings, run.described, run.sweeps, run.interrupted)
         run.samples_path = write_samples(live.out / LOAD_SAMPLES, run.samples)
         record.record_file(run.samples_path)
@@ -371,11 +378,21 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
                         kb=settings.kb, steps={STEP: (LOAD, LOAD_SAMPLES)}, new_run=settings.new_run,
                         wait=settings.wait_for_out, ask_server=dial is None)
     hooks = session.Hooks(servers=servers, step=sweep, preflight=check, close=close, after=after)
+    if settings.otlp_listen is not None:
+        if dial is None:
+            raise ConfigError("--otlp-listen receives a voice agent's spans: it goes with --dial URL")
+        run.receiver = stages.start_receiver(settings.otlp_listen)
+        host, port = run.receiver.address
+        run.otlp_address = f"{host}:{port}"
+        notify(f"the agent's spans: start it with --otlp http://{run.otlp_address}")
     try:
         with sampler:
             return session.Session(plan, progress, notify).run(hooks)
     except KeyboardInterrupt:
         return LoadResult(out, run.doc, run.load_path, run.samples_path, interrupted=True, kept=_kept(run, out))
+    finally:
+        if run.receiver is not None:
+            run.receiver.stop()
 
 
 @contextlib.contextmanager

@@ -14,11 +14,13 @@ from typing import Any
 
 from voice_llm.util.artifacts import read_artifact_text, write_bytes_atomic
 from voice_llm.errors import ArtifactError
-from voice_llm.load.stats import DIAL_FIELDS, SAMPLE_FIELDS
+from voice_llm.load.stats import AGENT_STAGES, DIAL_FIELDS, SAMPLE_FIELDS, stage_column
 
-_INTS = ("slots", "step", "callers", "call", "turn", "tokens", "prompt_n", "cache_n", "call_frames", "late_frames")
+_INTS = ("slots", "step", "callers", "call", "turn", "tokens", "prompt_n", "cache_n", "call_frames", "late_frames",
+         "t0_epoch_ns")
 _FLOATS = ("start", "ttft_ms", "first_sentence_ms", "e2e_ms", "itl_p50_ms", "itl_p99_ms", "prompt_ms",
-           "heard_gap_ms", "speech_end_ms", "first_sound_ms", "barge_in_heard_after_onset_ms", "agent_reported_ms")
+           "heard_gap_ms", "speech_end_ms", "first_sound_ms", "barge_in_heard_after_onset_ms", "agent_reported_ms",
+           *(stage_column(stage) for stage in AGENT_STAGES))
 _BOOLS = ("cancelled", "refused", "barge_in")
 # Columns added after the first load runs: a file without them reads as None there rather than being refused.
 _ADDED_LATER = ("prompt_ms", *DIAL_FIELDS)

@@ -65,6 +65,7 @@ class LoadSettings:
     dial_barge_in_turns: tuple[int, ...] = ()
     dial_protocol: str = "twilio"
     dial_deadline_s: float = DIAL_DEADLINE_S
+    otlp_listen: str | None = None  # HOST:PORT: one OTLP receiver for the agent's spans of every call (load.stages)
 
     def __post_init__(self) -> None:
         dial = self.dial is not None

@@ -49,6 +49,23 @@ DIAL_METRIC = "heard_gap_ms"
 # of a call's frames the caller was not keeping real time: its step measured the generator, not the agent.
 LATE_FRAMES_SHARE = 0.01
 
+# The stages of voice-llm's agent's per-turn breakdown (agent/server.py Turn: VAD speech end -> first audio sent,
+# exported as voice_llm.breakdown.<stage>_ms on its invoke_agent span), in the order they happen in a turn.
+AGENT_STAGES = ("endpoint_wait", "stt", "handoff", "request_to_first_token", "first_token_to_first_segment",
+                "segment_to_first_audio", "audio_to_sent")
+# How the verdict line and the report name each stage.
+STAGE_LABELS = {"endpoint_wait": "end-of-turn wait", "stt": "STT", "handoff": "hand-offs",
+                "request_to_first_token": "LLM first token", "first_token_to_first_segment": "LLM first clause",
+                "segment_to_first_audio": "TTS", "audio_to_sent": "sending"}
+# A stage "grew" from the first step only by more than this (ms): below it the difference is one frame of the
+# agent's 32 ms VAD window or scheduling noise on a loaded machine, not a saturating stage.
+STAGE_GROWTH_MIN_MS = 40.0
+
+
+def stage_column(stage: str) -> str:
+    return f"agent_{stage}_ms"
+
+
 # The raw sample, one row per turn; the CSV's columns in this order.
 SAMPLE_FIELDS = (
     "slots", "step", "callers", "phase", "worker", "caller", "call", "turn", "start",
@@ -59,6 +76,10 @@ SAMPLE_FIELDS = (
     # (close code 1013), the barge-in on this turn's reply, the agent's own latency when its spans came
     "heard_gap_ms", "speech_end_ms", "first_sound_ms", "call_frames", "late_frames", "refused",
     "barge_in", "barge_in_heard_after_onset_ms", "agent_reported_ms",
+    # the call's Twilio streamSid and the wall time of its call-clock 0 (the agent's spans are matched to the call
+    # by the one and put on its clock by the other), and the agent's own stage times of this turn (its spans'
+    # voice_llm.breakdown.<stage>_ms, load --dial --otlp-listen)
+    "stream_sid", "t0_epoch_ns", *(f"agent_{stage}_ms" for stage in AGENT_STAGES),
 )
 DIAL_FIELDS = SAMPLE_FIELDS[SAMPLE_FIELDS.index("heard_gap_ms"):]
 
@@ -121,7 +142,55 @@ def _dial_summary(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                       "honoured": sum(1 for s in barges if s.get("barge_in_heard_after_onset_ms") is not None),
                       "heard_after_onset_ms": _spread(_present(barges, "barge_in_heard_after_onset_ms"))},
         "agent_reported_ms": _spread(_present(samples, "agent_reported_ms")),
+        # the agent's own stage times (its spans): the median of each stage over the step's turns that have it
+        **agent_stages(samples),
     }
+
+
+def agent_stages(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The median of each agent stage over the turns whose spans said it (one median rule), and how many turns
+    that was; None for a stage no turn has (the agent sent no spans, or none matched)."""
+    with_stages = [s for s in samples if not s.get("error") and any(
+        s.get(stage_column(stage)) is not None for stage in AGENT_STAGES)]
+    return {"agent_stage_turns": len(with_stages),
+            "agent_stages_ms": {stage: _median(_present(with_stages, stage_column(stage))) for stage in AGENT_STAGES}}
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return stats.median(values) if values else None
+
+
+def stage_growth(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Which agent stage grew most from the first step with stage times (1 caller, normally) to each later step:
+    per later step the growth of each stage's median (ms), and the stage that grew most when it grew by more than
+    STAGE_GROWTH_MIN_MS. None when fewer than two steps have stage times (nothing to compare)."""
+    timed = [s for s in steps if s.get("agent_stage_turns")]
+    if len(timed) < 2:
+        return None
+    base = timed[0]
+    rows = []
+    for step in timed[1:]:
+        growth = {stage: round(step["agent_stages_ms"][stage] - base["agent_stages_ms"][stage], 3)
+                  for stage in AGENT_STAGES if step["agent_stages_ms"].get(stage) is not None
+                  and base["agent_stages_ms"].get(stage) is not None}
+        most = max(growth, key=lambda stage: (growth[stage], -AGENT_STAGES.index(stage)), default=None)
+        rows.append({"callers": step["callers"], "growth_ms": growth,
+                     "grew_most": most if most is not None and growth[most] > STAGE_GROWTH_MIN_MS else None})
+    return {"from_callers": base["callers"], "min_growth_ms": STAGE_GROWTH_MIN_MS, "steps": rows}
+
+
+def saturating_stage(steps: Sequence[Mapping[str, Any]], at_callers: int | None) -> dict[str, Any] | None:
+    """The stage that grew most at ``at_callers`` (the first step past the verdict; else the last step with stage
+    times): {"stage", "callers", "growth_ms"}; None when no stage grew past STAGE_GROWTH_MIN_MS there."""
+    growth = stage_growth(steps)
+    if growth is None:
+        return None
+    rows = [r for r in growth["steps"] if at_callers is None or r["callers"] == at_callers]
+    row = rows[-1] if rows else None
+    if row is None or row["grew_most"] is None:
+        return None
+    return {"stage": row["grew_most"], "callers": row["callers"], "growth_ms": row["growth_ms"][row["grew_most"]],
+            "from_callers": growth["from_callers"]}
 
 
 def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s: float,
@@ -223,7 +292,11 @@ def verdict(steps: Sequence[Mapping[str, Any]], slots: int | None, early: bool =
         # the turns the verdict rests on: the passing step's (or, with none passing, the judged steps' fewest)
         "judged_turns": best["judged"] if best else min((s["judged"] for s in enough), default=None),
         "judged_per_step": [s.get("judged", 0) for s in steps],
-        **({"failed_early": [s["callers"] for s in steps if failed_early(s)], "allowed_misses": ALLOWED_MISSES}
+        **({"failed_early": [s["callers"] for s in steps if failed_early(s)], "allowed_misses": ALLOWED_MISSES,
+            # the agent's stage that grew most from the first step to the first step past the verdict (or to the
+            # last step when none failed): what limits the agent, from its own spans (None: no spans, or no stage
+            # grew past STAGE_GROWTH_MIN_MS)
+            "saturating_stage": saturating_stage(steps, beyond[0]["callers"] if beyond else None)}
            if early else {}),
     }
 
