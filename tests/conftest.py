@@ -41,6 +41,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A run started in the background of a non-interactive shell (`make test &`, nohup, some CI runners) inherits
+    SIGINT ignored, and so would every child a test starts (an ignored signal survives exec): the tests that press
+    Ctrl-C on `voice-llm` would wait for an exit that never comes (seen: three such tests timed out in a backgrounded
+    `.ci/run`). A user's shell starts voice-llm with SIGINT at its default; the test run restores that first."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_as_they_were() -> Iterator[None]:
     """SIGINT and SIGTERM handled afterwards as before the test: a handler left set (or SIGINT left ignored) by
