@@ -183,7 +183,7 @@ class Speculation:
     on: the next speech end decodes the whole utterance again). Started and ended on the agent's clock."""
 
     frames: int  # the utterance's 32 ms frames when the decode was asked for
-    future: Future[str]
+    future: Future[str] | None  # set as soon as the decode is handed to the STT thread
     asked: float  # the speech end's moment on the loop, when the decode was handed to the STT thread
     started: float | None = None
     ended: float | None = None
@@ -422,27 +422,16 @@ class Call:
         assert self.agent.speculating is not None and self.utterance is not None
         samples = np.concatenate(self.utterance)
         stt = self.agent.engines.stt
-        holder: list[Speculation] = []
+        speculation = Speculation(len(self.utterance), None, time.perf_counter())
 
         def decode() -> str:
-            holder[0].started = time.perf_counter()  # before the STT lock, as a plain turn's stt_start is
+            speculation.started = time.perf_counter()  # before the STT lock, as a plain turn's stt_start is
             try:
                 return stt.transcribe(samples)
             finally:
-                holder[0].ended = time.perf_counter()
-        # the Speculation exists before its job can run: the executor's thread only starts it after submit returns
-        future: Future[str] = Future()
-        holder.append(Speculation(len(self.utterance), future, time.perf_counter()))
-        self.speculation = holder[0]
-
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(decode())
-            except BaseException as exc:  # noqa: BLE001 - handed to the turn that waits for it, as its own STT's
-                future.set_exception(exc)
-        self.agent.speculating.submit(run)
+                speculation.ended = time.perf_counter()
+        speculation.future = self.agent.speculating.submit(decode)
+        self.speculation = speculation
 
     def _on_verdict(self, frame: int, verdict: turnmod.Verdict | None) -> None:
         now = time.perf_counter()
@@ -476,6 +465,7 @@ class Call:
         """The turn thread: STT, then the reply streamed and spoken. Its audio goes to the loop as it is made."""
         try:
             if turn.speculation is not None:  # decoded from the speech end: wait for what is left of it
+                assert turn.speculation.future is not None
                 transcript = turn.speculation.future.result()
                 turn.events["stt_start"], turn.events["stt_end"] = turn.speculation.started, turn.speculation.ended
             else:
