@@ -217,3 +217,31 @@ def test_without_the_flag_no_reply_starts_before_the_endpoint() -> None:
         caller.hang_up()
         caller.ws.close()
     assert agent_threads() == []
+
+
+def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_too() -> None:
+    """The whole preemptive reply streamed and synthesized (its thread over, its end held with its audio) before the
+    speech resumes: dropped all the same, and its end still counted (its tokens and synthesis wasted)."""
+    stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
+    whole = "This whole reply was made in time."
+    with FakeServer([quick(whole), quick("Sure.")]) as fake, \
+            serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+        caller = TwilioCaller(dial(served.url))
+        caller.begin()
+        caller.say(speech(400))
+        send_silence(caller, 100)
+        call = live_call(served)
+        turn = call.turns[0] if call.turns else holding(call)
+        wait_for(lambda: any(item[0] == "end" for item in turn.held), 10)
+        assert nothing_received(caller)
+        caller.say(speech(400))
+        send_silence(caller, 600)
+        play_out(served, caller, 1)
+        assert turn.state == "dropped" and turn.thread_ended and turn.sent == []
+        counts = served.agent.records[0]["preemptive"]
+        assert counts["dropped"] == 1 and counts["tokens_wasted"] == 1  # llama_events: one content chunk
+        assert counts["synthesis_ms_wasted"] >= SYNTH_S * 1000 - 1
+        assert caller.audio_ms() == pytest.approx(len("Sure.") * 20, abs=20)
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []

@@ -500,7 +500,10 @@ class Call:
         """Speech before the endpoint: the held reply goes (stream closed, synthesis stopped), its audio unsent."""
         self._drop(turn)
         turn.unconfirmed = True
+        ended = any(item[0] == "end" for item in turn.held)
         turn.held.clear()
+        if ended:  # its thread was already over (the whole reply made, held): its end is handled as any dropped turn's
+            self.outbound.put_nowait(("end", turn))
         self._count("dropped", 1)
         log(f"call {self.number}: preemptive reply (attempt {turn.attempt}) dropped: the caller went on before the "
             f"endpoint; nothing of it was sent")
