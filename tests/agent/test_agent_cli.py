@@ -27,6 +27,7 @@ def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.C
 
 @pytest.mark.parametrize("args, says", [
     (["--protocol", "pcm", "--rate", "100"], "rate"),
+    (["--engine", "pipecat", "--preemptive"], "builtin engine"),
 ])
 def test_contradicting_settings_are_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agent", *args]) == 1
@@ -51,3 +52,9 @@ def test_engine_pipecat_runs_its_serve_with_the_settings(monkeypatch: pytest.Mon
     assert reference == "voice_llm.agent.pipecat_agent:serve"
     assert (settings.engine, settings.turn, settings.port, settings.max_calls) == ("pipecat", "smart", 0, 3)
     assert settings.otlp == "http://127.0.0.1:4318"  # the base: the exporter adds /v1/traces
+
+
+def test_preemptive_implies_speculative_stt() -> None:
+    settings = command.settings_from({"preemptive": True, "speculative_stt": False})
+    assert settings.preemptive and settings.speculative_stt  # the reply starts from the speculative transcript
+    assert not command.settings_from({}).preemptive

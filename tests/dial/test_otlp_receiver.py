@@ -177,3 +177,19 @@ def test_the_agents_transcript_comes_with_its_turn_span() -> None:
                      None, 1, 12000.0)
     found = otlp.match([2000.0, 6000.0, 9500.0], [ours, turn, stt, bare], otlp.Clock(T0))
     assert [r.transcript for r in found] == ["Do you take Medicare?", "Thanks, that's all.", None]
+
+
+def test_the_agents_preemptive_counts_come_with_its_turn_span() -> None:
+    """voice-llm agent --preemptive puts its counts on invoke_agent (this turn's, and the call's as call.<count>):
+    dial keeps them per turn beside what was heard; a span without them gives None."""
+    counts = {"voice_llm.preemptive.started": 2, "voice_llm.preemptive.used": 1, "voice_llm.preemptive.dropped": 1,
+              "voice_llm.preemptive.tokens_wasted": 7, "voice_llm.preemptive.synthesis_ms_wasted": 80.5,
+              "voice_llm.preemptive.reply": True, "voice_llm.preemptive.call.dropped": 3}
+    ours = otlp.Span("t", "a1", None, "invoke_agent", _ns(2100), _ns(4000),
+                     {"voice_llm.latency.reported_ms": 800.0, **counts}, None, 1, 9000.0)
+    bare = otlp.Span("t", "c1", None, "invoke_agent", _ns(10000), _ns(11000), {"voice_llm.latency.reported_ms": 5.0},
+                     None, 1, 12000.0)
+    found = otlp.match([2000.0, 9500.0], [ours, bare], otlp.Clock(T0))
+    assert found[0].preemptive == {"started": 2, "used": 1, "dropped": 1, "tokens_wasted": 7,
+                                   "synthesis_ms_wasted": 80.5, "reply": True, "call": {"dropped": 3}}
+    assert found[1].preemptive is None

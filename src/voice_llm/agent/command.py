@@ -14,9 +14,10 @@ from typing import Any
 from voice_llm import registry
 from voice_llm.agent import server
 from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_MAX_CALLS,
-                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
+                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_PREEMPTIVE, DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
                                       DEFAULT_STT_WINDOW_S, ENGINES, TURNS, AgentSettings)
 from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
+from voice_llm.errors import ConfigError
 from voice_llm.lab import flags
 from voice_llm.line import wire
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE
@@ -75,6 +76,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--speculative-stt", action=argparse.BooleanOptionalAction, default=DEFAULT_SPECULATIVE_STT,
                    help="transcribe from the VAD's speech end, before the endpoint, and commit at the endpoint (a "
                         f"resumed utterance drops it) (default {'on' if DEFAULT_SPECULATIVE_STT else 'off'})")
+    p.add_argument("--preemptive", action=argparse.BooleanOptionalAction, default=DEFAULT_PREEMPTIVE,
+                   help="start the reply (LLM and synthesis) from the speculative transcript before the endpoint, "
+                        "send none of its audio until the endpoint confirms it, drop it when speech resumes; implies "
+                        f"--speculative-stt; builtin engine (default {'on' if DEFAULT_PREEMPTIVE else 'off'})")
     p.add_argument("--stt-window", type=flags.positive_int, default=DEFAULT_STT_WINDOW_S, metavar="S",
                    help=f"Whisper's encoder window in seconds, 1-30 (default {DEFAULT_STT_WINDOW_S}; a longer turn "
                         "takes the 30 s path)")
@@ -122,6 +127,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "stt_window_s": values.get("stt_window") or DEFAULT_STT_WINDOW_S,
         "speculative_stt": (values["speculative_stt"] if values.get("speculative_stt") is not None
                             else DEFAULT_SPECULATIVE_STT),
+        "preemptive": values["preemptive"] if values.get("preemptive") is not None else DEFAULT_PREEMPTIVE,
         "tts": values.get("tts") or "piper", "voice": values.get("voice"),
         "clause_words": values.get("clause_words") or 4, "strategy": values.get("strategy") or DEFAULT_STRATEGY,
         "max_tokens": values.get("max_tokens") or DEFAULT_MAX_TOKENS,
@@ -142,6 +148,8 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
 
 def main(values: Mapping[str, Any], progress: Progress) -> int:
     settings = settings_from(values)
+    if settings.engine == "pipecat" and settings.preemptive:
+        raise ConfigError("--preemptive is the builtin engine's (pipecat's pipeline has its own turn handling)")
     if settings.engine == "pipecat":
         return int(registry.resolve(PIPECAT_SERVE)(settings) or 0)
     return server.serve(settings)

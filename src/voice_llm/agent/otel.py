@@ -9,7 +9,9 @@ end of the reply's audio at the caller (its last mark echoed, the barge-in, or t
 LiveKit report from their VAD's stop), ``voice_llm.breakdown.<part>_ms``, what ended the caller's turn
 (``voice_llm.turn.mode`` silence | smart, ``voice_llm.turn.rule`` silence | model_complete | fallback_silence,
 ``voice_llm.turn.silence_ms``; with smart ``voice_llm.smart_turn.probability`` / ``.complete`` / ``.inference_ms`` /
-``.checks``: voice_llm.agent.turn), and each event as a span event at its time. The draft has no attribute for perceived latency: that is the caller's to measure.
+``.checks``: voice_llm.agent.turn), with ``--preemptive`` its counts (``voice_llm.preemptive.started`` / ``.used`` /
+``.dropped`` / ``.tokens_wasted`` / ``.synthesis_ms_wasted`` / ``.reply``, and the call's totals so far as
+``voice_llm.preemptive.call.<count>``; the call span gets the totals at hang-up), and each event as a span event at its time. The draft has no attribute for perceived latency: that is the caller's to measure.
 
 Spans are made when a turn is over, with their real bounds (epoch ns: the agent's perf_counter readings converted
 with one offset taken at start), exported by a BatchSpanProcessor over OTLP/HTTP protobuf, flushed at each turn's
@@ -102,6 +104,7 @@ class SpanExport:
         if record.get("model"):
             attributes["gen_ai.request.model"] = record["model"]
         attributes.update(record.get("turn_attributes") or {})  # what ended the caller's turn (agent.turn.Decision)
+        attributes.update(record.get("preemptive_attributes") or {})  # --preemptive's counts (agent.server)
         if record["reported_ms"] is not None:
             attributes["voice_llm.latency.reported_ms"] = record["reported_ms"]
         for part, value in (record["breakdown"] or {}).items():

@@ -16,12 +16,20 @@ Rules, in one place (moved from converse's call.py, adapted to a line):
   history keeps only what was heard (voice_llm.agent.heard).
 - A speech start after an endpoint whose reply has sent no audio yet means the caller went on: that reply is dropped
   and the utterance continues in the same buffer, so the next endpoint transcribes all of it.
+- ``--preemptive`` (issue 28 item 3; implies ``--speculative-stt``): when the speculative transcript is ready before
+  the endpoint, the reply is started from it (the LLM stream and the synthesis of its first clause) but every byte of
+  its audio is held on the agent (nothing is sent on the line). The endpoint confirms it: the held audio goes out at
+  once and the reply goes on as any turn's. A speech start (RESUMED, SPEECH_START) before the endpoint drops it: the
+  stream is closed (the server stops generating), synthesis stopped, the held audio thrown away, the history gets
+  nothing of it. What it cost is counted (tokens streamed and synthesis time of the dropped replies).
 - Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
   before start) ends that call with one line in the agent's log; the agent goes on serving.
 
 The per-turn breakdown is on the agent's clock (perf_counter): vad_speech_end (the first silent frame processed),
 endpoint, stt_start, stt_end, request_sent, first_token, first_segment_text, first_audio_ready, first_audio_sent;
-the reported latency is first_audio_sent - vad_speech_end.
+the reported latency is first_audio_sent - vad_speech_end. Its parts are the critical path after the endpoint: each
+stage's share that lies after the endpoint (a stage a speculative decode or a preemptive reply did before it is
+off that path), so they add up to the reported latency whichever mode ran.
 """
 
 from __future__ import annotations
@@ -189,6 +197,28 @@ class Speculation:
     ended: float | None = None
 
 
+PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted")
+
+
+def no_preemption() -> dict[str, float]:
+    """--preemptive's counts (all 0): replies started before the endpoint, used (the answered turn was one), dropped
+    (speech resumed first), tokens streamed by the dropped ones, their synthesis time (ms, each segment's start to
+    end on the synthesis thread)."""
+    return {key: 0 for key in PREEMPTIVE_KEYS}
+
+
+PREEMPTIVE_ATTRIBUTE = "voice_llm.preemptive."
+
+
+def preemptive_attributes(turn: dict[str, float], call: dict[str, float], used: bool) -> dict[str, Any]:
+    """The turn span's --preemptive attributes: this turn's counts (since the turn before), whether its reply was
+    one started before the endpoint, and the call's totals so far (``voice_llm.preemptive.call.<key>``)."""
+    found: dict[str, Any] = {f"{PREEMPTIVE_ATTRIBUTE}{key}": value for key, value in turn.items()}
+    found[f"{PREEMPTIVE_ATTRIBUTE}reply"] = used
+    found.update({f"{PREEMPTIVE_ATTRIBUTE}call.{key}": value for key, value in call.items()})
+    return found
+
+
 @dataclass
 class Turn:
     """One endpoint's answer: STT, the reply stream, its audio on the line. Its state changes only on the loop."""
@@ -197,7 +227,7 @@ class Turn:
     samples: np.ndarray
     events: dict[str, float | None]
     number: int | None = None  # the call's answered turn number (1, 2, ...), given at its first audio
-    state: str = "pending"  # pending -> speaking -> done; pending -> dropped
+    state: str = "pending"  # pending -> speaking -> done; pending -> dropped; --preemptive: held -> pending | dropped
     stop: threading.Event = field(default_factory=threading.Event)
     cancel: StreamCancel = field(default_factory=StreamCancel)
     committed: threading.Event = field(default_factory=threading.Event)
@@ -216,6 +246,11 @@ class Turn:
     synthesis_end: float | None = None
     decision: turnmod.Decision | None = None  # what ended the caller's turn (--turn silence | smart)
     speculation: Speculation | None = None  # --speculative-stt: the transcript started at the speech end
+    preemptive: bool = False  # --preemptive: started from the speculative transcript before the endpoint
+    holding: bool = False  # --preemptive: its audio is kept here (nothing sent) until the endpoint confirms it
+    held: list[tuple[Any, ...]] = field(default_factory=list)  # the outbound items kept while holding
+    tokens: int = 0  # content chunks streamed so far
+    unconfirmed: bool = False  # --preemptive: dropped before the endpoint (speech resumed): all of it was waste
 
     def breakdown(self) -> tuple[float | None, dict[str, float] | None]:
         """(reported latency ms, parts ms) from the events; None where an event is missing."""
@@ -225,24 +260,25 @@ class Turn:
         if any(e.get(n) is None for n in names):
             return None, None
 
-        def ms(a: str, b: str) -> float:
-            return round((e[b] - e[a]) * 1000.0, 1)  # type: ignore[operator]
+        endpoint = e["endpoint"]
+        assert endpoint is not None
 
-        if self.speculation is None:
-            stt = ms("stt_start", "stt_end")
-            # endpoint -> STT start (the lock, the thread) and STT end -> request sent (history, body)
-            handoff = round(ms("endpoint", "stt_start") + ms("stt_end", "request_sent"), 1)
-        else:
-            # A speculative decode began before the endpoint: only what is left of it after the endpoint is on the
-            # turn's critical path, so the parts still add up to the reported latency.
-            stt = max(0.0, ms("endpoint", "stt_end"))
-            handoff = round(ms("endpoint", "request_sent") - stt, 1)
-        parts = {"endpoint_wait": ms("vad_speech_end", "endpoint"), "stt": stt,
+        def ms(a: str, b: str) -> float:
+            # each stage's share after the endpoint: a plain turn's stages all lie after it (unchanged); a speculative
+            # decode or a preemptive reply began before it, and only what is left of them then is on the turn's
+            # critical path, so the parts add up to the reported latency in every mode (audio is never sent before
+            # the endpoint)
+            return round((max(e[b], endpoint) - max(e[a], endpoint)) * 1000.0, 1)  # type: ignore[type-var]
+
+        stt = ms("stt_start", "stt_end")
+        # endpoint -> STT start (the lock, the thread) and STT end -> request sent (history, body)
+        handoff = round(ms("endpoint", "stt_start") + ms("stt_end", "request_sent"), 1)
+        parts = {"endpoint_wait": round((endpoint - e["vad_speech_end"]) * 1000.0, 1), "stt": stt,  # type: ignore[operator]
                  "request_to_first_token": ms("request_sent", "first_token"),
                  "first_token_to_first_segment": ms("first_token", "first_segment_text"),
                  "segment_to_first_audio": ms("first_segment_text", "first_audio_ready"),
                  "audio_to_sent": ms("first_audio_ready", "first_audio_sent"), "handoff": handoff}
-        return ms("vad_speech_end", "first_audio_sent"), parts
+        return round((e["first_audio_sent"] - e["vad_speech_end"]) * 1000.0, 1), parts  # type: ignore[operator]
 
 
 # --- one call --------------------------------------------------------------------------------------------------
@@ -266,6 +302,8 @@ class Call:
         self.last_speech_end: float | None = None
         self.speculation: Speculation | None = None  # --speculative-stt: the decode of the pause in progress
         self.speculations_dropped = 0  # decodes thrown away because the caller went on before the endpoint
+        self.preempted = no_preemption()  # --preemptive: the call's counts
+        self.preempted_turn = no_preemption()  # the same since the last committed turn (what its record says)
         self.turns: list[Turn] = []
         self.answered = 0
         self.history: list[dict[str, str]] = [{"role": "system", "content": agent.system}]
@@ -372,6 +410,8 @@ class Call:
             # the caller went on inside the pause (RESUMED) or after an endpoint: that decode ends before the words
             self.speculation = None
             self.speculations_dropped += 1
+        if event.kind in (vadmod.SPEECH_START, vadmod.RESUMED) and self.turns and self.turns[-1].state == "held":
+            self._drop_preemptive(self.turns[-1])  # before the endpoint: the caller was not done
         if event.kind == vadmod.SPEECH_START:
             merge = False
             last = self.turns[-1] if self.turns else None
@@ -432,6 +472,45 @@ class Call:
                 speculation.ended = time.perf_counter()
         speculation.future = self.agent.speculating.submit(decode)
         self.speculation = speculation
+        if self.settings.preemptive:
+            def ready(_future: Any) -> None:
+                try:
+                    self.loop.call_soon_threadsafe(self._preempt, speculation)
+                except RuntimeError:
+                    pass  # the loop is closed: the agent stopped
+            speculation.future.add_done_callback(ready)
+
+    def _preempt(self, speculation: Speculation) -> None:
+        """--preemptive: the speculative transcript is ready. Still before the endpoint (the speculation is the pause
+        in progress), the reply starts from it, held: its audio stays here until the endpoint confirms it."""
+        if speculation is not self.speculation or self.closing is not None or self.hung_up or not self.utterance:
+            return  # the endpoint came first (its turn waits for this decode), or the caller went on, or hung up
+        assert speculation.future is not None
+        if speculation.future.exception() is not None:
+            return  # the endpoint's turn says the error
+        if self.turns and self.turns[-1].state in ("held", "pending", "speaking"):
+            return  # a reply still in the making or playing: one turn at a time (the endpoint decides)
+        turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance[:speculation.frames]),
+                    events={"vad_speech_end": self.last_speech_end, "endpoint": None}, state="held",
+                    speculation=speculation, preemptive=True, holding=True)
+        self._count("started", 1)
+        self._launch(turn)
+
+    def _drop_preemptive(self, turn: Turn) -> None:
+        """Speech before the endpoint: the held reply goes (stream closed, synthesis stopped), its audio unsent."""
+        self._drop(turn)
+        turn.unconfirmed = True
+        ended = any(item[0] == "end" for item in turn.held)
+        turn.held.clear()
+        if ended:  # its thread was already over (the whole reply made, held): its end is handled as any dropped turn's
+            self.outbound.put_nowait(("end", turn))
+        self._count("dropped", 1)
+        log(f"call {self.number}: preemptive reply (attempt {turn.attempt}) dropped: the caller went on before the "
+            f"endpoint; nothing of it was sent")
+
+    def _count(self, key: str, value: float) -> None:
+        self.preempted[key] += value
+        self.preempted_turn[key] += value
 
     def _on_verdict(self, frame: int, verdict: turnmod.Verdict | None) -> None:
         now = time.perf_counter()
@@ -451,9 +530,21 @@ class Call:
         if decision is not None and decision.check_frame in self.checked_at:
             # the model's run that decided (or that said incomplete before the fallback): asked, and answered
             events["smart_turn_check"], events["smart_turn_verdict"] = self.checked_at[decision.check_frame]
+        held = self.turns[-1] if self.turns and self.turns[-1].state == "held" else None
+        if held is not None and held.speculation is self.speculation:
+            # --preemptive, confirmed: the held reply is this turn's (its transcript is the one the endpoint commits);
+            # the sender lets its held audio out at once, in order, then the rest as it comes
+            held.events.update(events)
+            held.decision, held.state = decision, "pending"
+            self.speculation = None
+            self.outbound.put_nowait(("release", held))
+            return
         turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance), events=events,
                     decision=decision, speculation=self.speculation)
         self.speculation = None
+        self._launch(turn)
+
+    def _launch(self, turn: Turn) -> None:
         turn.framer = Framer(self.line.frame_samples)
         previous = [t for t in self.turns if t.state != "dropped"]
         self.turns.append(turn)
@@ -492,6 +583,7 @@ class Call:
 
         def request(on_chunk: Callable[[Chunk], None]) -> StreamResult:
             def seen(chunk: Chunk) -> None:
+                turn.tokens += 1
                 if turn.events.get("first_token") is None:
                     turn.events["first_token"] = time.perf_counter()
                 on_chunk(chunk)
@@ -600,18 +692,25 @@ class Call:
                 counts.append(words_heard(segment.text, total, int(seconds * rate)))
             heard = heard_prefix(text, [s.text for s in turn.segments], counts)
         turn.heard_text = heard
+        if turn.preemptive:
+            self._count("used", 1)  # the answered turn was a reply started before its endpoint
         if turn.transcript is not None:
             self.history.append({"role": "user", "content": turn.transcript})
             if heard.strip():
                 self.history.append({"role": "assistant", "content": heard.strip()})
         turn.committed.set()
         record = self._record(turn)
+        self.preempted_turn = no_preemption()
         self.agent.records.append({"call": self.number, **record})
         reported = record["reported_ms"]
         parts = " ".join(f"{k} {v:.0f}" for k, v in (record["breakdown"] or {}).items())
+        pre = record["preemptive"]
+        said = (f"; preemptive: {'used' if turn.preemptive else 'not used'}, {pre['dropped']} dropped "
+                f"({pre['tokens_wasted']} tokens, {pre['synthesis_ms_wasted']:.0f} ms of synthesis wasted)"
+                if self.settings.preemptive else "")
         log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
             f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); {_decided(turn.decision)}; "
-            f"heard {heard[:60]!r}")
+            f"heard {heard[:60]!r}{said}")
         if self.agent.spans is not None and self.span is not None:
             spans, span = self.agent.spans, self.span
             self.agent.exports.add(self.loop.run_in_executor(None, lambda: (spans.turn(span, record), spans.flush())))
@@ -642,7 +741,11 @@ class Call:
                         "speculations_dropped": self.speculations_dropped,
                         "asked": turn.speculation.asked if turn.speculation is not None else None},
                 "stt_attributes": {"gen_ai.request.model": stt_info.get("model", self.agent.engines.stt.name),
-                                   "voice_llm.stt.speculative": turn.speculation is not None}}
+                                   "voice_llm.stt.speculative": turn.speculation is not None},
+                "preemptive": {**self.preempted_turn, "reply": turn.preemptive, "on": self.settings.preemptive,
+                               "call": dict(self.preempted)},
+                "preemptive_attributes": (preemptive_attributes(self.preempted_turn, self.preempted, turn.preemptive)
+                                          if self.settings.preemptive else {})}
 
     # -- sending --------------------------------------------------------------------------------------------
 
@@ -659,37 +762,53 @@ class Call:
 
     async def _sender(self) -> None:
         while True:
-            item = await self.outbound.get()
-            kind, turn = item[0], item[1]
-            if kind == "end":
-                turn.thread_ended = True
-                await self._end_of_audio(turn)
-                if turn.error is not None:
-                    log(f"call {self.number}: turn attempt {turn.attempt} failed: {turn.error}")
-                if turn.state == "pending":  # it made no sound (an error, nothing to say): nobody heard it
-                    turn.state = "dropped"
-                    turn.committed.set()
-                elif turn.state == "done":
-                    self._commit(turn)
-                else:
-                    self._maybe_complete(turn)
-                continue
-            _, _, index, samples = item
-            if turn.state == "pending":
-                if turn.stop.is_set():
-                    continue
-                turn.state = "speaking"
-                self.answered += 1
-                turn.number = self.answered
-                self.utterance = None  # the caller's turn is answered: a new speech start is a new utterance
-            if turn.state != "speaking":
-                continue  # dropped or stopped: its audio is never sent
-            if turn.sent and index != turn.sent[-1].index:
-                await self._close_segment(turn)
-            if not turn.sent or index != turn.sent[-1].index:
-                turn.sent.append(SegmentSent(index, f"t{turn.number}-s{index + 1}", 0.0))
-            assert turn.framer is not None
-            await self._frames(turn, turn.framer.push(samples))
+            await self._deliver(await self.outbound.get())
+
+    async def _deliver(self, item: tuple[Any, ...]) -> None:
+        kind, turn = item[0], item[1]
+        if kind == "release":  # --preemptive: the endpoint confirmed the held reply
+            turn.holding = False
+            held, turn.held = turn.held, []
+            for kept in held:
+                await self._deliver(kept)
+            return
+        if turn.holding and turn.state != "dropped":
+            turn.held.append(item)  # before the endpoint: nothing of a preemptive reply goes on the line
+            return
+        if kind == "end":
+            turn.thread_ended = True
+            await self._end_of_audio(turn)
+            if turn.error is not None:
+                log(f"call {self.number}: turn attempt {turn.attempt} failed: {turn.error}")
+            if turn.state == "pending":  # it made no sound (an error, nothing to say): nobody heard it
+                turn.state = "dropped"
+                turn.committed.set()
+            elif turn.state == "done":
+                self._commit(turn)
+            else:
+                self._maybe_complete(turn)
+            if turn.unconfirmed:
+                # its thread is over: what the dropped reply streamed and synthesized is known now
+                self._count("tokens_wasted", turn.tokens)
+                self._count("synthesis_ms_wasted", round(sum(seg.synth_end_ms - seg.synth_start_ms
+                                                                 for seg in turn.segments), 1))
+            return
+        _, _, index, samples = item
+        if turn.state == "pending":
+            if turn.stop.is_set():
+                return
+            turn.state = "speaking"
+            self.answered += 1
+            turn.number = self.answered
+            self.utterance = None  # the caller's turn is answered: a new speech start is a new utterance
+        if turn.state != "speaking":
+            return  # dropped or stopped: its audio is never sent
+        if turn.sent and index != turn.sent[-1].index:
+            await self._close_segment(turn)
+        if not turn.sent or index != turn.sent[-1].index:
+            turn.sent.append(SegmentSent(index, f"t{turn.number}-s{index + 1}", 0.0))
+        assert turn.framer is not None
+        await self._frames(turn, turn.framer.push(samples))
 
     async def _frames(self, turn: Turn, frames: list[np.ndarray]) -> None:
         segment = turn.sent[-1]
@@ -754,6 +873,9 @@ class Call:
             turn.committed.set()
         if self.agent.spans is not None and self.span is not None:
             spans, span = self.agent.spans, self.span
+            if self.settings.preemptive:  # the call's totals, dropped replies after the last answered turn included
+                for key, value in self.preempted.items():
+                    span.set_attribute(f"{PREEMPTIVE_ATTRIBUTE}call.{key}", value)
             await asyncio.gather(*self.agent.exports, return_exceptions=True)
             await self.loop.run_in_executor(None, lambda: (spans.end_call(span, time.perf_counter()), spans.flush()))
 
@@ -851,7 +973,8 @@ class Agent:
                                     if isinstance(self.engines.engines.get("stt"), dict)
                                     else self.engines.engines.get("stt")),
                             "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
-                                    "cache_prompt": True},
+                                    "cache_prompt": True,
+                                    "preemptive": self.speculating is not None and s.preemptive},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
                                      "vad_threshold": s.vad_threshold, "strategy": s.strategy,
                                      "clause_words": s.clause_words}},

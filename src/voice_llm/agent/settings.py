@@ -29,6 +29,10 @@ DEFAULT_STT_WINDOW_S = 30
 # endpoint, so up to the endpoint's silence of its decode is off the critical path; a resumed utterance drops it.
 # The default is set by the A/B measurement in BENCHMARKS.md ("Speculative STT").
 DEFAULT_SPECULATIVE_STT = False
+# The preemptive reply (issue 28 item 3): the reply started from the speculative transcript when it is ready before the
+# endpoint, its audio held until the endpoint confirms it, dropped when speech resumes first. Implies speculative STT.
+# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B").
+DEFAULT_PREEMPTIVE = False
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class AgentSettings:
     stt_threads: int | None = None  # None: every core
     stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
     speculative_stt: bool = DEFAULT_SPECULATIVE_STT  # decode from the VAD's speech end, commit at the endpoint
+    preemptive: bool = DEFAULT_PREEMPTIVE  # start the reply from that decode, held until the endpoint (implies it)
     tts: str = "piper"
     voice: str | None = None
     strategy: str = DEFAULT_STRATEGY
@@ -66,6 +71,8 @@ class AgentSettings:
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
 
     def __post_init__(self) -> None:
+        if self.preemptive and not self.speculative_stt:
+            object.__setattr__(self, "speculative_stt", True)  # the reply starts from the speculative transcript
         if self.protocol not in wire.PROTOCOLS:
             raise ConfigError(f"--protocol must be one of {', '.join(wire.PROTOCOLS)}, not {self.protocol!r}")
         if self.engine not in ENGINES:

@@ -112,7 +112,7 @@ class TurnTaker:
     pause that has ended (speech resumed, or the fallback fired first) changes nothing. After each ENDPOINT
     ``decision`` says what decided it.
 
-    Smart mode is the core endpointer with its endpoint at the fallback and its preemptive pause at the short
+    Smart mode is the core endpointer with its endpoint at the fallback and its early pause at the short
     silence: the same frame counting, one pause at a time; nothing here knows the model or a clock."""
 
     def __init__(self, mode: str = SILENCE, endpoint_ms: float = vadmod.DEFAULT_ENDPOINT_MS,
@@ -135,7 +135,7 @@ class TurnTaker:
         for event in self.endpointer.push(probability):
             if event.kind in (vadmod.SPEECH_END, vadmod.RESUMED):
                 self.check_frame, self.verdicts = None, {}  # a new pause, or none: earlier verdicts are moot
-            if event.kind == vadmod.PREEMPTIVE:
+            if event.kind == vadmod.EARLY:
                 if self.mode == SMART:
                     self.check_frame = event.frame
                     self.checks += 1

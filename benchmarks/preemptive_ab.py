@@ -1,0 +1,146 @@
+"""Preemptive reply A/B (issue 28 item 3): the built-in agent plain vs ``--preemptive``, heard at the caller's ear.
+
+Two agents on one managed llama-server (same model, same settings but the flag), `voice-llm dial` calls alternating
+between them (ABBA order, so a drift in the machine's load falls on both arms), the same caller lines, the agent's
+OTLP spans received by each dial (its breakdown and preemptive counts per turn). Every ``--pause-every``-th pair of
+calls uses the pause line (`--caller-lines pause`: a 600 ms pause mid-sentence, then one ordinary line) to count
+cut-offs. Runs until ``--minutes`` of calls have been made, then stops the agents and prints the table.
+
+    python benchmarks/preemptive_ab.py OUT --url http://127.0.0.1:18500 --ports 18501,18502,18503,18504
+
+Nothing is computed from the design: every gain is a heard gap difference between the two arms' calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from voice_llm.util.artifacts import read_json, write_json
+from voice_llm.util.stats import median, percentile
+
+ARMS = ("plain", "preemptive")
+
+
+def agent(out: Path, arm: str, url: str, port: int, otlp_port: int, extra: list[str]) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}", "--url", url,
+            "--otlp", f"http://127.0.0.1:{otlp_port}", "--ready-file", str(out / f"{arm}.ready"), *extra]
+    if arm == "preemptive":
+        args.append("--preemptive")
+    log = open(out / f"agent-{arm}.log", "wb")
+    return subprocess.Popen(["nice", "-n", "10", *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+def dial(out: Path, name: str, port: int, otlp_port: int, lines: str) -> dict[str, Any] | None:
+    folder = out / name
+    args = ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "dial", f"ws://127.0.0.1:{port}/", "--out",
+            str(folder), "--otlp", f"127.0.0.1:{otlp_port}", "--barge-in-turns", "none", "--stt", "none",
+            "--caller-lines", lines, "-q"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        print(f"{name}: dial failed ({done.returncode}): {done.stderr.strip()[-300:]}", flush=True)
+    found = folder / "dial.json"
+    return read_json(found) if found.exists() else None
+
+
+def turns_of(doc: dict[str, Any], arm: str, call: str, lines: str) -> list[dict[str, Any]]:
+    rows = []
+    for turn in doc.get("turns") or []:
+        rows.append({"arm": arm, "call": call, "lines": lines, "index": turn["index"],
+                     "gap_ms": turn["heard"]["gap_ms"], "cut_off": turn.get("cut_off"),
+                     "reported_ms": (turn.get("agent_reported") or {}).get("latency_ms"),
+                     "breakdown": turn.get("agent_breakdown"), "preemptive": turn.get("agent_preemptive"),
+                     "wer": turn.get("wer"), "script": turn.get("script"),
+                     "agent_transcript": turn.get("agent_transcript")})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], arm: str) -> dict[str, Any]:
+    mine = [r for r in rows if r["arm"] == arm]
+    clinic = [r for r in mine if r["lines"] == "clinic" and r["gap_ms"] is not None]
+    gaps = [r["gap_ms"] for r in clinic]
+    parts: dict[str, list[float]] = {}
+    for r in clinic:
+        for key, value in (r["breakdown"] or {}).items():
+            parts.setdefault(key, []).append(value)
+    pre = {"started": 0, "used": 0, "dropped": 0, "tokens_wasted": 0, "synthesis_ms_wasted": 0.0}
+    for r in mine:
+        for key in pre:
+            pre[key] += (r["preemptive"] or {}).get(key, 0)
+    errors = sum((r["wer"] or {}).get("errors", 0) for r in mine if r["lines"] == "clinic")
+    words = sum((r["wer"] or {}).get("words", 0) for r in mine if r["lines"] == "clinic")
+    pause = [r for r in mine if r["lines"] == "pause"]
+    return {"arm": arm, "turns": len(gaps), "heard_median_ms": median(gaps) if gaps else None,
+            "heard_p90_ms": percentile(gaps, 90) if gaps else None,
+            "reported_median_ms": median([r["reported_ms"] for r in clinic if r["reported_ms"] is not None] or [0]),
+            "breakdown_median_ms": {k: round(median(v), 1) for k, v in parts.items()},
+            "preemptive": pre, "word_errors": errors, "words": words,
+            "pause_turns": len(pause), "cut_offs": sum(1 for r in pause if r["cut_off"]),
+            "cut_offs_clinic": sum(1 for r in mine if r["lines"] == "clinic" and r["cut_off"])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--url", required=True, help="the managed llama-server")
+    parser.add_argument("--ports", default="18501,18502,18503,18504",
+                        help="plain agent, preemptive agent, their OTLP receivers (dial's --otlp)")
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--pause-every", type=int, default=3, help="every Nth pair of calls uses the pause line")
+    parser.add_argument("--agent-args", default="", help="more flags for both agents (e.g. '--endpoint-ms 700')")
+    options = parser.parse_args()
+    out: Path = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    plain_port, pre_port, plain_otlp, pre_otlp = (int(p) for p in options.ports.split(","))
+    ports = {"plain": (plain_port, plain_otlp), "preemptive": (pre_port, pre_otlp)}
+    uptime = {"start": os.getloadavg()}
+    agents = {arm: agent(out, arm, options.url, ports[arm][0], ports[arm][1], options.agent_args.split())
+              for arm in ARMS}
+    rows: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not all((out / f"{arm}.ready").exists() for arm in ARMS):
+            if time.monotonic() > deadline or any(a.poll() is not None for a in agents.values()):
+                raise SystemExit("an agent did not start: see agent-*.log")
+            time.sleep(0.5)
+        started = time.monotonic()
+        pair = 0
+        while time.monotonic() - started < options.minutes * 60:
+            pair += 1
+            lines = "pause" if pair % options.pause_every == 0 else "clinic"
+            order = ARMS if pair % 2 else ARMS[::-1]  # ABBA
+            for arm in order:
+                name = f"{pair:02d}-{arm}-{lines}"
+                doc = dial(out, name, ports[arm][0], ports[arm][1], lines)
+                if doc is not None:
+                    rows.extend(turns_of(doc, arm, name, lines))
+                gaps = [r["gap_ms"] for r in rows if r["call"] == name]
+                print(f"{name}: heard gaps {gaps} load {os.getloadavg()[0]:.1f}", flush=True)
+        uptime["end"] = os.getloadavg()
+    finally:
+        for process in agents.values():
+            process.send_signal(signal.SIGTERM)
+        for process in agents.values():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    result = {"schema_version": 1, "settings": {"url": options.url, "agent_args": options.agent_args,
+                                                "pause_every": options.pause_every, "minutes": options.minutes},
+              "loadavg": uptime, "summary": [summary(rows, arm) for arm in ARMS], "turns": rows}
+    write_json(out / "ab.json", result)
+    for s in result["summary"]:
+        print(json.dumps(s), flush=True)
+    print(f"load average start {uptime['start']} end {uptime.get('end')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

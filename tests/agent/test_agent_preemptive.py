@@ -1,0 +1,247 @@
+"""--preemptive (issue 28 item 3): the built-in agent starts its reply from the speculative transcript before the
+endpoint and holds every byte of its audio until the endpoint confirms the turn; speech before the endpoint drops it
+(stream closed, synthesis stopped, nothing sent, no history). Fake engines (a loud-frame VAD, a tone TTS, a
+transcriber that says how many samples it got) and a scripted LLM server. The caller sends its speech at once and
+its silence frame by frame, and waits, sending nothing, until the agent holds audio: the endpointer counts frames, so
+no endpoint can fire while the caller waits, and no test depends on the machine's speed. What the real engines do on
+a line with a mid-sentence pause is in test_agent_preemptive_real.py."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agentkit import LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, serving, settings, silence, speech, wait_for
+from fakeserver import FakeServer, Reply, at, chunk_payload, event, llama_events
+from voice_llm.agent.server import Engines, LockedSTT, LockedTTS
+from voice_llm.line import wire
+
+ENDPOINT_MS = 300.0
+HELD = "This reply is held back. "  # the preemptive reply's first clause: made (synthesized) before the endpoint
+LATER = "And then more."  # what the stream sends after a stall: after the endpoint, or never (dropped)
+# the stream's stall after HELD: the reply is still streaming when the caller goes on (dropped: closed in the stall)
+# or when the endpoint comes (about 300 ms after the test sees the held audio)
+STALL_S = 3.0
+RELEASE_STALL_S = 1.0
+SYNTH_S = 0.02  # the tone TTS's time per segment: a dropped reply's synthesis is more than nothing
+
+
+class CountingSTT:
+    """Says how many 16 kHz samples it was given ("N samples"); records each call."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.lock = threading.Lock()
+
+    def transcribe(self, samples: np.ndarray, script: str) -> str:
+        with self.lock:
+            self.calls.append(len(samples))
+        return f"{len(samples)} samples"
+
+    def info(self) -> dict[str, Any] | None:
+        return {"model": "counting"}
+
+
+def engines(stt: CountingSTT, tts: ToneTTS) -> Engines:
+    return Engines(LockedSTT(stt), LockedTTS(tts), LoudVAD,
+                   {"vad": {"fake": "loud"}, "stt": stt.info(), "tts": {"engine": "tone"}}, {})
+
+
+def stalled(stall_s: float = STALL_S) -> Reply:
+    """HELD at once (4 content chunks), then the stall, then LATER: the reply in the making when the caller acts."""
+    first = [event(chunk_payload({"role": "assistant", "content": None}))]
+    first += [event(chunk_payload({"content": text})) for text in ("This reply ", "is held ", "back. ", "And")]
+    rest = llama_events([" then more."])[1:]
+    return Reply.stream(at(0.0, first) + [(stall_s, rest[0])] + at(0.0, rest[1:]))
+
+
+def quick(text: str) -> Reply:
+    return Reply.stream(at(0.0, llama_events([text])))
+
+
+def send_silence(caller: TwilioCaller, ms: int) -> None:
+    """Silence in real time (20 ms a frame): the agent's clock sees the pause as a line would carry it."""
+    pause = silence(ms)
+    for start in range(0, len(pause), 160):
+        caller.say(pause[start:start + 160])
+        time.sleep(0.02)
+
+
+def live_call(served: Any) -> Any:
+    wait_for(lambda: served.agent.calls)
+    return next(iter(served.agent.calls.values()))
+
+
+def holding(call: Any) -> Any:
+    """The preemptive turn once it holds audio (its first clause synthesized, nothing sent)."""
+    def held() -> bool:
+        return bool(call.turns) and call.turns[-1].state == "held" and any(i[0] == "audio" for i in call.turns[-1].held)
+    wait_for(held, 10)
+    return call.turns[-1]
+
+
+def nothing_received(caller: TwilioCaller) -> bool:
+    try:
+        caller.receive(0.1)
+    except TimeoutError:
+        return True
+    return False
+
+
+def play_out(served: Any, caller: TwilioCaller, records: int) -> None:
+    """Echo every mark (the caller played the audio) until ``records`` turns are committed."""
+    deadline = time.monotonic() + 10
+    while len(served.agent.records) < records:
+        assert time.monotonic() < deadline, "the turn was not committed"
+        try:
+            message = caller.receive(0.1)
+        except TimeoutError:
+            continue
+        if message["event"] == "mark":
+            caller.echo(message["mark"]["name"])
+
+
+def media_payloads(caller: TwilioCaller) -> list[bytes]:
+    return [base64.b64decode(m["media"]["payload"]) for m in caller.received if m["event"] == "media"]
+
+
+def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unremembered() -> None:
+    stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
+    with FakeServer([stalled(), quick("Sure."), quick("Okay.")]) as fake, \
+            serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+        assert served.ready["engines"]["llm"]["preemptive"] is True
+        assert served.ready["engines"]["stt"]["speculative"] is True  # --preemptive implies it
+        caller = TwilioCaller(dial(served.url))
+        caller.begin()
+        caller.say(speech(400))
+        send_silence(caller, 100)  # a pause: the speech end (decode, then the reply), no endpoint (300 ms)
+        call = live_call(served)
+        turn = holding(call)
+        assert tts.texts == [HELD.strip()]  # its first clause was synthesized: audio existed, held
+        assert nothing_received(caller)  # and none of it went on the line
+        caller.say(speech(400))  # the caller goes on before the endpoint
+        send_silence(caller, 600)
+        play_out(served, caller, 1)
+        # the first stream was closed while it stalled (llama-server would stop generating), its audio never sent:
+        # everything heard is the second reply's tone ("Sure.": 5 characters, 20 ms each, in 20 ms frames)
+        assert fake.wait_finished(0).client_closed
+        assert turn.state == "dropped" and turn.held == [] and turn.sent == []
+        assert caller.audio_ms() == pytest.approx(len("Sure.") * 20, abs=20)
+        record = served.agent.records[0]
+        assert record["reply"] == "Sure."
+        # two decodes: the pause's (its reply dropped) and the whole utterance's (the turn)
+        assert len(stt.calls) == 2 and record["transcript"] == f"{stt.calls[1]} samples"
+        counts = record["preemptive"]
+        # the whole utterance's decode may start a preemptive reply of its own, which its endpoint confirms
+        assert counts["dropped"] == 1 and counts["tokens_wasted"] == 4
+        assert counts["used"] == int(record["preemptive"]["reply"])
+        assert counts["started"] == counts["dropped"] + counts["used"]
+        assert counts["synthesis_ms_wasted"] >= SYNTH_S * 1000 - 1
+        assert counts["call"]["dropped"] == 1
+        # the history has nothing of it: the next request carries the committed turn only
+        caller.say(speech(300))
+        send_silence(caller, 600)
+        play_out(served, caller, 2)
+        history = fake.requests[-1].json["messages"]
+        said = [m["content"] for m in history if m["role"] != "system"]
+        assert said[:2] == [f"{stt.calls[1]} samples", "Sure."]
+        assert f"{stt.calls[0]} samples" not in said and not any("held back" in text for text in said)
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+
+
+def test_the_endpoint_releases_exactly_the_held_audio_first_and_the_reply_goes_on() -> None:
+    stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
+    with FakeServer([stalled(RELEASE_STALL_S)]) as fake, \
+            serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+        caller = TwilioCaller(dial(served.url))
+        caller.begin()
+        caller.say(speech(400))
+        send_silence(caller, 100)
+        call = live_call(served)
+        turn = holding(call)
+        held = np.concatenate([item[3] for item in turn.held if item[0] == "audio"])
+        assert nothing_received(caller)
+        assert fake.requests[0].json["messages"][-1]["content"] == f"{stt.calls[0]} samples"
+        send_silence(caller, 400)  # the rest of the pause: the endpoint confirms the turn
+        play_out(served, caller, 1)
+        record = served.agent.records[0]
+        events = record["events"]
+        # the reply was asked for before the endpoint; nothing of it left before the endpoint
+        assert events["request_sent"] < events["endpoint"] <= events["first_audio_sent"]
+        assert record["preemptive"]["reply"] is True and record["transcript"] == f"{stt.calls[0]} samples"
+        assert {k: record["preemptive"][k] for k in ("started", "used", "dropped", "tokens_wasted")} == \
+            {"started": 1, "used": 1, "dropped": 0, "tokens_wasted": 0}
+        assert len(stt.calls) == 1  # the endpoint committed the speculative transcript
+        # the line's first frames are exactly the held audio (mu-law, 20 ms frames, the last one padded), then the
+        # rest of the reply (LATER, streamed after the stall)
+        frames = -(-len(held) // 160)
+        padded = np.zeros(frames * 160, np.int16)
+        padded[:len(held)] = held
+        got = media_payloads(caller)
+        line = wire.twilio_line()
+        assert b"".join(got[:frames]) == b"".join(wire.encode(line, padded[i:i + 160]) for i in range(0, len(padded), 160))
+        assert len(got) > frames and record["reply"] == HELD + LATER
+        assert record["heard"] == HELD + LATER
+        assert sum(record["breakdown"].values()) == pytest.approx(record["reported_ms"], abs=1.0)
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+
+
+def test_without_the_flag_no_reply_starts_before_the_endpoint() -> None:
+    stt, tts = CountingSTT(), ToneTTS()
+    with FakeServer([quick("Sure.")]) as fake, \
+            serving(settings(fake.url, speculative_stt=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+        assert served.ready["engines"]["llm"]["preemptive"] is False
+        caller = TwilioCaller(dial(served.url))
+        caller.begin()
+        caller.say(speech(400))
+        send_silence(caller, 100)
+        wait_for(lambda: stt.calls)  # the speculative decode is done; no reply is asked for before the endpoint
+        time.sleep(0.2)
+        assert fake.requests == []
+        send_silence(caller, 400)
+        play_out(served, caller, 1)
+        record = served.agent.records[0]
+        assert record["events"]["request_sent"] > record["events"]["endpoint"]
+        assert record["preemptive"]["on"] is False and record["preemptive_attributes"] == {}
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+
+
+def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_too() -> None:
+    """The whole preemptive reply streamed and synthesized (its thread over, its end held with its audio) before the
+    speech resumes: dropped all the same, and its end still counted (its tokens and synthesis wasted)."""
+    stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
+    whole = "This whole reply was made in time."
+    with FakeServer([quick(whole), quick("Sure.")]) as fake, \
+            serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+        caller = TwilioCaller(dial(served.url))
+        caller.begin()
+        caller.say(speech(400))
+        send_silence(caller, 100)
+        call = live_call(served)
+        turn = call.turns[0] if call.turns else holding(call)
+        wait_for(lambda: any(item[0] == "end" for item in turn.held), 10)
+        assert nothing_received(caller)
+        caller.say(speech(400))
+        send_silence(caller, 600)
+        play_out(served, caller, 1)
+        assert turn.state == "dropped" and turn.thread_ended and turn.sent == []
+        counts = served.agent.records[0]["preemptive"]
+        assert counts["dropped"] == 1 and counts["tokens_wasted"] == 1  # llama_events: one content chunk
+        assert counts["synthesis_ms_wasted"] >= SYNTH_S * 1000 - 1
+        assert caller.audio_ms() == pytest.approx(len("Sure.") * 20, abs=20)
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []

@@ -1,0 +1,73 @@
+"""`voice-llm agent --preemptive` for real (Silero, tiny.en, Piper, a real llama-server) on the caller line with a
+planned mid-sentence pause (`voice-llm dial --caller-lines pause`: one sentence spoken in two parts, PAUSE_MS = 600 ms
+of silence between them), one turn. The endpoint is set longer than the pause (1000 ms), so the pause is not the end
+of the turn: a reply the agent starts from the decode of the first part is preemptive, and speech resuming after
+the pause must drop it. What must hold, at the caller's ear (dial.json, from call.wav): nothing is heard before the
+whole sentence has ended (no cut-off, the first heard sound after the caller's speech end), and the agent's counts
+arrive with its turn span (started = used + dropped). Whether the first part's decode was ready inside the pause (so
+a reply was started and dropped) depends on the machine's load; the agent's log says it, and the test says which."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningServer
+from fakeserver import free_port
+
+ENDPOINT_MS = 1000  # longer than the pause line's 600 ms pause
+# Whisper's 10 s window: a decode of the first part several times shorter than the 30 s window's (BENCHMARKS.md
+# "Whisper's window": 250-550 ms at load 4-5), so it is ready inside the 600 ms pause more often and the drop is
+# exercised; the claim checked does not depend on it
+STT_WINDOW_S = 10
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_reply_started_in_a_mid_sentence_pause_is_never_heard(shared_server: RunningServer, tmp_path: Path) -> None:
+    port, otlp_port = free_port(), free_port()
+    ready_file = tmp_path / "ready.json"
+    agent = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}",
+         "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}", "--ready-file", str(ready_file),
+         "--preemptive", "--endpoint-ms", str(ENDPOINT_MS), "--stt-window", str(STT_WINDOW_S)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        deadline = time.monotonic() + 180
+        while not ready_file.exists():
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            assert time.monotonic() < deadline, "the agent was not ready in 180 s"
+            time.sleep(0.2)
+        ready = json.loads(ready_file.read_text())
+        assert ready["engines"]["llm"]["preemptive"] is True and ready["engines"]["stt"]["speculative"] is True
+        out = tmp_path / "run"
+        dialed = subprocess.run(
+            ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "dial", ready["listen"], "--out", str(out),
+             "--caller-lines", "pause", "--turns", "1", "--stt", "none", "--barge-in-turns", "none",
+             "--otlp", f"127.0.0.1:{otlp_port}", "-q"], capture_output=True, text=True, timeout=300)
+        assert dialed.returncode == 0, dialed.stderr[-2000:]
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0 and "Traceback" not in err, err[-2000:]
+    doc = json.loads((out / "dial.json").read_text())
+    turn = doc["turns"][0]
+    assert turn["caller"]["pauses_ms"], "the pause line has its planned pause"
+    # at the ear: the first heard sound comes after the whole sentence (its second part) has ended
+    assert turn["cut_off"] is False, turn["cut_off_at"]
+    assert turn["heard"]["first_sound_ms"] is not None
+    assert turn["heard"]["first_sound_ms"] > turn["caller"]["speech_end_ms"]
+    counts = turn["agent_preemptive"]
+    assert counts["started"] == counts["used"] + counts["dropped"]
+    dropped = err.count("preemptive reply (attempt")
+    assert counts["call"]["dropped"] == dropped
+    if dropped:  # a reply was started in the pause and dropped: what it streamed is counted, none of it heard
+        assert counts["dropped"] >= 1
+    print(f"preemptive replies started in the pause and dropped: {dropped}; counts {counts}")
