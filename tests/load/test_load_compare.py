@@ -19,7 +19,7 @@ from voice_llm.load.samples import write_samples
 from voice_llm.load.settings import LoadSettings
 
 URL = "ws://127.0.0.1:9/"
-SAMPLE_RUN = Path(__file__).parents[1] / "fixtures" / "sample_run"  # a real lab run
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _row(step: int, n: int, gap: float | None, error: str | None = None) -> dict:
@@ -129,29 +129,23 @@ def test_the_compare_chart_puts_a_and_b_side_by_side_for_every_step_of_either(tm
 
 
 def test_runs_of_different_kinds_are_refused_in_one_line(tmp_path: Path) -> None:
-    from voice_llm.load.document import load_document
-    from voice_llm.load.settings import LoadSettings
-
-    dial = _load_run(tmp_path / "dial", [[900.0] * 20])
-    text = tmp_path / "text"
-    shutil.copytree(dial, text)
-    doc = json.loads((text / "load.json").read_text())
-    doc.update({k: v for k, v in load_document(LoadSettings(), {}, []).items() if k in ("mode", "metric", "slo_heard_ms")})
-    (text / "load.json").write_text(json.dumps(doc))
+    # real runs: a dialing sweep, a text sweep and a lab run (tests/fixtures)
+    dial = Path(shutil.copytree(FIXTURES / "load_dial_run", tmp_path / "dial"))
+    text = Path(shutil.copytree(FIXTURES / "load_text_run", tmp_path / "text"))
     with pytest.raises(IncomparableRunsError) as refused:
         compare_runs(dial, text)
     line = str(refused.value)
-    assert "\n" not in line and "A is a load run of dialing callers (judged on the heard gap <= 1500 ms), B is a " \
+    assert "\n" not in line and "A is a load run of dialing callers (judged on the heard gap <= 6000 ms), B is a " \
         "load run of text callers (judged on the first sentence <= 1000 ms)" in line
-    lab = Path(shutil.copytree(SAMPLE_RUN, tmp_path / "lab"))
+    lab = Path(shutil.copytree(FIXTURES / "sample_run", tmp_path / "lab"))
     with pytest.raises(IncomparableRunsError, match=r"A is a run of health, sse, ttft, .* \(no load.json\), B is a "
                                                     r"load run \(load.json\); compare two load runs"):
         compare_runs(lab, dial, force=True)
     # the page is never written for them (the command says the line and exits)
     from voice_llm.cli.main import main
 
-    assert main(["compare", str(dial), str(lab), "--html"]) != 0
-    assert not (dial / "compare.html").exists()
+    assert main(["compare", str(text), str(lab), "--html"]) != 0
+    assert not (text / "compare.html").exists()
 
 
 def test_load_runs_on_other_budgets_get_a_page_that_says_why_they_are_not_compared(tmp_path: Path) -> None:

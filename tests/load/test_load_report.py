@@ -5,8 +5,9 @@ and why it matters.
 The dialing sweep is ``fixtures/load_dial_run``: the files of a real `voice-llm load --dial` against voice-llm's
 built-in agent (its spans received with --otlp-listen) on a loaded 2-core machine, 1 and 2 callers, 60 s steps, a
 6 s heard-gap budget: 4 judged turns a step, no verdict (max callers 0), the LLM's first clause the stage that
-grew (+4412 ms at 2 callers). A text sweep is made up by the samples as `load` writes them (tests/load/
-test_load_stats.py's maker), since its chart is the same code on the first-sentence column.
+grew (+4412 ms at 2 callers). The text sweep is ``fixtures/load_text_run``: a real `voice-llm load` (managed
+server, 2 slots, SmolLM2-135M, no documents; callers 1, 2, 4, 30 s steps) at load average 8-10: 1-2 turns a step,
+first sentence 13.7-35.6 s, no verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from voice_llm.load import report
 from voice_llm.report.page import render_report
 
 DIAL_RUN = Path(__file__).parents[1] / "fixtures" / "load_dial_run"
+TEXT_RUN = Path(__file__).parents[1] / "fixtures" / "load_text_run"
 
 
 def _doc() -> dict:
@@ -66,14 +68,17 @@ def test_report_html_of_the_real_dialing_run_is_two_figures_then_the_tables(tmp_
     assert section.index('id="chart-loadstages"') < section.index('class="load-steps"') < section.index('class="load-stages"')
 
 
-def test_a_text_sweep_draws_the_first_sentence_on_the_same_shape_without_stages(tmp_path: Path) -> None:
-    from builders import fake_load_run  # a made-up text run: 4 slots, 1 and 2 callers
-
-    doc = json.loads((fake_load_run(tmp_path) / "load.json").read_text())
+def test_a_real_text_sweep_draws_the_first_sentence_on_the_same_shape_without_stages() -> None:
+    doc = json.loads((TEXT_RUN / "load.json").read_text())
     fig, caption, _ = report.load_chart(doc)
     left, right = fig.axes
     assert left.get_ylabel() == "first sentence (ms)"
-    assert list(left.get_lines()[-1].get_ydata()) == [doc["slo_first_sentence_ms"]] * 2
+    steps = doc["sweeps"][0]["steps"]
+    assert list(left.get_lines()[0].get_ydata()) == [s["first_sentence_ms"]["p90"] for s in steps]
+    assert list(left.get_lines()[-1].get_ydata()) == [1000.0, 1000.0]  # the budget
+    # 13.7 s and 35.6 s against a 1 s budget on a readable (log) axis; the doubling callers 1, 2, 4 on log2
+    assert left.get_yscale() == "log" and left.get_xscale() == "log"
+    assert "2 slots: no verdict (fewer than 20 judged turns in every step)" in caption
     assert "time to the first whole sentence" in caption and "Why it matters" in caption
     assert report.stages_chart(doc) is None
     page = report.load_section(doc)

@@ -129,7 +129,10 @@ def time_scale(ax: Any, shown: Sequence[float], slo: float) -> None:
     """A log time axis when the times span more than 20x (a budget of 1 s and an overloaded step of minutes on one
     readable axis), else linear from 0."""
     if max([*shown, slo]) > 20 * min([*shown, slo]):
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: style.ms(value)))  # 1,000 ms, not 10^3
     else:
         ax.set_ylim(bottom=0)
 
