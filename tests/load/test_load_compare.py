@@ -155,3 +155,16 @@ def test_load_runs_on_other_budgets_get_a_page_that_says_why_they_are_not_compar
     b = _load_run(tmp_path / "b", [[900.0] * 20], slo=1200.0)
     page = render_compare(compare_runs(a, b)).read_text()
     assert 'id="section-load"' in page and "not compared: load: not compared step by step" in page
+
+
+def test_two_real_text_sweeps_on_the_page_have_no_agent_stage_column(tmp_path: Path) -> None:
+    from voice_llm.report.compare_page import render_compare
+
+    a = Path(shutil.copytree(FIXTURES / "load_text_run", tmp_path / "a"))
+    b = Path(shutil.copytree(FIXTURES / "load_text_run", tmp_path / "b"))
+    page = render_compare(compare_runs(a, b)).read_text()
+    assert "within the first sentence budget" in page and "neither run has a verdict" in page
+    verdicts = page[page.index('class="load-verdicts"'):]
+    assert "<td>2 slots, A</td><td>no verdict</td><td>4</td><td>–</td></tr>" in verdicts
+    assert "stage that grew most" not in verdicts.split("</table>")[0]
+    assert page[page.index('class="load-compare"'):].split("</table>")[0].count("<tr>") == 1 + 3

@@ -433,10 +433,11 @@ def compare_section(result: Mapping[str, Any]) -> str:
                f"the budget) against the {100 * target:.0f} % target. Why it matters: a run holds a step while its "
                f"goodput stays over the target on enough judged turns, so where one run's bars cross the lines at "
                f"fewer callers, that stack holds fewer callers.")
-    verdict_rows = [[f"{e['sweep']}, {run}", *_verdict_cell(e.get(run.lower()))]
+    dial = result.get("mode") == "dial"  # only an agent has stages (text callers ask the LLM server alone)
+    verdict_rows = [[f"{e['sweep']}, {run}", *_verdict_cell(e.get(run.lower()))[:None if dial else 3]]
                     for e in entries for run in ("A", "B")]
-    extra = style.table(["run", "max callers", "tested up to", "limited by", "the agent's stage that grew most"],
-                        verdict_rows, "load-verdicts")
+    extra = style.table(["run", "max callers", "tested up to", "limited by",
+                         *(["the agent's stage that grew most"] if dial else [])], verdict_rows, "load-verdicts")
     step_rows = []
     for row in result.get("steps") or []:
         a, b = row["a"], row["b"]
