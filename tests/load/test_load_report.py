@@ -105,3 +105,15 @@ def test_the_callers_axis_is_log2_for_a_doubling_sweep_and_plain_for_one_more_ca
 ])
 def test_which_run_holds_more_callers_in_words(a: dict, b: dict | None, words: str) -> None:
     assert report.holds_more(a, b).startswith(words)
+
+
+def test_a_dialing_sweep_without_stage_times_says_why_there_is_no_stage_chart() -> None:
+    doc = _doc()
+    for step in doc["sweeps"][0]["steps"]:
+        step["agent_stage_turns"] = 0
+    assert report.stages_chart(doc) is None
+    assert report.no_stages_reason(doc).startswith("The agent's stage times are not drawn: 12 turns matched")
+    section = report.load_section(doc)
+    assert section.count("<figure") == 1 and "stage times are not drawn: 12 turns matched" in section
+    doc["caller"].pop("agent_spans")
+    assert "load received no spans (start the agent with --otlp" in report.no_stages_reason(doc)

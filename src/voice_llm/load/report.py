@@ -34,6 +34,8 @@ def load_section(doc: Any) -> str:
     stages = stages_chart(doc)
     if stages is not None:
         charts.append(("loadstages", style.Chart(*stages)))
+    elif doc.get("mode") == "dial":
+        tables = f'<p class="notrun">{html.escape(no_stages_reason(doc))}</p>\n' + tables
     last_name, last = charts[-1]
     charts[-1] = (last_name, style.Chart(last.figure, last.caption, tables))  # the tables after the last chart
     return style.charts_section_html("load", section_title(doc), charts)
@@ -230,6 +232,20 @@ def stages_chart(doc: Mapping[str, Any]) -> tuple[Figure, str] | None:
                f"give more cores, a smaller model or a second instance). The agent's stages start at its VAD's "
                f"speech end, so their sum is less than the heard gap by the line's and the playout's delays.")
     return fig, caption
+
+
+def no_stages_reason(doc: Mapping[str, Any]) -> str:
+    """Why a dialing sweep has no chart of the agent's stages."""
+    spans = (doc.get("caller") or {}).get("agent_spans")
+    if not isinstance(spans, Mapping):
+        return ("The agent's stage times are not drawn: load received no spans (start the agent with --otlp "
+                "http://HOST:PORT and load with --otlp-listen HOST:PORT to see which stage saturates).")
+    matched = spans.get("turns_matched") or 0
+    if not spans.get("spans"):
+        return (f"The agent's stage times are not drawn: load listened on {spans.get('listen')} but the agent sent "
+                "no span there.")
+    return (f"The agent's stage times are not drawn: {matched} turns matched the agent's spans, none with "
+            "voice-llm's stage breakdown (an agent such as pipecat reports one latency per turn, not its stages).")
 
 
 def _draw_stages(ax: Any, sweep: Mapping[str, Any]) -> None:
