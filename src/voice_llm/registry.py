@@ -118,6 +118,10 @@ class Capability:
     # (out_a: Path, out_b: Path) -> None, or {"kind", "lines": [str], ...}: its own part of `voice-llm compare A B`
     # for what the core's metrics cannot hold (two load sweeps, step by step); None when neither folder is its kind
     compare: str | None = None
+    # Its sections of compare.html (voice_llm.report.compare_page), as ``sections`` are of report.html: each
+    # builder takes what its ``compare`` returned (the dict whose "kind" is this capability's name) and returns a
+    # chart (voice_llm.report.style.Chart) or the section's HTML; drawn only when ``compare`` returned one.
+    compare_sections: tuple[SectionEntry, ...] = ()
 
 
 _disabled: set[str] = set()
@@ -208,9 +212,11 @@ def references(capability: Capability) -> Iterator[tuple[str, Reference]]:
         yield f"check {entry.name!r}", entry.function
     for section in capability.sections:
         yield f"section {section.name!r}", section.builder
+    for section in capability.compare_sections:
+        yield f"compare section {section.name!r}", section.builder
     for step in capability.steps:
         yield f"step {step.name!r}", f"{step.module}:run"
-    for field_name in ("metrics", "key_numbers", "cli", "commands", "options", "install"):
+    for field_name in ("metrics", "key_numbers", "cli", "commands", "options", "install", "compare"):
         reference = getattr(capability, field_name)
         if reference is not None:
             yield field_name, reference

@@ -71,6 +71,12 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
         assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
         assert turn["heard_minus_reported_ms"] == pytest.approx(
             turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+    # every span names the call it belongs to, as the built-in agent's do (load --dial attributes them by it)
+    from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
+
+    spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
+        decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]
+    assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {doc["line"]["stream_sid"]}
     check = subprocess.run([sys.executable, "-m", "voice_llm", "check", str(out)], capture_output=True, text=True,
                            env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]

@@ -180,16 +180,22 @@ def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
 
     doc = json.loads((_fake_run(tmp_path) / "load.json").read_text())
     fig, caption, extra = report.load_chart(doc)
-    assert len(fig.axes) == 3 and "stage medians" in fig.axes[2].get_ylabel()
-    assert "grew most: LLM first token (+750 ms at 2 callers)" in fig.axes[2].get_title()
-    assert "the agent's stage that grew most: LLM first token at 2 callers (+750 ms)" in caption
+    assert len(fig.axes) == 2 and "the agent's stage that grew most: LLM first token at 2 callers (+750 ms)" in caption
     assert 'class="load-stages"' in extra and "(+750)" in extra
-    # no spans: the two charts of before, no stage table
+    stages_fig, why = report.stages_chart(doc)  # its own chart, with its own caption
+    (ax,) = stages_fig.axes
+    assert "stage medians" in ax.get_ylabel() and "grew most: LLM first token (+750 ms at 2 callers)" in ax.get_title()
+    assert "LLM first token grew most, by 750 ms at 2 callers" in why and "Why it matters" in why
+    page = report.load_section(doc)
+    assert page.count('<figure class="chart"') == 2 and 'id="chart-loadstages"' in page
+    assert page.index('id="chart-loadstages"') < page.index('class="load-stages"') < page.index("</section>")
+    # no spans: one chart, no stage table
     for step in doc["sweeps"][0]["steps"]:
         step["agent_stage_turns"] = 0
     doc["sweeps"][0]["verdict"]["saturating_stage"] = None
     fig, _, extra = report.load_chart(doc)
-    assert len(fig.axes) == 2 and "load-stages" not in extra
+    assert report.stages_chart(doc) is None and "load-stages" not in extra
+    assert report.load_section(doc).count('<figure class="chart"') == 1
 
 
 def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_path: Path) -> None:

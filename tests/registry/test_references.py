@@ -1,5 +1,6 @@
 """Every name the registry resolves at run time resolves now (issue 26.2): each "module:function" of every
-registered capability (checks, sections, step modules, metrics, key numbers, cli, commands, options, install) and
+registered capability (checks, sections, step modules, metrics, key numbers, cli, commands, options, install, compare
+and its compare sections) and
 the core's step modules. A typo is found here, naming the capability, the thing and the reference, instead of at
 a run as a FAIL row or a section that "could not be drawn". Imports the capabilities' modules; starts nothing."""
 
@@ -31,7 +32,8 @@ def test_every_reference_of_a_registered_capability_resolves(package: str) -> No
 def test_the_references_cover_every_kind_a_capability_can_make() -> None:
     """What is checked above is everything there is: every kind of reference some capability makes is listed."""
     kinds = {what.split(" ")[0] for c in _every_capability() for what, _ in registry.references(c)}
-    assert kinds == {"check", "section", "step", "metrics", "key_numbers", "cli", "commands", "options", "install"}
+    assert kinds == {"check", "section", "step", "metrics", "key_numbers", "cli", "commands", "options", "install",
+                     "compare"}  # "compare": the compare hook and each compare section
 
 
 def test_the_cores_entries_are_the_same_types_holding_their_functions() -> None:
@@ -77,6 +79,10 @@ def _planted(capability: registry.Capability, kind: str) -> tuple[registry.Capab
         entry = capability.steps[0]
         typo = f"{entry.module}s"
         return dataclasses.replace(capability, steps=(dataclasses.replace(entry, module=typo),)), f"{typo}:run"
+    if kind == "compare section":
+        entry = capability.compare_sections[0]
+        typo = str(entry.builder).replace(".report:", ".reprot:")
+        return dataclasses.replace(capability, compare_sections=(dataclasses.replace(entry, builder=typo),)), typo
     typo = f"{getattr(capability, kind)}_"
     return dataclasses.replace(capability, **{kind: typo}), typo
 
@@ -87,6 +93,7 @@ def _planted(capability: registry.Capability, kind: str) -> tuple[registry.Capab
     ("voice_llm.tts", "step"), ("voice_llm.call", "step"),
     ("voice_llm.tts", "metrics"), ("voice_llm.dial", "key_numbers"), ("voice_llm.tts", "cli"),
     ("voice_llm.load", "commands"), ("voice_llm.dial", "options"), ("voice_llm.tts", "install"),
+    ("voice_llm.load", "compare"), ("voice_llm.load", "compare section"),
 ])
 def test_a_planted_typo_is_named(package: str, kind: str) -> None:
     capability = importlib.import_module(package).CAPABILITY

@@ -135,3 +135,16 @@ def test_the_compare_page_draws_both_runs(tmp_path: Path) -> None:
     dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", page.resolve().as_uri()).stdout
     assert re.search(r'<body[^>]*data-rendered="1"', dom), "the spread chart of both runs did not lay out"
     assert "A: each sample" in dom and "B: each sample" in dom and 'class="verdicts"' in dom
+
+
+def test_a_load_runs_report_and_the_compare_page_of_two_draw_their_charts(tmp_path: Path) -> None:
+    """load's two charts (heard gap and goodput; the agent's stages) of a real dialing sweep, and its compare section,
+    laid out by the browser (the pixels of each are the same SVG path as the lab's charts above)."""
+    chromium = find_chromium()
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    a = Path(shutil.copytree(fixtures / "load_dial_run", tmp_path / "a"))
+    b = Path(shutil.copytree(fixtures / "load_dial_run", tmp_path / "b"))
+    for page, charts in ((render_report(a), ("load", "loadstages")), (render_compare(compare_runs(a, b)), ("load",))):
+        dom = run_chromium(chromium, tmp_path / f"profile-{page.stem}", "--dump-dom", page.resolve().as_uri()).stdout
+        assert re.search(rf'<body[^>]*data-rendered="{len(charts)}"', dom), page
+        assert sorted(chart_boxes(dom)) == sorted(charts)

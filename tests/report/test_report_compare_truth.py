@@ -162,10 +162,12 @@ def test_a_folder_without_measurements_is_refused_in_one_line(tmp_path: Path, en
     (load / "load_samples.csv").write_text("slots,step\n")
     empty = tmp_path / "empty"
     empty.mkdir()
-    for other, held in ((load, "it holds load.json, load_samples.csv, run.json"), (empty, "it is empty")):
+    # a lab run against a load run: the two kinds named (load's compare says it); against an empty folder: what it holds
+    for other, said in ((load, ("A is a run of ", "B is a load run (load.json); compare two load runs")),
+                        (empty, (f"{empty} has no measurement compare reads", "it is empty"))):
         for force in ((), ("--force",)):
             done = run_cli("compare", str(a), str(other), *force, env=env)
-            line = assert_clean_failure(done, f"{other} has no measurement compare reads", held)
+            line = assert_clean_failure(done, *said)
             assert done.returncode == 1 and done.stdout == "" and "None" not in line
 
 

@@ -11,7 +11,9 @@ and LLM as voice-llm's built-in agent, so the two agents are compared on one lin
 served by uvicorn on ``--listen``. With ``--otlp`` pipecat's own tracing (``PipelineTask(enable_tracing=True)``)
 exports its ``conversation`` -> ``turn`` -> ``stt``/``llm``/``tts`` spans, with ``turn.user_bot_latency_seconds``,
 to that OTLP/HTTP endpoint (the dialer's receiver): the agent's self-reported latency, put beside what the caller
-heard. Nothing is downloaded: Whisper loads from a path, Piper finds its voice file in ``download_dir``, the
+heard. Every span of a call carries the call's Twilio streamSid (``voice_llm.call.stream_sid``, as the built-in
+agent's do: agent/otel.py), so one receiver for many concurrent calls (``voice-llm load --dial --otlp-listen``) can
+attribute them: :class:`CallTagger`. Nothing is downloaded: Whisper loads from a path, Piper finds its voice file in ``download_dir``, the
 smart-turn weights ship in the pipecat wheel.
 
 pipecat is an optional extra (``pip install 'voice-llm[pipecat]'``): it is imported only here, only when chosen.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import dataclasses
 import importlib.metadata
 import json
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm import sse
+from voice_llm.agent.otel import STREAM_SID
 from voice_llm.errors import ConfigError
 from voice_llm.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.scenario.kb import default_kb_dir, load_kb
@@ -141,6 +145,55 @@ def prime(settings: PipecatSettings, system: str) -> None:
                    deadline_s=120.0)
 
 
+# The streamSid of the call whose pipeline runs in this context: set in the call's own task (each WebSocket is served
+# by its own asyncio task) before its pipeline is built, so every task the pipeline starts inherits it (asyncio
+# copies the context into a task it creates) and no other call's task sees it.
+CALL_SID: contextvars.ContextVar[str | None] = contextvars.ContextVar("voice_llm_call_stream_sid", default=None)
+
+
+class CallTagger:
+    """A span processor that puts the call's streamSid (:data:`STREAM_SID`) on every span pipecat starts for it.
+
+    Why a processor: pipecat 1.14 puts ``additional_span_attributes`` on its ``conversation`` span only (and after
+    starting it), not on ``turn``/``stt``/``llm``/``tts``, which are what a receiver matches to a caller's turns; and
+    with many calls at once on one agent no span may be guessed onto a call by time. The streamSid is read from
+    :data:`CALL_SID` (the call's context) when the span starts; a span started outside it (a thread pipecat hands
+    work to, which does not copy the context) gets its trace's streamSid, learnt from the first tagged span of that
+    trace (pipecat keeps a call's spans in one trace under its ``conversation`` span), and forgotten when the
+    trace's root span ends. Used through :func:`call_tagger` (the SDK's SpanProcessor is imported only there)."""
+
+    def __init__(self) -> None:
+        self._by_trace: dict[int, str] = {}
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        trace_id = span.get_span_context().trace_id
+        sid = CALL_SID.get() or self._by_trace.get(trace_id)
+        if sid is None:
+            return
+        span.set_attribute(STREAM_SID, sid)
+        self._by_trace.setdefault(trace_id, sid)
+
+    def on_end(self, span: Any) -> None:
+        if span.parent is None:  # the trace's root (pipecat's conversation span) ended: the call is over
+            self._by_trace.pop(span.get_span_context().trace_id, None)
+
+    def shutdown(self) -> None:
+        self._by_trace.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def call_tagger() -> Any:
+    """A :class:`CallTagger` that is the SDK's SpanProcessor (what TracerProvider.add_span_processor takes)."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class _Tagger(CallTagger, SpanProcessor):
+        pass
+
+    return _Tagger()
+
+
 def _setup_tracing(settings: PipecatSettings) -> Any:
     """pipecat's tracing to the OTLP/HTTP endpoint; the provider, to flush at the end (None: off)."""
     if not settings.otlp:
@@ -158,7 +211,9 @@ def _setup_tracing(settings: PipecatSettings) -> Any:
     # A bounded export: an export retries with backoff until its timeout, so a receiver gone at hang-up (the dialer's,
     # closed after the call) must not hold the agent's stop for a minute.
     setup_tracing("voice-llm-pipecat-agent", exporter=OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S))
-    return trace.get_tracer_provider()
+    provider = trace.get_tracer_provider()
+    provider.add_span_processor(call_tagger())  # on_start runs before any span can end and be exported
+    return provider
 
 
 @dataclass
@@ -261,6 +316,7 @@ def app_for(settings: PipecatSettings) -> Any:
             await websocket.close(code=1003, reason=f"the pipecat agent speaks Twilio Media Streams, not {kind}")
             return
         engines = ready.pop("engines", None) or await asyncio.to_thread(_engines, settings)
+        CALL_SID.set(str(call_data["stream_id"]))  # this call's task only: its pipeline's spans carry it
         worker = _pipeline(websocket, call_data, settings, system, engines)
         runner = WorkerRunner(handle_sigint=False, handle_sigterm=False)
         await runner.add_workers(worker)

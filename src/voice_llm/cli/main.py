@@ -25,7 +25,7 @@ from voice_llm.report.compare_page import render_compare
 from voice_llm.run import meta as runmeta, session
 from voice_llm.checks.core import FAIL, CheckResult, run_checks
 from voice_llm.checks.core import counts as check_counts
-from voice_llm.util.artifacts import REPORT, dumps_json, read_json
+from voice_llm.util.artifacts import COMPARE_HTML, REPORT, dumps_json, read_json
 from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
 from voice_llm.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
                               EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, EXIT_USAGE, ArtifactError,
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_b", type=Path, metavar="OUT_B", help="the run compared with it (B/A)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--force", action="store_true", help="compare even runs of different prompts or documents")
+    p.add_argument("--html", action="store_true", help=f"also write both runs on one page: OUT_A/{COMPARE_HTML}")
 
     parser.command_names = frozenset(sub.choices)  # type: ignore[attr-defined]  # what main() tells apart
     return parser
@@ -418,6 +419,8 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
         print(dumps_json(comparison.as_dict()), end="")
     else:
         print("\n".join(summary_lines(comparison)))
+    if args.html:  # the page after the text, as `report --compare` writes it (stderr under --json: stdout is JSON)
+        print(f"report: {render_compare(comparison)}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

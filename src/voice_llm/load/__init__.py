@@ -38,4 +38,7 @@ CAPABILITY = Capability(
     artifacts=(LOAD, LOAD_SAMPLES),
     commands="voice_llm.load.cli:add_commands",
     compare="voice_llm.load.compare:compare_load",
+    # compare.html's section of two load runs, drawn from what compare_load returned
+    compare_sections=(SectionEntry("load", "Calls under load, B against A", None,
+                                   "voice_llm.load.report:compare_section"),),
 )

@@ -6,8 +6,15 @@ limited it, the agent's stage that grew most).
 
 One sample per judged turn with a time (an error has none: it counts in goodput, not in the times), as dial's
 metrics take a call's turns: different turns, not repeats, so a change is significant only when it stands out of
-the turn-to-turn variation. Two runs judged on different metrics or budgets (a text sweep and a dialing one, or
-1500 ms against 1200 ms) are not compared step by step: the line says why.
+the turn-to-turn variation. Two load runs judged on different budgets (1500 ms against 1200 ms) are not compared
+step by step: the line says why. Two runs of different kinds are refused in one line (IncomparableRunsError, as
+compare refuses a folder it cannot read), text or --html alike: a load run against a run of lab steps (which
+has no load.json), a sweep of text callers (first sentence) against one of dialing callers (heard gap): their
+numbers are not of one thing.
+
+The result also carries what compare.html draws (voice_llm.load.report.compare_section, registered as the load
+capability's compare section): the judged metric, its budget and the goodput target, and for each sweep both
+runs' steps (not only the shared ones: a run that held more callers tested more steps).
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.analysis import compare as core
+from voice_llm.analysis.compare import IncomparableRunsError
 from voice_llm.analysis.metrics import Measured, Metric
 from voice_llm.errors import ArtifactError
 from voice_llm.load import stats
 from voice_llm.load.checks import read_load
 from voice_llm.load.stats import STAGE_LABELS, slots_label
+from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats as ustats
 from voice_llm.util.artifacts import LOAD
 
@@ -60,6 +69,43 @@ def _verdict(sweep: Mapping[str, Any]) -> str:
     return f"{text}, tested up to {verdict.get('tested_up_to', '?')}"
 
 
+def _kind(doc: Mapping[str, Any]) -> str:
+    metric, slo, what = _judged(doc)
+    callers = "dialing callers" if metric == stats.DIAL_METRIC else "text callers"
+    return f"a load run of {callers} (judged on the {what} <= {_ms(slo)} ms)"
+
+
+def _other_kind(out: Path) -> str | None:
+    """What a folder without load.json holds, when it is a run (run.json: the steps it planned), else None."""
+    try:
+        record = RunFolder(out).record
+    except ArtifactError:
+        return None
+    if record is None:
+        return None
+    planned = record.doc.get("steps_planned")
+    steps = [s for s in planned if isinstance(s, str)] if isinstance(planned, list) else []
+    return f"a run of {', '.join(steps)}" if steps else "a run without load.json"
+
+
+def _refuse_other_kinds(out_a: Path, out_b: Path, has_a: bool) -> None:
+    """One of the two is a load run and the other a run of another kind: refused in one line."""
+    kind = _other_kind(out_b if has_a else out_a)
+    if kind is None:
+        return  # not a run at all (an empty folder): the core says what it holds
+    load = f"a load run ({LOAD})"
+    other = f"{kind} (no {LOAD})"
+    a, b = (load, other) if has_a else (other, load)
+    raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: A is {a}, B is {b}; compare two load "
+                                "runs, or two runs of lab steps")
+
+
+def _step_summary(step: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    spread = step.get(metric) or {}
+    return {"callers": step.get("callers"), "p50": spread.get("p50"), "p90": spread.get("p90"),
+            "goodput": step.get("goodput"), "judged": step.get("judged")}
+
+
 def _sweep_name(doc: Mapping[str, Any], sweep: Mapping[str, Any]) -> str:
     return "the agent" if doc.get("mode") == "dial" else slots_label(sweep.get("slots"))
 
@@ -67,15 +113,24 @@ def _sweep_name(doc: Mapping[str, Any], sweep: Mapping[str, Any]) -> str:
 def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:
     """The load part of `compare A B`: None unless both folders hold load.json; else {"kind", "lines", "steps",
     "verdicts"} (a folder whose load.json or samples cannot be read is one line, never a traceback)."""
-    if not all((out / LOAD).is_file() for out in (out_a, out_b)):
-        return None  # a load run against a folder without one: nothing of load's to compare (the core says the rest)
+    has_a, has_b = ((out / LOAD).is_file() for out in (out_a, out_b))
+    if has_a != has_b:
+        _refuse_other_kinds(out_a, out_b, has_a)
+    if not (has_a and has_b):
+        return None  # no load run here: nothing of load's to compare (the core says the rest)
     try:
         (doc_a, samples_a), (doc_b, samples_b) = read_load(out_a), read_load(out_b)
     except ArtifactError as exc:
         return {"kind": KIND, "lines": [f"load: not compared: {exc}"], "steps": [], "verdicts": []}
     (metric, slo_a, what), (metric_b, slo_b, _) = _judged(doc_a), _judged(doc_b)
-    if (metric, slo_a) != (metric_b, slo_b):
-        return {"kind": KIND, "steps": [], "verdicts": [],
+    if metric != metric_b:
+        raise IncomparableRunsError(f"will not compare {out_a} with {out_b}: A is {_kind(doc_a)}, B is "
+                                    f"{_kind(doc_b)}; compare two load runs of the same callers")
+    drawn = {"metric": metric, "what": what, "slo_ms": slo_a, "slo_ms_b": slo_b,
+             "goodput_target": doc_a.get("goodput_target"), "goodput_target_b": doc_b.get("goodput_target"),
+             "mode": "dial" if metric == stats.DIAL_METRIC else "text"}
+    if slo_a != slo_b:
+        return {"kind": KIND, "steps": [], "verdicts": [], **drawn,
                 "lines": [f"load: not compared step by step: A is judged on {metric} <= {_ms(slo_a)} ms, B on "
                           f"{metric_b} <= {_ms(slo_b)} ms"]}
     sweeps_b = {sw.get("slots"): sw for sw in doc_b.get("sweeps") or []}
@@ -88,7 +143,9 @@ def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:
         if sweep_b is None:
             lines.append(f"load, {name}: measured in run A only")
             continue
-        verdicts.append({"sweep": name, "a": sweep_a.get("verdict"), "b": sweep_b.get("verdict")})
+        verdicts.append({"sweep": name, "a": sweep_a.get("verdict"), "b": sweep_b.get("verdict"),
+                         "steps_a": [_step_summary(s, metric) for s in sweep_a.get("steps") or []],
+                         "steps_b": [_step_summary(s, metric) for s in sweep_b.get("steps") or []]})
         lines.append(f"load, {name}: A {_verdict(sweep_a)}; B {_verdict(sweep_b)}")
         steps_b = {s["callers"]: s for s in sweep_b.get("steps") or []}
         for step_a in sweep_a.get("steps") or []:
@@ -121,7 +178,7 @@ def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:
     for sweep_b in doc_b.get("sweeps") or []:
         if sweep_b.get("slots") not in {sw.get("slots") for sw in doc_a.get("sweeps") or []}:
             lines.append(f"load, {_sweep_name(doc_b, sweep_b)}: measured in run B only")
-    return {"kind": KIND, "lines": lines, "steps": rows, "verdicts": verdicts}
+    return {"kind": KIND, "lines": lines, "steps": rows, "verdicts": verdicts, **drawn}
 
 
 __all__ = ["compare_load"]

@@ -1,18 +1,22 @@
-"""The report.html section of `load` (callers x slots, the verdict); call's is voice_llm.call.report's.
+"""The report.html section of `load` (callers x slots, the verdict) and load's section of compare.html.
 
-The chart takes the parsed artifact and returns (figure, caption, extra HTML); ``load_section`` (registered in
-voice_llm.load.CAPABILITY) gives report.html the same as a style.Chart. Drawn in the one report style
-(voice_llm.report.style): its palette, its ms formatting.
+report.html (``load_section``, registered in voice_llm.load.CAPABILITY): two charts, each with a caption saying
+what it shows and why it matters: the judged metric (the heard gap of dialing callers, else the first sentence)
+p50/p90 per step against its budget beside the goodput per step against its target (``load_chart``), and, when
+the agent's spans came (load --dial --otlp-listen), the agent's stage medians per step stacked with the stage that
+grew most (``stages_chart``); then the step tables. compare.html (``compare_section``, registered as load's
+compare section): what voice_llm.load.compare returned, both runs per step side by side. Drawn in the one report
+style (voice_llm.report.style): its palette, its ms formatting.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 
-from voice_llm.load.stats import AGENT_STAGES, STAGE_LABELS, slots_label
+from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
 from voice_llm.util.artifacts import LOAD
@@ -21,9 +25,26 @@ if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure)
     from matplotlib.figure import Figure
 
 
-def load_section(doc: Any) -> style.Chart:
-    """report.html's load section, from load.json."""
-    return style.Chart(*load_chart(mapping(doc, LOAD)))
+def load_section(doc: Any) -> str:
+    """report.html's load section, from load.json: the judged metric and goodput per step (one chart), the agent's
+    stage times per step (a second chart, when its spans came), each with its own caption, then the tables."""
+    doc = mapping(doc, LOAD)
+    fig, caption, tables = load_chart(doc)
+    charts = [("load", style.Chart(fig, caption))]
+    stages = stages_chart(doc)
+    if stages is not None:
+        charts.append(("loadstages", style.Chart(*stages)))
+    elif doc.get("mode") == "dial":
+        tables = f'<p class="notrun">{html.escape(no_stages_reason(doc))}</p>\n' + tables
+    last_name, last = charts[-1]
+    charts[-1] = (last_name, style.Chart(last.figure, last.caption, tables))  # the tables after the last chart
+    return style.charts_section_html("load", section_title(doc), charts)
+
+
+def section_title(doc: Mapping[str, Any]) -> str:
+    """The section's title names what the turns are judged on (the heard gap of dialing callers, else the first
+    sentence)."""
+    return f"Calls under load: how many callers within the {_judged_on(doc)[2]} budget"
 
 
 # --- load -----------------------------------------------------------------------------------------------------
@@ -91,15 +112,52 @@ def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float, str]:
     return "first_sentence_ms", float(doc["slo_first_sentence_ms"]), "first sentence"
 
 
+def callers_axis(ax: Any, callers: Sequence[int]) -> None:
+    """The callers on x: a doubling sweep (1, 2, 4, 8) on a log2 axis, so each step is one width; steps of one
+    more caller (1, 2, 3, ...: the dialing sweep) on a plain one."""
+    ticks = sorted(set(callers))
+    doubling = len(ticks) >= 3 and all(b >= 2 * a for a, b in zip(ticks, ticks[1:]))
+    if doubling:
+        ax.set_xscale("log", base=2)
+        # Explicit limits: a log axis whose lines have gaps (a step without a first sentence) has no data limits.
+        ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
+    else:
+        ax.set_xlim(ticks[0] - 0.5, ticks[-1] + 0.5)
+    ax.set_xticks(ticks, [str(c) for c in ticks])
+    ax.set_xlabel("concurrent callers")
+
+
+def time_scale(ax: Any, shown: Sequence[float], slo: float) -> None:
+    """A log time axis when the times span more than 20x (a budget of 1 s and an overloaded step of minutes on one
+    readable axis), else linear from 0."""
+    if max([*shown, slo]) > 20 * min([*shown, slo]):
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: style.ms(value)))  # 1,000 ms, not 10^3
+    else:
+        ax.set_ylim(bottom=0)
+
+
+def _why_caption(doc: Mapping[str, Any], what: str, slo: float, target: float) -> str:
+    """What the chart shows and why it matters, in the words of the rule (README "Calls under load")."""
+    judged = ("the gap each caller heard, from the end of their speech to the first sound of the reply, at their ear"
+              if doc.get("mode") == "dial" else
+              "the time to the first whole sentence (when a voice assistant could start speaking)")
+    return (f"Left: per step, {judged}: p50 (dashed) and p90 (solid) against the {slo:.0f} ms budget (dotted). "
+            f"Right: goodput, the share of judged turns within the budget (an error or refused call counts as a "
+            f"miss), against the {100 * target:.0f} % target. Why it matters: the verdict is the most callers whose "
+            f"goodput holds the target on at least {doc.get('min_judged_turns', MIN_JUDGED_TURNS)} judged turns; the "
+            f"step where the p90 crosses the budget is where callers start to wait.")
+
+
 def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
+    """The judged metric's p50/p90 and the goodput per step, each sweep a colour; (figure, caption, tables)."""
     metric, slo, what = _judged_on(doc)
     target = float(doc["goodput_target"])
     drawn = [sweep for sweep in doc["sweeps"] if no_data_reason(sweep) is None]
-    timed = next((sw for sw in drawn if any(s.get("agent_stage_turns") for s in sw["steps"])), None)
-    fig = style.figure((15.0, 4.0) if timed is not None else (10.0, 4.0))
-    left, right, *third = fig.subplots(1, 3 if timed is not None else 2)
-    if timed is not None:
-        _draw_stages(third[0], timed)
+    fig = style.figure(style.WIDE)
+    left, right = fig.subplots(1, 2)
     all_callers: set[int] = set()
     for color, sweep in zip(SERIES, drawn):
         steps = sweep["steps"]
@@ -119,38 +177,75 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     else:
         left.axhline(slo, color=RED, linestyle=":", label=f"budget {slo:.0f} ms")
         right.axhline(100 * target, color=RED, linestyle=":", label=f"goodput target {100 * target:.0f} %")
-        ticks = sorted(all_callers)
         for ax in (left, right):
-            ax.set_xscale("log", base=2)
-            # Explicit limits: a log axis whose lines have gaps (a step without a first sentence) has no data limits.
-            ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
-            ax.set_xticks(ticks, [str(c) for c in ticks])
-            ax.set_xlabel("concurrent callers")
+            callers_axis(ax, sorted(all_callers))
             ax.legend(loc="best", fontsize=8)
         left.set_ylabel(f"{what} (ms)")
-        if max(shown + [slo]) > 20 * min(shown + [slo]):
-            left.set_yscale("log")  # a budget of 1 s and an overloaded step of minutes on one readable axis
-        else:
-            left.set_ylim(bottom=0)
+        time_scale(left, shown, slo)
         right.set_ylabel("goodput (% of turns within budget)")
         right.set_ylim(0, 105)
     verdicts = "; ".join(_verdict_words(s) for s in doc["sweeps"]) or "no sweep"
     caller = doc.get("caller", {})
     ended = f" The run ended early: {doc['interrupted']}." if doc.get("interrupted") else ""
+    why = f" {_why_caption(doc, what, slo, target)}" if drawn and shown else ""
     if doc.get("mode") == "dial":
         caption = (f"{verdicts}. Each caller dials the agent at {doc.get('dial_url')}: {caller.get('turns', '?')}-line "
                    f"calls in real time (voice-llm dial), one after another; the heard gap is measured at the "
                    f"caller's ear, from the end of their speech to the first sound heard. Steps of {doc['step_s']:g} s "
-                   f"measured after {doc['warmup_s']:g} s warm-up.{ended}")
+                   f"measured after {doc['warmup_s']:g} s warm-up.{why}{ended}")
         return fig, caption, _load_tables(doc)
     caption = (f"{verdicts}. Each caller runs the {caller.get('dialogue', '?')} call with {caller.get('docs', '?')} "
                f"documents, thinking between turns as long as speaking takes; {style.percent(caller.get('barge_in_share'))} of "
-               f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.{ended}")
+               f"turns are barged in. Steps of {doc['step_s']:g} s measured after {doc['warmup_s']:g} s warm-up.{why}{ended}")
     return fig, caption, _load_tables(doc)
 
 
 # One colour per agent stage (the report palette, then its lighter shades for the last ones).
 _STAGE_COLORS = (*SERIES[:5], GREY, "#bbbbbb")
+
+
+def _timed_sweep(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The sweep whose steps have the agent's stage times (dialing callers with --otlp-listen), or None."""
+    drawn = [sweep for sweep in doc.get("sweeps") or [] if no_data_reason(sweep) is None]
+    return next((sw for sw in drawn if any(s.get("agent_stage_turns") for s in sw["steps"])), None)
+
+
+def stages_chart(doc: Mapping[str, Any]) -> tuple[Figure, str] | None:
+    """The agent's own stage times per step, stacked (figure, caption); None when no step has them (text callers,
+    or an agent whose spans did not come)."""
+    sweep = _timed_sweep(doc)
+    if sweep is None:
+        return None
+    fig = style.figure(style.WIDE)
+    ax = fig.add_subplot()
+    _draw_stages(ax, sweep)
+    steps = [s for s in sweep["steps"] if s.get("agent_stage_turns")]
+    grew = (sweep.get("verdict") or {}).get("saturating_stage")
+    found = (f"{STAGE_LABELS.get(grew['stage'], grew['stage'])} grew most, by {grew['growth_ms']:.0f} ms at "
+             f"{grew['callers']} callers" if grew else
+             f"no stage grew by more than {STAGE_GROWTH_MIN_MS:.0f} ms" if len(steps) > 1 else
+             "one step has them, so no stage can be seen to grow")
+    caption = (f"The agent's own time per stage of a turn, from its VAD's speech end to its first audio sent (the "
+               f"median of each stage over the turns of a step whose spans reached load's receiver; bars stacked in "
+               f"the order the stages happen): {found}. Why it matters: the heard gap says when callers wait, this "
+               f"says where: the band that widens with the callers is the stage that saturates first (the one to "
+               f"give more cores, a smaller model or a second instance). The agent's stages start at its VAD's "
+               f"speech end, so their sum is less than the heard gap by the line's and the playout's delays.")
+    return fig, caption
+
+
+def no_stages_reason(doc: Mapping[str, Any]) -> str:
+    """Why a dialing sweep has no chart of the agent's stages."""
+    spans = (doc.get("caller") or {}).get("agent_spans")
+    if not isinstance(spans, Mapping):
+        return ("The agent's stage times are not drawn: load received no spans (start the agent with --otlp "
+                "http://HOST:PORT and load with --otlp-listen HOST:PORT to see which stage saturates).")
+    matched = spans.get("turns_matched") or 0
+    if not spans.get("spans"):
+        return (f"The agent's stage times are not drawn: load listened on {spans.get('listen')} but the agent sent "
+                "no span there.")
+    return (f"The agent's stage times are not drawn: {matched} turns matched the agent's spans, none with "
+            "voice-llm's stage breakdown (an agent such as pipecat reports one latency per turn, not its stages).")
 
 
 def _draw_stages(ax: Any, sweep: Mapping[str, Any]) -> None:
@@ -163,15 +258,19 @@ def _draw_stages(ax: Any, sweep: Mapping[str, Any]) -> None:
         values = [s["agent_stages_ms"].get(stage) or 0.0 for s in steps]
         ax.bar(x, values, bottom=bottom, color=color, width=0.6, label=STAGE_LABELS[stage])
         bottom = [b + v for b, v in zip(bottom, values)]
+    for i, total in enumerate(bottom):
+        ax.annotate(f"{style.ms(total)} ms", (i, total), textcoords="offset points", xytext=(0, 3), ha="center",
+                    fontsize=8)
     ax.set_xticks(x, [f"{s['callers']}\n({s['agent_stage_turns']} turns)" for s in steps])
-    ax.set_xlabel("concurrent callers")
-    ax.set_ylabel("the agent's stage medians (ms, its own spans)")
-    ax.set_ylim(bottom=0)
+    ax.set_xlim(-0.6, len(steps) - 0.4 + 1.2)  # room on the right for the legend
+    ax.set_xlabel("concurrent callers (turns with the agent's spans)")
+    ax.set_ylabel("the agent's stage medians (ms)")
+    ax.set_ylim(0, max(bottom + [1.0]) * 1.15)
     grew = (sweep.get("verdict") or {}).get("saturating_stage")
     if grew:
         ax.set_title(f"grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} "
                      f"(+{grew['growth_ms']:.0f} ms at {grew['callers']} callers)", fontsize=9)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="upper right", fontsize=8)
 
 
 def _stages_table(sweep: Mapping[str, Any]) -> str:
@@ -239,3 +338,137 @@ def _load_tables(doc: Mapping[str, Any]) -> str:
 
 def _ended(doc: Mapping[str, Any]) -> str:
     return f" ({doc['interrupted']})" if doc.get("interrupted") else ""
+
+
+# --- compare.html: two load runs ----------------------------------------------------------------------------
+
+A_COLOR, B_COLOR = SERIES[0], SERIES[1]  # compare.html's colours of run A and run B (its spread chart's)
+
+
+def _holds(verdict: Mapping[str, Any] | None) -> int | None:
+    found = (verdict or {}).get("max_callers")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def holds_more(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
+    """Which of the two runs holds more callers, in words (a run without a verdict holds no number)."""
+    held_a, held_b = _holds(a), _holds(b)
+    if held_a is None and held_b is None:
+        return "neither run has a verdict (no step with enough judged turns), so neither holds a number of callers"
+    if held_b is None:
+        return f"only A has a verdict: A holds {held_a} callers, B no verdict"
+    if held_a is None:
+        return f"only B has a verdict: B holds {held_b} callers, A no verdict"
+    if held_a == held_b:
+        return f"both hold {held_a} callers"
+    more, fewer = ("A", "B") if held_a > held_b else ("B", "A")
+    return f"{more} holds more callers: {max(held_a, held_b)} against {min(held_a, held_b)} in {fewer}"
+
+
+def _verdict_cell(verdict: Mapping[str, Any] | None) -> list[str]:
+    verdict = verdict or {}
+    grew = verdict.get("saturating_stage")
+    return ["no verdict" if _holds(verdict) is None else str(verdict["max_callers"]),
+            str(verdict.get("tested_up_to", "–")), str(verdict.get("limited_by") or "–"),
+            (f"{STAGE_LABELS.get(grew['stage'], grew['stage'])} at {grew['callers']} callers "
+             f"(+{grew['growth_ms']:.0f} ms)") if grew else "–"]
+
+
+def _draw_side_by_side(time_ax: Any, good_ax: Any, entry: Mapping[str, Any], slo: float, target: float,
+                       what: str) -> list[float]:
+    """A's and B's bars per step (callers): p90 light with p50 solid inside it, and the goodput; the times drawn."""
+    steps = {"A": {s["callers"]: s for s in entry.get("steps_a") or []},
+             "B": {s["callers"]: s for s in entry.get("steps_b") or []}}
+    callers = sorted(set(steps["A"]) | set(steps["B"]))
+    x = list(range(len(callers)))
+    shown: list[float] = []
+    for offset, (run, color) in zip((-0.2, 0.2), (("A", A_COLOR), ("B", B_COLOR))):
+        at = [i + offset for i, c in enumerate(callers) if c in steps[run]]
+        rows = [steps[run][c] for c in callers if c in steps[run]]
+        p90 = [r["p90"] if r["p90"] is not None else 0.0 for r in rows]
+        p50 = [r["p50"] if r["p50"] is not None else 0.0 for r in rows]
+        shown += [v for r in rows for v in (r["p50"], r["p90"]) if v]
+        time_ax.bar(at, p90, width=0.38, color=color, alpha=0.35, label=f"{run}: p90")
+        time_ax.bar(at, p50, width=0.38, color=color, label=f"{run}: p50")
+        good = [100 * r["goodput"] if r["goodput"] is not None else 0.0 for r in rows]
+        good_ax.bar(at, good, width=0.38, color=color, label=run)
+        # the share over each bar, inside the top of a full one (above it would leave the axes); none says "–"
+        for position, value, row in zip(at, good, rows):
+            good_ax.annotate("–" if row["goodput"] is None else f"{value:.0f}", (position, min(value, 90.0)),
+                             textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8,
+                             color="white" if value > 90 else GREY)
+        for position, row in zip(at, rows):
+            if row["p90"] is None:  # a step with no timed turn (every call refused): said, not drawn as 0 ms
+                time_ax.annotate("no timed\nturn", (position, 0), textcoords="offset points", xytext=(0, 4),
+                                 ha="center", fontsize=7, color=GREY)
+    labels = [str(c) for c in callers]
+    for ax in (time_ax, good_ax):
+        ax.set_xticks(x, labels)
+        ax.set_xlabel("concurrent callers")
+    time_ax.axhline(slo, color=RED, linestyle=":", label=f"budget {slo:.0f} ms")
+    good_ax.axhline(100 * target, color=RED, linestyle=":", label=f"target {100 * target:.0f} %")
+    time_ax.set_ylabel(f"{what} (ms)")
+    if shown:
+        time_scale(time_ax, shown, slo)
+    else:
+        time_ax.set_ylim(0, slo * 1.3)
+    good_ax.set_ylabel("goodput (%)")
+    good_ax.set_ylim(0, 100)
+    # the legends above the axes: inside, they would cover a bar of a full step or a tall one
+    time_ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=8, ncols=3, frameon=False)
+    good_ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=8, ncols=3, frameon=False)
+    name = entry.get("sweep")
+    if name and name != "the agent":
+        good_ax.text(1.0, 1.0, str(name), transform=good_ax.transAxes, ha="right", va="top", fontsize=9)
+    return shown
+
+
+def compare_section(result: Mapping[str, Any]) -> str:
+    """compare.html's load section from what voice_llm.load.compare returned: per sweep, both runs' p50/p90 and
+    goodput per step side by side against the budget and the target, the two verdicts and which run holds more
+    callers, then the steps both measured with compare's significance rule."""
+    result = mapping(result, "load's comparison")
+    what = str(result.get("what") or "judged time")
+    title = f"Calls under load, B against A: how many callers within the {what} budget"
+    entries = [e for e in result.get("verdicts") or [] if e.get("steps_a") is not None]
+    lines = [str(line) for line in result.get("lines") or []]
+    if not entries:  # not compared step by step (other budgets, an unreadable load.json): its line says why
+        return style.missing_section_html("load", title, "; ".join(lines) or "no sweep measured in both runs",
+                                          "not compared")
+    slo, target = float(result["slo_ms"]), float(result["goodput_target"])
+    fig = style.figure((style.WIDE[0], 3.4 * len(entries)))
+    axes = fig.subplots(len(entries), 2, squeeze=False)
+    for (time_ax, good_ax), entry in zip(axes, entries):
+        _draw_side_by_side(time_ax, good_ax, entry, slo, target, what)
+    held = "; ".join(f"{e['sweep']}: {holds_more(e.get('a'), e.get('b'))}" if len(entries) > 1 or
+                     e.get("sweep") != "the agent" else holds_more(e.get("a"), e.get("b")) for e in entries)
+    judged = ("the gap each caller heard at their ear" if result.get("mode") == "dial"
+              else "the time to the first whole sentence")
+    caption = (f"{held[0].upper()}{held[1:]}. Left: per step, {judged}, p50 (solid) inside p90 (light), run A blue "
+               f"and run B orange, against the {slo:.0f} ms budget (dotted); right: each step's goodput (turns within "
+               f"the budget) against the {100 * target:.0f} % target. Why it matters: a run holds a step while its "
+               f"goodput stays over the target on enough judged turns, so where one run's bars cross the lines at "
+               f"fewer callers, that stack holds fewer callers.")
+    dial = result.get("mode") == "dial"  # only an agent has stages (text callers ask the LLM server alone)
+    verdict_rows = [[f"{e['sweep']}, {run}", *_verdict_cell(e.get(run.lower()))[:None if dial else 3]]
+                    for e in entries for run in ("A", "B")]
+    extra = style.table(["run", "max callers", "tested up to", "limited by",
+                         *(["the agent's stage that grew most"] if dial else [])], verdict_rows, "load-verdicts")
+    step_rows = []
+    for row in result.get("steps") or []:
+        a, b = row["a"], row["b"]
+        sig = {True: "significant", False: "within the noise", None: "cannot tell"}[row.get("significant")]
+        if row.get("test"):
+            sig += f" ({row['test']}, p={row['p_value']:.3g})" if row.get("p_value") is not None else f" ({row['test']})"
+        step_rows.append([str(row["sweep"]), str(row["callers"]), f"{style.ms(a['p50'])}/{style.ms(a['p90'])}",
+                          f"{style.ms(b['p50'])}/{style.ms(b['p90'])}", style.percent(a["goodput"]),
+                          style.percent(b["goodput"]), f"{a['judged']} / {b['judged']}", sig])
+    if step_rows:
+        extra += (f"<p>The steps both runs measured (the {html.escape(what)} median compared with compare's rule: "
+                  "the rank test from five turns a side, else the ranges):</p>\n"
+                  + style.table(["sweep", "callers", f"A {what} p50/p90 (ms)", f"B {what} p50/p90 (ms)", "A goodput",
+                                 "B goodput", "judged turns A / B", "B's median against A's"], step_rows,
+                                "load-compare"))
+    extra += ("<details><summary>in words</summary>\n<ul>\n"
+              + "".join(f"<li>{html.escape(line)}</li>\n" for line in lines) + "</ul>\n</details>\n")
+    return style.chart_section_html("load", title, style.Chart(fig, caption, extra))

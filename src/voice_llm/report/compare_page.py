@@ -1,5 +1,11 @@
 """``voice-llm report --compare OUT_B``: both runs on one page (OUT_A/compare.html), from their files alone — the
-set-ups side by side, each run's noise, a verdict per metric and the spread of both runs on one chart."""
+set-ups side by side, each run's noise, a verdict per metric and the spread of both runs on one chart.
+
+A capability that compares its own runs (Capability.compare: two load runs, step by step) draws its own sections
+here (Capability.compare_sections, each built from what its compare returned), as it draws its sections of
+report.html: the page imports no capability. When only a capability's comparison holds numbers (two load runs
+share none of the core's metrics), its sections are the page's verdict and the core's empty ones are left out.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 
-from voice_llm import __version__
+from voice_llm import __version__, registry
 from voice_llm.analysis.compare import AUDIO_FIELDS, NOTICE_MS, Comparison, RunSide, noise_brief, shown
-from voice_llm.errors import ArtifactError, ReportIncompleteError
+from voice_llm.errors import ArtifactError, NoDataError, ReportIncompleteError
+from voice_llm.registry import SectionEntry
 from voice_llm.report import style
 from voice_llm.report.page import metadata_rows
 from voice_llm.report.spread import SpreadSeries, spread_caption, spread_figure, time_metrics
@@ -93,13 +100,17 @@ def render_compare(comparison: Comparison, dest: Path | None = None) -> Path:
     series = [SpreadSeries("A", comparison.a.found, BLUE), SpreadSeries("B", comparison.b.found, ORANGE)]
     failures: list[tuple[str, str]] = []
     sections = [guarded("metadata", "Set-up of the two runs", lambda: _metadata_html(comparison), failures),
-                guarded("noise", "Noise", lambda: _noise_html(comparison), failures),
-                guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison), failures)]
+                guarded("noise", "Noise", lambda: _noise_html(comparison), failures)]
     with style.drawing():
-        sections.append(guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
+        own = _capability_sections(comparison, failures)
+        sections += own
+        if comparison.metrics or not own:  # the core's numbers, or nothing else to show: its sections say so
+            sections.append(guarded("verdicts", "Every metric, B against A", lambda: _verdicts_html(comparison),
+                                    failures))
+            sections.append(guarded("spread", _SPREAD_TITLE, lambda: _spread_html(series), failures))
     charts = sum(section.count('<figure class="chart"') for section in sections)
     header = (f"<header>\n<h1>voice-llm: two runs compared</h1>\n<p class=\"lede\">A: {style.esc(comparison.a.out)} "
-              f"(run {style.esc(comparison.a.run_id)})<br>B: {style.esc(comparison.b.out)} (run {style.esc(comparison.b.run_id)})</p>\n"
+              f"(run {style.esc(comparison.a.run_id or 'without id')})<br>B: {style.esc(comparison.b.out)} (run {style.esc(comparison.b.run_id or 'without id')})</p>\n"
               + "".join(f"<p class=\"missing\">compared with --force although {style.esc(r)}</p>\n" for r in comparison.forced)
               + "</header>\n")
     page = (
@@ -122,3 +133,28 @@ def _spread_html(series: list[SpreadSeries]) -> str:
         return (f'<section id="section-spread">\n<h2>{_SPREAD_TITLE}</h2>\n<p class="missing">no data: neither run '
                 "measured a time</p>\n</section>\n")
     return chart_section_html("spread", _SPREAD_TITLE, Chart(spread_figure(series), spread_caption(series)))
+
+
+def _capability_sections(comparison: Comparison, failures: list[tuple[str, str]]) -> list[str]:
+    """Each registered capability's compare sections, for each comparison it returned (its "kind" is its name)."""
+    drawn = []
+    for capability in registry.capabilities():
+        for result in (other for other in comparison.others if other.get("kind") == capability.name):
+            drawn += [_capability_section(entry, result, failures) for entry in capability.compare_sections]
+    return drawn
+
+
+def _capability_section(entry: SectionEntry, result: Mapping[str, Any], failures: list[tuple[str, str]]) -> str:
+    """One capability section: its chart or HTML; "no data" / "not available" with the reason; a bug in its drawing
+    is said in the section and after the page (ReportIncompleteError), as report.html does."""
+    try:
+        built = entry.build(result)
+    except NoDataError as exc:
+        return style.missing_section_html(entry.name, entry.title, str(exc), "no data")
+    except ArtifactError as exc:
+        return style.missing_section_html(entry.name, entry.title, str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the page
+        return style.failed_section(entry.name, entry.title, exc, failures)
+    if isinstance(built, str):
+        return built
+    return guarded(entry.name, entry.title, lambda: style.chart_section_html(entry.name, entry.title, built), failures)

@@ -170,13 +170,22 @@ def figure_svg(fig: Figure, prefix: str) -> str:
     return _SVG_ID_RE.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
 
 
-def chart_section_html(name: str, title: str, chart: Chart) -> str:
+def figure_html(name: str, chart: Chart) -> str:
+    """One chart as a <figure> with its caption and its extra HTML after it; ``name`` makes its ids unique on the
+    page (letters only: the browser test finds a chart by ``chart-<letters>``)."""
     svg = figure_svg(chart.figure, f"chart-{name}")
-    return (
-        f'<section id="section-{name}">\n<h2>{esc(title)}</h2>\n'
-        f'<figure class="chart" id="chart-{name}">\n{svg}\n'
-        f"<figcaption>{esc(chart.caption)}</figcaption>\n</figure>\n{chart.extra_html}</section>\n"
-    )
+    return (f'<figure class="chart" id="chart-{name}">\n{svg}\n'
+            f"<figcaption>{esc(chart.caption)}</figcaption>\n</figure>\n{chart.extra_html}")
+
+
+def chart_section_html(name: str, title: str, chart: Chart) -> str:
+    return charts_section_html(name, title, [(name, chart)])
+
+
+def charts_section_html(name: str, title: str, charts: Sequence[tuple[str, Chart]], intro: str = "") -> str:
+    """A section of several charts (each its own figure and caption, named for its ids), after ``intro`` (HTML)."""
+    figures = "".join(figure_html(chart_name, chart) for chart_name, chart in charts)
+    return f'<section id="section-{name}">\n<h2>{esc(title)}</h2>\n{intro}{figures}</section>\n'
 
 
 def missing_section_html(name: str, title: str, reason: str, what: str = "not available") -> str:
