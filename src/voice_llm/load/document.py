@@ -48,10 +48,14 @@ def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: lis
         "dial_url": settings.dial,
         "slo_heard_ms": settings.slo_heard_ms if dial else None,
         "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
-        # when a measured window ends: after step_s, or (dialing callers) once min_judged_turns judged turns of
-        # it were reported, whichever comes first
+        # when a measured window ends: once min_judged_turns judged turns of it were reported, or (dialing
+        # callers) once more missed than the target allows, or at step_s (the longest), whichever comes first;
+        # each step's window.ended says which ("judged", "failed early", "step_s")
         "window_ends": ("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
-                        "target allows in min_judged_turns (the step then fails early)") if dial else "at step_s",
+                        "target allows in min_judged_turns (the step then fails early)") if dial else
+                       "at min_judged_turns judged turns, or at step_s (the longest window)",
+        # text callers: the warm-up lasts warmup_s, and then until each caller's first turn of the step is done
+        "warmup_ends": None if dial else "after warmup_s, once each caller finished a turn (at most step_s more)",
         "slo_first_sentence_ms": settings.slo_first_sentence_ms,
         "goodput_target": stats.GOODPUT_TARGET,
         "max_error_rate": stats.MAX_ERROR_RATE,
