@@ -219,7 +219,7 @@ def _fake_dial_run(tmp_path: Path) -> Path:
 def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -> None:
     out = _fake_dial_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 3)
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 4)
     first, second = doc["sweeps"][0]["steps"]
     assert (first["judged"], first["good"], second["refused"], second["goodput"]) == (2, 1, 1, 0.5)
     samples = read_samples(out / "load_samples.csv")

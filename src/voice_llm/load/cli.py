@@ -200,7 +200,7 @@ def _stage(saturating: dict[str, Any] | None, limited: bool) -> str:
 
 
 def _none_passed(sweep: dict[str, Any], minimum: int) -> str:
-    """Why the verdict is 0: the first judged step failed early (dialing callers: more misses than the target
+    """Why the verdict is 0: the first judged step failed early (more misses than the target
     allows in ``minimum`` turns) or on its ``minimum`` judged turns."""
     verdict = sweep["verdict"]
     first = next(s for s in sweep["steps"] if stats.decided(s, "failed_early" in verdict))

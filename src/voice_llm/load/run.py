@@ -141,6 +141,15 @@ def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) 
     )
 
 
+def plan_of(settings: LoadSettings, caller: CallerConfig, dial: DialConfig | None) -> SweepPlan:
+    """The sweep's plan before its server is known: a step's window ends as soon as it holds enough judged turns
+    for a verdict (stats.MIN_JUDGED_TURNS; --step-s is the longest window), in both modes."""
+    plan = replace(sweep_plan(settings, caller, None), dial=dial, enough_judged=stats.MIN_JUDGED_TURNS)
+    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
+        plan = replace(plan, drain_timeout_s=max(plan.drain_timeout_s, (2 * dial.turns + 1) * dial.deadline_s + 30.0))
+    return plan
+
+
 # --- the servers ----------------------------------------------------------------------------------------------------
 
 
@@ -316,11 +325,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
         caller, dial, described = dial_caller(settings)
     else:
         caller, described = caller_config(settings, "", out)
-    # A step's window ends as soon as it holds enough judged turns for a verdict (--step-s is the longest)
-    base_plan = replace(sweep_plan(settings, caller, None), dial=dial, enough_judged=stats.MIN_JUDGED_TURNS)
-    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
-        base_plan = replace(base_plan, drain_timeout_s=max(base_plan.drain_timeout_s,
-                                                           (2 * dial.turns + 1) * dial.deadline_s + 30.0))
+    base_plan = plan_of(settings, caller, dial)
     run = LoadRun(described=described)
     planned: list[int | None] = [None] if settings.url or dial else list(settings.slots or DEFAULT_SLOTS)
     t0 = time.perf_counter()

@@ -282,6 +282,15 @@ def window_end(samples: Iterable[Mapping[str, Any]], step: int, slo_ms: float, m
     return None
 
 
+def short_of_turns(step: Mapping[str, Any], step_s: float, early: bool = False) -> str | None:
+    """What the master says of a step whose longest window (``step_s``) ended before it could be judged; None for
+    a step that was judged (:func:`decided`)."""
+    if decided(step, early):
+        return None
+    return (f"{step.get('judged', 0)} judged turns when the longest window ({step_s:g} s) ended, fewer than the "
+            f"{MIN_JUDGED_TURNS} a step is judged on: this step has no verdict")
+
+
 def warmed(samples: Iterable[Mapping[str, Any]], step: int, callers: int) -> bool:
     """Has each of the step's ``callers`` finished a turn that started in its warm-up? A caller new to the step
     may land on a slot whose KV cache does not yet hold the system prompt: its first turn prefills the whole prompt

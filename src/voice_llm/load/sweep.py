@@ -258,9 +258,9 @@ class Sweep:
             f"measured + {drain_s:.0f} s drain, {what} p50 "
             f"{_ms(first['p50'])} p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors "
             f"{summary['errors']}, {extra}, load {host['loadavg_1m']:.2f}")
-        if summary["judged"] < stats.MIN_JUDGED_TURNS and not stats.decided(summary, plan.decide_early):
-            log(f"step {index + 1}: {summary['judged']} judged turns when the longest window ({plan.step_s:g} s) "
-                f"ended, fewer than the {stats.MIN_JUDGED_TURNS} a step is judged on: this step has no verdict")
+        short = stats.short_of_turns(summary, plan.step_s, plan.decide_early)
+        if short:
+            log(f"step {index + 1}: {short}")
         return step
 
     def result(self, started: float, workers: list[str], steps: list[dict[str, Any]], stopped: str | None,
