@@ -14,6 +14,7 @@ import argparse
 import math
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -38,7 +39,7 @@ from voice_llm.util.progress import Progress
 def add_commands(sub: Any) -> None:
     """The `load` command (``sub``: the CLI's subparsers), with every flag it reads and its handler."""
     help_text = "how many callers a server takes within the first-sentence budget (Locust)"
-    p = sub.add_parser("load", help=help_text, description=help_text)
+    p = sub.add_parser("load", help=help_text, description=help_text, epilog=textwrap.fill(TEXT_DEFAULTS_EPILOG, 79))
     flags.out_option(p)
     flags.request_options(p, deadline=False)  # load reads --timeout (each caller's CallerConfig.timeout_s) only
     flags.kb_option(p)
@@ -48,6 +49,16 @@ def add_commands(sub: Any) -> None:
     flags.quiet_option(p)
     add_arguments(p)
     p.set_defaults(run_command=main)
+
+
+# What the defaults are made for, and what they gave here (BENCHMARKS.md "text-mode load: a verdict in minutes").
+TEXT_DEFAULTS_EPILOG = (
+    f"The defaults are made for a verdict in minutes: a step's window ends at its {stats.MIN_JUDGED_TURNS}th judged "
+    f"turn (--step-s is the longest) or at its {stats.ALLOWED_MISSES + 1}nd missed one (it fails early), "
+    f"answers of up to {LOAD_MAX_TOKENS} tokens, think time x{LOAD_THINK_SCALE:g}; one caller's turn takes ~5 s on an "
+    "idle 2-core box (20 turns in ~100 s). Measured: after `voice-llm up --slots 4 --ctx 16384`, `voice-llm load` "
+    "gave its verdict in 2 min 25 s on a 2-core box shared with four other servers (load 7). With no --url or "
+    "--slots, load sweeps the managed server running on --port as it is.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
