@@ -366,7 +366,7 @@ def test_a_verdict_on_no_measured_turn_is_not_checkable(load_out: Path) -> None:
         sweep = doc["sweeps"][0]
         sweep["steps"] = sweep["steps"][:1]
         sweep["steps"][0].update(turns=0, judged=0, good=0, goodput=None, good_turns_per_s=0.0)
-        sweep["verdict"] = stats.verdict(sweep["steps"], sweep["slots"])  # what the steps now say
+        sweep["verdict"] = stats.verdict(sweep["steps"], sweep["slots"], early=True)  # what the steps now say (load.json 4)
 
     edit("load.json", empty)(load_out)
     result = load_results(load_out)["load: verdict and stop rule follow from the steps"]

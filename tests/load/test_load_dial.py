@@ -219,7 +219,7 @@ def _fake_dial_run(tmp_path: Path) -> Path:
 def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -> None:
     out = _fake_dial_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 3)
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 4)
     first, second = doc["sweeps"][0]["steps"]
     assert (first["judged"], first["good"], second["refused"], second["goodput"]) == (2, 1, 1, 0.5)
     samples = read_samples(out / "load_samples.csv")
@@ -240,7 +240,7 @@ def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -
 
 def test_settings_take_the_modes_defaults_and_the_plan_travels_as_json() -> None:
     text, dial = LoadSettings(), LoadSettings(dial="ws://h:1/")
-    assert text.callers == (1, 2, 4, 8) and text.step_s == 60.0
+    assert text.callers == (1, 2, 4, 8) and text.step_s == 120.0
     assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 2
     assert LoadSettings(dial="ws://h:1/", step_s=30.0).step_s == 30.0
     plan = SweepPlan(caller=CallerConfig(url="", system="", turns=()), dial=DialConfig(url="ws://h:1/", barge_in_turns=(1,)))

@@ -208,7 +208,7 @@ def test_help_shows_defaults_and_only_what_the_command_has(tmp_path: Path) -> No
     assert "--url" not in up and "(default: 8080)" in up and "(default: 4096)" in up
     load = run("load", "--help", tmp_path=tmp_path).stdout
     # --callers' default is the mode's (text 1,2,4,8; --dial 1,2,3,4,6,8), said in its help
-    for shown in ("(default 1,2,4,8;", "(default: 1,4)", "(default: 120.0)", "(default: 64)"):
+    for shown in ("(default 1,2,4,8;", "as it is, else 1,4)", "(default: 120.0)", "(default: 64)"):
         assert shown in load, shown
     # no --deadline or --repeat of its own (--dial-deadline is the dial callers' and says so)
     assert "[--deadline " not in load and "--repeat" not in load and "[--dial-deadline " in load

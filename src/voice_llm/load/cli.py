@@ -14,6 +14,7 @@ import argparse
 import math
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -25,7 +26,7 @@ from voice_llm.load import stats, voice_caller_path
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,
                                  DIAL_CALLERS, DIAL_DEADLINE_S, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
-                                 SPEECH_WORDS_PER_S)
+                                 LOAD_MAX_TOKENS, LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
 from voice_llm.load.run import run_load
 from voice_llm.load.settings import LoadSettings
 from voice_llm.load.stats import slots_label
@@ -38,7 +39,7 @@ from voice_llm.util.progress import Progress
 def add_commands(sub: Any) -> None:
     """The `load` command (``sub``: the CLI's subparsers), with every flag it reads and its handler."""
     help_text = "how many callers a server takes within the first-sentence budget (Locust)"
-    p = sub.add_parser("load", help=help_text, description=help_text)
+    p = sub.add_parser("load", help=help_text, description=help_text, epilog=textwrap.fill(TEXT_DEFAULTS_EPILOG, 79))
     flags.out_option(p)
     flags.request_options(p, deadline=False)  # load reads --timeout (each caller's CallerConfig.timeout_s) only
     flags.kb_option(p)
@@ -50,14 +51,24 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(run_command=main)
 
 
+# What the defaults are made for, and what they gave here (BENCHMARKS.md "text-mode load: a verdict in minutes").
+TEXT_DEFAULTS_EPILOG = (
+    f"The defaults are made for a verdict in minutes: a step's window ends at its {stats.MIN_JUDGED_TURNS}th judged "
+    f"turn (--step-s is the longest) or at its {stats.ALLOWED_MISSES + 1}nd missed one (it fails early), "
+    f"answers of up to {LOAD_MAX_TOKENS} tokens, think time x{LOAD_THINK_SCALE:g}; one caller's turn takes ~5 s on an "
+    "idle 2-core box (20 turns in ~100 s). Measured: after `voice-llm up --slots 4 --ctx 16384`, `voice-llm load` "
+    "gave its verdict in 2 min 25 s on a 2-core box shared with four other servers (load 7). With no --url or "
+    "--slots, load sweeps the managed server running on --port as it is.")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `load` subcommand's own flags (add_commands adds the common ones: --out, --url, --kb, --api-key...)."""
     p.add_argument("--callers", type=flags.int_list, default=None,
                    help=f"steps of concurrent callers, upward (default {_csv(DEFAULT_CALLERS)}; --dial {_csv(DIAL_CALLERS)})")
     p.add_argument("--max-callers", type=flags.positive_int, default=64, help="never run a step with more callers than this")
     p.add_argument("--step-s", type=flags.positive_number, default=None,
-                   help=f"measured window per step (s; default {DEFAULT_STEP_S:g}; --dial: the longest, {DIAL_STEP_S:g}, "
-                        f"ended sooner once {stats.MIN_JUDGED_TURNS} judged turns are in)")
+                   help=f"the longest measured window per step (s; default {DEFAULT_STEP_S:g}, --dial {DIAL_STEP_S:g}): "
+                        f"it ends sooner, once {stats.MIN_JUDGED_TURNS} judged turns are in")
     p.add_argument("--warmup-s", type=flags.non_negative_number, default=None,
                    help=f"dropped window at the start of each step (s; default {DEFAULT_WARMUP_S:g}, --dial {DIAL_WARMUP_S:g})")
     dial = p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), judged at its ear")
@@ -80,8 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
     p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
     p.add_argument("--workers", type=flags.positive_int, default=2, help="local Locust worker processes")
-    p.add_argument("--slots", type=flags.int_list, default=(1, 4),
-                   help="managed server: one sweep per slot count (-np), e.g. 1,4; each slot gets a 4096 context")
+    p.add_argument("--slots", type=flags.int_list, default=None,
+                   help="managed server: one sweep per slot count (-np), e.g. 1,4; each slot gets a 4096 context "
+                        "(default: the managed server running on --port as it is, else 1,4)")
     p.add_argument("--port", type=flags.port_number, default=DEFAULT_PORT, help="port of the managed server")
     p.add_argument("--ctx", type=flags.positive_int, default=DEFAULT_CTX, help="at least this context (default: 4096 per slot)")
     p.add_argument("--threads", type=flags.positive_int, help="CPU threads for the managed server")
@@ -90,8 +102,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dialogue", default=dialogues.DEFAULT_DIALOGUE,
                    help=f"bundled dialogue, or {dialogues.LAB_TTFT} (the ttft step's request, cache off, as a call)")
     p.add_argument("--docs", type=flags.non_negative_int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
-    p.add_argument("--max-tokens", type=flags.positive_int, help="cap each answer (default: the dialogue's, 64)")
-    p.add_argument("--think-scale", type=flags.non_negative_number, default=1.0, help="multiply every think time (0: none)")
+    p.add_argument("--max-tokens", type=flags.positive_int,
+                   help=f"cap each answer (default: the dialogue's, at most {LOAD_MAX_TOKENS}: short replies for load)")
+    p.add_argument("--think-scale", type=flags.non_negative_number, default=LOAD_THINK_SCALE,
+                   help="multiply every think time, the caller's line and listening to the answer (0: none; 1: as long "
+                        "as speaking takes)")
     p.add_argument("--barge-in", type=flags.share, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
     p.add_argument("--caller-words-per-s", type=flags.positive_number, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
     mode = p.add_mutually_exclusive_group()
@@ -196,7 +211,7 @@ def _stage(saturating: dict[str, Any] | None, limited: bool) -> str:
 
 
 def _none_passed(sweep: dict[str, Any], minimum: int) -> str:
-    """Why the verdict is 0: the first judged step failed early (dialing callers: more misses than the target
+    """Why the verdict is 0: the first judged step failed early (more misses than the target
     allows in ``minimum`` turns) or on its ``minimum`` judged turns."""
     verdict = sweep["verdict"]
     first = next(s for s in sweep["steps"] if stats.decided(s, "failed_early" in verdict))

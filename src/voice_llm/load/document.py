@@ -32,8 +32,9 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
 
 
 # load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
-# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons.
-LOAD_SCHEMA_VERSION = 3
+# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 4: text steps end at
+# their 20th judged turn and fail early as dialing ones do (the verdict's failed_early), window.ended/warmup_s.
+LOAD_SCHEMA_VERSION = 4
 
 
 def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: list[dict[str, Any]],
@@ -48,10 +49,13 @@ def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: lis
         "dial_url": settings.dial,
         "slo_heard_ms": settings.slo_heard_ms if dial else None,
         "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
-        # when a measured window ends: after step_s, or (dialing callers) once min_judged_turns judged turns of
-        # it were reported, whichever comes first
+        # when a measured window ends (both modes): once min_judged_turns judged turns of it were reported, once
+        # more missed than the target allows, or at step_s (the longest), whichever comes first;
+        # each step's window.ended says which ("judged", "failed early", "step_s")
         "window_ends": ("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
-                        "target allows in min_judged_turns (the step then fails early)") if dial else "at step_s",
+                        "target allows in min_judged_turns (the step then fails early)"),
+        # text callers: the warm-up lasts warmup_s, and then until each caller's first turn of the step is done
+        "warmup_ends": None if dial else "after warmup_s, once each caller finished a turn (at most step_s more)",
         "slo_first_sentence_ms": settings.slo_first_sentence_ms,
         "goodput_target": stats.GOODPUT_TARGET,
         "max_error_rate": stats.MAX_ERROR_RATE,

@@ -15,8 +15,17 @@ from voice_llm.sse import parse_json
 
 SPEECH_WORDS_PER_S = 2.5  # the brief's speaking rate when no measured audio says otherwise
 DEFAULT_CALLERS = (1, 2, 4, 8)
-DEFAULT_STEP_S = 60.0
+# The longest measured window of a text step: it ends sooner, once MIN_JUDGED_TURNS judged turns are in (as a
+# dialing step's does). Measured (BENCHMARKS.md "text-mode load: a verdict in minutes"): one caller of the default
+# scenario takes ~5 s a turn on an idle 2-core box, so 20 turns come in ~100 s: a verdict within 2 minutes a step.
+DEFAULT_STEP_S = 120.0
 DEFAULT_WARMUP_S = 15.0
+# The default caller of text-mode load, made for a verdict in minutes (the same measurement): the clinic call's
+# 64-token answers are 45-58 words, 18-23 s of listening at 2.5 words/s, which made a turn ~25 s at one caller
+# (2.4 turns a minute). Load caps the answers at LOAD_MAX_TOKENS (one short spoken sentence or two: the first
+# sentence, which the SLO judges, is measured the same) and scales every think time by LOAD_THINK_SCALE.
+LOAD_MAX_TOKENS = 32
+LOAD_THINK_SCALE = 0.25
 DEFAULT_SLO_FIRST_SENTENCE_MS = 1000.0
 DEFAULT_BARGE_IN_SHARE = 0.1
 DEFAULT_MASTER_PORT = 5557
@@ -111,9 +120,11 @@ class SweepPlan:
 
     @property
     def decide_early(self) -> bool:
-        """Dialing callers: a step that already missed more than the target allows is judged failing at once
-        (voice_llm.load.stats.failed_early), and its measured window ends there."""
-        return self.dial is not None
+        """A step that already missed more than the target allows is judged failing at once
+        (voice_llm.load.stats.failed_early), and its measured window ends there: dialing callers, and text callers
+        since load.json 4 (a text step at 1 caller on a loaded box missed 4 of 4 turns by 20 s each, and had no
+        verdict after its 120 s window)."""
+        return True
 
     @property
     def slo_ms(self) -> float:

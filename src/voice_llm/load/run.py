@@ -29,10 +29,10 @@ from voice_llm.errors import ConfigError, ContextLimitError, VoiceLLMError
 from voice_llm.lab import preflight
 from voice_llm.lab.pipeline import render
 from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.settings import LoadSettings
+from voice_llm.load.settings import DEFAULT_SLOTS, LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
-                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, SPEECH_WORDS_PER_S,
-                                 CallerConfig, DialConfig, SweepPlan)
+                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, LOAD_MAX_TOKENS,
+                                 SPEECH_WORDS_PER_S, CallerConfig, DialConfig, SweepPlan)
 from voice_llm.load import stages, stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
@@ -73,6 +73,9 @@ def caller_config(settings: LoadSettings, url: str, out: Path) -> tuple[CallerCo
         if settings.max_tokens < 1:
             raise ConfigError(f"--max-tokens must be at least 1, not {settings.max_tokens}")
         dialogue = replace(dialogue, max_tokens=settings.max_tokens)
+    elif dialogue.name != dialogues.LAB_TTFT:  # lab-ttft is the lab's own request, unchanged
+        # short replies for load (plan.LOAD_MAX_TOKENS says why): the first sentence is measured the same
+        dialogue = replace(dialogue, max_tokens=min(dialogue.max_tokens, LOAD_MAX_TOKENS))
     docs = load_kb(settings.kb, need=settings.docs)[:settings.docs] if dialogue.use_docs else []
     rate, source = answer_speech_rate(out)
     config = CallerConfig(
@@ -138,7 +141,30 @@ def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) 
     )
 
 
+def plan_of(settings: LoadSettings, caller: CallerConfig, dial: DialConfig | None) -> SweepPlan:
+    """The sweep's plan before its server is known: a step's window ends as soon as it holds enough judged turns
+    for a verdict (stats.MIN_JUDGED_TURNS; --step-s is the longest window), in both modes."""
+    plan = replace(sweep_plan(settings, caller, None), dial=dial, enough_judged=stats.MIN_JUDGED_TURNS)
+    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
+        plan = replace(plan, drain_timeout_s=max(plan.drain_timeout_s, (2 * dial.turns + 1) * dial.deadline_s + 30.0))
+    return plan
+
+
 # --- the servers ----------------------------------------------------------------------------------------------------
+
+
+def managed_as_it_runs(settings: LoadSettings, notify: Callable[[str], None]) -> LoadSettings:
+    """No --slots, --url or --dial: the managed llama-server already running on --port is swept as it is (its
+    slots and context, as with --url: `voice-llm up --slots 4 --ctx 16384` then `voice-llm load`), and left
+    running; with none running, one managed server per DEFAULT_SLOTS value, each stopped after its sweep."""
+    if settings.slots is not None or settings.url or settings.dial is not None:
+        return settings if settings.slots is not None else replace(settings, slots=DEFAULT_SLOTS)
+    record = server.read_record(settings.port)
+    if record is None or not server.is_alive(record):
+        return replace(settings, slots=DEFAULT_SLOTS)
+    notify(f"sweeping the managed llama-server already running on port {record.port} as it is "
+           f"({slots_label(record.slots)}, -c {record.ctx}); --slots N sweeps managed servers of its own")
+    return replace(settings, url=record.url, slots=(record.slots,))
 
 
 def managed_settings(settings: LoadSettings, slots: int) -> ServerSettings:
@@ -291,6 +317,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
     interrupted or failed) before the failure goes on; Ctrl-C returns a result that says so."""
     progress = progress or NullProgress()
     notify = notify or (lambda line: None)
+    settings = managed_as_it_runs(settings, notify)
     out = settings.out.expanduser()
     # Bad flags, dialogue or KB are named before any server starts or any file is written.
     dial: DialConfig | None = None
@@ -298,14 +325,9 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
         caller, dial, described = dial_caller(settings)
     else:
         caller, described = caller_config(settings, "", out)
-    # Dialing callers: a step's window ends as soon as it holds enough judged turns for a verdict (or at --step-s)
-    base_plan = replace(sweep_plan(settings, caller, None), dial=dial,
-                        enough_judged=stats.MIN_JUDGED_TURNS if dial is not None else None)
-    if dial is not None:  # the drain waits for the calls still running: each wait of a call is up to its deadline
-        base_plan = replace(base_plan, drain_timeout_s=max(base_plan.drain_timeout_s,
-                                                           (2 * dial.turns + 1) * dial.deadline_s + 30.0))
+    base_plan = plan_of(settings, caller, dial)
     run = LoadRun(described=described)
-    planned: list[int | None] = [None] if settings.url or dial else list(settings.slots)
+    planned: list[int | None] = [None] if settings.url or dial else list(settings.slots or DEFAULT_SLOTS)
     t0 = time.perf_counter()
     sampler = noise.LoadSampler(lambda: run.server_pids)
 

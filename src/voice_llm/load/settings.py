@@ -7,10 +7,12 @@ from pathlib import Path
 
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_SLO_FIRST_SENTENCE_MS,
                                  DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_DEADLINE_S,
-                                 DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, SPEECH_WORDS_PER_S)
+                                 DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
 from voice_llm.scenario import dialogue as dialogues
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
+
+DEFAULT_SLOTS = (1, 4)  # the managed servers swept when none is running on --port and --slots is not given
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,9 @@ class LoadSettings:
     slo_first_sentence_ms: float = DEFAULT_SLO_FIRST_SENTENCE_MS
     stop_on_budget: bool = True
     workers: int = 2
-    # the managed server
-    slots: tuple[int, ...] = (1, 4)
+    # the managed server; slots None: the managed server already running on ``port`` as it is (its slots and
+    # context), else one sweep per DEFAULT_SLOTS
+    slots: tuple[int, ...] | None = None
     port: int = DEFAULT_PORT
     ctx: int = DEFAULT_CTX
     threads: int | None = None
@@ -47,8 +50,8 @@ class LoadSettings:
     # the callers
     dialogue: str = dialogues.DEFAULT_DIALOGUE
     docs: int = dialogues.DEFAULT_DOCS
-    max_tokens: int | None = None
-    think_scale: float = 1.0
+    max_tokens: int | None = None  # None: the dialogue's, capped at plan.LOAD_MAX_TOKENS (lab-ttft: its own)
+    think_scale: float = LOAD_THINK_SCALE
     barge_in: float = DEFAULT_BARGE_IN_SHARE
     caller_words_per_s: float = SPEECH_WORDS_PER_S
     # distributed

@@ -266,6 +266,40 @@ def failed_early(step: Mapping[str, Any]) -> bool:
     return judged_turns < MIN_JUDGED_TURNS and judged_turns - step.get("good", 0) > ALLOWED_MISSES
 
 
+def window_end(samples: Iterable[Mapping[str, Any]], step: int, slo_ms: float, metric: str = TEXT_METRIC,
+               enough: int = MIN_JUDGED_TURNS, early: bool = False) -> str | None:
+    """Why ``step``'s measured window ends now, from the turns of it reported so far: ``"judged"`` once
+    ``enough`` of them are judged (a step can be judged on them: --step-s is only the longest window), ``"failed
+    early"`` (``early``: dialing callers) once more missed than the target allows (:func:`failed_early`); None: go
+    on. It depends on how many turns were reported, never on what the passing ones measured, and the drain then
+    waits for every turn that started in the window, so the step's numbers are those of all its turns."""
+    judged_turns = [s for s in samples if s.get("step") == step and s.get("phase") == "measure" and judged(s, metric)]
+    if len(judged_turns) >= enough:
+        return "judged"
+    good_turns = sum(1 for s in judged_turns if good(s, slo_ms, metric))
+    if early and failed_early({"judged": len(judged_turns), "good": good_turns}):
+        return "failed early"
+    return None
+
+
+def short_of_turns(step: Mapping[str, Any], step_s: float, early: bool = False) -> str | None:
+    """What the master says of a step whose longest window (``step_s``) ended before it could be judged; None for
+    a step that was judged (:func:`decided`)."""
+    if decided(step, early):
+        return None
+    return (f"{step.get('judged', 0)} judged turns when the longest window ({step_s:g} s) ended, fewer than the "
+            f"{MIN_JUDGED_TURNS} a step is judged on: this step has no verdict")
+
+
+def warmed(samples: Iterable[Mapping[str, Any]], step: int, callers: int) -> bool:
+    """Has each of the step's ``callers`` finished a turn that started in its warm-up? A caller new to the step
+    may land on a slot whose KV cache does not yet hold the system prompt: its first turn prefills the whole prompt
+    (the 12 documents: ~3,000 tokens, 19 s on an idle 2-core box, 42 s on a loaded one), a one-time cost of a cold
+    slot that stalls the other slots' decoding too; the measured window starts after it."""
+    done = {(s.get("worker"), s.get("caller")) for s in samples if s.get("step") == step and s.get("phase") == "warmup"}
+    return len(done) >= callers
+
+
 def decided(step: Mapping[str, Any], early: bool) -> bool:
     """Is the step judged: on at least MIN_JUDGED_TURNS turns, or (``early``: dialing callers) failed early."""
     return step.get("judged", 0) >= MIN_JUDGED_TURNS or (early and failed_early(step))

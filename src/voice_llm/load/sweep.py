@@ -190,14 +190,13 @@ class Sweep:
             self.check_workers()
 
     def decided_so_far(self, step: int) -> bool:
-        """Do the turns of ``step``'s measured window reported so far judge it: enough of them (plan.enough_judged),
-        or (plan.decide_early) more misses than the target allows (stats.failed_early)?"""
+        """Do the turns of ``step``'s measured window reported so far judge it (stats.window_end)?"""
+        return self.window_end(step) is not None
+
+    def window_end(self, step: int) -> str | None:
         plan = self.plan
-        judged = [s for s in self.collected.samples
-                  if s["step"] == step and s["phase"] == "measure" and stats.judged(s, plan.metric)]
-        good = sum(1 for s in judged if stats.good(s, plan.slo_ms, plan.metric))
-        return len(judged) >= (plan.enough_judged or stats.MIN_JUDGED_TURNS) or \
-            (plan.decide_early and stats.failed_early({"judged": len(judged), "good": good}))
+        return stats.window_end(self.collected.samples, step, plan.slo_ms, plan.metric,
+                                plan.enough_judged or stats.MIN_JUDGED_TURNS, plan.decide_early)
 
     def drain(self, step: int, since: float) -> float:
         """Wait until every worker has reported, after it saw the drain, no measured turn of ``step`` running."""
@@ -224,6 +223,13 @@ class Sweep:
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
         self.wait(plan.warmup_s)
+        warm_t0 = time.monotonic()
+        if plan.dial is None:  # text callers: also until each caller's first turn is done (stats.warmed), at most step_s
+            self.wait(plan.step_s, lambda: stats.warmed(self.collected.samples, index, callers))
+            if time.monotonic() - warm_t0 >= 1.0:
+                log(f"step {index + 1}: warm-up {plan.warmup_s + time.monotonic() - warm_t0:.0f} s, until each "
+                    "caller's first turn was done (a cold slot prefills the whole system prompt once)")
+        warmup_s = plan.warmup_s + time.monotonic() - warm_t0
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         start = self.announce(index, "measure", callers)
@@ -232,6 +238,7 @@ class Sweep:
         # are those of every turn that started in it (the drain waits for the calls still running).
         needed = plan.enough_judged
         self.wait(plan.step_s, (lambda: self.decided_so_far(index)) if needed else (lambda: False))
+        ended = self.window_end(index) if needed else None
         end = self.announce(index, "drain", callers)
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
@@ -239,7 +246,9 @@ class Sweep:
         measured = [s for s in self.collected.samples if s["step"] == index and s["phase"] == "measure"]
         summary = stats.summarize_step(measured, plan.slo_ms, end - start, plan.metric)
         cpu = self.step_cpu(index)
-        step = {"step": index, "callers": callers, "window": {"start": start, "end": end, "drain_s": drain_s},
+        # why the window ended: "judged" (enough judged turns), "failed early", or "step_s" (the longest window)
+        window = {"start": start, "end": end, "drain_s": drain_s, "warmup_s": warmup_s, "ended": ended or "step_s"}
+        step = {"step": index, "callers": callers, "window": window,
                 "cpu": cpu, "generator_bound": stats.generator_bound(cpu, summary), "host": host, **summary}
         first = step[plan.metric]
         what = "heard gap" if plan.dial is not None else "first sentence"
@@ -249,6 +258,9 @@ class Sweep:
             f"measured + {drain_s:.0f} s drain, {what} p50 "
             f"{_ms(first['p50'])} p90 {_ms(first['p90'])}, goodput {_pct(summary['goodput'])}, errors "
             f"{summary['errors']}, {extra}, load {host['loadavg_1m']:.2f}")
+        short = stats.short_of_turns(summary, plan.step_s, plan.decide_early)
+        if short:
+            log(f"step {index + 1}: {short}")
         return step
 
     def result(self, started: float, workers: list[str], steps: list[dict[str, Any]], stopped: str | None,
