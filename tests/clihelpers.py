@@ -166,3 +166,19 @@ def make_kb(folder: Path, count: int = 12) -> Path:
     for i in range(1, count + 1):
         (folder / f"{i:02d}-doc.md").write_text(f"# Doc {i}\n\nThe clinic opens at {8 + i % 3} am.\n", encoding="utf-8")
     return folder
+
+
+def wait_for_ready(agent: subprocess.Popen, ready_file: Path, timeout_s: float = 180.0,
+                   what: str = "the agent") -> dict:
+    """The ready file of a `voice-llm agent --ready-file` started as ``agent``, parsed, once it exists; fails the test
+    with the agent's stderr if it exits first, or after ``timeout_s`` (loading Silero, Whisper and Piper on a shared
+    2-core machine takes seconds to minutes)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not ready_file.exists():
+        assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+        assert time.monotonic() < deadline, f"{what} was not ready in {timeout_s:g} s"
+        time.sleep(0.2)
+    return json.loads(ready_file.read_text())

@@ -39,17 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in IMPLY_SLOW_MARKERS) or \
                 SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    # The slow tier on more than one pytest worker (`--dist loadgroup`): a module's tests stay on one worker (its
-    # module fixtures, a server or a lab, are made once), and every module that reads the session lab on the same
-    # one (the lab, ~3 min, runs once). Without xdist the marker means nothing.
-    lab_modules = {item.module.__name__ for item in items
-                   if "lab_run" in getattr(item, "fixturenames", ()) and getattr(item, "module", None)}
+    # The slow tier on more than one pytest worker (`--dist loadgroup`): every test that reads the session lab (its
+    # fixtures, transitively) on one worker, so the lab (minutes) runs once; every other test with the rest of its
+    # module, so a module's own fixtures (a server, a lab against a fake, a run) are made once. Without xdist the
+    # marker means nothing.
     for item in items:
         if not item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"):
             continue
         module = getattr(item, "module", None)
-        name = module.__name__ if module else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("session-lab" if name in lab_modules else name))
+        group = "session-lab" if "lab_run" in getattr(item, "fixturenames", ()) else \
+            (module.__name__ if module else item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -261,3 +261,16 @@ def collector() -> Iterator[Collector]:
         found.server.shutdown()
         found.server.server_close()
         thread.join(5)
+
+
+def play_out(served: Any, caller: TwilioCaller, records: int) -> None:
+    """Echo every mark (the caller played the audio) until ``records`` turns are committed."""
+    deadline = time.monotonic() + 10
+    while len(served.agent.records) < records:
+        assert time.monotonic() < deadline, "the turn was not committed"
+        try:
+            message = caller.receive(0.1)
+        except TimeoutError:
+            continue
+        if message["event"] == "mark":
+            caller.echo(message["mark"]["name"])

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agentkit import LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, serving, settings, silence, speech, wait_for
+from agentkit import (LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech,
+                      wait_for)
 from fakeserver import FakeServer, Reply, at, chunk_payload, event, llama_events
 from voice_llm.agent.server import Engines, LockedSTT, LockedTTS
 from voice_llm.line import wire
@@ -93,19 +94,6 @@ def nothing_received(caller: TwilioCaller) -> bool:
     except TimeoutError:
         return True
     return False
-
-
-def play_out(served: Any, caller: TwilioCaller, records: int) -> None:
-    """Echo every mark (the caller played the audio) until ``records`` turns are committed."""
-    deadline = time.monotonic() + 10
-    while len(served.agent.records) < records:
-        assert time.monotonic() < deadline, "the turn was not committed"
-        try:
-            message = caller.receive(0.1)
-        except TimeoutError:
-            continue
-        if message["event"] == "mark":
-            caller.echo(message["mark"]["name"])
 
 
 def media_payloads(caller: TwilioCaller) -> list[bytes]:

@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from clihelpers import wait_for_ready
 
 from conftest import RunningServer
 from fakeserver import free_port
@@ -40,12 +40,7 @@ def test_a_reply_started_in_a_mid_sentence_pause_is_never_heard(shared_server: R
          "--preemptive", "--endpoint-ms", str(ENDPOINT_MS), "--stt-window", str(STT_WINDOW_S)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
-        deadline = time.monotonic() + 180
-        while not ready_file.exists():
-            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
-            assert time.monotonic() < deadline, "the agent was not ready in 180 s"
-            time.sleep(0.2)
-        ready = json.loads(ready_file.read_text())
+        ready = wait_for_ready(agent, ready_file, 180)
         assert ready["engines"]["llm"]["preemptive"] is True and ready["engines"]["stt"]["speculative"] is True
         out = tmp_path / "run"
         dialed = subprocess.run(

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clihelpers import wait_for_ready
 
 from agentkit import collector
 from conftest import RunningServer
@@ -44,12 +45,7 @@ def test_one_real_call_breakdown_in_causal_order_and_spans_received(shared_serve
              "--url", shared_server.url, "--otlp", found.url, "--ready-file", str(ready_file)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
         try:
-            deadline = time.monotonic() + 180
-            while not ready_file.exists():
-                assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
-                assert time.monotonic() < deadline, "the agent was not ready in 180 s"
-                time.sleep(0.2)
-            ready = json.loads(ready_file.read_text())
+            ready = wait_for_ready(agent, ready_file, 180)
             assert ready["listen"] == f"ws://127.0.0.1:{port}/" and ready["engine"] == "builtin"
             assert ready["engines"]["stt"]["model"] == "tiny.en" and ready["engines"]["tts"]["engine"] == "piper"
             idle_threads = _threads(agent.pid)

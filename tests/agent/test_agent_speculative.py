@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agentkit import ToneTTS, TwilioCaller, agent_threads, dial, serving, settings, silence, speech
+from agentkit import ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech
 from fakeserver import FakeServer, Reply, at, llama_events
 from voice_llm.agent.server import Engines, LockedSTT, LockedTTS
 
@@ -66,15 +66,7 @@ def call(served: Any, *pieces: np.ndarray) -> TwilioCaller:
 
 def finish(served: Any, caller: TwilioCaller) -> dict[str, Any]:
     """Every mark echoed (the reply played), the turn's record once it is committed, then the hang-up."""
-    deadline = time.monotonic() + 10
-    while not served.agent.records:
-        assert time.monotonic() < deadline, "the turn was not committed"
-        try:
-            message = caller.receive(0.1)
-        except TimeoutError:
-            continue
-        if message["event"] == "mark":
-            caller.echo(message["mark"]["name"])
+    play_out(served, caller, 1)
     caller.hang_up()
     caller.ws.close()
     return served.agent.records[0]

@@ -17,10 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from clihelpers import wait_for_ready
 
 from conftest import RunningServer
 from fakeserver import free_port
@@ -41,12 +41,7 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
          "--ready-file", str(ready_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not ready_file.exists():
-            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
-            assert time.monotonic() < deadline, "the pipecat agent was not ready in 300 s"
-            time.sleep(0.5)
-        ready = json.loads(ready_file.read_text())
+        ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent")
         assert ready["engine"] == "pipecat" and ready["versions"]["pipecat-ai"] == "1.14.0"
         dial = subprocess.run(
             [sys.executable, "-m", "voice_llm", "dial", ready["listen"], "--out", str(out), "--turns", "1",

@@ -14,12 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from clihelpers import cli, cli_env
+from clihelpers import cli, cli_env, wait_for_ready
 from conftest import RunningServer
 from fakeserver import free_port
 from voice_llm.errors import EXIT_NO_VERDICT
@@ -48,12 +47,7 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
          "--ready-file", str(ready_file)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
-        deadline = time.monotonic() + 180
-        while not ready_file.exists():
-            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
-            assert time.monotonic() < deadline, "the agent was not ready in 180 s"
-            time.sleep(0.2)
-        url = json.loads(ready_file.read_text())["listen"]
+        url = wait_for_ready(agent, ready_file, 180)["listen"]
         out = tmp_path / "out"
         # every step runs whatever the machine's load (--no-stop); a short window, ended at 40 s or 20 judged turns
         result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "40", "--warmup-s", "5",
