@@ -103,6 +103,9 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     assert first[first.index("dial") + 1] == "ws://127.0.0.1:1/"
     assert first[first.index("--turns") + 1] == "2" and first[first.index("--barge-in-turns") + 1] == "none"
     assert first[first.index("--stt") + 1] == "none" and "--caller-audio" not in first
+    # the load defaults: the short lines, no fixed think pause, a tenth of the heard reply (issue 30 item 4)
+    assert first[first.index("--caller-lines") + 1] == "load"
+    assert (first[first.index("--think-ms") + 1], first[first.index("--think-share") + 1]) == ("0", "0.1")
     call = tmp_path / "call"
     (call / "dial").mkdir(parents=True)
     for n in (1, 2):
@@ -117,6 +120,7 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     later = dialing.dial_command(DialConfig(url="ws://h:1/", barge_in_turns=(1,)), tmp_path / "b", lines)
     assert later[later.index("--caller-audio") + 1] == str(lines) and "--turns" not in later
     assert later[later.index("--barge-in-turns") + 1] == "1"
+    assert "--caller-lines" not in later and later[later.index("--think-share") + 1] == "0.1"  # every call thinks so
 
 
 def _sample(step: int, gap: float | None, *, call: int = 1, turn: int = 1, error: str | None = None,
@@ -219,7 +223,7 @@ def _fake_dial_run(tmp_path: Path) -> Path:
 def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -> None:
     out = _fake_dial_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 3)
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 4)
     first, second = doc["sweeps"][0]["steps"]
     assert (first["judged"], first["good"], second["refused"], second["goodput"]) == (2, 1, 1, 0.5)
     samples = read_samples(out / "load_samples.csv")
@@ -241,7 +245,8 @@ def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -
 def test_settings_take_the_modes_defaults_and_the_plan_travels_as_json() -> None:
     text, dial = LoadSettings(), LoadSettings(dial="ws://h:1/")
     assert text.callers == (1, 2, 4, 8) and text.step_s == 60.0
-    assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 2
+    assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 4
+    assert dial.dial_lines == "load" and text.dial_lines == "load"  # only a dialing caller speaks them
     assert LoadSettings(dial="ws://h:1/", step_s=30.0).step_s == 30.0
     plan = SweepPlan(caller=CallerConfig(url="", system="", turns=()), dial=DialConfig(url="ws://h:1/", barge_in_turns=(1,)))
     again = SweepPlan.from_json(plan.to_json())
@@ -260,7 +265,8 @@ def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("given, needle", [
     ({"dial": "http://127.0.0.1:9/"}, "ws:// or wss://"),
-    ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (2,)}, "must be 1..1"),
+    ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (4,)}, "must be 1..3"),
+    ({"dial": "ws://127.0.0.1:9/", "dial_lines": "poems"}, "--dial-lines must be one of load, clinic"),
     ({"dial": "ws://127.0.0.1:9/", "url": "http://127.0.0.1:9"}, "drop --url"),
     ({"otlp_listen": "127.0.0.1:0"}, "goes with --dial URL"),
     ({"dial": "ws://127.0.0.1:9/", "otlp_listen": "nowhere"}, "--otlp-listen takes HOST:PORT"),

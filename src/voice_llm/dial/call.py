@@ -74,6 +74,9 @@ class CallSettings:
     reply_wait_s: float | None = None  # None: deadline_s
     lead_ms: float = LEAD_MS
     think_ms: float = THINK_MS
+    # plus this share of the reply as heard (its first to its last sound): a caller takes longer to answer a longer
+    # reply (load --dial's callers: think time scaled to the heard reply); 0: the fixed think_ms alone
+    think_share: float = 0.0
     reply_end_ms: float = REPLY_END_MS
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
     barge_in_after_ms: float = BARGE_IN_AFTER_MS
@@ -394,7 +397,8 @@ class _Call:
             quiet_ms = (tick - (self.last_sound_tick or tick)) * ms
             if quiet_ms >= s.reply_end_ms and self.playout.idle:
                 self.state = "thinking"
-                self.think_until = tick + round(s.think_ms / ms)
+                heard_ms = ((self.last_sound_tick or tick) - turn.first_sound_tick + 1) * ms
+                self.think_until = tick + round((s.think_ms + s.think_share * heard_ms) / ms)
             elif (tick - turn.first_sound_tick) * ms > s.deadline_s * 1000.0:
                 self.fail(f"the reply to turn {turn.index} did not end within {s.deadline_s:g} s")
             return

@@ -83,10 +83,11 @@ def dial_command(config: DialConfig, out: Path, lines: Path | None) -> list[str]
     agent's CPU); the caller's lines from ``lines`` once a call made them, else synthesized for ``config.turns``."""
     command = [sys.executable, "-m", "voice_llm", "dial", config.url, "--out", str(out), "--stt", "none", "-q",
                "--protocol", config.protocol, "--deadline", f"{config.deadline_s:g}",
-               "--barge-in-turns", ",".join(str(t) for t in config.barge_in_turns) or "none"]
+               "--barge-in-turns", ",".join(str(t) for t in config.barge_in_turns) or "none",
+               "--think-ms", f"{config.think_ms:g}", "--think-share", f"{config.think_share:g}"]
     if lines is not None:
         return [*command, "--caller-audio", str(lines)]
-    return [*command, "--turns", str(config.turns)]
+    return [*command, "--caller-lines", config.lines, "--turns", str(config.turns)]
 
 
 def keep_lines(call_out: Path, lines: Path) -> bool:
