@@ -44,7 +44,7 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     ready_file = tmp_path / "ready.json"
     agent = subprocess.Popen(
         ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}",
-         "--url", shared_server.url, "--max-calls", "1", "--max-tokens", "16", "--stt-threads", "1",
+         "--url", shared_server.url, "--max-calls", "1", "--max-tokens", "8", "--stt-threads", "1",
          "--ready-file", str(ready_file)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
@@ -55,10 +55,13 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
             time.sleep(0.2)
         url = json.loads(ready_file.read_text())["listen"]
         out = tmp_path / "out"
-        # every step runs whatever the machine's load (--no-stop); a short window, ended at 40 s or 20 judged turns
-        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "40", "--warmup-s", "5",
-                     "--workers", "1", "--no-stop", "--out", str(out), "-q", env=cli_env(tmp_path / "state"),
-                     timeout=600)
+        # every step runs whatever the machine's load (--no-stop); as short as what it shows allows: one short line
+        # per call (the load lines) and short replies (--max-tokens 8 above), so a call is a few seconds and the
+        # drain waits for little; a 20 s window holds a few of the 1-caller step's turns, and the 2-caller step ends
+        # early on its refusals (two of them are more misses than the target allows)
+        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "20", "--warmup-s", "5",
+                     "--dial-turns", "1", "--workers", "1", "--no-stop", "--out", str(out), "-q",
+                     env=cli_env(tmp_path / "state"), timeout=600)
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.communicate(timeout=120)
@@ -66,6 +69,7 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     assert not _dialers(url), "no dial call, master or worker outlives the command"
     doc = json.loads((out / "load.json").read_text())
     assert (doc["mode"], doc["metric"], doc["slo_heard_ms"]) == ("dial", "heard_gap_ms", 1500.0)
+    assert doc["caller"]["lines"] == "load" and doc["caller"]["turns"] == 1
     (sweep,) = doc["sweeps"]
     assert sweep["url"] == url and [s["callers"] for s in sweep["steps"]] == [1, 2]
     samples = read_samples(out / "load_samples.csv")
@@ -93,6 +97,15 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     assert all(s["error"].startswith("refused: close code 1013") and s["heard_gap_ms"] is None for s in refusals)
     assert two["error_reasons"][refusals[0]["error"]] >= 1 and "--max-calls" in refusals[0]["error"]
     assert "limit" in " ".join(two["error_reasons"])
+    # the host CPU per process of each step: the agent (listening on the dialled port) and the local worker are this
+    # machine's processes, so both have a reading; the LLM server is the agent's --url (the session's server)
+    found = sweep["processes_found"]
+    assert found["agent"]["pids"] == [json.loads(ready_file.read_text())["pid"]]
+    for step in sweep["steps"]:
+        cpu = step["processes"]
+        assert cpu["agent"]["cpu_s"] is not None and cpu["agent"]["cpu_s"] > 0, cpu
+        assert cpu["workers"]["cpu_s"] is not None and cpu["wall_s"] > 0
+        assert cpu["agent"]["share"] == pytest.approx(cpu["agent"]["cpu_s"] / cpu["wall_s"], abs=1e-3)
     for entry in LOAD_CAPABILITY.checks:
         assert entry.run(out), entry.name
     verdict = sweep["verdict"]
