@@ -288,3 +288,21 @@ def test_the_verdict_line_says_a_step_failed_early() -> None:
     line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 300.0}, sweep)
     assert "max callers = 0 (heard gap <= 1500 ms" in line
     assert "at 1 callers 2 of 2 judged turns missed, more than the 1 in 20 the target allows" in line
+
+
+def test_a_call_not_yet_recording_has_no_turn_in_a_window_that_ended(tmp_path: Path) -> None:
+    """The drain's rule for a running call: no live WAV yet, no turn before now; a growing one, none before its
+    length ago plus dial's lead (so a call placed just before a window ended is not waited for)."""
+    out = tmp_path / "call"
+    out.mkdir()
+    assert dialing.turns_since(100.0, out, 130.0) == 130.0  # not even its dial folder: the call clock has not started
+    (out / "dial").mkdir()
+    assert dialing.turns_since(100.0, out, 130.0) == 130.0
+    # 10 s of the line recorded (stereo int16 at 8 kHz): the clock started 10 s ago, a turn 0.5 s after that at least
+    (out / "dial" / ".call-live-1.wav").write_bytes(bytes(44 + 10 * dialing.LINE_BYTES_PER_S))
+    assert dialing.turns_since(100.0, out, 130.0) == pytest.approx(130.0 - 10.0 - dialing.TURN_MARGIN_S)
+    assert dialing.turns_since(125.0, out, 130.0) == 125.0  # never before it was placed
+    clock = _clock((0.0, 0, "measure"), (129.0, 0, "drain"))
+    assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == {0}  # recording since 119.5: waited for
+    (out / "dial" / ".call-live-1.wav").unlink()
+    assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == set()  # placed in it, but not yet calling
