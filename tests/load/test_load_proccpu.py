@@ -59,6 +59,7 @@ def test_the_processes_are_found_by_their_listening_ports_and_the_agents_command
     found = {t.role: t for t in proccpu.find("ws://127.0.0.1:18401/", [31, 32], 40, listening.get,
                                              lambda pid: commands.get(pid, []))}
     assert [found[r].pids for r in proccpu.ROLES] == [(11,), (22,), (31, 32), (40,)]
+    assert [found[r].tree for r in proccpu.ROLES] == [True, True, True, False]  # the workers are the master's children
     assert "port 18400" in found["server"].found and "port 18401" in found["agent"].found
     # --url=X on the agent's line, and its default (the managed port) when it names none
     assert proccpu.agent_llm_url(["agent", "--url=http://127.0.0.1:9/v1"]) == "http://127.0.0.1:9/v1"
@@ -75,6 +76,7 @@ def test_a_tree_counts_its_live_descendants_and_the_children_it_reaped() -> None
                      3: (Times(0.5, 0.0, 0.0, 0.0), [])})
     assert proccpu.tree_cpu_s(1, ps) == pytest.approx(5.5)
     assert proccpu.tree_cpu_s(99, ps) is None  # gone: no reading, never 0
+    assert proccpu.tree_cpu_s(1, ps, tree=False) == pytest.approx(1.5)  # the master: itself, not its workers
     # a child that exits between the listing and its reading is skipped (its time reaches the parent once reaped)
     assert proccpu.tree_cpu_s(1, FakePsutil(ps.tree, frozenset({3}))) == pytest.approx(5.0)
 

@@ -6,9 +6,9 @@ Which processes (the rule, also in load.json's ``processes_found``):
 * the LLM server: the process listening on the port of the agent's own ``--url`` (read from the agent's command
   line, /proc/PID/cmdline; without one, the agent's default: the managed server's port), when it is loopback;
 * the workers: the local Locust worker processes the master started (remote workers run elsewhere: not here);
-* the master: the sweep's own process (its CPU is in each step's host.master_cpu_s already; here too, for the table).
+* the master: the sweep's own process alone (its children are the local workers, counted as theirs).
 
-Each is counted as its process tree: the process, its live descendants, and the children it has reaped (psutil's
+Each other role is counted as its process tree: the process, its live descendants, and the children it has reaped (psutil's
 children_user / children_system, which is where a worker's finished dial calls land: each call is a subprocess
 the worker waits for). A step's CPU is the tree's total at the window's end minus at its start, so a call that
 straddles the start counts only its part after it. Shares are of ONE core (2.0 = two cores busy), over the window.
@@ -30,9 +30,9 @@ from voice_llm.util import procfs
 ROLES = ("agent", "server", "workers", "master")
 RULE = ("agent: the process listening on the --dial URL's port (loopback only); server: the process listening on "
         "the port of the agent's --url (its command line; default the managed port); workers: the local Locust "
-        "workers; master: the sweep's process. Each counted as its process tree (live descendants and reaped "
-        "children, where a worker's finished dial calls land); a step's CPU = the tree's at the window's end minus at "
-        "its start; share = CPU seconds / window seconds (1.0 = one core)")
+        "workers; master: the sweep's process alone (its children are the workers). The others as process trees "
+        "(live descendants and reaped children, where a worker's finished dial calls land); a step's CPU = the "
+        "reading at the window's end minus at its start; share = CPU seconds / window seconds (1.0 = one core)")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Tracked:
     role: str
     pids: tuple[int, ...]
     found: str
+    tree: bool = True  # the process tree; False: the process alone (the master, whose children are the workers)
 
 
 def _port_of(url: str) -> int | None:
@@ -85,7 +86,7 @@ def find(dial_url: str, workers: Sequence[int], master: int,
         found.append(Tracked("server", (), "the agent is not on this machine: its LLM server is not known"))
     found.append(Tracked("workers", tuple(workers), "the local Locust workers" if workers else
                          "remote workers: their CPU is their own machines'"))
-    found.append(Tracked("master", (master,), "the sweep's own process"))
+    found.append(Tracked("master", (master,), "the sweep's own process alone", tree=False))
     return found
 
 
@@ -95,11 +96,15 @@ def _own(process: Any) -> float:
                  getattr(times, "children_system", 0.0))
 
 
-def tree_cpu_s(pid: int, psutil_module: Any = None) -> float | None:
-    """The CPU seconds of ``pid``'s tree so far (None: the process is gone or not ours to read)."""
+def tree_cpu_s(pid: int, psutil_module: Any = None, tree: bool = True) -> float | None:
+    """The CPU seconds of ``pid``'s tree so far, or (``tree`` False) of the process alone, without its children
+    (None: the process is gone or not ours to read)."""
     ps = psutil_module or psutil
     try:
         root = ps.Process(pid)
+        if not tree:
+            times = root.cpu_times()
+            return float(times.user + times.system)
         total = _own(root)
         children = root.children(recursive=True)
     except (ps.Error, OSError):
@@ -116,7 +121,7 @@ def snapshot(tracked: Sequence[Tracked], psutil_module: Any = None) -> dict[str,
     """Each role's CPU seconds so far (the sum over its pids; None when none of them could be read)."""
     out: dict[str, float | None] = {}
     for t in tracked:
-        values = [v for v in (tree_cpu_s(pid, psutil_module) for pid in t.pids) if v is not None]
+        values = [v for v in (tree_cpu_s(pid, psutil_module, t.tree) for pid in t.pids) if v is not None]
         out[t.role] = sum(values) if values else None
     return out
 
