@@ -31,7 +31,7 @@ SLOW_FIXTURES = frozenset({"server_binary", "model_path", "running_server", "sha
                            "lab_run", "llama_cpp_python_server"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker, and before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow"):
@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in IMPLY_SLOW_MARKERS) or \
                 SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # The slow tier on more than one pytest worker (`--dist loadgroup`): a module's tests stay on one worker (its
+    # module fixtures, a server or a lab, are made once), and every module that reads the session lab on the same
+    # one (the lab, ~3 min, runs once). Without xdist the marker means nothing.
+    lab_modules = {item.module.__name__ for item in items
+                   if "lab_run" in getattr(item, "fixturenames", ()) and getattr(item, "module", None)}
+    for item in items:
+        if not item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"):
+            continue
+        module = getattr(item, "module", None)
+        name = module.__name__ if module else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("session-lab" if name in lab_modules else name))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -161,14 +172,19 @@ def module_server(shared_server: RunningServer) -> RunningServer:
 @pytest.fixture(scope="session")
 def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     """The whole lab run once per session the way `make lab` runs it (managed server, default model), its
-    output folder and the finished process. Tests read the artifacts; none may modify them (copy first)."""
+    output folder and the finished process: make lab's two repeats, and the short KB (SHORT_KB: prefill and cache in
+    seconds; the relations tested do not depend on the documents' length). Tests read the artifacts; none may modify
+    them (copy first)."""
+    from clihelpers import LAB_REPEAT, SHORT_KB
+
     state = tmp_path_factory.mktemp("lab-state")
     out = tmp_path_factory.mktemp("lab-out")
     port = free_port()
     env = {**os.environ, "VOICE_LLM_STATE": str(state)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out)],
+            [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out), "--kb", str(SHORT_KB),
+             "--repeat", str(LAB_REPEAT)],
             env=env, capture_output=True, text=True, timeout=1500,
         )
         yield out, done

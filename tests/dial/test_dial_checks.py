@@ -388,6 +388,41 @@ def test_a_line_that_talks_over_the_reply_fails(call: Path) -> None:
     assert "before turn 1's reply ended" in found["check_schedule"] and "check_heard_gaps" in found
 
 
+def _resume_turn_1_into_line_2(call: Path, at_ms: float, length_ms: float = 100.0) -> float:
+    """The agent speaks again at ``at_ms`` (a 100 ms tone on the heard channel): turn 1's last heard sound is then
+    its end, as the dialer measures it (up to line 2's speech start)."""
+    left, right = read_stereo(call / "dial" / "call.wav")
+    right = right.copy()
+    right[sample(at_ms):sample(at_ms + length_ms)] = tone(length_ms, 8000, 440)
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    return at_ms + length_ms
+
+
+def test_a_reply_that_resumes_after_the_callers_wait_is_no_broken_schedule(call: Path) -> None:
+    """A busy agent silent longer than reply_end_ms + think_ms mid-reply, then speaking on: the caller heard the
+    reply end and spoke as its rule says; the later sound lies after its line began. PASS, and said."""
+    doc = load(call)
+    offset = doc["turns"][1]["caller"]["offset_ms"]
+    assert doc["turns"][1]["caller"]["speech_start_ms"] > offset + 200  # the line's lead silence holds the tone
+    doc["turns"][0]["heard"]["last_sound_ms"] = _resume_turn_1_into_line_2(call, offset + 60.0)
+    save(call, doc)
+    found = results(call)
+    assert found["check_schedule"].status == PASS, found["check_schedule"].detail
+    assert "turn 1's reply resumed" in found["check_schedule"].detail and "into turn 2's line" in found["check_schedule"].detail
+    assert "check_heard_gaps" not in failed(call)  # the recording agrees with the stated last sound
+
+
+def test_a_line_started_while_the_agent_was_still_heard_fails(call: Path) -> None:
+    doc = load(call)
+    offset = doc["turns"][1]["caller"]["offset_ms"]
+    wait = doc["settings"]["reply_end_ms"] + doc["settings"]["think_ms"]
+    _resume_turn_1_into_line_2(call, offset - wait / 2)  # sound inside the quiet the caller had to wait for
+    doc["turns"][0]["heard"]["last_sound_ms"] = _resume_turn_1_into_line_2(call, offset + 60.0)
+    save(call, doc)
+    detail = failed(call)["check_schedule"]
+    assert "before turn 1's reply ended" in detail and "into that wait" in detail
+
+
 def test_a_false_barge_in_not_on_the_files_fails(call: Path) -> None:
     """A false barge-in stated for turn 1 by a clear the event log does not have; a count that is not the turns'."""
     doc = load(call)

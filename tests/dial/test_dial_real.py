@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clihelpers import SHORT_KB
 from dialhelpers import context
 from fakeagent import FakeAgent, Reply
 
-from voice_llm import registry
 from voice_llm.client.api import ServerClient
 from voice_llm.dial import converse
 from voice_llm.dial.step import DialOptions, dial_step
 from voice_llm.lab.context import LabContext, StepOptions
-from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.util.artifacts import read_json
 
 FRAME_MS = 20.0
@@ -39,21 +38,7 @@ def test_synthesized_caller_and_transcribed_replies(tmp_path):
     assert doc["turns"][1]["heard"]["gap_ms"] is not None
 
 
-def _agent_serves() -> bool:
-    return any(c.name == "agent" and c.commands for c in registry.capabilities())
-
-
-@pytest.mark.slow
-@pytest.mark.server
-@pytest.mark.skipif(not _agent_serves(), reason="voice-llm agent is not in this tree yet (helper C's branch)")
-@pytest.mark.parametrize("protocol", ["twilio", "pcm"])
-def test_converse_through_voice_llms_agent(module_server, tmp_path, protocol):
-    options = DialOptions(protocol=protocol, turns=4, stt_threads=1)
-    ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=default_kb_dir(),
-                     options=StepOptions(plugins={"dial": options}))
-    written = converse.run(ctx)
-    doc = read_json(tmp_path / "dial.json")
-    assert Path(tmp_path / "dial" / "agent.log") in written
+def _assert_the_call_through_voice_llms_agent(doc: dict, protocol: str) -> None:
     assert doc["agent"]["identity"]["engine"] == "builtin" and doc["line"]["protocol"] == protocol
     for turn in doc["turns"]:
         heard = turn["heard"]
@@ -67,3 +52,24 @@ def test_converse_through_voice_llms_agent(module_server, tmp_path, protocol):
     assert barge is not None and barge["heard_silent_ms"] is not None
     if protocol == "twilio":
         assert barge["cleared_ms"] is not None  # the agent clears on a barge-in; PCM has no clear
+
+
+@pytest.mark.slow
+def test_the_session_labs_call_through_voice_llms_agent_over_twilio(lab_run):
+    """The lab's converse step is this call over Twilio Media Streams (the default line): read its files."""
+    out, _ = lab_run
+    doc = read_json(out / "dial.json")
+    assert (out / "dial" / "agent.log").is_file() and (out / "dial" / "call.wav").is_file()
+    assert len(doc["turns"]) == 4  # the lab's default: turn 3 barged in on by line 4
+    _assert_the_call_through_voice_llms_agent(doc, "twilio")
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_converse_through_voice_llms_agent_over_pcm(module_server, tmp_path):
+    options = DialOptions(protocol="pcm", turns=4, stt_threads=1)  # turn 3 barged in on by line 4, as the lab's
+    ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,
+                     options=StepOptions(plugins={"dial": options}))
+    written = converse.run(ctx)
+    assert Path(tmp_path / "dial" / "agent.log") in written
+    _assert_the_call_through_voice_llms_agent(read_json(tmp_path / "dial.json"), "pcm")

@@ -20,7 +20,7 @@ from voice_llm.errors import KnowledgeBaseError
 from voice_llm.scenario.kb import load_kb
 
 from conftest import RunningServer, free_port
-from clihelpers import assert_clean_failure, cli, make_kb
+from clihelpers import WITHOUT_THE_CALL, assert_clean_failure, cli, make_kb
 
 WAIT_S = 240.0
 
@@ -218,6 +218,9 @@ def test_ctrl_c_during_lab_keeps_complete_files_and_check_names_what_is_missing(
         (out / name).write_text(json.dumps(value, indent=1) + "\n")
     sentinels = {name: (out / name).read_bytes() for name in SENTINELS}
 
+    # Without the call: what is tested is an interrupt between steps (the call's own Ctrl-C is dial's test), and a
+    # lab with the call first gets its speech engines ready (~40 s of the test on a shared machine).
+    env = {**env, **WITHOUT_THE_CALL}
     proc = subprocess.Popen(
         [sys.executable, "-m", "voice_llm", "lab", "--url", module_server.url, "--out", str(out), "-q"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

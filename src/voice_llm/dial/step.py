@@ -377,7 +377,13 @@ def caller_lines(options: DialOptions) -> Caller:
         return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", LOAD, lines_set=LOAD)
     dialogue = load_dialogue(options.dialogue)
     utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
-    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name,
+    # A barge-in on turn N is line N+1 cutting into reply N: on the last line (or past it) there is none to cut in
+    # with, so fewer lines than the plan needs drop it, and say so (settings.barge_in_turns names only real ones).
+    barge = tuple(t for t in options.barge_in_turns if t < len(utterances))
+    dropped = [t for t in options.barge_in_turns if t not in barge]
+    notes = (f"{len(utterances)} caller lines: no barge-in on turn {', '.join(map(str, dropped))} (it needs the next "
+             "line to cut in with)",) if dropped else ()
+    return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", dialogue.name, barge, notes,
                   lines_set=CLINIC_LINES)
 
 
