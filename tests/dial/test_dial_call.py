@@ -191,3 +191,31 @@ def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
     assert doc["summary"]["heard_minus_reported_ms"]["n"] == 2 and "agent_reported" not in doc["unknown"]
     assert sorted(doc["files"]["otlp"]) == ["dial/otlp/" + name for name in doc["otlp"]["files"]]
     assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])
+
+
+def test_the_think_pause_scales_with_the_reply_heard(tmp_path):
+    """--think-share (load --dial's callers): after the reply-end silence the caller waits think_ms plus the share of
+    the reply as heard (first to last sound), so the next line starts that much later, within a frame of ticks."""
+    out = tmp_path / "think"
+    with FakeAgent([Reply(100, 800, "m1"), Reply(100, 200, "m2")]) as agent:
+        dial_step(context(out), fast_options(barge_in_turns=(), think_ms=0.0, think_share=0.5), agent.url,
+                  caller=tones(2))
+    doc = read_json(out / "dial.json")
+    assert doc["settings"]["think_share"] == 0.5
+    first, second = doc["turns"]
+    heard_ms = first["heard"]["last_sound_ms"] - first["heard"]["first_sound_ms"]
+    wait = second["caller"]["offset_ms"] - first["heard"]["last_sound_ms"]
+    expected = doc["settings"]["reply_end_ms"] + 0.5 * heard_ms  # 200 + ~400 ms
+    # the live decision reads the floor's minimum frame by frame, the re-measure its samples: two frames apart at most
+    assert abs(wait - expected) <= 3 * FRAME_MS + slack(doc), (wait, expected, heard_ms)
+
+
+def test_the_load_lines_are_short_and_a_call_asks_for_no_more_of_them_than_there_are():
+    from voice_llm.dial.caller import LOAD_LINES
+    from voice_llm.dial.step import CALLER_LINES, caller_lines
+    from voice_llm.errors import ConfigError
+
+    assert "load" in CALLER_LINES and len(LOAD_LINES) == 6
+    assert all(len(line.split()) <= 5 for line in LOAD_LINES)  # about a second of speech each (issue 30 item 4)
+    with pytest.raises(ConfigError, match="has 6 lines; --turns 7"):
+        caller_lines(DialOptions(caller_lines="load", turns=7))  # refused before Piper is loaded

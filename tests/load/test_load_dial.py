@@ -103,6 +103,9 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     assert first[first.index("dial") + 1] == "ws://127.0.0.1:1/"
     assert first[first.index("--turns") + 1] == "2" and first[first.index("--barge-in-turns") + 1] == "none"
     assert first[first.index("--stt") + 1] == "none" and "--caller-audio" not in first
+    # the load defaults: the short lines, no fixed think pause, a tenth of the heard reply (issue 30 item 4)
+    assert first[first.index("--caller-lines") + 1] == "load"
+    assert (first[first.index("--think-ms") + 1], first[first.index("--think-share") + 1]) == ("0", "0.1")
     call = tmp_path / "call"
     (call / "dial").mkdir(parents=True)
     for n in (1, 2):
@@ -117,6 +120,7 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     later = dialing.dial_command(DialConfig(url="ws://h:1/", barge_in_turns=(1,)), tmp_path / "b", lines)
     assert later[later.index("--caller-audio") + 1] == str(lines) and "--turns" not in later
     assert later[later.index("--barge-in-turns") + 1] == "1"
+    assert "--caller-lines" not in later and later[later.index("--think-share") + 1] == "0.1"  # every call thinks so
 
 
 def _sample(step: int, gap: float | None, *, call: int = 1, turn: int = 1, error: str | None = None,
@@ -241,7 +245,8 @@ def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -
 def test_settings_take_the_modes_defaults_and_the_plan_travels_as_json() -> None:
     text, dial = LoadSettings(), LoadSettings(dial="ws://h:1/")
     assert text.callers == (1, 2, 4, 8) and text.step_s == 120.0
-    assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 2
+    assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 4
+    assert dial.dial_lines == "load" and text.dial_lines == "load"  # only a dialing caller speaks them
     assert LoadSettings(dial="ws://h:1/", step_s=30.0).step_s == 30.0
     plan = SweepPlan(caller=CallerConfig(url="", system="", turns=()), dial=DialConfig(url="ws://h:1/", barge_in_turns=(1,)))
     again = SweepPlan.from_json(plan.to_json())
@@ -260,7 +265,8 @@ def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("given, needle", [
     ({"dial": "http://127.0.0.1:9/"}, "ws:// or wss://"),
-    ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (2,)}, "must be 1..1"),
+    ({"dial": "ws://127.0.0.1:9/", "dial_barge_in_turns": (4,)}, "must be 1..3"),
+    ({"dial": "ws://127.0.0.1:9/", "dial_lines": "poems"}, "--dial-lines must be one of load, clinic"),
     ({"dial": "ws://127.0.0.1:9/", "url": "http://127.0.0.1:9"}, "drop --url"),
     ({"otlp_listen": "127.0.0.1:0"}, "goes with --dial URL"),
     ({"dial": "ws://127.0.0.1:9/", "otlp_listen": "nowhere"}, "--otlp-listen takes HOST:PORT"),
@@ -282,3 +288,21 @@ def test_the_verdict_line_says_a_step_failed_early() -> None:
     line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 300.0}, sweep)
     assert "max callers = 0 (heard gap <= 1500 ms" in line
     assert "at 1 callers 2 of 2 judged turns missed, more than the 1 in 20 the target allows" in line
+
+
+def test_a_call_not_yet_recording_has_no_turn_in_a_window_that_ended(tmp_path: Path) -> None:
+    """The drain's rule for a running call: no live WAV yet, no turn before now; a growing one, none before its
+    length ago plus dial's lead (so a call placed just before a window ended is not waited for)."""
+    out = tmp_path / "call"
+    out.mkdir()
+    assert dialing.turns_since(100.0, out, 130.0) == 130.0  # not even its dial folder: the call clock has not started
+    (out / "dial").mkdir()
+    assert dialing.turns_since(100.0, out, 130.0) == 130.0
+    # 10 s of the line recorded (stereo int16 at 8 kHz): the clock started 10 s ago, a turn 0.5 s after that at least
+    (out / "dial" / ".call-live-1.wav").write_bytes(bytes(44 + 10 * dialing.LINE_BYTES_PER_S))
+    assert dialing.turns_since(100.0, out, 130.0) == pytest.approx(130.0 - 10.0 - dialing.TURN_MARGIN_S)
+    assert dialing.turns_since(125.0, out, 130.0) == 125.0  # never before it was placed
+    clock = _clock((0.0, 0, "measure"), (129.0, 0, "drain"))
+    assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == {0}  # recording since 119.5: waited for
+    (out / "dial" / ".call-live-1.wav").unlink()
+    assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == set()  # placed in it, but not yet calling

@@ -27,12 +27,21 @@ from voice_llm.load import stats
 from voice_llm.load.samples import read_samples
 
 
-def _dialers(url: str) -> list[str]:
-    """This sweep's dial calls (their agent's URL is this test's), and any Locust master or worker (as
-    tests/load/test_load.py looks for them): other dial processes on a shared machine are not ours."""
-    found = subprocess.run(["pgrep", "-af", f"voice_llm dial {url}|voice_caller.py|voice_llm.load.sweep"],
-                           capture_output=True, text=True)
-    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+def _dialers(state: Path) -> list[str]:
+    """The processes this command started that are still running: every one of them (the Locust master and
+    workers, each dial call) inherits its environment, whose VOICE_LLM_STATE is this test's own folder. Why not by
+    name: other load runs on a shared machine (another test, another user) run Locust workers and dials too."""
+    tag = f"VOICE_LLM_STATE={state}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if tag in (entry / "environ").read_bytes():
+                found.append(f"{entry.name} {(entry / 'cmdline').read_bytes().replace(bytes(1), b' ').decode()}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 @pytest.mark.slow
@@ -43,23 +52,27 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     ready_file = tmp_path / "ready.json"
     agent = subprocess.Popen(
         ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}",
-         "--url", shared_server.url, "--max-calls", "1", "--max-tokens", "16", "--stt-threads", "1",
+         "--url", shared_server.url, "--max-calls", "1", "--max-tokens", "8", "--stt-threads", "1",
          "--ready-file", str(ready_file)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
         url = wait_for_ready(agent, ready_file, 180)["listen"]
-        out = tmp_path / "out"
-        # every step runs whatever the machine's load (--no-stop); a short window, ended at 40 s or 20 judged turns
-        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "40", "--warmup-s", "5",
-                     "--workers", "1", "--no-stop", "--out", str(out), "-q", env=cli_env(tmp_path / "state"),
-                     timeout=600)
+        out, state = tmp_path / "out", tmp_path / "state"
+        # every step runs whatever the machine's load (--no-stop); as short as what it shows allows: one short line
+        # per call (the load lines) and short replies (--max-tokens 8 above), so a call is a few seconds and the
+        # drain waits for little; a 20 s window holds a few of the 1-caller step's turns, and the 2-caller step ends
+        # early on its refusals (two of them are more misses than the target allows)
+        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "20", "--warmup-s", "5",
+                     "--dial-turns", "1", "--workers", "1", "--no-stop", "--out", str(out), "-q",
+                     env=cli_env(state), timeout=600)
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.communicate(timeout=120)
     assert result.returncode in (0, EXIT_NO_VERDICT), result.stderr
-    assert not _dialers(url), "no dial call, master or worker outlives the command"
+    assert not _dialers(state), "no dial call, master or worker outlives the command"
     doc = json.loads((out / "load.json").read_text())
     assert (doc["mode"], doc["metric"], doc["slo_heard_ms"]) == ("dial", "heard_gap_ms", 1500.0)
+    assert doc["caller"]["lines"] == "load" and doc["caller"]["turns"] == 1
     (sweep,) = doc["sweeps"]
     assert sweep["url"] == url and [s["callers"] for s in sweep["steps"]] == [1, 2]
     samples = read_samples(out / "load_samples.csv")
@@ -87,6 +100,15 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     assert all(s["error"].startswith("refused: close code 1013") and s["heard_gap_ms"] is None for s in refusals)
     assert two["error_reasons"][refusals[0]["error"]] >= 1 and "--max-calls" in refusals[0]["error"]
     assert "limit" in " ".join(two["error_reasons"])
+    # the host CPU per process of each step: the agent (listening on the dialled port) and the local worker are this
+    # machine's processes, so both have a reading; the LLM server is the agent's --url (the session's server)
+    found = sweep["processes_found"]
+    assert found["agent"]["pids"] == [ready["pid"]]
+    for step in sweep["steps"]:
+        cpu = step["processes"]
+        assert cpu["agent"]["cpu_s"] is not None and cpu["agent"]["cpu_s"] > 0, cpu
+        assert cpu["workers"]["cpu_s"] is not None and cpu["wall_s"] > 0
+        assert cpu["agent"]["share"] == pytest.approx(cpu["agent"]["cpu_s"] / cpu["wall_s"], abs=1e-3)
     for entry in LOAD_CAPABILITY.checks:
         assert entry.run(out), entry.name
     verdict = sweep["verdict"]

@@ -89,6 +89,12 @@ def test_the_stage_that_grew_most_is_named_at_the_first_step_past_the_verdict() 
     assert "limited by agent: STT at 3 callers (+900 ms median from 1 caller)" in line
     # growth within STAGE_GROWTH_MIN_MS names no stage; no spans at all: nothing to compare
     assert stats.verdict(_steps([200.0, 230.0], [900.0, 2500.0]), None, early=True)["saturating_stage"] is None
+    # max callers = 0 (the 1-caller step failed) in a --no-stop sweep: the last timed step names the stage
+    failing = _steps([200.0, 260.0, 1100.0], [2500.0, 2600.0, 2700.0])
+    zero = stats.verdict(failing, None, early=True)
+    assert zero["max_callers"] == 0
+    assert zero["saturating_stage"] == {"stage": "stt", "callers": 3, "growth_ms": 900.0, "from_callers": 1}
+    assert stats.verdict(failing[:1], None, early=True)["saturating_stage"] is None  # one step: nothing grew
     bare = [{**s, "agent_stage_turns": 0} for s in steps]
     assert stats.stage_growth(bare) is None and stats.verdict(bare, None, early=True)["saturating_stage"] is None
 

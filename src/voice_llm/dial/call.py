@@ -74,6 +74,9 @@ class CallSettings:
     reply_wait_s: float | None = None  # None: deadline_s
     lead_ms: float = LEAD_MS
     think_ms: float = THINK_MS
+    # plus this share of the reply as heard (its first to its last sound): a caller takes longer to answer a longer
+    # reply (load --dial's callers: think time scaled to the heard reply); 0: the fixed think_ms alone
+    think_share: float = 0.0
     reply_end_ms: float = REPLY_END_MS
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
     barge_in_after_ms: float = BARGE_IN_AFTER_MS
@@ -394,7 +397,8 @@ class _Call:
             quiet_ms = (tick - (self.last_sound_tick or tick)) * ms
             if quiet_ms >= s.reply_end_ms and self.playout.idle:
                 self.state = "thinking"
-                self.think_until = tick + round(s.think_ms / ms)
+                heard_ms = ((self.last_sound_tick or tick) - turn.first_sound_tick + 1) * ms
+                self.think_until = tick + round((s.think_ms + s.think_share * heard_ms) / ms)
             elif (tick - turn.first_sound_tick) * ms > s.deadline_s * 1000.0:
                 self.fail(f"the reply to turn {turn.index} did not end within {s.deadline_s:g} s")
             return
@@ -557,6 +561,14 @@ async def _connect(settings: CallSettings) -> Any:
         raise NotAWebSocketError(f"nothing answers at {url} ({host}: {exc.strerror or exc})") from exc
 
 
+async def _quietly(call: _Call) -> None:
+    """The call as asyncio.run's main task, with no result. Why: asyncio.run (Python 3.11) keeps its SIGINT handler
+    as a partial holding the main task, and restoring the handler at the end builds an enum error message with that
+    partial's repr, so the task's repr, so the repr of its result: a CallLog with every frame's arrays, 5-13 s of CPU
+    per call on this 2-core machine after the call ended (measured under load --dial, where it taxed the agent)."""
+    await call.run()
+
+
 def run_call(settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None = None,
              clock: ClockHolder | None = None) -> CallLog:
     """The call, in real time, in its own event loop; returns what it left (``error`` set when it failed)."""
@@ -564,7 +576,8 @@ def run_call(settings: CallSettings, lines: Sequence[CallerLine], recording: Liv
         raise DialError("no caller line to say")
     call = _Call(settings, lines, recording, clock)
     try:
-        return asyncio.run(call.run())
+        asyncio.run(_quietly(call))
+        return call.log
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the CLI turns it: the call so far is kept, then it stops
         call.log.interrupted = True
         if call.log.error is None:

@@ -53,6 +53,19 @@ PAUSE_LINES: tuple[tuple[str, ...], ...] = (
 )
 
 
+# The caller lines of load (`--caller-lines load`, issue 30 item 4): short clinic questions, about a second of speech
+# each, so that a turn of a call under load is mostly the agent's (its gap and its reply), not the caller's line: a
+# load step gets its judged turns in minutes. A call says the first N (--turns).
+LOAD_LINES: tuple[str, ...] = (
+    "Do you take Medicare?",
+    "Are you open on Saturday?",
+    "Where do I park?",
+    "Can I come in Monday?",
+    "Do I need to fast?",
+    "How do I cancel?",
+)
+
+
 def _piper(length_scale: float) -> tuple[Any, Any, Path]:
     model, config = default_voice()
     try:

@@ -37,7 +37,7 @@ from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
-from voice_llm.dial.caller import (PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
+from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
 from voice_llm.dial.measure import CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
@@ -68,7 +68,8 @@ HEARD_PAD_MS = 100.0  # audio kept around a reply for its transcription (Whisper
 # a planned mid-sentence pause of caller.PAUSE_MS, then one ordinary line (caller.PAUSE_LINES): cut-offs
 CLINIC_LINES = "clinic"
 PAUSE = "pause"
-CALLER_LINES = (CLINIC_LINES, PAUSE)
+LOAD = "load"  # short clinic questions (caller.LOAD_LINES): many turns a minute, for load --dial
+CALLER_LINES = (CLINIC_LINES, PAUSE, LOAD)
 
 
 def caller_wav_name(index: int) -> str:
@@ -101,6 +102,7 @@ class DialOptions:
     barge_in_given: bool = False
     barge_in_after_ms: float = callmod.BARGE_IN_AFTER_MS
     think_ms: float = callmod.THINK_MS
+    think_share: float = 0.0  # plus this share of the heard reply (callmod.CallSettings.think_share)
     lead_ms: float = callmod.LEAD_MS
     reply_end_ms: float = callmod.REPLY_END_MS
     stt: str = DEFAULT_STT
@@ -167,7 +169,8 @@ class DialOptions:
     def call_settings(self, url: str) -> CallSettings:
         return CallSettings(url=url, line=self.line_format(), jitter_ms=self.jitter_ms, cap_s=self.cap_s,
                             deadline_s=self.deadline_s, reply_wait_s=self.reply_wait_s, lead_ms=self.lead_ms,
-                            think_ms=self.think_ms, reply_end_ms=self.reply_end_ms,
+                            think_ms=self.think_ms, think_share=self.think_share,
+                            reply_end_ms=self.reply_end_ms,
                             barge_in_turns=self.barge_in_turns, barge_in_after_ms=self.barge_in_after_ms,
                             loss_pct=self.loss_pct, seed=self.seed, echo_db=self.echo_db)
 
@@ -204,8 +207,9 @@ def _caller_audio_flags(group: Any) -> None:  # an argparse argument group
     group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
                        help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
     group.add_argument("--caller-lines", choices=CALLER_LINES, default=CLINIC_LINES,
-                       help=f"the synthesized caller's lines: clinic (default) or pause (a sentence with a "
-                            f"{PAUSE_MS:g} ms pause mid-sentence, then one ordinary line: counts cut-offs)")
+                       help=f"the synthesized caller's lines: clinic (default), pause (a sentence with a "
+                            f"{PAUSE_MS:g} ms pause mid-sentence, then one ordinary line: counts cut-offs) or load "
+                            f"({len(LOAD_LINES)} short clinic questions, about a second each: load --dial's callers)")
     group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
                        help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
 
@@ -240,6 +244,9 @@ def add_call_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--think-ms", type=flags.non_negative_number, default=callmod.THINK_MS, metavar="MS",
                        help=f"the caller's pause after a reply ended before the next line (default "
                             f"{callmod.THINK_MS:g})")
+    group.add_argument("--think-share", type=flags.non_negative_number, default=0.0, metavar="X",
+                       help="plus X times the reply's heard length (first to last sound): a longer reply, a longer "
+                            "pause (default 0; load --dial's callers use 0.1)")
 
 
 CONVERSE_COMMANDS = frozenset({"lab", "converse"})
@@ -315,6 +322,7 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         stt=values.get("stt") or DEFAULT_STT, stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
         reply_end_ms=values["reply_end_ms"] if values.get("reply_end_ms") is not None else callmod.REPLY_END_MS,
         think_ms=values["think_ms"] if values.get("think_ms") is not None else callmod.THINK_MS,
+        think_share=values.get("think_share") or 0.0,
     )
 
 
@@ -362,6 +370,11 @@ def caller_lines(options: DialOptions) -> Caller:
         notes = () if options.barge_in_given else (f"--caller-lines {PAUSE}: no barge-in (--barge-in-turns to plan one)",)
         return Caller(tuple(on_line(u, line, p) for u, p in zip(utterances, pauses)), voice, "synthesized", PAUSE,
                       barge, notes, lines_set=PAUSE, pause_ms=PAUSE_MS)
+    if options.caller_lines == LOAD:
+        if options.turns > len(LOAD_LINES):
+            raise ConfigError(f"--caller-lines {LOAD} has {len(LOAD_LINES)} lines; --turns {options.turns} is more")
+        utterances, voice = synthesize_lines(LOAD_LINES[:options.turns])
+        return Caller(tuple(on_line(u, line) for u in utterances), voice, "synthesized", LOAD, lines_set=LOAD)
     dialogue = load_dialogue(options.dialogue)
     utterances, voice = synthesize_lines(dialogue.turns[:options.turns])
     # A barge-in on turn N is line N+1 cutting into reply N: on the last line (or past it) there is none to cut in
@@ -625,6 +638,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         "caller": caller.as_dict(),
         "settings": {"turns": len(caller.lines), "barge_in_turns": list(log.settings.barge_in_turns),
                      "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
+                     "think_share": log.settings.think_share,
                      "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,

@@ -138,6 +138,11 @@ def check_load_verdict(out: RunFolder | Path) -> str:
         again = stats.verdict(sweep["steps"], sweep["slots"], early=doc.get("mode") == "dial" or _schema(doc) >= 4)
         if _schema(doc) < 3:
             again.pop("saturating_stage", None)  # added in load_schema_version 3
+        if _schema(doc) == 3 and again.get("max_callers") == 0:
+            # before load_schema_version 4 a verdict of 0 named no saturating stage (the first step is the base);
+            # since, a --no-stop sweep's last timed step names it (stats.saturating_stage)
+            if sweep["verdict"].get("saturating_stage") is None:
+                again["saturating_stage"] = None
         _require(again == sweep["verdict"], f"slots {sweep['slots']}: verdict {sweep['verdict']} but the steps say {again}")
         if doc.get("stop_on_budget", True):
             metric, slo = _judged_on(doc)

@@ -26,7 +26,8 @@ from voice_llm.load import stats, voice_caller_path
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,
                                  DIAL_CALLERS, DIAL_DEADLINE_S, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
-                                 LOAD_MAX_TOKENS, LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
+                                 AGENT_LOAD_MAX_TOKENS, DIAL_LINE_SETS, DIAL_LINES, LOAD_MAX_TOKENS, LOAD_THINK_SCALE,
+                                 SPEECH_WORDS_PER_S)
 from voice_llm.load.run import run_load
 from voice_llm.load.settings import LoadSettings
 from voice_llm.load.stats import slots_label
@@ -73,12 +74,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"dropped window at the start of each step (s; default {DEFAULT_WARMUP_S:g}, --dial {DIAL_WARMUP_S:g})")
     dial = p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), judged at its ear")
     dial.add_argument("--dial", metavar="URL", default=None,
-                      help="the agent's WebSocket (e.g. `voice-llm agent --max-calls 4`'s ws://127.0.0.1:18300/); no "
-                           "LLM server is started or asked")
+                      help="the agent's WebSocket, e.g. ws://127.0.0.1:18300/ of `voice-llm agent --max-calls 8 "
+                           f"--max-tokens {AGENT_LOAD_MAX_TOKENS}` (short replies: a step is judged in minutes; add "
+                           "--otlp http://HOST:PORT with --otlp-listen for its stage times); no LLM server is started "
+                           "or asked")
     dial.add_argument("--slo-heard-ms", type=flags.positive_number, default=DEFAULT_SLO_HEARD_MS,
                       help="heard-gap budget: goodput counts turns heard within it; the sweep stops when p90 exceeds it")
     dial.add_argument("--dial-turns", type=flags.positive_int, default=DIAL_TURNS,
                       help=f"caller lines per call (default {DIAL_TURNS}: short calls, a verdict in minutes)")
+    dial.add_argument("--dial-lines", choices=DIAL_LINE_SETS, default=DIAL_LINES,
+                      help=f"the caller's lines (dial --caller-lines; default {DIAL_LINES}: short clinic questions, "
+                           "about a second each; clinic: the dialogue's longer ones)")
     dial.add_argument("--dial-barge-in-turns", type=_turn_list, default=(),
                       help="turns whose reply the caller cuts into (default none)")
     dial.add_argument("--dial-protocol", choices=("twilio", "pcm"), default="twilio", help="the line (default twilio)")

@@ -77,16 +77,41 @@ class PhaseClock:
         return steps
 
 
+LINE_BYTES_PER_S = 2 * 2 * 8000  # dial's live WAV: stereo int16 at the line's rate, 8 kHz at the least (Twilio)
+WAV_HEADER_BYTES = 44
+TURN_MARGIN_S = 0.5  # a call's first turn starts at its first speech end: after dial's 500 ms lead silence at least
+
+
+def turns_since(placed: float, out: Path, now: float) -> float:
+    """The earliest moment a running call's turns can have started (each starts at a caller speech end on the
+    call's clock). dial opens its live WAV in ``out``/dial just before it connects and writes one frame per 20 ms
+    tick: while there is none the call clock has not started, so no turn began before ``now``; once it grows, the
+    clock started its length ago (read at 8 kHz, the lowest line rate: never later than it did), and no turn began
+    before TURN_MARGIN_S after that. Why: at 1 caller a step's window ends at the report of a call that just ended,
+    while its caller has already placed the next call; counted from its placing, the drain waited for that whole
+    call, none of whose turns started in the window. Cannot tell (an OS error): when it was placed."""
+    folder = out / "dial"
+    try:
+        sizes = [p.stat().st_size for p in folder.glob("*.wav")] if folder.is_dir() else []
+    except OSError:
+        return placed
+    if not sizes:
+        return now
+    elapsed = max(0, max(sizes) - WAV_HEADER_BYTES) / LINE_BYTES_PER_S
+    return max(placed, now - elapsed - TURN_MARGIN_S)
+
+
 def dial_command(config: DialConfig, out: Path, lines: Path | None) -> list[str]:
     """The `voice-llm dial` command line of one call into ``out`` (a folder of its own). No STT for the heard
     replies (what a load step needs is when the caller heard the agent, not the words: Whisper would take the
     agent's CPU); the caller's lines from ``lines`` once a call made them, else synthesized for ``config.turns``."""
     command = [sys.executable, "-m", "voice_llm", "dial", config.url, "--out", str(out), "--stt", "none", "-q",
                "--protocol", config.protocol, "--deadline", f"{config.deadline_s:g}",
-               "--barge-in-turns", ",".join(str(t) for t in config.barge_in_turns) or "none"]
+               "--barge-in-turns", ",".join(str(t) for t in config.barge_in_turns) or "none",
+               "--think-ms", f"{config.think_ms:g}", "--think-share", f"{config.think_share:g}"]
     if lines is not None:
         return [*command, "--caller-audio", str(lines)]
-    return [*command, "--turns", str(config.turns)]
+    return [*command, "--caller-lines", config.lines, "--turns", str(config.turns)]
 
 
 def keep_lines(call_out: Path, lines: Path) -> bool:
@@ -237,5 +262,6 @@ def _short(error: str) -> str:
     return re.sub(r" \(the call so far is in [^)]*\)", "", error).strip()
 
 
-__all__ = ["CallId", "Phase", "PhaseClock", "call_samples", "dial_command", "keep_lines", "refusal", "refused_error"]
+__all__ = ["CallId", "Phase", "PhaseClock", "call_samples", "dial_command", "keep_lines", "refusal", "refused_error",
+           "turns_since"]
 

@@ -21,19 +21,23 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
         summary = stats.summarize_step(measured, plan.slo_ms, window["end"] - window["start"], plan.metric)
         steps.append({"step": live["step"], "callers": live["callers"], "window": window, "cpu": live["cpu"],
                       "generator_bound": stats.generator_bound(live["cpu"], summary), "host": live["host"],
-                      **summary})
+                      **summary, **({"processes": live["processes"]} if "processes" in live else {})})
     doc = {
         "slots": slots, "url": url, "workers": result["workers"], "stopped": result["stopped"],
         "started": result["started"], "ended": result["ended"], "master_port": result.get("master_port"),
         "interrupted": result.get("interrupted"), "steps": steps,
+        # dialing callers: whose CPU each step's ``processes`` holds and how they were found (load.proccpu)
+        **({"processes_found": result["processes_found"]} if "processes_found" in result else {}),
         "verdict": stats.verdict(steps, slots, plan.decide_early),
     }
     return doc, samples
 
 
 # load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
-# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 4: text steps end at
-# their 20th judged turn and fail early as dialing ones do (the verdict's failed_early), window.ended/warmup_s.
+# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 3 the agent's stage
+# times; 4: text steps end at their 20th judged turn and fail early as dialing ones do (the verdict's failed_early),
+# window.ended/warmup_s; dialing steps keep the host CPU per process (``processes``: agent, server, workers, master)
+# with the sweep's ``processes_found``, and the call each caller makes (caller.lines, think_ms, think_share).
 LOAD_SCHEMA_VERSION = 4
 
 

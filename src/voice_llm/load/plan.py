@@ -29,11 +29,19 @@ LOAD_THINK_SCALE = 0.25
 DEFAULT_SLO_FIRST_SENTENCE_MS = 1000.0
 DEFAULT_BARGE_IN_SHARE = 0.1
 DEFAULT_MASTER_PORT = 5557
-# Dialing callers (load --dial URL): the heard-gap SLO and a short call, so that a step is judged in minutes:
-# 2 caller lines per call, no barge-in (its cut-off reply would end the turn early), the caller's lines made once
-# per worker and reused (voice_llm.load.dialing).
+# Dialing callers (load --dial URL): the heard-gap SLO and short turns, so that a step is judged in minutes (issue
+# 30 item 4): the `load` caller lines (dial's --caller-lines load: short clinic questions, about a second each), 4
+# per call (the dial subprocess's start and the call's lead silence, ~3 s, spread over 4 turns), no barge-in (its
+# cut-off reply would end the turn early), the caller's lines made once per worker and reused
+# (voice_llm.load.dialing), and a think pause scaled to the reply heard (DIAL_THINK_SHARE of it, after dial's
+# reply-end silence). The replies are the agent's: start it with a short --max-tokens (AGENT_LOAD_MAX_TOKENS).
 DEFAULT_SLO_HEARD_MS = 1500.0
-DIAL_TURNS = 2
+DIAL_TURNS = 4
+DIAL_LINES = "load"  # dial --caller-lines: load (default) or clinic (the dialogue's longer lines)
+DIAL_LINE_SETS = ("load", "clinic")
+DIAL_THINK_MS = 0.0  # the fixed part of the caller's pause after a reply (dial --think-ms; dial's own default 300)
+DIAL_THINK_SHARE = 0.1  # ... plus this share of the reply as heard (dial --think-share): 3 s heard, 300 ms pause
+AGENT_LOAD_MAX_TOKENS = 12  # what `load --dial --help` and the README tell the user to start the agent with
 DIAL_CALLERS = (1, 2, 3, 4, 6, 8)  # a CPU box holds few real-time callers: small steps up
 DIAL_STEP_S = 300.0  # the longest measured window: it ends once MIN_JUDGED_TURNS judged turns are in
 DIAL_WARMUP_S = 20.0
@@ -80,6 +88,9 @@ class DialConfig:
     barge_in_turns: tuple[int, ...] = ()
     deadline_s: float = DIAL_DEADLINE_S  # dial --deadline: the longest wait for the handshake, a reply, its end
     refused_pause_s: float = 5.0  # after a refused or failed call, before the caller dials again
+    lines: str = DIAL_LINES  # dial --caller-lines
+    think_ms: float = DIAL_THINK_MS  # dial --think-ms
+    think_share: float = DIAL_THINK_SHARE  # dial --think-share
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -293,6 +293,30 @@ def _stages_table(sweep: Mapping[str, Any]) -> str:
             + style.table(header, rows, "load-stages"))
 
 
+_ROLE_LABELS = {"agent": "agent", "server": "LLM server", "workers": "Locust workers + dial calls",
+                "master": "Locust master"}
+
+
+def _processes_table(sweep: Mapping[str, Any]) -> str:
+    """Host CPU per process over each step's measured window (load.proccpu): CPU seconds and share of one core."""
+    steps = [s for s in sweep["steps"] if isinstance(s.get("processes"), Mapping)]
+    if not steps:
+        return ""
+    roles = [r for r in _ROLE_LABELS if any(r in s["processes"] for s in steps)]
+
+    def cell(row: Any) -> str:
+        if not isinstance(row, Mapping) or row.get("cpu_s") is None:
+            return "–"
+        share = row.get("share")
+        return f"{row['cpu_s']:.1f} s" + ("" if share is None else f" ({share:.2f} core)")
+
+    rows = [[str(s["callers"]), f"{s['processes'].get('wall_s', 0):.0f} s",
+             *(cell(s["processes"].get(r)) for r in roles)] for s in steps]
+    return ("<p>Host CPU per process over each measured window (CPU seconds and share of one core; each a process "
+            "tree; load.json's processes_found says which pids and how they were found):</p>\n"
+            + style.table(["callers", "window", *(_ROLE_LABELS[r] for r in roles)], rows, "load-cpu"))
+
+
 def _dial_row(s: Mapping[str, Any]) -> list[str]:
     heard, barge = s["heard_gap_ms"], s.get("barge_ins") or {}
     load = (s.get("host") or {}).get("loadavg_1m")
@@ -329,7 +353,7 @@ def _load_tables(doc: Mapping[str, Any]) -> str:
         reason = no_data_reason(sweep)
         title = _verdict_words(sweep).replace(": ", " — ", 1)
         body = (f'<p class="missing">no data: {html.escape(reason)}</p>\n' if reason else "") + \
-            (style.table(header, rows, "load-steps") if rows else "") + (_stages_table(sweep) if dial else "")
+            (style.table(header, rows, "load-steps") if rows else "") + (_stages_table(sweep) + _processes_table(sweep) if dial else "")
         parts.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(stopped)}</p>\n" + body)
     if not parts:
         parts.append(f'<p class="missing">no data: load.json holds no sweep{_ended(doc)}</p>\n')

@@ -32,7 +32,8 @@ from voice_llm.load.document import load_document, sweep_document
 from voice_llm.load.settings import DEFAULT_SLOTS, LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, LOAD_MAX_TOKENS,
-                                 SPEECH_WORDS_PER_S, CallerConfig, DialConfig, SweepPlan)
+                                 SPEECH_WORDS_PER_S, AGENT_LOAD_MAX_TOKENS, DIAL_LINE_SETS, CallerConfig, DialConfig,
+                                 SweepPlan)
 from voice_llm.load import stages, stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
@@ -107,11 +108,18 @@ def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialConfig, dict[
         raise ConfigError(f"--dial-barge-in-turns {list(settings.dial_barge_in_turns)}: a barge-in cuts into turn "
                           f"K's reply with line K+1, so K must be 1..{settings.dial_turns - 1} (--dial-turns "
                           f"{settings.dial_turns})")
+    if settings.dial_lines not in DIAL_LINE_SETS:
+        raise ConfigError(f"--dial-lines must be one of {', '.join(DIAL_LINE_SETS)}, not {settings.dial_lines!r}")
     dial = DialConfig(url=settings.dial, protocol=settings.dial_protocol, turns=settings.dial_turns,
-                      barge_in_turns=tuple(settings.dial_barge_in_turns), deadline_s=settings.dial_deadline_s)
+                      barge_in_turns=tuple(settings.dial_barge_in_turns), deadline_s=settings.dial_deadline_s,
+                      lines=settings.dial_lines)
     described = {"mode": "dial", "url": dial.url, "protocol": dial.protocol, "turns": dial.turns,
                  "barge_in_turns": list(dial.barge_in_turns), "deadline_s": dial.deadline_s,
-                 "refused_pause_s": dial.refused_pause_s,
+                 "refused_pause_s": dial.refused_pause_s, "lines": dial.lines,
+                 "think": {"think_ms": dial.think_ms, "think_share": dial.think_share,
+                           "rule": "after dial's reply-end silence (700 ms heard silent, the buffer idle): "
+                                   "think_ms + think_share x the reply as heard (first to last sound)"},
+                 "agent_max_tokens_advised": AGENT_LOAD_MAX_TOKENS,
                  "how": "each caller: one `voice-llm dial URL --stt none` subprocess per call, one call after "
                         "another; the first call of each worker synthesizes the lines (Piper), later calls say "
                         "that call's caller WAVs (--caller-audio); a turn starts at the caller's speech end"}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_SLO_FIRST_SENTENCE_MS,
                                  DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_DEADLINE_S,
-                                 DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
+                                 DIAL_LINES, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, LOAD_THINK_SCALE,
+                                 SPEECH_WORDS_PER_S)
 from voice_llm.scenario import dialogue as dialogues
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
@@ -65,6 +66,7 @@ class LoadSettings:
     dial: str | None = None
     slo_heard_ms: float = DEFAULT_SLO_HEARD_MS
     dial_turns: int = DIAL_TURNS
+    dial_lines: str = DIAL_LINES  # the caller lines (dial --caller-lines): load (short) or clinic
     dial_barge_in_turns: tuple[int, ...] = ()
     dial_protocol: str = "twilio"
     dial_deadline_s: float = DIAL_DEADLINE_S

@@ -181,10 +181,14 @@ def stage_growth(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def saturating_stage(steps: Sequence[Mapping[str, Any]], at_callers: int | None) -> dict[str, Any] | None:
     """The stage that grew most at ``at_callers`` (the first step past the verdict; else the last step with stage
-    times): {"stage", "callers", "growth_ms"}; None when no stage grew past STAGE_GROWTH_MIN_MS there."""
+    times): {"stage", "callers", "growth_ms"}; None when no stage grew past STAGE_GROWTH_MIN_MS there. When the first
+    step past the verdict is the first timed step itself (max callers = 0: nothing grew *to* it), the last step with
+    stage times says which stage grows with the callers (a --no-stop sweep went on past it)."""
     growth = stage_growth(steps)
     if growth is None:
         return None
+    if at_callers == growth["from_callers"]:
+        at_callers = None
     rows = [r for r in growth["steps"] if at_callers is None or r["callers"] == at_callers]
     row = rows[-1] if rows else None
     if row is None or row["grew_most"] is None:

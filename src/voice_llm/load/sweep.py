@@ -35,7 +35,7 @@ from typing import Any
 
 import gevent
 
-from voice_llm.load import stats, voice_caller
+from voice_llm.load import proccpu, stats, voice_caller
 from voice_llm.util.children import stop_child
 from voice_llm.load import voice_caller_path
 from voice_llm.load.plan import SweepPlan
@@ -136,6 +136,7 @@ class Sweep:
         self.plan = plan
         self.collected = Collected()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.tracked: list[proccpu.Tracked] = []  # dialing callers: whose CPU each step records (load.proccpu)
         self.parent = os.getppid()
         parser = get_empty_argument_parser()
         setup_parser_arguments(parser)
@@ -232,6 +233,7 @@ class Sweep:
         warmup_s = plan.warmup_s + time.monotonic() - warm_t0
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
+        procs_before = proccpu.snapshot(self.tracked)
         start = self.announce(index, "measure", callers)
         # A window that ends once enough judged turns are in (dialing callers: --step-s is then the longest one):
         # when it ends depends on how many turns were reported, never on what they measured, so the step's numbers
@@ -240,6 +242,8 @@ class Sweep:
         self.wait(plan.step_s, (lambda: self.decided_so_far(index)) if needed else (lambda: False))
         ended = self.window_end(index) if needed else None
         end = self.announce(index, "drain", callers)
+        processes = proccpu.step_processes(self.tracked, procs_before, proccpu.snapshot(self.tracked), end - start) \
+            if self.tracked else None
         host = {"cpu_busy": busy_share(cpu_before, host_cpu_ticks()), "loadavg_1m": os.getloadavg()[0],
                 "master_cpu_s": time.process_time() - master_cpu}
         drain_s = self.drain(index, end)
@@ -250,6 +254,8 @@ class Sweep:
         window = {"start": start, "end": end, "drain_s": drain_s, "warmup_s": warmup_s, "ended": ended or "step_s"}
         step = {"step": index, "callers": callers, "window": window,
                 "cpu": cpu, "generator_bound": stats.generator_bound(cpu, summary), "host": host, **summary}
+        if processes is not None:
+            step["processes"] = processes
         first = step[plan.metric]
         what = "heard gap" if plan.dial is not None else "first sentence"
         extra = (f"refused {summary['refused']}, late frames {summary['late_frames']} of {summary['call_frames']}"
@@ -267,7 +273,8 @@ class Sweep:
                interrupted: str | None) -> dict[str, Any]:
         return {"started": started, "ended": time.time(), "master_port": self.port, "workers": workers,
                 "steps": list(steps), "stopped": stopped, "samples": list(self.collected.samples),
-                "interrupted": interrupted}
+                "interrupted": interrupted,
+                **({"processes_found": proccpu.found_block(self.tracked)} if self.tracked else {})}
 
     def run(self, save: Callable[[dict[str, Any]], None] = lambda result: None) -> dict[str, Any]:
         """The whole sweep. ``save`` gets the result after every step and once more at the end, also when the
@@ -286,6 +293,8 @@ class Sweep:
                 log(f"master waiting for {plan.expect_workers} workers on {plan.bind_host}:{self.port}")
             workers = self.wait_for_workers()
             log(f"{len(workers)} Locust workers connected")
+            if plan.dial is not None:  # the CPU of the agent, its LLM server and the callers, per step
+                self.tracked = proccpu.find(plan.dial.url, [p.pid for p in self.procs], os.getpid())
             for index, callers in enumerate(plan.callers):
                 current = f"during the {callers}-caller step"
                 step = self.run_step(index, callers)

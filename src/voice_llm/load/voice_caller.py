@@ -62,7 +62,7 @@ class WorkerState:
     config: CallerConfig | None = None
     dial: DialConfig | None = None
     clock: dialing.PhaseClock = field(default_factory=dialing.PhaseClock)
-    calls: dict[tuple[int, int], float] = field(default_factory=dict)  # dialing calls running -> when placed
+    calls: dict[tuple[int, int], tuple[float, Path]] = field(default_factory=dict)  # dialing calls: placed, folder
     lines: Path | None = None  # the caller-audio folder the first call made (voice_llm.load.dialing)
     tmp: Path | None = None
 
@@ -94,8 +94,8 @@ def _on_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     data["voice_samples"], STATE.samples = STATE.samples, []
     data["voice_cpu"], STATE.cpu = STATE.cpu, []
     inflight = {str(k): v for k, v in STATE.inflight.items() if v}
-    for placed in STATE.calls.values():  # a dialing call running may have turns in every measured step it overlaps
-        for step in STATE.clock.measured_steps(placed):
+    for placed, out in list(STATE.calls.values()):  # a dialing call may have turns in every measured step it overlaps
+        for step in STATE.clock.measured_steps(dialing.turns_since(placed, out, time.time())):
             inflight[str(step)] = inflight.get(str(step), 0) + 1
     data["voice_inflight"] = inflight
     data["voice_phase"] = [STATE.step, STATE.phase]
@@ -268,7 +268,7 @@ class DialCaller(User):
         out = Path(tempfile.mkdtemp(prefix="call-", dir=STATE.tmp))
         lines = STATE.lines if STATE.lines is not None and STATE.lines.is_dir() else None
         placed = time.time()
-        STATE.calls[key] = placed
+        STATE.calls[key] = (placed, out)
         proc = subprocess.Popen(dialing.dial_command(cfg, out, lines), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
