@@ -31,7 +31,7 @@ SLOW_FIXTURES = frozenset({"server_binary", "model_path", "running_server", "sha
                            "lab_run", "llama_cpp_python_server"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker, and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow"):
@@ -39,17 +39,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in IMPLY_SLOW_MARKERS) or \
                 SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    # The slow tier on more than one pytest worker (`--dist loadgroup`): every test that reads the session lab (its
-    # fixtures, transitively) on one worker, so the lab (minutes) runs once; every other test with the rest of its
-    # module, so a module's own fixtures (a server, a lab against a fake, a run) are made once. Without xdist the
-    # marker means nothing.
-    for item in items:
-        if not item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"):
-            continue
-        module = getattr(item, "module", None)
-        group = "session-lab" if "lab_run" in getattr(item, "fixturenames", ()) else \
-            (module.__name__ if module else item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config: pytest.Config) -> None:
