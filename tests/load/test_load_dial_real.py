@@ -56,7 +56,8 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
          "--ready-file", str(ready_file)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
-        url = wait_for_ready(agent, ready_file, 180)["listen"]
+        ready = wait_for_ready(agent, ready_file, 180)
+        url = ready["listen"]
         out, state = tmp_path / "out", tmp_path / "state"
         # every step runs whatever the machine's load (--no-stop); as short as what it shows allows: one short line
         # per call (the load lines) and short replies (--max-tokens 8 above), so a call is a few seconds and the

@@ -32,7 +32,10 @@ def test_up_four_slots_then_load_is_refused_before_any_turn(tmp_path: Path, serv
                                f"voice-llm up --port {proxy_port} --slots 4 --ctx 16384 --restart", "--docs")
     assert "clinic call's longest request (turn 6 of 6" in err
     assert b"/tokenize" in sent and b"/chat/completions" not in sent, "counted, and no turn was sent"
-    assert_clean_failure(by_port, "4 slots and -c 4096 (1024 tokens per slot)", f"--url http://127.0.0.1:{port}")
+    # `load --port P` with no --slots sweeps the managed server running there as it is: the same refusal, before
+    # any turn, naming that server and how to restart it with room for the call
+    assert_clean_failure(by_port, "gives each slot 1024 tokens (4 slots)", f"the server at http://127.0.0.1:{port} ",
+                         f"voice-llm up --port {port} --slots 4 --ctx 16384 --restart")
     for out in (tmp_path / "a", tmp_path / "b"):
         assert not (out / "load.json").exists() and not (out / "load_samples.csv").exists()
 
