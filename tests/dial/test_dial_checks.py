@@ -244,6 +244,24 @@ def test_heard_audio_before_it_arrived_fails(call: Path) -> None:
     assert "before any audio arrived" in failed(call)["check_clears"]
 
 
+def test_heard_audio_before_it_arrived_by_no_more_than_the_ticks_lateness_holds(call: Path) -> None:
+    """A tick that ran late popped its frame after audio that arrived meanwhile; the frame sits at the tick's time.
+    The slack is the lateness the dialer measured, and a sound earlier than that still fails."""
+    rows = events(call)
+    first = next(r for r in rows if r.get("dir") == "down" and r.get("event") == "media")["t_ms"]
+    left, right = read_stereo(call / "dial" / "call.wav")
+    at = sample(first - 10.0)
+    right[at:at + 400] = tone(50, 3000, 440.0)  # 10 ms before the first arrival
+    (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
+    doc = load(call)
+    doc["playout"]["max_late_ms"] = 5.0
+    save(call, doc)
+    assert "before any audio arrived" in failed(call)["check_clears"]
+    doc["playout"]["max_late_ms"] = 12.0
+    save(call, doc)
+    assert "before any audio arrived" not in failed(call).get("check_clears", "")
+
+
 def test_a_clear_count_that_is_not_the_logs_fails(call: Path) -> None:
     doc = load(call)
     doc["playout"]["clears"] = 0

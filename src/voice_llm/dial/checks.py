@@ -815,9 +815,14 @@ def check_clears(out: RunFolder | Any) -> str:
     _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
     first_loud = np.flatnonzero(loud)
     if first_loud.size:
-        _require(bool(media) and call.ms(int(first_loud[0])) >= media[0][0],
+        # A frame sits in call.wav at its tick's time, but a tick that ran late popped it late, after audio that
+        # arrived in between (seen: heard 4 ms before the first arrival, the ticks up to a frame late): the slack is
+        # the lateness the dialer measured (playout.max_late_ms), never more.
+        late = _obj(doc, "playout").get("max_late_ms")
+        slack = max(0.0, _num(late, "playout.max_late_ms")) if late is not None else 0.0
+        _require(bool(media) and call.ms(int(first_loud[0])) >= media[0][0] - slack,
                  f"the heard channel sounds at {call.ms(int(first_loud[0])):.1f} ms, before any audio arrived "
-                 f"({media[0][0] if media else 'none'})")
+                 f"({media[0][0] if media else 'none'}; ticks at most {slack:.1f} ms late)")
     clears = [t for t, r in down if r.get("event") == "clear"]
     stated = _int(_obj(doc, "playout").get("clears"), "playout.clears")
     _require(stated == len(clears), f"playout.clears {stated}, the event log has {len(clears)} clears")
