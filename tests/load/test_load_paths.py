@@ -224,9 +224,13 @@ def test_a_step_where_every_turn_fails_is_drawn_as_no_data(tmp_path: Path, env: 
         result = cli("load", "--url", fake.url, "--callers", "1", "--step-s", "2", "--warmup-s", "0", "--docs", "0",
                      "--out", str(out), *FAST, env=env)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == EXIT_NO_VERDICT, (result.stdout, result.stderr)
-    (step,) = _doc(out)["sweeps"][0]["steps"]
+    # Two failed turns in the window fail the step early (the verdict 0: no step passed); fewer leave no verdict.
+    # Which one depends on how many turns the machine fits in 2 s, so both are right, each with its own verdict.
+    assert result.returncode in (0, EXIT_NO_VERDICT), (result.stdout, result.stderr)
+    (sweep,) = _doc(out)["sweeps"]
+    (step,) = sweep["steps"]
     assert step["turns"] > 0 and step["errors"] == step["turns"]
+    assert sweep["verdict"]["max_callers"] == (0 if result.returncode == 0 else None), sweep["verdict"]
     page = (out / "report.html").read_text()
     assert "no data" in page and "measured turns failed" in page
 
