@@ -100,16 +100,23 @@ def media_payloads(caller: TwilioCaller) -> list[bytes]:
     return [base64.b64decode(m["media"]["payload"]) for m in caller.received if m["event"] == "media"]
 
 
+def paused_caller(served: Any) -> TwilioCaller:
+    """A caller on the line that said 400 ms of speech and paused 100 ms: the speech end (the speculative decode,
+    then the preemptive reply), no endpoint yet (ENDPOINT_MS)."""
+    caller = TwilioCaller(dial(served.url))
+    caller.begin()
+    caller.say(speech(400))
+    send_silence(caller, 100)
+    return caller
+
+
 def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unremembered() -> None:
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
     with FakeServer([stalled(), quick("Sure."), quick("Okay.")]) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         assert served.ready["engines"]["llm"]["preemptive"] is True
         assert served.ready["engines"]["stt"]["speculative"] is True  # --preemptive implies it
-        caller = TwilioCaller(dial(served.url))
-        caller.begin()
-        caller.say(speech(400))
-        send_silence(caller, 100)  # a pause: the speech end (decode, then the reply), no endpoint (300 ms)
+        caller = paused_caller(served)
         call = live_call(served)
         turn = holding(call)
         assert tts.texts == [HELD.strip()]  # its first clause was synthesized: audio existed, held
@@ -150,10 +157,7 @@ def test_the_endpoint_releases_exactly_the_held_audio_first_and_the_reply_goes_o
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
     with FakeServer([stalled(RELEASE_STALL_S)]) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
-        caller = TwilioCaller(dial(served.url))
-        caller.begin()
-        caller.say(speech(400))
-        send_silence(caller, 100)
+        caller = paused_caller(served)
         call = live_call(served)
         turn = holding(call)
         held = np.concatenate([item[3] for item in turn.held if item[0] == "audio"])
@@ -190,10 +194,7 @@ def test_without_the_flag_no_reply_starts_before_the_endpoint() -> None:
     with FakeServer([quick("Sure.")]) as fake, \
             serving(settings(fake.url, speculative_stt=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         assert served.ready["engines"]["llm"]["preemptive"] is False
-        caller = TwilioCaller(dial(served.url))
-        caller.begin()
-        caller.say(speech(400))
-        send_silence(caller, 100)
+        caller = paused_caller(served)
         wait_for(lambda: stt.calls)  # the speculative decode is done; no reply is asked for before the endpoint
         time.sleep(0.2)
         assert fake.requests == []
@@ -214,10 +215,7 @@ def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_t
     whole = "This whole reply was made in time."
     with FakeServer([quick(whole), quick("Sure.")]) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
-        caller = TwilioCaller(dial(served.url))
-        caller.begin()
-        caller.say(speech(400))
-        send_silence(caller, 100)
+        caller = paused_caller(served)
         call = live_call(served)
         turn = call.turns[0] if call.turns else holding(call)
         wait_for(lambda: any(item[0] == "end" for item in turn.held), 10)
