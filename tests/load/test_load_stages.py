@@ -94,8 +94,18 @@ def test_the_stage_that_grew_most_is_named_at_the_first_step_past_the_verdict() 
     zero = stats.verdict(failing, None, early=True)
     assert zero["max_callers"] == 0
     assert zero["saturating_stage"] == {"stage": "stt", "callers": 3, "growth_ms": 900.0, "from_callers": 1}
-    assert stats.verdict(failing[:1], None, early=True)["saturating_stage"] is None  # one step: nothing grew
+    one = stats.verdict(failing[:1], None, early=True)
+    assert one["saturating_stage"] is None  # one step: nothing grew
+    # ... but the verdict line still names the stage that takes most of the gap at 1 caller
+    assert stats.largest_stage(failing[0]) == {"stage": "endpoint_wait", "ms": BASE["endpoint_wait"], "callers": 1}
+    slow_stt = _steps([1100.0], [2500.0])
+    assert stats.largest_stage(slow_stt[0]) == {"stage": "stt", "ms": 1110.0, "callers": 1}
+    line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 60.0},
+                            {"url": "ws://a/", "slots": None, "steps": slow_stt,
+                             "verdict": stats.verdict(slow_stt, None, early=True)})
+    assert "max callers = 0" in line and "at 1 caller the agent's largest stage: STT 1110 ms median of a 2500 ms" in line
     bare = [{**s, "agent_stage_turns": 0} for s in steps]
+    assert stats.largest_stage(bare[0]) is None
     assert stats.stage_growth(bare) is None and stats.verdict(bare, None, early=True)["saturating_stage"] is None
 
 
@@ -195,6 +205,11 @@ def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
     page = report.load_section(doc)
     assert page.count('<figure class="chart"') == 2 and 'id="chart-loadstages"' in page
     assert page.index('id="chart-loadstages"') < page.index('class="load-stages"') < page.index("</section>")
+    # a verdict of 0 with nothing grown names the first step's largest stage (its 1 caller misses the SLO)
+    zero = json.loads(json.dumps(doc))
+    zero["sweeps"][0]["verdict"].update(max_callers=0, saturating_stage=None)
+    _, caption, _ = report.load_chart(zero)
+    assert "max callers = 0" in caption and "at 1 caller the agent's largest stage: end-of-turn wait" in caption
     # no spans: one chart, no stage table
     for step in doc["sweeps"][0]["steps"]:
         step["agent_stage_turns"] = 0

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 
-from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, slots_label
+from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
 from voice_llm.util.artifacts import LOAD
@@ -88,6 +88,12 @@ def _verdict_words(sweep: Mapping[str, Any]) -> str:
                 f"in every step){_grew(verdict)}")
     limit = f" (limited by {verdict['limited_by']})" if verdict.get("limited_by") else ""
     limit += _grew(verdict)
+    if verdict["max_callers"] == 0 and not verdict.get("saturating_stage"):
+        first = next((s for s in sweep.get("steps") or [] if s.get("judged")), None)
+        largest = largest_stage(first) if first else None
+        if largest:
+            limit += (f"; at {largest['callers']} caller{'' if largest['callers'] == 1 else 's'} the agent's largest "
+                      f"stage: {STAGE_LABELS.get(largest['stage'], largest['stage'])} {largest['ms']:.0f} ms")
     rests = f", on {verdict['judged_turns']} judged turns" if verdict.get("judged_turns") is not None else ""
     return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
 
