@@ -76,8 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dial.add_argument("--dial", metavar="URL", default=None,
                       help="the agent's WebSocket, e.g. ws://127.0.0.1:18300/ of `voice-llm agent --max-calls 8 "
                            f"--max-tokens {AGENT_LOAD_MAX_TOKENS}` (short replies: a step is judged in minutes; add "
-                           "--otlp http://HOST:PORT with --otlp-listen for its stage times); no LLM server is started "
-                           "or asked")
+                           "--otlp http://HOST:PORT with --otlp-listen for its stage times) on an LLM server with a "
+                           "slot per caller (`voice-llm up --slots 4 --ctx 16384`: with one slot, calls queue and "
+                           "re-prefill each other's history); no LLM server is started or asked")
     dial.add_argument("--slo-heard-ms", type=flags.positive_number, default=DEFAULT_SLO_HEARD_MS,
                       help="heard-gap budget: goodput counts turns heard within it; the sweep stops when p90 exceeds it")
     dial.add_argument("--dial-turns", type=flags.positive_int, default=DIAL_TURNS,
