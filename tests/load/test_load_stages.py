@@ -235,3 +235,30 @@ def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_pa
     spans = [_span("MZone", 3800.0, {**BASE, "stt": 999.0}, span_id="1"),
              _span("MZone", 9900.0, {**BASE, "stt": 300.0}, span_id="2")]
     assert stages.attach(rows, spans).turns == 1 and [r["agent_stt_ms"] for r in rows] == [200.0, 300.0]
+
+
+def test_a_dialing_sweeps_report_opens_with_its_first_steps_heard_gap(tmp_path: Path) -> None:
+    """The caller's number of a load --dial run: its first step's heard p50/p90 (load's ``headline`` hook), not
+    "not measured"; a text sweep has no caller's ear and says so; a broken load.json is one line, no traceback."""
+    from voice_llm.analysis.keynumbers import headline
+    from voice_llm.util.stats import median
+
+    out = _fake_run(tmp_path)
+    doc = json.loads((out / "load.json").read_text())
+    first = doc["sweeps"][0]["steps"][0]
+    assert first["callers"] == 1 and first["heard_gap_ms"]["p50"] == median([900.0, 1000.0])
+    found = headline(out)
+    assert (found.source, found.median_ms, found.p90_ms) == ("load.json", first["heard_gap_ms"]["p50"],
+                                                              first["heard_gap_ms"]["p90"])
+    assert found.sentence().startswith(f"The caller hears the assistant {first['heard_gap_ms']['p50']:.0f} ms after")
+    assert "at 1 caller, over the 2 judged turns of the dialing sweep's first step" in found.sentence()
+    # a first step that heard nothing: the next one's
+    doc["sweeps"][0]["steps"][0]["heard_gap_ms"] = {"p50": None, "p90": None, "p99": None}
+    (out / "load.json").write_text(json.dumps(doc))
+    assert "at 2 callers" in headline(out).sentence()
+    doc["mode"] = "text"
+    (out / "load.json").write_text(json.dumps(doc))
+    assert headline(out).median_ms is None and "was not measured in this run" in headline(out).sentence()
+    (out / "load.json").write_text("{")
+    broken = headline(out)
+    assert broken.median_ms is None and broken.sentence().startswith("The caller's number (mouth to ear) cannot be read")
