@@ -2,7 +2,7 @@
 endpoint, and commits that transcript at the endpoint; a caller who goes on before the endpoint has that decode
 dropped, and the turn is the whole utterance's. Fake engines (a loud-frame VAD, a tone TTS) and a transcriber that
 says how many samples it was given and takes a known time, so what the agent decoded, and when, is visible. That
-a speculative and a plain decode give the same words on real speech is in test_agent_real.py."""
+a speculative and a plain decode give the same words on real speech is the last test here."""
 
 from __future__ import annotations
 
