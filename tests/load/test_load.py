@@ -154,12 +154,15 @@ def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, 
 
 def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
-    # Twelve short documents: the step is the real one (12 documents, 6 turns, cache on then off) but the prompt
-    # stays small, so the cache-off run does not take minutes on a shared machine.
+    # Twelve tiny documents (a name and three words each): the step is the real one (12 documents, 6 turns, cache on
+    # then off) but the prompt stays small. The cache-off run's prefills are most of the test: measured on a busy
+    # 2-core box, 58 of its 80 s with notes of a sentence each (first prompt 456 tokens), 60 s in all with these
+    # (234 tokens); the relation keeps a wide margin: turns 2-6's median first token 0.47 s with the cache against
+    # 5.6 s without (0.41 against 10.3 with the longer notes).
     kb = tmp_path / "kb"
     kb.mkdir()
     for number in range(1, 13):
-        (kb / f"{number:02d}-note.md").write_text(f"# Note {number}\n\nThe clinic opens at {number + 6} a.m. on day {number}.\n")
+        (kb / f"{number:02d}.md").write_text(f"Open at {number + 6}.\n")
     result = cli("call", "--port", str(port), "--kb", str(kb), "--out", str(tmp_path / "out"), "-q", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     doc = json.loads((tmp_path / "out" / "call.json").read_text())
