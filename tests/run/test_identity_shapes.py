@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from clihelpers import SHORT_KB, WITHOUT_THE_CALL, cli, cli_env
+from conftest import FAKE_TOKEN_S
 from fakeshapes import OLLAMA, Shape, ShapedServer
 
 from voice_llm.checks import core as check
@@ -38,7 +39,7 @@ def _lab(shape: Shape, tmp_path_factory: pytest.TempPathFactory, **fake: object)
     # documents' length: the short KB, as the vLLM-shaped lab's).
     env = {**cli_env(tmp_path_factory.mktemp("state")), "COLUMNS": "240", **WITHOUT_THE_CALL}
     out = tmp_path_factory.mktemp(f"{shape.name}-lab") / "out"
-    with ShapedServer(shape, model=f"{shape.name}-model", **fake) as server:
+    with ShapedServer(shape, model=f"{shape.name}-model", token_s=FAKE_TOKEN_S, **fake) as server:
         done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "1", "--kb", str(SHORT_KB), env=env,
                    timeout=LAB_TIMEOUT_S)
         yield out, done, server
