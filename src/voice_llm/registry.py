@@ -122,6 +122,10 @@ class Capability:
     # builder takes what its ``compare`` returned (the dict whose "kind" is this capability's name) and returns a
     # chart (voice_llm.report.style.Chart) or the section's HTML; drawn only when ``compare`` returned one.
     compare_sections: tuple[SectionEntry, ...] = ()
+    # (folder: RunFolder) -> voice_llm.analysis.keynumbers.Headline | None: the caller's number of a run whose artifact
+    # holds it in no fixed place (a load sweep's first dialing step), asked when no ``headline`` key number was
+    # measured; None when its artifact is absent or holds no heard gap
+    headline: str | None = None
 
 
 _disabled: set[str] = set()
@@ -207,7 +211,7 @@ def resolve(reference: Reference) -> Callable[..., Any]:
 
 def references(capability: Capability) -> Iterator[tuple[str, Reference]]:
     """Every reference ``capability`` makes, as (what, reference): each check, section and step module (its
-    ``run``), and the metrics, key_numbers, cli, commands, options and install functions."""
+    ``run``), and the metrics, key_numbers, cli, commands, options, install, compare and headline functions."""
     for entry in capability.checks:
         yield f"check {entry.name!r}", entry.function
     for section in capability.sections:
@@ -216,7 +220,7 @@ def references(capability: Capability) -> Iterator[tuple[str, Reference]]:
         yield f"compare section {section.name!r}", section.builder
     for step in capability.steps:
         yield f"step {step.name!r}", f"{step.module}:run"
-    for field_name in ("metrics", "key_numbers", "cli", "commands", "options", "install", "compare"):
+    for field_name in ("metrics", "key_numbers", "cli", "commands", "options", "install", "compare", "headline"):
         reference = getattr(capability, field_name)
         if reference is not None:
             yield field_name, reference

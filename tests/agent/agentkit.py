@@ -12,7 +12,7 @@ import http.server
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -212,25 +212,31 @@ class Collector:
         return f"http://{host}:{port}"
 
     def spans(self) -> list[dict[str, Any]]:
-        """Every span received: name, ids, bounds (epoch ns), attributes as plain values."""
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        """Every span received: name, ids, bounds (epoch ns), attributes as plain values, events by name."""
+        return decode_spans(self.bodies)
 
-        out = []
-        for body in self.bodies:
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            for resource in request.resource_spans:
-                for scope in resource.scope_spans:
-                    for span in scope.spans:
-                        attributes = {}
-                        for kv in span.attributes:
-                            value = kv.value
-                            attributes[kv.key] = getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
-                        out.append({"name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                                    "parent": span.parent_span_id.hex(), "start": span.start_time_unix_nano,
-                                    "end": span.end_time_unix_nano, "attributes": attributes,
-                                    "events": {e.name: e.time_unix_nano for e in span.events}})
-        return out
+
+def decode_spans(bodies: Iterable[bytes]) -> list[dict[str, Any]]:
+    """Every span of these OTLP/HTTP protobuf bodies (as the collector received them, or as dial keeps them in
+    dial/otlp/NNNN.bin): name, ids, bounds (epoch ns), attributes as plain values, events by name (epoch ns)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    out = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    attributes = {}
+                    for kv in span.attributes:
+                        value = kv.value
+                        attributes[kv.key] = getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
+                    out.append({"name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                                "parent": span.parent_span_id.hex(), "start": span.start_time_unix_nano,
+                                "end": span.end_time_unix_nano, "attributes": attributes,
+                                "events": {e.name: e.time_unix_nano for e in span.events}})
+    return out
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from voice_llm.cli.main import main
     (["--max-calls", "0"], "at least 1"),
     (["--otlp", "ftp://collector:4318"], "OTLP"),
     (["--protocol", "sip"], "invalid choice"),
+    (["--tts-threads", "0"], "--tts-threads"),
     (["--url", "http://127.0.0.1:8080/v1/chat/completions"], "base URL"),
 ])
 def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,3 +59,9 @@ def test_preemptive_implies_speculative_stt() -> None:
     settings = command.settings_from({"preemptive": True, "speculative_stt": False})
     assert settings.preemptive and settings.speculative_stt  # the reply starts from the speculative transcript
     assert not command.settings_from({}).preemptive
+
+
+def test_piper_threads_are_onnxruntimes_unless_told() -> None:
+    """The measured default (settings.DEFAULT_TTS_THREADS): onnxruntime's own, one per core; --tts-threads sets it."""
+    assert command.settings_from({}).tts_threads is None and AgentSettings().tts_threads is None
+    assert command.settings_from({"tts_threads": 1}).tts_threads == 1

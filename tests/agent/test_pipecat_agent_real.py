@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clihelpers import wait_for_ready
+from clihelpers import cli, wait_for_ready
 
 from conftest import RunningServer
 from fakeserver import free_port
@@ -43,10 +43,11 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     try:
         ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent")
         assert ready["engine"] == "pipecat" and ready["versions"]["pipecat-ai"] == "1.14.0"
-        dial = subprocess.run(
-            [sys.executable, "-m", "voice_llm", "dial", ready["listen"], "--out", str(out), "--turns", "1",
-             "--barge-in-turns", "none", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet"],
-            capture_output=True, text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
+        # `voice-llm dial` and `check` in this process (clihelpers.cli: the same parser and commands; a new
+        # interpreter would only add its imports)
+        dial = cli("dial", ready["listen"], "--out", str(out), "--turns", "1", "--barge-in-turns", "none",
+                   "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet", env=env,
+                   timeout=900)
         assert dial.returncode == 0, dial.stderr
     finally:
         os.killpg(agent.pid, signal.SIGTERM)
@@ -72,6 +73,5 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
         decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]
     assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {doc["line"]["stream_sid"]}
-    check = subprocess.run([sys.executable, "-m", "voice_llm", "check", str(out)], capture_output=True, text=True,
-                           env=env, timeout=300)
+    check = cli("check", str(out), env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]

@@ -68,6 +68,12 @@ def test_the_processes_are_found_by_their_listening_ports_and_the_agents_command
     away = {t.role: t for t in proccpu.find("ws://10.0.0.5:18401/", [], 40, listening.get, lambda pid: [])}
     assert away["agent"].pids == () and away["server"].pids == () and away["workers"].pids == ()
     assert "not on this machine" in away["agent"].found and "remote workers" in away["workers"].found
+    # the noise warning counts the same agent and its server as the run's own CPU (load.run.measured_stack_pids)
+    from voice_llm.load.run import measured_stack_pids
+
+    readers = {"listener": listening.get, "command_line": lambda pid: commands.get(pid, [])}
+    assert measured_stack_pids("ws://127.0.0.1:18401/", **readers) == {11, 22}
+    assert measured_stack_pids("ws://10.0.0.5:18401/", **readers) == set()
 
 
 def test_a_tree_counts_its_live_descendants_and_the_children_it_reaped() -> None:

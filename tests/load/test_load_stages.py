@@ -94,8 +94,18 @@ def test_the_stage_that_grew_most_is_named_at_the_first_step_past_the_verdict() 
     zero = stats.verdict(failing, None, early=True)
     assert zero["max_callers"] == 0
     assert zero["saturating_stage"] == {"stage": "stt", "callers": 3, "growth_ms": 900.0, "from_callers": 1}
-    assert stats.verdict(failing[:1], None, early=True)["saturating_stage"] is None  # one step: nothing grew
+    one = stats.verdict(failing[:1], None, early=True)
+    assert one["saturating_stage"] is None  # one step: nothing grew
+    # ... but the verdict line still names the stage that takes most of the gap at 1 caller
+    assert stats.largest_stage(failing[0]) == {"stage": "endpoint_wait", "ms": BASE["endpoint_wait"], "callers": 1}
+    slow_stt = _steps([1100.0], [2500.0])
+    assert stats.largest_stage(slow_stt[0]) == {"stage": "stt", "ms": 1110.0, "callers": 1}
+    line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 60.0},
+                            {"url": "ws://a/", "slots": None, "steps": slow_stt,
+                             "verdict": stats.verdict(slow_stt, None, early=True)})
+    assert "max callers = 0" in line and "at 1 caller the agent's largest stage: STT 1110 ms median of a 2500 ms" in line
     bare = [{**s, "agent_stage_turns": 0} for s in steps]
+    assert stats.largest_stage(bare[0]) is None
     assert stats.stage_growth(bare) is None and stats.verdict(bare, None, early=True)["saturating_stage"] is None
 
 
@@ -195,6 +205,11 @@ def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
     page = report.load_section(doc)
     assert page.count('<figure class="chart"') == 2 and 'id="chart-loadstages"' in page
     assert page.index('id="chart-loadstages"') < page.index('class="load-stages"') < page.index("</section>")
+    # a verdict of 0 with nothing grown names the first step's largest stage (its 1 caller misses the SLO)
+    zero = json.loads(json.dumps(doc))
+    zero["sweeps"][0]["verdict"].update(max_callers=0, saturating_stage=None)
+    _, caption, _ = report.load_chart(zero)
+    assert "max callers = 0" in caption and "at 1 caller the agent's largest stage: end-of-turn wait" in caption
     # no spans: one chart, no stage table
     for step in doc["sweeps"][0]["steps"]:
         step["agent_stage_turns"] = 0
@@ -220,3 +235,30 @@ def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_pa
     spans = [_span("MZone", 3800.0, {**BASE, "stt": 999.0}, span_id="1"),
              _span("MZone", 9900.0, {**BASE, "stt": 300.0}, span_id="2")]
     assert stages.attach(rows, spans).turns == 1 and [r["agent_stt_ms"] for r in rows] == [200.0, 300.0]
+
+
+def test_a_dialing_sweeps_report_opens_with_its_first_steps_heard_gap(tmp_path: Path) -> None:
+    """The caller's number of a load --dial run: its first step's heard p50/p90 (load's ``headline`` hook), not
+    "not measured"; a text sweep has no caller's ear and says so; a broken load.json is one line, no traceback."""
+    from voice_llm.analysis.keynumbers import headline
+    from voice_llm.util.stats import median
+
+    out = _fake_run(tmp_path)
+    doc = json.loads((out / "load.json").read_text())
+    first = doc["sweeps"][0]["steps"][0]
+    assert first["callers"] == 1 and first["heard_gap_ms"]["p50"] == median([900.0, 1000.0])
+    found = headline(out)
+    assert (found.source, found.median_ms, found.p90_ms) == ("load.json", first["heard_gap_ms"]["p50"],
+                                                              first["heard_gap_ms"]["p90"])
+    assert found.sentence().startswith(f"The caller hears the assistant {first['heard_gap_ms']['p50']:.0f} ms after")
+    assert "at 1 caller, over the 2 judged turns of the dialing sweep's first step" in found.sentence()
+    # a first step that heard nothing: the next one's
+    doc["sweeps"][0]["steps"][0]["heard_gap_ms"] = {"p50": None, "p90": None, "p99": None}
+    (out / "load.json").write_text(json.dumps(doc))
+    assert "at 2 callers" in headline(out).sentence()
+    doc["mode"] = "text"
+    (out / "load.json").write_text(json.dumps(doc))
+    assert headline(out).median_ms is None and "was not measured in this run" in headline(out).sentence()
+    (out / "load.json").write_text("{")
+    broken = headline(out)
+    assert broken.median_ms is None and broken.sentence().startswith("The caller's number (mouth to ear) cannot be read")

@@ -33,7 +33,7 @@ def test_the_references_cover_every_kind_a_capability_can_make() -> None:
     """What is checked above is everything there is: every kind of reference some capability makes is listed."""
     kinds = {what.split(" ")[0] for c in _every_capability() for what, _ in registry.references(c)}
     assert kinds == {"check", "section", "step", "metrics", "key_numbers", "cli", "commands", "options", "install",
-                     "compare"}  # "compare": the compare hook and each compare section
+                     "compare", "headline"}  # "compare": the compare hook and each compare section
 
 
 def test_the_cores_entries_are_the_same_types_holding_their_functions() -> None:

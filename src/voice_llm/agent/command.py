@@ -15,7 +15,7 @@ from voice_llm import registry
 from voice_llm.agent import server
 from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_MAX_CALLS,
                                       DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_PREEMPTIVE, DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
-                                      DEFAULT_STT_WINDOW_S, ENGINES, TURNS, AgentSettings)
+                                      DEFAULT_STT_WINDOW_S, DEFAULT_TTS_THREADS, ENGINES, TURNS, AgentSettings)
 from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
 from voice_llm.errors import ConfigError
 from voice_llm.lab import flags
@@ -84,6 +84,9 @@ def add_commands(sub: Any) -> None:
                    help=f"Whisper's encoder window in seconds, 1-30 (default {DEFAULT_STT_WINDOW_S}; a longer turn "
                         "takes the 30 s path)")
     add_voice_flags(p)
+    p.add_argument("--tts-threads", type=flags.positive_int, default=DEFAULT_TTS_THREADS, metavar="N",
+                   help="Piper's onnxruntime threads (default: onnxruntime's, one per core; measured in the agent's "
+                        "calls on 2 cores, one thread made the first audio later: BENCHMARKS.md)")
     p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                    help="how the replies are cut for speech (default clauses)")
     p.add_argument("--max-tokens", type=flags.positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
@@ -129,6 +132,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
                             else DEFAULT_SPECULATIVE_STT),
         "preemptive": values["preemptive"] if values.get("preemptive") is not None else DEFAULT_PREEMPTIVE,
         "tts": values.get("tts") or "piper", "voice": values.get("voice"),
+        "tts_threads": values.get("tts_threads") or DEFAULT_TTS_THREADS,  # None: onnxruntime's default
         "clause_words": values.get("clause_words") or 4, "strategy": values.get("strategy") or DEFAULT_STRATEGY,
         "max_tokens": values.get("max_tokens") or DEFAULT_MAX_TOKENS,
         "dialogue": values.get("dialogue") or DEFAULT_DIALOGUE,

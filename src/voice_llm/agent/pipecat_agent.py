@@ -390,12 +390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--docs", type=int, default=4)
     parser.add_argument("--kb", type=Path)
+    parser.add_argument("--max-tokens", type=int, default=PipecatSettings.max_tokens)
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,
                                api_key=os.environ.get("VOICE_LLM_API_KEY"), endpoint_ms=args.endpoint_ms,
                                turn=args.turn, otlp=args.otlp, ready_file=args.ready_file, docs=args.docs,
-                               kb_dir=args.kb)
+                               kb_dir=args.kb, max_tokens=args.max_tokens)
     return serve(settings)
 
 

@@ -154,7 +154,7 @@ def load_engines(settings: AgentSettings) -> Engines:
     vad = vadmod.SileroVAD()
     vad(bytes(FRAME_SAMPLES * 2))  # warm
     stt = load_transcriber(settings.stt, settings.stt_threads or default_threads(), settings.stt_window_s)
-    tts = load_engine(settings.tts, settings.voice, settings.deadline_s)
+    tts = load_engine(settings.tts, settings.voice, settings.deadline_s, settings.tts_threads)
     session = getattr(getattr(tts, "_voice", None), "session", None)
     tts_threads = session.get_session_options().intra_op_num_threads if session is not None else None
     engines = {"vad": vad.info(), "stt": stt.info(),

@@ -79,12 +79,14 @@ class Headline:
     median_ms: float | None = None
     p90_ms: float | None = None
     missing: str | None = None
+    where: str | None = None  # what the turns were, when not one call's (e.g. "at 1 caller, 21 turns of a load sweep")
 
     def sentence(self) -> str:
         if self.median_ms is None:
             return f"The caller's number (mouth to ear) {self.missing}."
         p90 = f"; p90 {self.p90_ms:.0f} ms" if self.p90_ms is not None else ""
-        return f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking (median{p90})."
+        where = f", {self.where}" if self.where else ""
+        return f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking (median{p90}{where})."
 
 
 def _time(value: Any, source: str, path: Sequence[str | int]) -> float | None:
@@ -116,6 +118,11 @@ def headline(out: RunFolder | Path) -> Headline:
         if values["median"] is None:
             return Headline(source, missing=f"was not measured: no turn in {source} reached the caller")
         return Headline(source, values["median"], values.get("p90"))
+    for capability in registry.capabilities():
+        if capability.headline:
+            found = registry.resolve(capability.headline)(folder)
+            if found is not None:
+                return found
     if not marked:
         return Headline(None, missing="is measured by no registered capability")
     writes = {name: step.name for c in registry.capabilities() for step in c.steps for name in step.artifacts}

@@ -36,6 +36,8 @@ CAPABILITY = Capability(
     sections=(SectionEntry("load", "Calls under load: how many callers within the first-sentence budget", LOAD,
                            "voice_llm.load.report:load_section", after="cancel", optional=True),),
     artifacts=(LOAD, LOAD_SAMPLES),
+    # a dialing sweep's caller's number (its first step's heard gap): the line report.html opens with
+    headline="voice_llm.load.report:headline",
     commands="voice_llm.load.cli:add_commands",
     compare="voice_llm.load.compare:compare_load",
     # compare.html's section of two load runs, drawn from what compare_load returned

@@ -16,13 +16,41 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 
-from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, slots_label
+from voice_llm.analysis.keynumbers import Headline
+from voice_llm.errors import ArtifactError
+from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
 from voice_llm.util.artifacts import LOAD
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
     from matplotlib.figure import Figure
+
+    from voice_llm.run.folder import RunFolder
+
+
+def headline(folder: RunFolder) -> Headline | None:
+    """The caller's number of a dialing sweep (registered as ``headline=``): the heard gap of its first step that
+    heard any reply (the fewest callers, 1 by default), with how many turns it rests on; the report opens with it.
+    None for a folder without load.json or with a text sweep (no caller's ear there)."""
+    if not folder.is_file(LOAD):
+        return None
+    try:
+        doc = mapping(folder.json(LOAD), LOAD)
+    except ArtifactError as exc:
+        return Headline(LOAD, missing=f"cannot be read: {exc}")
+    if doc.get("mode") != "dial":
+        return None
+    for sweep in doc.get("sweeps") or []:
+        for step in (sweep or {}).get("steps") or []:
+            heard = (step or {}).get("heard_gap_ms") or {}
+            if isinstance(heard.get("p50"), (int, float)):
+                callers = step.get("callers")
+                return Headline(LOAD, float(heard["p50"]),
+                                float(heard["p90"]) if isinstance(heard.get("p90"), (int, float)) else None,
+                                where=f"at {callers} caller{'' if callers == 1 else 's'}, over the "
+                                      f"{step.get('judged')} judged turns of the dialing sweep's first step")
+    return Headline(LOAD, missing="was not measured: no step of the dialing sweep in load.json heard a reply")
 
 
 def load_section(doc: Any) -> str:
@@ -88,6 +116,12 @@ def _verdict_words(sweep: Mapping[str, Any]) -> str:
                 f"in every step){_grew(verdict)}")
     limit = f" (limited by {verdict['limited_by']})" if verdict.get("limited_by") else ""
     limit += _grew(verdict)
+    if verdict["max_callers"] == 0 and not verdict.get("saturating_stage"):
+        first = next((s for s in sweep.get("steps") or [] if s.get("judged")), None)
+        largest = largest_stage(first) if first else None
+        if largest:
+            limit += (f"; at {largest['callers']} caller{'' if largest['callers'] == 1 else 's'} the agent's largest "
+                      f"stage: {STAGE_LABELS.get(largest['stage'], largest['stage'])} {largest['ms']:.0f} ms")
     rests = f", on {verdict['judged_turns']} judged turns" if verdict.get("judged_turns") is not None else ""
     return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
 

@@ -34,7 +34,7 @@ from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAUL
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S, LOAD_MAX_TOKENS,
                                  SPEECH_WORDS_PER_S, AGENT_LOAD_MAX_TOKENS, DIAL_LINE_SETS, CallerConfig, DialConfig,
                                  SweepPlan)
-from voice_llm.load import stages, stats
+from voice_llm.load import proccpu, stages, stats
 from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
@@ -215,6 +215,13 @@ def _bring_up(settings: LoadSettings, slots: int | None, progress: Progress) -> 
     return _Server(session.managed_target(started), not started.already_running, started.record.pid)
 
 
+def measured_stack_pids(dial_url: str, **found: Any) -> set[int]:
+    """The pids of a dialed agent on this machine and of its LLM server (listening on the agent's --url), as load's
+    per-step CPU finds them (proccpu.find; ``found``: its /proc readers, or a test's): the stack under test."""
+    return {pid for tracked in proccpu.find(dial_url, (), 0, **found) if tracked.role in ("agent", "server")
+            for pid in tracked.pids}
+
+
 def local_listener_pid(url: str) -> int | None:
     """The pid of the server at ``url`` when it listens on this machine (loopback), so its CPU counts as the run's
     own in the noise warning; None when it is elsewhere or /proc does not show it."""
@@ -340,10 +347,11 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
     sampler = noise.LoadSampler(lambda: run.server_pids)
 
     def servers() -> Iterator[contextlib.AbstractContextManager[session.Target]]:
-        if dial is not None:  # the agent is the one measured; its LLM server is its own business
-            pid = local_listener_pid(dial.url)
-            if pid is not None:
-                run.server_pids.add(pid)
+        if dial is not None:
+            # the agent is the one measured, and its LLM server (found as the per-step CPU finds it: listening on
+            # the agent's --url) is part of the measured stack: their CPU is the run's own in the noise warning,
+            # not another process's (a 2-caller step's agent and server alone make a 2-core box look loaded)
+            run.server_pids.update(measured_stack_pids(dial.url))
             yield contextlib.nullcontext(session.given_target(dial.url))
             return
         for slots in planned:

