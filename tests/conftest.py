@@ -233,3 +233,38 @@ def clinic_lines_16k() -> tuple[tuple[str, Any], ...]:
         samples.flags.writeable = False
         lines.append((text, samples))
     return tuple(lines)
+
+
+# --- helper B ---
+
+# The pace of a shaped fake's tokens in the whole labs run against it (tests/fakeshapes.py's default is 25 ms): what
+# those labs test is the server's shape and the run's identity; 5 ms still streams every answer chunk by chunk, and
+# the cancel step's 256-token answer still outlasts its 0.5 s close.
+FAKE_TOKEN_S = 0.005
+
+
+@pytest.fixture(scope="session")
+def vllm_shaped_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, subprocess.CompletedProcess[str], Any]]:
+    """One whole lab against a vLLM-shaped server (tests/fakeshapes.py), run once for the session: its output
+    folder, the finished `voice-llm lab` and the fake, which goes on answering until the session ends. One repeat,
+    the short KB (SHORT_KB) and no call (WITHOUT_THE_CALL): the server's shape and the run's identity are tested,
+    not the spread of times, the documents' length or the caller's turn. The fake's first real answer comes 1 s
+    late, as llama-server's first one right after `up`; its tokens 5 ms apart (FAKE_TOKEN_S) instead of 25, its
+    answers' pace being no relation any check rests on. Read by tests/run/test_identity_shapes.py (the whole lab
+    passes against it) and tests/run/test_identity_runs.py (it is their run A): none may modify the folder (copy
+    first) or reconfigure the fake."""
+    from clihelpers import SHORT_KB, WITHOUT_THE_CALL, cli, cli_env
+    from fakeshapes import VLLM, ShapedServer
+
+    # The summary's rows on one line each (the shape tests read them).
+    env = {**cli_env(tmp_path_factory.mktemp("vllm-lab-state")), "COLUMNS": "240", **WITHOUT_THE_CALL}
+    out = tmp_path_factory.mktemp("vllm-lab") / "out"
+    with ShapedServer(VLLM, model="vllm-model", cold_start_s=1.0, token_s=FAKE_TOKEN_S) as server:
+        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "1", "--kb", str(SHORT_KB), env=env,
+                   timeout=600)
+        yield out, done, server
+
+
+# A test that asks for the session's vLLM-shaped lab (itself or through a fixture) runs a whole lab: slow by the
+# fixture, as those above (pytest_collection_modifyitems reads this name when it runs).
+SLOW_FIXTURES = SLOW_FIXTURES | {"vllm_shaped_lab"}

@@ -29,8 +29,9 @@ from voice_llm.client.api import ServerClient
 from conftest import RunningServer
 from clihelpers import assert_clean_failure, cli
 
-pytestmark = pytest.mark.server
-
+# Marked one by one: the tests that start or need a real llama-server, its binary or the model are `server` (slow);
+# those that start nothing real (a corrupt state file, bad numbers, `log`/`down` with nothing started, another
+# program on the port) are fast.
 WAIT_S = 60.0  # upper bound on any single wait in this module
 
 
@@ -43,6 +44,18 @@ def _alive(pid: int) -> bool:
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def up_refused(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`voice-llm up ARGS` that must be refused before any llama-server runs, in this process like every other
+    command here. clihelpers.cli starts `up` as a process of its own because the server a successful one starts
+    outlives it (its parent must be gone, as for a user); a refused one starts none, and a new interpreter was ~1 s
+    of each such test. Status, message and "no traceback" are main's either way (clihelpers)."""
+    import clihelpers
+    from unittest import mock
+
+    with mock.patch.object(clihelpers, "_may_start_the_managed_server", lambda _args: False):
+        return cli("up", *args, env=env)
 
 
 def _wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition") -> None:
@@ -58,6 +71,7 @@ def _wait_for(condition, timeout_s: float = WAIT_S, what: str = "condition") -> 
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.server
 def test_server_killed_mid_generation_keeps_the_bytes_and_the_earlier_artifacts(
     running_server: RunningServer, tmp_path: Path, env: dict[str, str], step_context
 ) -> None:
@@ -133,6 +147,7 @@ def _document(index: int, words: int) -> str:
     return f"# Document {index}\n\n{body}.\n"
 
 
+@pytest.mark.server
 def test_prompt_longer_than_the_context_is_refused_before_any_request(
     module_server: RunningServer, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -170,13 +185,15 @@ def _record_file(state: Path, port: int) -> Path:
     return state / f"port-{port}" / "server.json"
 
 
+@pytest.mark.server
 def test_up_with_a_missing_model_file(env: dict[str, str], state_dir: Path, port: int, server_binary: Path) -> None:
-    result = cli("up", "--port", str(port), "--model", "/nonexistent/model.gguf", "-q", env=env, timeout=60)
+    result = up_refused("--port", str(port), "--model", "/nonexistent/model.gguf", "-q", env=env)
     assert_clean_failure(result, "model file", "does not exist", "/nonexistent/model.gguf")
     assert not _record_file(state_dir, port).exists()
     assert server.port_is_free("127.0.0.1", port)
 
 
+@pytest.mark.server
 def test_up_with_a_truncated_gguf_shows_the_servers_log_tail(
     env: dict[str, str], state_dir: Path, port: int, tmp_path: Path, model_path: Path, server_binary: Path
 ) -> None:
@@ -200,12 +217,13 @@ def test_up_with_a_truncated_gguf_shows_the_servers_log_tail(
     assert log.returncode == 0 and "failed to load model" in log.stdout
 
 
+@pytest.mark.server
 def test_up_on_a_port_held_by_another_program(env: dict[str, str], state_dir: Path, port: int,
                                               server_binary: Path, model_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        result = cli("up", "--port", str(port), "-q", env=env, timeout=60)
+        result = up_refused("--port", str(port), "-q", env=env)
         assert_clean_failure(result, f"port {port}", "in use by another program", "--port")
         assert not _record_file(state_dir, port).exists()
         # The other program still owns its port.
@@ -213,6 +231,7 @@ def test_up_on_a_port_held_by_another_program(env: dict[str, str], state_dir: Pa
             pass
 
 
+@pytest.mark.server
 def test_stale_pid_file_never_signals_the_process_that_now_has_that_pid(
     env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
 ) -> None:
@@ -273,6 +292,7 @@ def _write(path: Path, text: str, mode: int) -> Path:
     return path
 
 
+@pytest.mark.server
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
@@ -291,22 +311,24 @@ def test_up_with_a_server_binary_that_does_not_run(
         "nonexistent": lambda: tmp_path / "no" / "llama-server",
         "a-directory": lambda: tmp_path,
     }[kind]()
-    result = cli("up", "--port", str(port), "--server-bin", str(binary), "-q", env=env, timeout=60)
+    result = up_refused("--port", str(port), "--server-bin", str(binary), "-q", env=env)
     assert_clean_failure(result, *expected, str(binary))
     assert not _record_file(state_dir, port).exists()
     assert server.port_is_free("127.0.0.1", port)
 
 
+@pytest.mark.server
 def test_up_with_a_server_binary_that_exits_at_once(env: dict[str, str], state_dir: Path, port: int,
                                                     tmp_path: Path, model_path: Path) -> None:
     binary = _write(tmp_path / "llama-server", "#!/bin/sh\necho 'error: unknown argument --cache-ram' >&2\nexit 3\n",
                     0o755)
-    result = cli("up", "--port", str(port), "--server-bin", str(binary), "-q", env=env, timeout=60)
+    result = up_refused("--port", str(port), "--server-bin", str(binary), "-q", env=env)
     err = assert_clean_failure(result, "exited with code 3 while loading", one_line=False)
     assert err.strip().splitlines()[-1] == "error: unknown argument --cache-ram"
     assert not _record_file(state_dir, port).exists()
 
 
+@pytest.mark.server
 def test_ctrl_c_while_the_server_loads_leaves_no_server_behind(
     env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
 ) -> None:
@@ -341,7 +363,7 @@ def test_log_and_down_before_anything_was_started(env: dict[str, str], port: int
                                                (["--ctx", "16"], "--ctx must be at least"),
                                                (["--slots", "0"], "argument --slots: must be at least 1")])
 def test_up_with_bad_numbers(flags: list[str], needle: str, env: dict[str, str], state_dir: Path) -> None:
-    result = cli("up", *flags, "-q", env=env, timeout=30)
+    result = up_refused(*flags, "-q", env=env)
     usage = needle.startswith("argument")  # refused by the flag's type: argparse's usage line, then the error
     assert_clean_failure(result, needle, one_line=not usage)
     assert result.returncode == (2 if usage else 1)
@@ -349,6 +371,7 @@ def test_up_with_bad_numbers(flags: list[str], needle: str, env: dict[str, str],
 
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("kind", ["a-file", "under-proc"])
 def test_a_state_folder_that_cannot_be_written(kind: str, env: dict[str, str], tmp_path: Path, port: int,
                                                server_binary: Path, model_path: Path) -> None:
@@ -358,7 +381,7 @@ def test_a_state_folder_that_cannot_be_written(kind: str, env: dict[str, str], t
     else:
         state = Path("/proc/voice-llm-test-state")
     env = {**env, "VOICE_LLM_STATE": str(state)}
-    up = cli("up", "--port", str(port), "-q", env=env, timeout=60)
+    up = up_refused("--port", str(port), "-q", env=env)
     assert_clean_failure(up, f"cannot write the server's state folder {state / f'port-{port}'}",
                          "set VOICE_LLM_STATE to a writable folder")
     assert server.port_is_free("127.0.0.1", port)  # nothing was started without a record to find it by
@@ -374,6 +397,7 @@ def test_a_state_folder_that_cannot_be_written(kind: str, env: dict[str, str], t
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.server
 def test_down_keeps_the_record_when_the_signal_fails(running_server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
     port = running_server.settings.port
 
@@ -398,6 +422,7 @@ def _held_by_http_server(port: int) -> subprocess.Popen[bytes]:
     return holder
 
 
+@pytest.mark.server
 def test_a_server_whose_state_folder_was_deleted_is_still_found_and_stopped(
     env: dict[str, str], state_dir: Path, port: int, server_binary: Path, model_path: Path
 ) -> None:
@@ -436,6 +461,7 @@ def test_down_never_stops_another_program_on_the_port(env: dict[str, str], port:
         holder.wait(10)
 
 
+@pytest.mark.server
 def test_a_server_killed_mid_step_is_named_and_its_log_kept(
     env: dict[str, str], state_dir: Path, port: int, tmp_path: Path, server_binary: Path, model_path: Path
 ) -> None:
@@ -484,6 +510,7 @@ def test_a_server_killed_mid_step_is_named_and_its_log_kept(
         cli("down", "--port", str(port), env=env)
 
 
+@pytest.mark.server
 def test_explain_death_gives_the_signal_of_a_server_it_started(running_server: RunningServer) -> None:
     port = running_server.settings.port
     assert server.explain_death(port) is None  # running

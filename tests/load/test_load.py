@@ -120,9 +120,10 @@ def _lab_ttft_runs(env: dict[str, str], port: int, out: Path) -> list[tuple[floa
 def _locust_ttfts(env: dict[str, str], port: int, out: Path) -> list[tuple[float, float]]:
     """The lab's ttft request (same prompt, cache off), one Locust caller, back to back. Its answers are cut at 8
     tokens instead of 64: the time to the first token and the server's prompt evaluation are the same (the cap
-    only ends each answer sooner), and a window of 12 s then holds its 20 turns (it ends there)."""
+    only ends each answer sooner). The window ends at its 20th turn (~11 s here); 24 s is room for a machine
+    twice as slow to give them all."""
     load = cli("load", "--port", str(port), "--slots", "4", "--threads", "1", "--workers", "1", "--callers", "1",
-               "--dialogue", "lab-ttft", "--max-tokens", "8", "--step-s", "12", "--warmup-s", "1", "--think-scale",
+               "--dialogue", "lab-ttft", "--max-tokens", "8", "--step-s", "24", "--warmup-s", "1", "--think-scale",
                "0", "--barge-in", "0", "--out", str(out), "-q", env=env, timeout=300)
     assert load.returncode in (0, EXIT_NO_VERDICT), load.stderr  # up to 20 turns: a verdict or not, enough here
     return [(s["ttft_ms"], s["prompt_ms"]) for s in read_samples(out / "load_samples.csv") if s["phase"] == "measure"]
@@ -130,12 +131,13 @@ def _locust_ttfts(env: dict[str, str], port: int, out: Path) -> list[tuple[float
 
 def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
-    # Blocks in turn, lab / Locust / lab / Locust / lab, so that a machine whose load drifts (shared cores) weighs
-    # on both sides alike; each side's median is over all of its blocks (15 lab runs, up to 40 Locust turns).
-    lab, locust = _lab_ttft_runs(env, port, tmp_path / "lab0"), []
-    for block in range(1, 3):
-        locust += _locust_ttfts(env, port, tmp_path / f"locust{block}")
-        lab += _lab_ttft_runs(env, port, tmp_path / f"lab{block}")
+    # Blocks in turn, lab / Locust / lab, so that a machine whose load drifts (shared cores) weighs on both sides
+    # alike; each side's median is over all of its blocks (10 lab runs, up to 20 Locust turns). Two blocks more
+    # (lab / Locust / lab / Locust / lab) cost ~23 s of the test's 55 for a margin it does not need: the compared
+    # medians (below) were 4-7 ms in every block, lab and Locust alike, against a tolerance of ~37 ms.
+    lab = _lab_ttft_runs(env, port, tmp_path / "lab0")
+    locust = _locust_ttfts(env, port, tmp_path / "locust1")
+    lab += _lab_ttft_runs(env, port, tmp_path / "lab1")
     assert len(locust) >= 12
     lab_p50 = statistics.median(ttft for ttft, _ in lab)
     # The same 34-token prompt takes the one-thread server 230 to 400 ms to evaluate from one request to the next
@@ -154,12 +156,15 @@ def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, 
 
 def test_call_keeps_later_turns_fast_with_the_cache(four_slots: tuple[dict[str, str], int], tmp_path: Path) -> None:
     env, port = four_slots
-    # Twelve short documents: the step is the real one (12 documents, 6 turns, cache on then off) but the prompt
-    # stays small, so the cache-off run does not take minutes on a shared machine.
+    # Twelve tiny documents (a name and three words each): the step is the real one (12 documents, 6 turns, cache on
+    # then off) but the prompt stays small. The cache-off run's prefills are most of the test: measured on a busy
+    # 2-core box, 58 of its 80 s with notes of a sentence each (first prompt 456 tokens), 60 s in all with these
+    # (234 tokens); the relation keeps a wide margin: turns 2-6's median first token 0.47 s with the cache against
+    # 5.6 s without (0.41 against 10.3 with the longer notes).
     kb = tmp_path / "kb"
     kb.mkdir()
     for number in range(1, 13):
-        (kb / f"{number:02d}-note.md").write_text(f"# Note {number}\n\nThe clinic opens at {number + 6} a.m. on day {number}.\n")
+        (kb / f"{number:02d}.md").write_text(f"Open at {number + 6}.\n")
     result = cli("call", "--port", str(port), "--kb", str(kb), "--out", str(tmp_path / "out"), "-q", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     doc = json.loads((tmp_path / "out" / "call.json").read_text())

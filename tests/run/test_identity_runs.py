@@ -16,13 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from clihelpers import WITHOUT_THE_CALL, assert_clean_failure, cli, cli_env
+from clihelpers import SHORT_KB, WITHOUT_THE_CALL, assert_clean_failure, cli, cli_env
 from fakeserver import unused_port
 from fakeshapes import VLLM, ShapedServer
 
 from voice_llm.run import meta as runmeta
 
 LAB_TIMEOUT_S = 600
+# What these tests compare is which server and run a folder holds, never a time: one repeat and the short KB, for the
+# lab and for every step that joins it (a step reads the KB its run was made with; the fake's prefill time grows
+# with the documents' characters, and the cache step's default three repeats took ~10 s of the fake's waiting).
+KB = ("--kb", str(SHORT_KB))
+CACHE = ("--repeat", "1", *KB)
 
 
 def load(out: Path, name: str):
@@ -38,8 +43,11 @@ def snapshot(out: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def servers():
-    with ShapedServer(VLLM, model="model-a") as a, ShapedServer(VLLM, model="model-b") as b:
+def servers(vllm_shaped_lab):
+    """Server A, the session's vLLM-shaped fake its lab ran against (tests/conftest.py), and B, another of the same
+    shape with another model on another port."""
+    _, _, a = vllm_shaped_lab
+    with ShapedServer(VLLM, model="model-b") as b:
         yield a, b
 
 
@@ -49,10 +57,10 @@ def module_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def lab_a(servers, module_env, tmp_path_factory) -> Path:
-    a, _ = servers
-    out = tmp_path_factory.mktemp("lab-a") / "out"
-    done = cli("lab", "--url", a.url, "--out", str(out), "--repeat", "1", env=module_env, timeout=LAB_TIMEOUT_S)
+def lab_a(vllm_shaped_lab) -> Path:
+    """Run A: the session's whole lab against server A (one repeat, the short KB, without the call), shared with
+    tests/run/test_identity_shapes.py; read only (out_a is a copy to change)."""
+    out, done, _ = vllm_shaped_lab
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     return out
 
@@ -69,7 +77,7 @@ def out_a(lab_a: Path, tmp_path: Path) -> Path:
 def test_the_identity_names_the_server_and_the_model_sent(lab_a: Path, servers) -> None:
     a, _ = servers
     identity = load(lab_a, "run.json")["metadata"]["identity"]
-    assert identity["base_url"] == a.url and identity["model_sent"] == "model-a"
+    assert identity["base_url"] == a.url and identity["model_sent"] == a.model
     assert identity["server_header"] == "uvicorn" and len(identity["capabilities"]) == 16
     assert identity["server_build"] is None and identity["model"] is None  # no /props: these say nothing
     assert load(lab_a, "run.json")["schema_version"] == runmeta.SCHEMA_VERSION == 3
@@ -77,13 +85,13 @@ def test_the_identity_names_the_server_and_the_model_sent(lab_a: Path, servers) 
 
 @pytest.mark.slow
 def test_a_step_against_another_server_and_model_refuses_or_starts_a_new_run(out_a: Path, servers, module_env) -> None:
-    _, b = servers
+    a, b = servers
     before, snap = load(out_a, "run.json")["run_id"], snapshot(out_a)
-    refused = cli("cache", "--url", b.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
+    refused = cli("cache", "--url", b.url, "--out", str(out_a), *CACHE, "-q", env=module_env, timeout=300)
     err = assert_clean_failure(refused, f"holds run {before}, made against another server", "--new-run")
-    assert "model_sent: 'model-a' -> 'model-b'" in err and "base_url:" in err
+    assert f"model_sent: '{a.model}' -> 'model-b'" in err and "base_url:" in err
     assert snapshot(out_a) == snap
-    done = cli("cache", "--url", b.url, "--out", str(out_a), "--new-run", "-q", env=module_env, timeout=300)
+    done = cli("cache", "--url", b.url, "--out", str(out_a), "--new-run", *CACHE, "-q", env=module_env, timeout=300)
     assert done.returncode == 0, done.stderr
     after = load(out_a, "run.json")
     assert after["run_id"] != before
@@ -96,9 +104,10 @@ def test_a_step_against_another_server_and_model_refuses_or_starts_a_new_run(out
 
 
 @pytest.mark.slow
-def test_the_same_model_name_on_another_port_is_another_server(out_a: Path, module_env) -> None:
-    with ShapedServer(VLLM, model="model-a") as twin:
-        done = cli("cache", "--url", twin.url, "--out", str(out_a), "-q", env=module_env, timeout=300)
+def test_the_same_model_name_on_another_port_is_another_server(out_a: Path, servers, module_env) -> None:
+    a, _ = servers
+    with ShapedServer(VLLM, model=a.model) as twin:
+        done = cli("cache", "--url", twin.url, "--out", str(out_a), *CACHE, "-q", env=module_env, timeout=300)
     assert_clean_failure(done, "made against another server (base_url:", "--new-run")
 
 
@@ -108,7 +117,7 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
     run_id = load(out_a, "run.json")["run_id"]
     report_before = load(out_a, "report.json")
     html_before = digest(out_a / "report.html")
-    done = cli("cache", "--url", a.url + "/v1", "--out", str(out_a), "-q", env=module_env, timeout=300)
+    done = cli("cache", "--url", a.url + "/v1", "--out", str(out_a), *CACHE, "-q", env=module_env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "started a new run" not in done.stderr + done.stdout
     assert load(out_a, "run.json")["run_id"] == run_id
@@ -126,9 +135,10 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
 def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path, servers) -> None:
     from voice_llm.checks.core import run_checks
     from voice_llm.lab import LabSettings, run_steps
+    from voice_llm.lab.context import StepOptions
 
     a, _ = servers
-    result = run_steps(LabSettings(out=out_a, url=a.url), ["cache"])
+    result = run_steps(LabSettings(out=out_a, url=a.url, kb_dir=SHORT_KB, options=StepOptions(repeat=1)), ["cache"])
     assert result.note is None and (out_a / "report.json") in result.written
     report = next(c for c in run_checks(out_a) if c.name == "report equals its sources")
     assert report.label == "PASS", report.detail
@@ -156,26 +166,41 @@ def test_a_new_labs_report_draws_nothing_from_another_runs_file(servers, module_
     # An earlier run's `load` left load.json here (a shape report.html would draw as "Calls under load").
     older = {"steps": [], "verdict": {"max_callers": 9}, "run_id": "20200101T000000Z-0a0a0a", "schema_version": 2}
     (out / "load.json").write_text(json.dumps(older))
-    done = cli("lab", "--url", a.url, "--out", str(out), "--repeat", "1", env=module_env, timeout=LAB_TIMEOUT_S)
+    # Neither the call nor speech is what is tested (tts left out too: no Piper to load and run).
+    done = cli("lab", "--url", a.url, "--out", str(out), "--repeat", "1", *KB,
+               env={**module_env, "VOICE_LLM_WITHOUT": f"{WITHOUT_THE_CALL['VOICE_LLM_WITHOUT']},tts"},
+               timeout=LAB_TIMEOUT_S)
     page = (out / "report.html").read_text()
     assert 'id="section-load"' not in page and 'id="section-ttft"' in page
     line = next(line for line in done.stdout.splitlines() if "one run: every file as the run wrote it" in line)
     assert line.startswith("FAIL") and "load.json (run 20200101T000000Z-0a0a0a)" in line, line
     assert done.returncode != 0
     assert (out / "load.json").read_text() == json.dumps(older)  # named, never removed
+    # Without the call the lab ran without load as well (load requires dial), whose section could not have been
+    # drawn at all: the page drawn again from these files with every capability registered leaves the file out
+    # too, and check names it; the same file made this run's (its run_id) is drawn, so the page could have.
+    every = cli_env(tmp_path / "state-every")
+    redrawn = cli("report", "--out", str(out), "-q", env=every)
+    page = (out / "report.html").read_text()
+    assert 'id="section-load"' not in page and 'id="section-ttft"' in page, redrawn.stderr
+    checked = cli("check", str(out), env=every)
+    line = next(line for line in checked.stdout.splitlines() if "one run: every file as the run wrote it" in line)
+    assert line.startswith("FAIL") and "load.json (run 20200101T000000Z-0a0a0a)" in line, line
+    (out / "load.json").write_text(json.dumps({**older, "run_id": load(out, "run.json")["run_id"]}))
+    cli("report", "--out", str(out), "-q", env=every)
+    assert 'id="section-load"' in (out / "report.html").read_text()
 
 
-def test_a_bad_voice_fails_before_the_server_is_asked_or_a_file_written(servers, module_env, tmp_path: Path) -> None:
-    a, _ = servers
+def test_a_bad_voice_fails_before_the_server_is_asked_or_a_file_written(module_env, tmp_path: Path) -> None:
     out = tmp_path / "new"
-    asked = len(a.requests)
-    done = cli("lab", "--url", a.url, "--out", str(out), "--voice", str(tmp_path / "nope.onnx"), "-q",
-               env=module_env, timeout=120)
-    assert_clean_failure(done, "nope.onnx")
-    assert not out.exists()
-    assert len(a.requests) == asked
-    done = cli("speak", "--url", a.url, "--out", str(out), "--voice", str(tmp_path / "nope.onnx"), "-q",
-               env=module_env, timeout=120)
+    with ShapedServer(VLLM) as a:  # a fake of its own: `servers` holds the session's lab (slow)
+        done = cli("lab", "--url", a.url, "--out", str(out), "--voice", str(tmp_path / "nope.onnx"), "-q",
+                   env=module_env, timeout=120)
+        assert_clean_failure(done, "nope.onnx")
+        assert not out.exists()
+        assert not a.requests
+        done = cli("speak", "--url", a.url, "--out", str(out), "--voice", str(tmp_path / "nope.onnx"), "-q",
+                   env=module_env, timeout=120)
     assert_clean_failure(done, "nope.onnx")
     assert not out.exists()
 

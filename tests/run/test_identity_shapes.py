@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from clihelpers import WITHOUT_THE_CALL, cli, cli_env
-from fakeshapes import OLLAMA, VLLM, Shape, ShapedServer
+from clihelpers import SHORT_KB, WITHOUT_THE_CALL, cli, cli_env
+from conftest import FAKE_TOKEN_S
+from fakeshapes import OLLAMA, Shape, ShapedServer
 
 from voice_llm.checks import core as check
 
@@ -34,18 +35,21 @@ def load(out: Path, name: str):
 
 
 def _lab(shape: Shape, tmp_path_factory: pytest.TempPathFactory, **fake: object) -> Iterator[tuple[Path, subprocess.CompletedProcess[str], ShapedServer]]:
-    # The summary's rows on one line each; the server's shape, not the caller's turn, is what is tested.
+    # The summary's rows on one line each; the server's shape, not the caller's turn, is what is tested (nor the
+    # documents' length: the short KB, as the vLLM-shaped lab's).
     env = {**cli_env(tmp_path_factory.mktemp("state")), "COLUMNS": "240", **WITHOUT_THE_CALL}
     out = tmp_path_factory.mktemp(f"{shape.name}-lab") / "out"
-    with ShapedServer(shape, model=f"{shape.name}-model", **fake) as server:
-        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "1", env=env, timeout=LAB_TIMEOUT_S)
+    with ShapedServer(shape, model=f"{shape.name}-model", token_s=FAKE_TOKEN_S, **fake) as server:
+        done = cli("lab", "--url", server.url, "--out", str(out), "--repeat", "1", "--kb", str(SHORT_KB), env=env,
+                   timeout=LAB_TIMEOUT_S)
         yield out, done, server
 
 
 @pytest.fixture(scope="module")
-def vllm_lab(tmp_path_factory):
-    # cold_start_s: its first real answer is slow, as llama-server's first right after `up`.
-    yield from _lab(VLLM, tmp_path_factory, cold_start_s=1.0)
+def vllm_lab(vllm_shaped_lab):
+    # The session's vLLM-shaped lab (tests/conftest.py), run A of tests/run/test_identity_runs.py too; its first
+    # real answer is slow (cold_start_s 1.0), as llama-server's first right after `up`.
+    return vllm_shaped_lab
 
 
 @pytest.fixture(scope="module")
