@@ -251,7 +251,7 @@ def test_a_dialing_sweeps_report_opens_with_its_first_steps_heard_gap(tmp_path: 
     assert (found.source, found.median_ms, found.p90_ms) == ("load.json", first["heard_gap_ms"]["p50"],
                                                               first["heard_gap_ms"]["p90"])
     assert found.sentence().startswith(f"The caller hears the assistant {first['heard_gap_ms']['p50']:.0f} ms after")
-    assert "at 1 caller, over the 2 judged turns of the dialing sweep's first step" in found.sentence()
+    assert "at 1 caller, over 2 judged turns of the dialing sweep" in found.sentence()
     # a first step that heard nothing: the next one's
     doc["sweeps"][0]["steps"][0]["heard_gap_ms"] = {"p50": None, "p90": None, "p99": None}
     (out / "load.json").write_text(json.dumps(doc))

@@ -199,7 +199,7 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     limit = f", limited by {verdict['limited_by']}" if verdict["limited_by"] else ""
     limit += _stage(verdict.get("saturating_stage"), bool(verdict["limited_by"]))
     if verdict["max_callers"] == 0 and not verdict.get("saturating_stage"):
-        limit += _largest(sweep)
+        limit += stats.largest_stage_words(sweep["steps"])
     rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
              else _none_passed(sweep, minimum))
     budget = (f"heard gap <= {doc['slo_heard_ms']:.0f} ms" if doc.get("mode") == "dial"
@@ -217,18 +217,6 @@ def _stage(saturating: dict[str, Any] | None, limited: bool) -> str:
     grew = (f"{label} at {saturating['callers']} callers (+{saturating['growth_ms']:.0f} ms median from "
             f"{saturating['from_callers']} caller{'' if saturating['from_callers'] == 1 else 's'})")
     return f": {grew}" if limited else f"; the agent's stage that grew most: {grew}"
-
-
-def _largest(sweep: dict[str, Any]) -> str:
-    """With no step passing and nothing grown, the first judged step's largest agent stage (its own spans)."""
-    first = next((s for s in sweep["steps"] if s.get("judged")), None)
-    largest = stats.largest_stage(first) if first else None
-    if largest is None:
-        return ""
-    gap = (first.get("heard_gap_ms") or {}).get("p50")
-    of = f" of a {gap:.0f} ms heard gap" if isinstance(gap, (int, float)) else ""
-    return (f"; at {largest['callers']} caller{'' if largest['callers'] == 1 else 's'} the agent's largest stage: "
-            f"{stats.STAGE_LABELS.get(largest['stage'], largest['stage'])} {largest['ms']:.0f} ms median{of}")
 
 
 def _none_passed(sweep: dict[str, Any], minimum: int) -> str:

@@ -45,7 +45,8 @@ class Tracked:
     tree: bool = True  # the process tree; False: the process alone (the master, whose children are the workers)
 
 
-def _port_of(url: str) -> int | None:
+def loopback_port(url: str) -> int | None:
+    """The port of ``url`` when it is on this machine (a loopback host), else None."""
     parts = urllib.parse.urlsplit(url)
     if not parts.hostname or not is_loopback(parts.hostname):
         return None
@@ -69,7 +70,7 @@ def find(dial_url: str, workers: Sequence[int], master: int,
          listener: Any = procfs.listener_pid, command_line: Any = procfs.command_line) -> list[Tracked]:
     """The processes of each role (:data:`RULE`); ``listener`` and ``command_line`` are /proc's, or a test's."""
     found: list[Tracked] = []
-    port = _port_of(dial_url)
+    port = loopback_port(dial_url)
     agent = listener(port) if port is not None else None
     found.append(Tracked("agent", (agent,) if agent else (),
                          f"listening on port {port}" if agent else
@@ -77,7 +78,7 @@ def find(dial_url: str, workers: Sequence[int], master: int,
                          f"{dial_url} is not on this machine"))
     if agent:
         llm = agent_llm_url(command_line(agent))
-        llm_port = _port_of(llm)
+        llm_port = loopback_port(llm)
         server = listener(llm_port) if llm_port is not None else None
         found.append(Tracked("server", (server,) if server else (),
                              f"listening on port {llm_port} (the agent's LLM {llm})" if server else

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from voice_llm.analysis.keynumbers import Headline
 from voice_llm.errors import ArtifactError
-from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage, slots_label
+from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage_words, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
 from voice_llm.util.artifacts import LOAD
@@ -48,8 +48,8 @@ def headline(folder: RunFolder) -> Headline | None:
                 callers = step.get("callers")
                 return Headline(LOAD, float(heard["p50"]),
                                 float(heard["p90"]) if isinstance(heard.get("p90"), (int, float)) else None,
-                                where=f"at {callers} caller{'' if callers == 1 else 's'}, over the "
-                                      f"{step.get('judged')} judged turns of the dialing sweep's first step")
+                                where=f"at {callers} caller{'' if callers == 1 else 's'}, over "
+                                      f"{step.get('judged')} judged turns of the dialing sweep")
     return Headline(LOAD, missing="was not measured: no step of the dialing sweep in load.json heard a reply")
 
 
@@ -117,11 +117,7 @@ def _verdict_words(sweep: Mapping[str, Any]) -> str:
     limit = f" (limited by {verdict['limited_by']})" if verdict.get("limited_by") else ""
     limit += _grew(verdict)
     if verdict["max_callers"] == 0 and not verdict.get("saturating_stage"):
-        first = next((s for s in sweep.get("steps") or [] if s.get("judged")), None)
-        largest = largest_stage(first) if first else None
-        if largest:
-            limit += (f"; at {largest['callers']} caller{'' if largest['callers'] == 1 else 's'} the agent's largest "
-                      f"stage: {STAGE_LABELS.get(largest['stage'], largest['stage'])} {largest['ms']:.0f} ms")
+        limit += largest_stage_words(sweep.get("steps") or [])
     rests = f", on {verdict['judged_turns']} judged turns" if verdict.get("judged_turns") is not None else ""
     return f"{_sweep_label(sweep)}: max callers = {verdict['max_callers']}{rests}{limit}"
 

@@ -225,14 +225,8 @@ def measured_stack_pids(dial_url: str, **found: Any) -> set[int]:
 def local_listener_pid(url: str) -> int | None:
     """The pid of the server at ``url`` when it listens on this machine (loopback), so its CPU counts as the run's
     own in the noise warning; None when it is elsewhere or /proc does not show it."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.hostname or not is_loopback(parts.hostname):
-        return None
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
-    return procfs.listener_pid(port)
+    port = proccpu.loopback_port(url)
+    return procfs.listener_pid(port) if port is not None else None
 
 
 # --- the context of one slot, before any turn ------------------------------------------------------------------

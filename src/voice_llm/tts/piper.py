@@ -35,20 +35,18 @@ def default_voice() -> tuple[Path, Path]:
 
 
 def _load_voice(model: Path, config: Path, threads: int | None = None) -> Any:
-    """The voice as ``PiperVoice.load`` makes it, or (``threads``) with its onnxruntime session's intra-op threads
-    set (speech.piper_threads): PiperVoice.load takes no thread count, and onnxruntime's default, every core, fights
-    llama-server on 2 cores while the reply is still generating (BENCHMARKS.md, "The floor of a turn")."""
+    """The voice as ``PiperVoice.load`` makes it (speech.piper_threads builds it the same way), with its
+    onnxruntime session's intra-op threads set when ``threads`` is given (PiperVoice.load takes no thread count;
+    None keeps onnxruntime's default, one per core: BENCHMARKS.md, "Quiet machine: the floor, the cores")."""
     try:
-        from piper import PiperVoice
+        import piper  # noqa: F401  (installed? load_piper_voice imports it again to build the voice)
     except ImportError as exc:
         raise TTSUnavailableError(f"Piper is not installed: pip install '{PIPER_PACKAGE}>=1.8,<1.9'") from exc
     for path, what in ((model, "voice file"), (config, "voice config (the .onnx.json beside the model)")):
         if not path.is_file():
             raise VoiceFileError(f"{what} not found: {path}")
     try:
-        if threads is None:
-            return PiperVoice.load(model, config_path=config)
-        return load_piper_voice(model, config, threads)
+        return load_piper_voice(model, config, threads)  # PiperVoice.load's own steps, with the threads set
     except ConfigError:
         raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
