@@ -412,6 +412,11 @@ def _descendants(root: Span, spans: Sequence[Span]) -> list[Span]:
     return found
 
 
+def reporting_spans(spans: Sequence[Span]) -> int:
+    """How many spans report a turn's latency (the spans ``match`` can give a turn): dial waits for one per line."""
+    return sum(1 for span in spans if _latency(span) is not None)
+
+
 def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: Clock) -> list[Reported | None]:
     """Per dial turn (by its caller speech end on the call clock), the agent's turn span that reported on it:
     the span belongs to the turn whose speech ended last at or before the span's end; the earliest-starting such
@@ -460,4 +465,5 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 __all__ = ["Body", "Clock", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "decode_request",
+           "reporting_spans",
            "flatten", "match", "parse_listen", "summary"]

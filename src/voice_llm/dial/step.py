@@ -767,7 +767,7 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         recording.close()
     if tracing is not None:
         # the agent flushes its spans at each turn's end and at hang-up: give the last export a moment to land
-        _settle(tracing)
+        _settle(tracing, len(caller.lines))
         tracing.stop()
     receiver = tracing.receiver if tracing is not None else None
     otlp_address = tracing.address if tracing is not None else ""
@@ -820,16 +820,28 @@ def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any]
 # --- the agent's traces (voice_llm.dial.otlp) ---------------------------------------------------------------------
 
 
-def _settle(tracing: Tracing, quiet_s: float = 0.5, cap_s: float = 3.0) -> None:
-    """Wait until no body has arrived for ``quiet_s`` (at most ``cap_s``): the hang-up's export is in flight."""
-    end = time.monotonic() + cap_s
+def _settle(tracing: Tracing, turns: int, quiet_s: float = 0.5, cap_s: float = 10.0,
+            silent_cap_s: float = 3.0) -> None:
+    """Wait for the hang-up's export: until no body has arrived for ``quiet_s`` and the spans report as many turns
+    as the caller spoke lines; short of that, ``cap_s``, or ``silent_cap_s`` while no body at all has arrived. Quiet
+    alone is not enough: on a busy machine an agent (the preemptive test's runs at nice 10) had exported nothing
+    0.5 s after the hang-up, dial stopped listening, and the turn lost the agent's numbers (seen in a `.ci/run` with
+    a second pytest beside it). So an agent given an OTLP endpoint that sends no latency-reporting span per line
+    costs ``silent_cap_s`` (nothing sent) or ``cap_s`` per call; every agent this repo dials (voice-llm's,
+    pipecat's) sends one per turn, barged-in turns included."""
+    start = time.monotonic()
     seen = len(tracing.receiver.bodies())
-    quiet_until = time.monotonic() + quiet_s
-    while time.monotonic() < min(end, quiet_until):
+    quiet_until = start + quiet_s
+    while True:
+        now = time.monotonic()
+        if now >= start + (cap_s if seen else min(cap_s, silent_cap_s)):
+            return
         time.sleep(0.05)
         count = len(tracing.receiver.bodies())
         if count != seen:
             seen, quiet_until = count, time.monotonic() + quiet_s
+        if time.monotonic() >= quiet_until and otlp.reporting_spans(tracing.receiver.spans()) >= turns:
+            return
 
 
 def _write_otlp(ctx: LabContext, receiver: Any) -> list[str]:
