@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from fakeagent import _post, span_body
 
 from voice_llm.dial import otlp
@@ -30,24 +31,15 @@ def _post_later(tracing: Tracing, turns: list[int], delay_s: float,
     return thread
 
 
-def test_a_turn_span_exported_after_half_a_second_of_silence_is_kept() -> None:
+@pytest.mark.parametrize("early, late", [([], [1]), ([1], [2])], ids=["the only span late", "the last of two late"])
+def test_every_lines_span_is_kept_when_the_last_comes_after_half_a_second_of_silence(early: list[int],
+                                                                                     late: list[int]) -> None:
     tracing = Tracing("127.0.0.1:0")
     try:
-        poster = _post_later(tracing, [1], LATE_S)
-        _settle(tracing, turns=1)
-        assert otlp.reporting_spans(tracing.receiver.spans()) == 1
-        poster.join(5)
-    finally:
-        tracing.stop()
-
-
-def test_the_wait_goes_on_until_every_line_has_its_span() -> None:
-    tracing = Tracing("127.0.0.1:0")
-    try:
-        _post_later(tracing, [1], 0.0).join(5)  # the first turn's span, at its turn's end
-        poster = _post_later(tracing, [2], LATE_S)  # the last one, late after the hang-up
-        _settle(tracing, turns=2)
-        assert otlp.reporting_spans(tracing.receiver.spans()) == 2
+        _post_later(tracing, early, 0.0).join(5)  # the earlier turns' spans, each at its turn's end
+        poster = _post_later(tracing, late, LATE_S)  # the last one, late after the hang-up
+        _settle(tracing, turns=len(early) + len(late))
+        assert otlp.reporting_spans(tracing.receiver.spans()) == len(early) + len(late)
         poster.join(5)
     finally:
         tracing.stop()

@@ -465,5 +465,4 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 __all__ = ["Body", "Clock", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "decode_request",
-           "reporting_spans",
-           "flatten", "match", "parse_listen", "summary"]
+           "flatten", "match", "parse_listen", "reporting_spans", "summary"]

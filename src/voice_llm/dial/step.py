@@ -831,16 +831,15 @@ def _settle(tracing: Tracing, turns: int, quiet_s: float = 0.5, cap_s: float = 1
     pipecat's) sends one per turn, barged-in turns included."""
     start = time.monotonic()
     seen = len(tracing.receiver.bodies())
+    reported = otlp.reporting_spans(tracing.receiver.spans())  # counted again only when a body arrives
     quiet_until = start + quiet_s
-    while True:
-        now = time.monotonic()
-        if now >= start + (cap_s if seen else min(cap_s, silent_cap_s)):
-            return
+    while time.monotonic() < start + (cap_s if seen else min(cap_s, silent_cap_s)):
         time.sleep(0.05)
         count = len(tracing.receiver.bodies())
         if count != seen:
             seen, quiet_until = count, time.monotonic() + quiet_s
-        if time.monotonic() >= quiet_until and otlp.reporting_spans(tracing.receiver.spans()) >= turns:
+            reported = otlp.reporting_spans(tracing.receiver.spans())
+        if reported >= turns and time.monotonic() >= quiet_until:
             return
 
 
