@@ -126,18 +126,24 @@ def test_speculation_is_off_with_no_stt() -> None:
 
 
 @pytest.mark.slow  # Piper, Silero and Whisper
-def test_on_real_speech_the_speculative_transcript_is_the_plain_one(clinic_lines_16k) -> None:
+def test_on_real_speech_the_speculative_transcript_is_as_good_as_the_plain_one(clinic_lines_16k) -> None:
     """The clinic caller lines (Piper, as dial speaks them, 300 ms of silence before and 1 s after), framed as the
     agent frames them: Silero and the 300 ms endpointer, the utterance from 5 frames before the speech start. The
     decode at the last speech end before the endpoint (what --speculative-stt commits) and the decode at the endpoint
-    (the plain path, 300 ms more silence) give the same words with tiny.en, on every line."""
+    (the plain path, 300 ms more silence) are the same line: against the script, the speculative transcript has at
+    most one word error more than the plain one on any line, and over all lines at most 5 % of the words more.
+    Why not "the same words": CTranslate2's float kernels differ by CPU, and a word at a decision boundary can tip
+    (seen on an AMD EPYC: "comes out" at the last speech end, "comes up" 300 ms later; both the same on Intel)."""
     pytest.importorskip("faster_whisper")
     from voice_llm.agent.server import PRE_ROLL_FRAMES
     from voice_llm.speech import caller as c
     from voice_llm.speech import stt as sttmod
     from voice_llm.speech import vad as vadmod
 
+    from voice_llm.speech import wer as wermod
+
     whisper = sttmod.load_transcriber("faster-whisper", 1)
+    scored: list[tuple[wermod.WER, wermod.WER]] = []
     lead, tail = np.zeros(c.LEAD_MS * 16, np.int16), np.zeros(16000, np.int16)
     for line, samples in clinic_lines_16k:
         audio = np.concatenate([lead, samples, tail])
@@ -157,4 +163,8 @@ def test_on_real_speech_the_speculative_transcript_is_the_plain_one(clinic_lines
         assert start is not None and last_end is not None and endpoint is not None and last_end < endpoint, line
         speculative = whisper.transcribe(np.concatenate(frames[start:last_end + 1]), "")
         plain = whisper.transcribe(np.concatenate(frames[start:endpoint + 1]), "")
-        assert speculative == plain, (line, speculative, plain)
+        scored.append((wermod.wer(line, speculative), wermod.wer(line, plain)))
+        assert scored[-1][0].errors <= scored[-1][1].errors + 1, (line, speculative, plain)
+    speculative_total, plain_total = (wermod.total([pair[i] for pair in scored]) for i in (0, 1))
+    assert len(scored) == len(clinic_lines_16k) and plain_total.words > 0
+    assert speculative_total.errors <= plain_total.errors + 0.05 * plain_total.words, (speculative_total, plain_total)
