@@ -40,6 +40,11 @@ WITHOUT_THE_CALL = {"VOICE_LLM_WITHOUT": "dial,agent"}
 SHORT_KB = Path(__file__).resolve().parent / "fixtures" / "kb-short"
 # The session lab's repeats, as `make lab` runs it (Makefile REPEAT; the CLI's default is 3).
 LAB_REPEAT = 2
+# The session lab's call: the agent's replies cut at 16 tokens (`lab --reply-max-tokens`; the agent's default is 48).
+# The caller hears every reply to its end, so 48-token replies (~10 s of speech each) were most of the call's 55 s;
+# what is asserted on it (each gap heard, the agent's numbers beside it, the barge-in 500 ms into reply 3 and its
+# silence) does not depend on the reply's length (the PCM call of tests/dial/test_dial_real.py uses 16 too).
+LAB_REPLY_TOKENS = 16
 
 
 def cli_env(state_dir: Path) -> dict[str, str]:

@@ -162,9 +162,9 @@ def module_server(shared_server: RunningServer) -> RunningServer:
 def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model_path: Path) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     """The whole lab run once per session the way `make lab` runs it (managed server, default model), its
     output folder and the finished process: make lab's two repeats, and the short KB (SHORT_KB: prefill and cache in
-    seconds; the relations tested do not depend on the documents' length). Tests read the artifacts; none may modify
-    them (copy first)."""
-    from clihelpers import LAB_REPEAT, SHORT_KB
+    seconds; the relations tested do not depend on the documents' length), and the call's replies cut at
+    LAB_REPLY_TOKENS. Tests read the artifacts; none may modify them (copy first)."""
+    from clihelpers import LAB_REPEAT, LAB_REPLY_TOKENS, SHORT_KB
 
     state = tmp_path_factory.mktemp("lab-state")
     out = tmp_path_factory.mktemp("lab-out")
@@ -173,7 +173,7 @@ def lab_run(tmp_path_factory: pytest.TempPathFactory, server_binary: Path, model
     try:
         done = subprocess.run(
             [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out), "--kb", str(SHORT_KB),
-             "--repeat", str(LAB_REPEAT)],
+             "--repeat", str(LAB_REPEAT), "--reply-max-tokens", str(LAB_REPLY_TOKENS)],
             env=env, capture_output=True, text=True, timeout=1500,
         )
         yield out, done

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentkit import decode_spans
+from clihelpers import LAB_REPLY_TOKENS
 from voice_llm.util.artifacts import read_json
 
 ORDER = ["vad_speech_end", "endpoint", "stt_start", "stt_end", "request_sent", "first_token", "first_segment_text",
@@ -37,6 +38,7 @@ def test_one_real_call_breakdown_in_causal_order_and_spans_received(lab_run: tup
     assert ready["engine"] == "builtin" and ready["listen"] == doc["agent"]["url"]
     assert ready["listen"].startswith("ws://127.0.0.1:") and not ready["listen"].startswith("ws://127.0.0.1:0/")
     assert ready["engines"]["stt"]["model"] == "tiny.en" and ready["engines"]["tts"]["engine"] == "piper"
+    assert ready["engines"]["llm"]["max_tokens"] == LAB_REPLY_TOKENS  # the lab's --reply-max-tokens reached it
 
     spans = decode_spans((out / name).read_bytes() for name in doc["files"]["otlp"])
     turns = sorted((s for s in spans if s["name"] == "invoke_agent"),

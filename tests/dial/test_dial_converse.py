@@ -12,7 +12,7 @@ from dialhelpers import context
 
 from voice_llm.dial import converse
 from voice_llm.dial.call import DialError
-from voice_llm.dial.step import DialOptions, Prepared
+from voice_llm.dial.step import DialOptions, Prepared, options_value
 from voice_llm.lab.context import StepOptions
 from voice_llm.util.artifacts import read_json
 
@@ -70,11 +70,16 @@ def test_the_step_dials_the_agent_and_keeps_its_identity_and_log(tmp_path, monke
 
 def test_agent_command_follows_the_contract(tmp_path):
     ctx = context(tmp_path)
-    options = DialOptions(protocol="pcm", rate=16000, endpoint_ms=250.0, strategy="clauses", stt="none")
+    options = DialOptions(protocol="pcm", rate=16000, endpoint_ms=250.0, strategy="clauses", stt="none",
+                          reply_max_tokens=24)
     command = converse.agent_command(ctx, options, tmp_path / "r.json", "http://127.0.0.1:4318")
     joined = " ".join(command)
     assert command[1:4] == ["-m", "voice_llm", "agent"]
     for part in ("--listen 127.0.0.1:0", "--url http://127.0.0.1:1", "--protocol pcm", "--rate 16000",
-                 "--max-calls 1", "--endpoint-ms 250", "--strategy clauses", "--stt none",
+                 "--max-calls 1", "--endpoint-ms 250", "--strategy clauses", "--stt none", "--max-tokens 24",
                  "--otlp http://127.0.0.1:4318", f"--ready-file {tmp_path / 'r.json'}"):
         assert part in joined, part
+    # the lab's --reply-max-tokens reaches the agent; without it the agent keeps its own default
+    assert options_value({"command": "lab", "reply_max_tokens": 24}).reply_max_tokens == 24
+    default = converse.agent_command(ctx, options_value({"command": "lab"}), tmp_path / "r.json", None)
+    assert "--max-tokens" not in default

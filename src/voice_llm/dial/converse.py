@@ -54,6 +54,8 @@ def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_
         command += ["--endpoint-ms", f"{options.endpoint_ms:g}"]
     if options.strategy is not None:
         command += ["--strategy", options.strategy]
+    if options.reply_max_tokens is not None:
+        command += ["--max-tokens", str(options.reply_max_tokens)]
     if options.stt_threads is not None:
         command += ["--stt-threads", str(options.stt_threads)]
     model = ctx.capabilities.model if ctx.capabilities is not None else None

@@ -111,6 +111,7 @@ class DialOptions:
     # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
     endpoint_ms: float | None = None
     strategy: str | None = None
+    reply_max_tokens: int | None = None  # each reply's max_tokens (None: the agent's 48); the call's length
 
     def __post_init__(self) -> None:
         if self.protocol not in wire.PROTOCOLS:
@@ -263,6 +264,9 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
                        help="faster-whisper's CPU threads (default: every core)")
     group.add_argument("--strategy", choices=STRATEGIES, default=None,
                        help="how the agent cuts its replies for speech (default: the agent's, clauses)")
+    group.add_argument("--reply-max-tokens", type=flags.positive_int, default=None, metavar="N",
+                       help="each of the agent's replies' max_tokens (default: the agent's, 48); the caller hears "
+                            "every reply to its end, so this sets most of the call's length")
     _caller_audio_flags(group)
     if command == "converse":
         group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
@@ -309,6 +313,7 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"), codec=values.get("codec"),
         loss_pct=values.get("loss") or 0.0, seed=values["seed"] if values.get("seed") is not None else 1, echo_db=values.get("echo_db"),
         endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
+        reply_max_tokens=values.get("reply_max_tokens"),
         jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
         caller_lines=values.get("caller_lines") or CLINIC_LINES,
