@@ -17,18 +17,18 @@ FAST_JOBS ?= 4
 
 .PHONY: lab test test-fast install venv clean
 
-# --no-compile: pip byte-compiles every file it installs (~1 GB with the pipecat extra; measured on a fresh venv,
-# 2026-12-02: 78 s with it, 64 s without); Python compiles what is imported, once, on first import.
+# pip byte-compiles what it installs. --no-compile was tried (2026-12-02, fresh clone): the install went 89 -> 65 s,
+# but the fast tier 117 -> 161 s, its 4 workers compiling the same imports on first use; so pip compiles.
 $(BIN)/voice-llm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@
 
 venv: $(BIN)/voice-llm
 
 # Builds llama-server once (~5 min on 2 cores) and fetches the model; both cached in ~/.cache/voice-llm.
 install: venv
-	command -v cmake >/dev/null || $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check cmake
+	command -v cmake >/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check cmake
 	$(BIN)/voice-llm install
 
 lab: install
@@ -47,7 +47,7 @@ lab: install
 # Two pip runs (.[test] with the venv, then .[test,pipecat]): one run with both extras was measured slower on a
 # fresh venv (81-86 s against 78 s, 2026-12-02; pip resolves the larger set at once).
 test: install
-	$(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check -e '.[test,pipecat]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat]'
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
 	fast=0; $(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS) || fast=$$?; \
