@@ -154,7 +154,7 @@ def test_one_locust_caller_agrees_with_the_lab_ttft(four_slots: tuple[dict[str, 
 
 def test_call_keeps_later_turns_fast_with_the_cache(shared_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # The session's default server (one slot, a thread per core), not the module's one-thread 4-slot server kept
-    # for Locust: one conversation needs one slot, and the cache-off prefills are most of the test (32 -> 26 s).
+    # for Locust: one conversation needs one slot, and the cache-off prefills are most of the test (32 s -> 19-22 s in CI).
     env = cli_env(tmp_path / "state")
     # Twelve tiny documents (a name and three words each): the step is the real one (12 documents, 6 turns, cache on
     # then off) but the prompt stays small. The cache-off run's prefills are most of the test: measured on a busy

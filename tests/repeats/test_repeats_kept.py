@@ -1,7 +1,7 @@
 """Every repeat kept, in the run folder, in the fast tier: prefill, cache, sentence and cancel asked for two repeats
-of a server shaped like vLLM (tests/fakeshapes.py; its prefill costs per uncached character, so the cache step's hit
-is faster than its miss on it). The same on the real server, and its medians over an even count, are the slow
-tier's (the session lab's two repeats: tests/report/test_compare_real.py, tests/run/test_identity_medians.py)."""
+of a server shaped like vLLM (tests/fakeshapes.py). Only the files' shape is asserted, never a time. The same on the
+real server, its cache hit against its miss, and its medians over an even count are the slow tier's (the session
+lab's two repeats: tests/report/test_compare_real.py, tests/run/test_identity_medians.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ def test_prefill_cache_sentence_and_cancel_keep_every_repeat(tmp_path: Path, sta
     assert len(cache["repeats"]) == REPEATS
     for repeat in cache["repeats"]:  # each repeat in the brief's order, each with its own miss and hit
         assert list(repeat) == ["first", "second", "changed_suffix", "changed_prefix"]
-        assert repeat["second"]["ttft_ms"] < repeat["first"]["ttft_ms"]
     assert len(sentence["repeats"]) == REPEATS
     assert sentence["first_sentence_ms_min"] <= sentence["first_sentence_ms"] <= sentence["first_sentence_ms_max"]
     assert len(cancel["repeats"]) == REPEATS  # its slot-idle median is the real server's (this shape has no /slots)
