@@ -83,3 +83,21 @@ def test_agent_command_follows_the_contract(tmp_path):
     assert options_value({"command": "lab", "reply_max_tokens": 24}).reply_max_tokens == 24
     default = converse.agent_command(ctx, options_value({"command": "lab"}), tmp_path / "r.json", None)
     assert "--max-tokens" not in default
+
+
+def test_the_converse_flags_state_the_agents_own_defaults() -> None:
+    """The lab's converse flags leave the agent's settings to the agent (default None) and say in their help what
+    the agent then uses; dial may not import the agent (tests/layout), so the help spells the values and this holds
+    them to the agent's constants."""
+    import argparse
+
+    from voice_llm.agent.settings import DEFAULT_ENDPOINT_MS, DEFAULT_MAX_TOKENS, DEFAULT_STRATEGY
+    from voice_llm.dial.step import add_converse_flags
+
+    parser = argparse.ArgumentParser()
+    add_converse_flags(parser, "lab")
+    helps = {action.dest: action.help for action in parser._actions}
+    for dest, value in (("endpoint_ms", f"{DEFAULT_ENDPOINT_MS:g}"), ("reply_max_tokens", str(DEFAULT_MAX_TOKENS)),
+                        ("strategy", DEFAULT_STRATEGY)):
+        assert parser.get_default(dest) is None, dest
+        assert f"(default: the agent's, {value})" in helps[dest], (dest, helps[dest])
