@@ -70,9 +70,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--endpoint-ms", type=flags.positive_number, default=DEFAULT_ENDPOINT_MS, metavar="MS",
                    help="silence that ends the caller's turn with --turn silence (default 300)")
     p.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
-                   help="faster-whisper tiny.en (default), or none: a fixed line instead of a transcript")
+                   help="moonshine: Moonshine tiny on onnxruntime (default); faster-whisper (or whisper): Whisper "
+                        "tiny.en; none: a fixed line instead of a transcript")
     p.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
-                   help="faster-whisper's CPU threads (default: every core)")
+                   help="the STT's CPU threads (default: moonshine 1, faster-whisper every core)")
     p.add_argument("--speculative-stt", action=argparse.BooleanOptionalAction, default=DEFAULT_SPECULATIVE_STT,
                    help="transcribe from the VAD's speech end, before the endpoint, and commit at the endpoint (a "
                         f"resumed utterance drops it) (default {'on' if DEFAULT_SPECULATIVE_STT else 'off'})")

@@ -63,6 +63,7 @@ from voice_llm.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.speech import vad as vadmod
 from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.speech import moonshine
 from voice_llm.speech.stt import Transcriber, default_threads, load_transcriber
 from voice_llm.sse import Chunk, StreamCancel, StreamError, StreamResult
 from voice_llm.tts import AudioChunk, SpokenSegment, TTSEngine, load_engine, nothing_to_speak, speak_stoppable
@@ -120,8 +121,19 @@ class LockedSTT:
         self.stt, self.name = stt, stt.name
         self.lock = threading.Lock()
 
-    def transcribe(self, samples: np.ndarray) -> str:
+    def transcribe(self, samples: np.ndarray, cancelled: Callable[[], bool] | None = None) -> str:
+        """The transcript; with ``cancelled`` (a speculative decode) an engine that can stop between its decoder
+        steps (Moonshine) gives up as soon as it turns true, and a decode still waiting for the lock never starts:
+        a dropped speculation must not hold the STT while the committed decode waits for it. Such a decode's
+        text is "" (nobody reads it: the speculation was dropped)."""
         with self.lock:
+            if cancelled is not None and cancelled():
+                return ""
+            if cancelled is not None and isinstance(self.stt, moonshine.MoonshineTranscriber):
+                try:
+                    return self.stt.transcribe(samples, NO_STT_TEXT, cancelled)
+                except moonshine.DecodeCancelled:
+                    return ""
             return self.stt.transcribe(samples, NO_STT_TEXT)
 
     def info(self) -> dict[str, Any] | None:
@@ -153,7 +165,8 @@ def load_engines(settings: AgentSettings) -> Engines:
     smart = turnmod.SmartTurnModel() if settings.turn == turnmod.SMART else None
     vad = vadmod.SileroVAD()
     vad(bytes(FRAME_SAMPLES * 2))  # warm
-    stt = load_transcriber(settings.stt, settings.stt_threads or default_threads(), settings.stt_window_s)
+    stt = load_transcriber(settings.stt, settings.stt_threads or default_threads(settings.stt),
+                           settings.stt_window_s)
     tts = load_engine(settings.tts, settings.voice, settings.deadline_s, settings.tts_threads)
     session = getattr(getattr(tts, "_voice", None), "session", None)
     tts_threads = session.get_session_options().intra_op_num_threads if session is not None else None
@@ -195,6 +208,7 @@ class Speculation:
     asked: float  # the speech end's moment on the loop, when the decode was handed to the STT thread
     started: float | None = None
     ended: float | None = None
+    dropped: bool = False  # speech resumed first: a Moonshine decode still running stops at its next token
 
 
 PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted")
@@ -408,6 +422,7 @@ class Call:
     def _on_event(self, event: vadmod.Event, now: float) -> None:
         if event.kind in (vadmod.SPEECH_START, vadmod.RESUMED) and self.speculation is not None:
             # the caller went on inside the pause (RESUMED) or after an endpoint: that decode ends before the words
+            self.speculation.dropped = True
             self.speculation = None
             self.speculations_dropped += 1
         if event.kind in (vadmod.SPEECH_START, vadmod.RESUMED) and self.turns and self.turns[-1].state == "held":
@@ -467,7 +482,7 @@ class Call:
         def decode() -> str:
             speculation.started = time.perf_counter()  # before the STT lock, as a plain turn's stt_start is
             try:
-                return stt.transcribe(samples)
+                return stt.transcribe(samples, lambda: speculation.dropped)
             finally:
                 speculation.ended = time.perf_counter()
         speculation.future = self.agent.speculating.submit(decode)

