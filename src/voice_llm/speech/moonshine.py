@@ -29,7 +29,7 @@ import numpy as np
 
 from voice_llm.errors import ConfigError
 from voice_llm.speech.caller import SAMPLE_RATE
-from voice_llm.speech.stt import STTError, STTUnavailableError, sha256_of
+from voice_llm.speech.stt_common import STTError, STTUnavailableError, sha256_of
 
 PACKAGE = "moonshine-voice"
 PACKAGE_VERSION = "0.1.0"

