@@ -37,7 +37,9 @@ def test_one_real_call_breakdown_in_causal_order_and_spans_received(lab_run: tup
     assert {key: ready[key] for key in identity} == identity  # dial.json's agent block is that ready line's
     assert ready["engine"] == "builtin" and ready["listen"] == doc["agent"]["url"]
     assert ready["listen"].startswith("ws://127.0.0.1:") and not ready["listen"].startswith("ws://127.0.0.1:0/")
-    assert ready["engines"]["stt"]["model"] == "tiny.en" and ready["engines"]["tts"]["engine"] == "piper"
+    # the agent's default STT (issue 39): Moonshine tiny on one onnxruntime thread
+    assert ready["engines"]["stt"]["model"] == "moonshine-tiny-en" and ready["engines"]["stt"]["cpu_threads"] == 1
+    assert ready["engines"]["tts"]["engine"] == "piper"
     assert ready["engines"]["llm"]["max_tokens"] == LAB_REPLY_TOKENS  # the lab's --reply-max-tokens reached it
 
     spans = decode_spans((out / name).read_bytes() for name in doc["files"]["otlp"])

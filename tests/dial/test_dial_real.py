@@ -117,7 +117,9 @@ class WatchedAgent(converse.Agent):
 def test_converse_through_voice_llms_agent_over_pcm(module_server, tmp_path, monkeypatch):
     # Two turns, the first barged in on by line 2: each turn proves what each of the lab's four does (answered, the
     # agent's number beside the heard one), and the barge-in is there, over PCM.
-    options = DialOptions(protocol="pcm", turns=2, barge_in_turns=(1,), stt_threads=1)
+    # --stt whisper (issue 39: the agent's default is Moonshine, whisper must still work): this call's agent runs
+    # faster-whisper tiny.en, the session lab's call (Twilio) Moonshine
+    options = DialOptions(protocol="pcm", turns=2, barge_in_turns=(1,), stt="whisper", stt_threads=1)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,
                      options=StepOptions(plugins={"dial": options}))
     monkeypatch.setattr(converse, "Agent", WatchedAgent)
@@ -127,6 +129,8 @@ def test_converse_through_voice_llms_agent_over_pcm(module_server, tmp_path, mon
     doc = read_json(tmp_path / "dial.json")
     _assert_the_call_through_voice_llms_agent(doc, "pcm", 1)
     assert doc["agent"]["identity"]["engines"]["llm"]["max_tokens"] == REPLY_TOKENS
+    assert doc["agent"]["identity"]["engines"]["stt"]["model"] == "tiny.en"  # whisper, recorded as faster-whisper
+    assert doc["agent"]["identity"]["engines"]["stt"]["package"] == "faster-whisper"
     # The agent's process: SIGTERM (to its group) stops it with exit 0 and no traceback, the ready line it printed on
     # stdout is its ready file's, which it removes on the way out (a stopped agent claims to serve nothing), and the
     # turn and synthesis threads of the call are gone after it.

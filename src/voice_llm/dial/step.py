@@ -106,9 +106,9 @@ class DialOptions:
     think_share: float = 0.0  # plus this share of the heard reply (callmod.CallSettings.think_share)
     lead_ms: float = callmod.LEAD_MS
     reply_end_ms: float = callmod.REPLY_END_MS
-    # dial: the STT of the heard replies (faster-whisper or none); converse/lab: the agent's STT (moonshine by
-    # default), the heard replies then transcribed by faster-whisper (heard_stt) unless it is none
-    stt: str = DEFAULT_HEARD_STT
+    # converse/lab: the agent's STT (moonshine by default); dial: faster-whisper or none. The heard replies are
+    # transcribed by faster-whisper (heard_stt) unless it is none
+    stt: str = DEFAULT_STT
     stt_threads: int | None = None
     otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.dial.otlp)
     # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
