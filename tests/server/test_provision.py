@@ -49,7 +49,8 @@ def test_an_unfinished_build_is_not_used(cache: Path) -> None:
     binary.parent.mkdir(parents=True)
     binary.write_text("#!/bin/sh\n")
     assert provision.find_server_binary() is None  # no stamp: the build did not finish
-    (provision.server_build_dir() / "build-ok.json").write_text("{}")
+    (provision.server_build_dir() / "build-ok.json").write_text(
+        json.dumps({"cmake_options": list(provision.CMAKE_OPTIONS)}))
     assert provision.find_server_binary() == binary
 
 
@@ -104,10 +105,27 @@ def test_a_build_with_other_cmake_options_is_not_reused(cache: Path, monkeypatch
     assert provision.find_server_binary() is None
     # A stamp written before the options were recorded: reused while the options are still those of then ...
     _cached_binary_with_stamp({"version": version, "build_s": 300.0})
+    if provision.CMAKE_OPTIONS != provision.UNRECORDED_CMAKE_OPTIONS:
+        # ... which on x86 they are not (the AMX flags came after): such a build, made with AMX, is rebuilt
+        assert provision.find_server_binary() is None
+        monkeypatch.setattr(provision, "CMAKE_OPTIONS", provision.UNRECORDED_CMAKE_OPTIONS)
     assert provision.find_server_binary() == binary
     # ... and rebuilt once they change.
     monkeypatch.setattr(provision, "CMAKE_OPTIONS", (*provision.CMAKE_OPTIONS, "-DGGML_NATIVE=OFF"))
     assert provision.find_server_binary() is None
+
+
+def test_on_x86_the_build_leaves_amx_out() -> None:
+    """-mno-amx-* in both languages' flags (given before ggml's -march=native, they win over it): the AMX kernels
+    died with SIGILL on a VM that reports AMX (provision._X86_NO_AMX)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        assert provision.CMAKE_OPTIONS == provision.UNRECORDED_CMAKE_OPTIONS
+        return
+    for language in ("C", "CXX"):
+        flags = next(o for o in provision.CMAKE_OPTIONS if o.startswith(f"-DCMAKE_{language}_FLAGS="))
+        assert set(flags.split("=", 1)[1].split()) == {"-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"}
 
 
 def _fake_build_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str | None,
