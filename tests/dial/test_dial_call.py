@@ -210,6 +210,19 @@ def test_the_think_pause_scales_with_the_reply_heard(tmp_path):
     assert abs(wait - expected) <= 3 * FRAME_MS + slack(doc), (wait, expected, heard_ms)
 
 
+def test_the_think_pause_never_outlasts_the_deadline(tmp_path):
+    """Every wait counts against --deadline: a think share however large (the pause scales with the heard reply)
+    is held to the deadline, so the caller speaks its next line and the call ends."""
+    out = tmp_path / "think"
+    with FakeAgent([Reply(100, 400, "m1"), Reply(100, 200, "m2")]) as agent:
+        dial_step(context(out), fast_options(barge_in_turns=(), think_ms=0.0, think_share=1e9, deadline_s=2.0),
+                  agent.url, caller=tones(2))
+    doc = read_json(out / "dial.json")
+    first, second = doc["turns"]
+    wait = second["caller"]["offset_ms"] - first["heard"]["last_sound_ms"]
+    assert wait <= doc["settings"]["reply_end_ms"] + 2000.0 + 3 * FRAME_MS + slack(doc), wait
+
+
 def test_the_load_lines_are_short_and_a_call_asks_for_no_more_of_them_than_there_are():
     from voice_llm.dial.caller import LOAD_LINES
     from voice_llm.dial.step import CALLER_LINES, caller_lines

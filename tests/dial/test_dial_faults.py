@@ -134,11 +134,6 @@ def test_cli_nothing_listening(tmp_path, capsys):
     assert status == 1 and len(err.strip().splitlines()) == 1 and "nothing answers at ws://127.0.0.1:" in err, err
 
 
-def test_cli_not_a_ws_url_is_refused_before_anything(tmp_path, capsys):
-    status, err = _cli(capsys, "http://127.0.0.1:1/", "--out", str(tmp_path / "out"), "--stt", "none")
-    assert status == 1 and "must be ws:// or wss://" in err and not (tmp_path / "out").exists()
-
-
 def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
     """A good call, then one to an agent that never answers: dial.json and dial/call.wav stay as they were."""
     out, wavs = tmp_path / "out", write_tone_wavs(tmp_path / "wavs", 1)
@@ -189,3 +184,30 @@ def test_cli_the_callers_reply_end_and_think_time_are_set_and_kept(tmp_path, cap
     # and sooner than the defaults would have let it (700 + 300 ms): on the call clock, counted in frames
     assert second["caller"]["offset_ms"] < first["heard"]["last_sound_ms"] + 700 + 300
     assert main(["check", str(out)]) == 0, capsys.readouterr().out
+
+
+# --- bad flag values: usage errors (exit 2), refused before anything starts -------------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["ws://127.0.0.1:9/", "--jitter-ms", "100000"], "--jitter-ms"),
+    (["ws://127.0.0.1:9/", "--protocol", "pcm", "--rate", "1"], "--rate"),
+    (["ws://127.0.0.1:9/", "--protocol", "pcm", "--rate", "999999"], "--rate"),
+    (["ws://127.0.0.1:9/", "--codec", "pcm16"], "--codec pcm16"),
+    (["http://127.0.0.1:9/"], "ws:// or wss://"),
+    (["ws://127.0.0.1:0/"], "port 0"),
+    (["ws://127.0.0.1:99999/"], "no valid port"),
+    (["ws://127.0.0.1:9/", "--otlp", "nonsense"], "--otlp"),
+    (["ws://127.0.0.1:9/", "--deadline", "1e300"], "86400"),
+    (["ws://127.0.0.1:9/", "--think-ms", "1e12", "--deadline", "10"], "--deadline"),
+    (["ws://127.0.0.1:9/", "--reply-wait", "100", "--deadline", "10"], "--deadline"),
+])
+def test_cli_a_bad_flag_value_is_a_usage_error(tmp_path, capsys, args, needle):
+    with pytest.raises(SystemExit) as stop:
+        main(["dial", *args, "--out", str(tmp_path / "out"), "--stt", "none", "--quiet"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    error_lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(error_lines) == 1 and needle in error_lines[0] and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+

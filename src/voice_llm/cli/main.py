@@ -526,6 +526,17 @@ def _left_out_command(parser: argparse.ArgumentParser, command: str) -> str | No
     return None
 
 
+def _refuse_bad_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The capabilities' options built once from the parsed flags, before anything starts: a value their rules
+    refuse (dial's --rate 1 on a PCM line, --codec pcm16 on a Twilio line, an http:// agent URL) is a bad flag value
+    like any argparse refuses, the table's usage status (2) with one line, not a run's error (1)."""
+    try:
+        _plugin_options(args)
+    except ConfigError as exc:
+        sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        sub.choices[args.command].error(str(exc))  # exits EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     refused = _without_refused()
@@ -539,6 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(reason, file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
+    _refuse_bad_options(parser, args)
     progress = make_progress(getattr(args, "quiet", False))
     handler = COMMANDS.get(args.command) or (cmd_capability if hasattr(args, "run_command") else cmd_step)
     try:

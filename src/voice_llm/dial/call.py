@@ -398,7 +398,9 @@ class _Call:
             if quiet_ms >= s.reply_end_ms and self.playout.idle:
                 self.state = "thinking"
                 heard_ms = ((self.last_sound_tick or tick) - turn.first_sound_tick + 1) * ms
-                self.think_until = tick + round((s.think_ms + s.think_share * heard_ms) / ms)
+                # every wait counts against the deadline: a think share scales with the reply, never past it
+                think_ms = min(s.think_ms + s.think_share * heard_ms, s.deadline_s * 1000.0)
+                self.think_until = tick + round(think_ms / ms)
             elif (tick - turn.first_sound_tick) * ms > s.deadline_s * 1000.0:
                 self.fail(f"the reply to turn {turn.index} did not end within {s.deadline_s:g} s")
             return

@@ -71,6 +71,7 @@ CLINIC_LINES = "clinic"
 PAUSE = "pause"
 LOAD = "load"  # short clinic questions (caller.LOAD_LINES): many turns a minute, for load --dial
 CALLER_LINES = (CLINIC_LINES, PAUSE, LOAD)
+MAX_JITTER_MS = 1000.0  # a phone's jitter buffer; more is a typo (a 100 s buffer is no phone's)
 
 
 def caller_wav_name(index: int) -> str:
@@ -141,10 +142,18 @@ class DialOptions:
                               "caller's own lines: one or the other")
         if self.turns < 1:
             raise ConfigError(f"--turns must be at least 1, not {self.turns}")
-        if self.jitter_ms < 0 or self.jitter_ms > 1000:
-            raise ConfigError(f"--jitter-ms must be 0-1000, not {self.jitter_ms:g}")
-        if not self.deadline_s > 0:
-            raise ConfigError(f"--deadline must be more than 0 seconds, not {self.deadline_s:g}")
+        if self.jitter_ms < 0 or self.jitter_ms > MAX_JITTER_MS:
+            raise ConfigError(f"--jitter-ms must be 0-{MAX_JITTER_MS:g}, not {self.jitter_ms:g}")
+        if not 0 < self.deadline_s <= flags.MAX_SECONDS:
+            raise ConfigError(f"--deadline must be more than 0 and at most {flags.MAX_SECONDS:.0f} seconds, not "
+                              f"{self.deadline_s:g}")
+        # --deadline is the longest wait for anything: a wait the caller is told to make that is longer could never
+        # end within it (--think-ms 1e12 ran forever under --deadline 10)
+        for flag, wait_s in (("--think-ms", self.think_ms / 1000.0), ("--reply-end-ms", self.reply_end_ms / 1000.0),
+                             ("--reply-wait", self.reply_wait_s)):
+            if wait_s is not None and wait_s > self.deadline_s:
+                raise ConfigError(f"{flag} waits {wait_s:g} s, longer than --deadline {self.deadline_s:g} s (the "
+                                  "longest wait for anything)")
         if self.url is not None:
             parts = urllib.parse.urlsplit(self.url)
             if parts.scheme.lower() not in ("ws", "wss"):
@@ -196,6 +205,23 @@ def _barge_in_turns(text: str) -> tuple[int, ...]:
     return flags.int_list(text)
 
 
+def _jitter_ms(text: str) -> float:
+    value = flags.non_negative_number(text)
+    if value > MAX_JITTER_MS:
+        raise argparse.ArgumentTypeError(f"a jitter delay is 0-{MAX_JITTER_MS:g} ms, not {text}")
+    return value
+
+
+def _otlp_listen(text: str) -> str:
+    """--otlp: where the receiver listens, HOST:PORT or the agent's --otlp form http://HOST:PORT (one value
+    works for both commands); refused here, as a usage error, when it is neither."""
+    try:
+        otlp.parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _loss(text: str) -> float:
     value = flags.non_negative_number(text)
     if value > 100:
@@ -227,7 +253,7 @@ def _caller_audio_flags(group: Any) -> None:  # an argparse argument group
 
 def _line_flags(group: Any) -> None:  # an argparse argument group
     """The phone's side of the line and the call's barge-in plan: `dial` and `converse` (the lab keeps defaults)."""
-    group.add_argument("--jitter-ms", type=flags.non_negative_number, default=DEFAULT_JITTER_MS, metavar="MS",
+    group.add_argument("--jitter-ms", type=_jitter_ms, default=DEFAULT_JITTER_MS, metavar="MS",
                        help="the phone's jitter delay before playout starts from idle (default 40)")
     group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
                        metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
@@ -303,9 +329,10 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                         help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
     parser.add_argument("--codec", choices=wire.CODECS, default=None,
                         help="the PCM line's samples: pcm16 (default) or mulaw (8-bit G.711 bytes); twilio is mu-law")
-    parser.add_argument("--deadline", type=flags.positive_number, default=callmod.DEFAULT_DEADLINE_S, metavar="S",
-                        help="the longest wait for anything: the handshake, a reply, a reply's end (default 60)")
-    parser.add_argument("--otlp", default=None, metavar="HOST:PORT",
+    parser.add_argument("--deadline", type=flags.seconds, default=callmod.DEFAULT_DEADLINE_S, metavar="S",
+                        help=f"the longest wait for anything: the handshake, a reply, a reply's end, the caller's "
+                             f"pause (default 60, at most {flags.MAX_SECONDS:.0f})")
+    parser.add_argument("--otlp", type=_otlp_listen, default=None, metavar="HOST:PORT",
                         help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn)")
     parser.add_argument("--stt", choices=HEARD_STT_CHOICES, default=DEFAULT_HEARD_STT,
                         help="transcribe the heard replies with faster-whisper tiny.en (default: it gives the word "
