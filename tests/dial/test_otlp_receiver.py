@@ -152,15 +152,30 @@ def test_a_sender_clock_ahead_is_estimated_from_arrivals() -> None:
 
 
 @pytest.mark.parametrize("value, expected", [("127.0.0.1:4318", ("127.0.0.1", 4318)), (":0", ("127.0.0.1", 0)),
-                                             ("[::1]:9", ("::1", 9))])
+                                             ("[::1]:9", ("::1", 9)),
+                                             # the agent's --otlp form, so one value serves both commands
+                                             ("http://127.0.0.1:4318", ("127.0.0.1", 4318)),
+                                             ("http://localhost:4318/", ("localhost", 4318)),
+                                             ("http://127.0.0.1:4318/v1/traces", ("127.0.0.1", 4318)),
+                                             ("http://[::1]:9", ("::1", 9))])
 def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
     assert otlp.parse_listen(value) == expected
 
 
-@pytest.mark.parametrize("value", ["4318", "host:port", "h:70000"])
+@pytest.mark.parametrize("value", ["4318", "host:port", "h:70000", "https://127.0.0.1:4318", "http://127.0.0.1",
+                                   "http://127.0.0.1:4318/elsewhere"])
 def test_parse_listen_refuses(value: str) -> None:
     with pytest.raises(ValueError):
         otlp.parse_listen(value)
+
+
+def test_dial_takes_the_agents_otlp_form() -> None:
+    """`agent --otlp http://HOST:PORT` and `dial --otlp` name the same receiver with the same value."""
+    from voice_llm.cli.main import build_parser
+    from voice_llm.dial.step import options_value
+
+    values = vars(build_parser().parse_args(["dial", "ws://127.0.0.1:9/", "--otlp", "http://127.0.0.1:4318"]))
+    assert otlp.parse_listen(options_value(values).otlp) == ("127.0.0.1", 4318)
 
 
 def test_the_agents_transcript_comes_with_its_turn_span() -> None:

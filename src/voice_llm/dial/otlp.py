@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import http.server
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -451,7 +452,23 @@ def summary(receiver_address: str, bodies: Sequence[Body], clock: Clock | None) 
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``:PORT``, loopback) for --otlp; ValueError with the reason."""
+    """``HOST:PORT`` (or ``:PORT``, loopback) for --otlp; also the agent's --otlp form ``http://HOST:PORT`` (with
+    ``/`` or ``/v1/traces`` after it), so the one value a user gives the agent works here too (it failed with "Name
+    or service not known": the host was taken as ``http://HOST``). ValueError with the reason."""
+    if "://" in value:
+        parts = urllib.parse.urlsplit(value.strip())
+        if parts.scheme != "http":  # the receiver speaks plain OTLP/HTTP, no TLS
+            raise ValueError(f"--otlp takes HOST:PORT or http://HOST:PORT (the receiver has no TLS), not {value!r}")
+        if parts.path.rstrip("/") not in ("", TRACES_PATH) or parts.query or parts.fragment:
+            raise ValueError(f"--otlp takes HOST:PORT or http://HOST:PORT (it receives on {TRACES_PATH}), "
+                             f"not {value!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"--otlp port must be 0-65535, in {value!r}") from None
+        if port is None or not parts.hostname:
+            raise ValueError(f"--otlp takes http://HOST:PORT with both, not {value!r}")
+        return parts.hostname, port
     host, sep, port = value.rpartition(":")
     if not sep:
         raise ValueError(f"--otlp takes HOST:PORT, not {value!r}")

@@ -333,7 +333,8 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                         help=f"the longest wait for anything: the handshake, a reply, a reply's end, the caller's "
                              f"pause (default 60, at most {flags.MAX_SECONDS:.0f})")
     parser.add_argument("--otlp", type=_otlp_listen, default=None, metavar="HOST:PORT",
-                        help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn)")
+                        help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn); "
+                             "also the agent's --otlp form, http://HOST:PORT")
     parser.add_argument("--stt", choices=HEARD_STT_CHOICES, default=DEFAULT_HEARD_STT,
                         help="transcribe the heard replies with faster-whisper tiny.en (default: it gives the word "
                              "times the words heard need), or none")
