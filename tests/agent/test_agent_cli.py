@@ -65,3 +65,18 @@ def test_piper_threads_are_onnxruntimes_unless_told() -> None:
     """The measured default (settings.DEFAULT_TTS_THREADS): onnxruntime's own, one per core; --tts-threads sets it."""
     assert command.settings_from({}).tts_threads is None and AgentSettings().tts_threads is None
     assert command.settings_from({"tts_threads": 1}).tts_threads == 1
+
+
+def test_the_url_help_names_the_agents_own_default_not_a_port_flag_it_lacks() -> None:
+    """`agent --help` said "default: the managed one on --port", but the agent has no --port: its help names the
+    URL it does use when none is given (settings_from)."""
+    from voice_llm.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    agent = sub.choices["agent"]
+    assert not any("--port" in action.option_strings for action in agent._actions)
+    url = next(action for action in agent._actions if "--url" in action.option_strings)
+    assert "--port" not in (url.help or "")
+    default = command.settings_from({}).url
+    assert default in (url.help or "")

@@ -27,6 +27,7 @@ from voice_llm.tts import STRATEGIES, add_voice_flags
 from voice_llm.util.progress import Progress
 
 PIPECAT_SERVE = "voice_llm.agent.pipecat_agent:serve"
+DEFAULT_LLM_URL = f"http://127.0.0.1:{LLM_PORT}"  # the agent has no --port: the managed server's default one
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -64,7 +65,8 @@ def add_commands(sub: Any) -> None:
                    help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate")
     p.add_argument("--rate", type=flags.positive_int, default=wire.DEFAULT_PCM_RATE, metavar="HZ",
                    help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; Twilio is 8000 always)")
-    flags.request_options(p)
+    flags.request_options(p, url_help=f"the LLM server the agent asks (default: {DEFAULT_LLM_URL}, the managed "
+                                      "server's default port); may end in /v1")
     flags.api_key_option(p)
     p.add_argument("--model", help="the model name sent in each request (default: the first id of /v1/models)")
     p.add_argument("--endpoint-ms", type=flags.positive_number, default=DEFAULT_ENDPOINT_MS, metavar="MS",
@@ -124,7 +126,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
     given = {
         "host": host, "port": port, "protocol": values.get("protocol") or wire.TWILIO,
         "rate": values.get("rate") or wire.DEFAULT_PCM_RATE,
-        "url": values.get("url") or f"http://127.0.0.1:{LLM_PORT}",
+        "url": values.get("url") or DEFAULT_LLM_URL,
         "model": values.get("model"), "api_key": api_key_from_env(values.get("api_key")),
         "endpoint_ms": values.get("endpoint_ms") or DEFAULT_ENDPOINT_MS,
         "stt": values.get("stt") or DEFAULT_STT, "stt_threads": values.get("stt_threads"),

@@ -151,9 +151,13 @@ def new_run_option(parser: argparse.ArgumentParser) -> None:
                              "once this run's first step has finished) instead of refusing")
 
 
-def request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
-    """What every command that sends requests takes: whom to ask, and how long to wait."""
-    parser.add_argument("--url", type=server_url, help="a running server to measure (default: the managed one on --port); may end in /v1")
+URL_HELP = "a running server to measure (default: the managed one on --port); may end in /v1"
+
+
+def request_options(parser: argparse.ArgumentParser, deadline: bool = True, url_help: str = URL_HELP) -> None:
+    """What every command that sends requests takes: whom to ask, and how long to wait. ``url_help``: a command
+    with no --port (the agent) says its own default instead."""
+    parser.add_argument("--url", type=server_url, help=url_help)
     parser.add_argument("--timeout", type=seconds, default=StepOptions.timeout, metavar="SECONDS",
                         help="give up on a request that sends no content for this long (pings do not count)")
     if deadline:
