@@ -6,8 +6,10 @@ a speculative and a plain decode give the same words on real speech is the last 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -51,18 +53,19 @@ def answer() -> Reply:
     return Reply.stream(at(0.0, llama_events(["Sure.", " Anything else?"])))
 
 
-def call(served: Any, *pieces: np.ndarray) -> TwilioCaller:
+@contextlib.contextmanager
+def call(served: Any, *pieces: np.ndarray) -> Iterator[TwilioCaller]:
     """The pieces sent in real time, 20 ms a frame: the speech end comes before the endpoint on the agent's clock
     as on a line (sent at once, the 300 ms of silence would reach the endpointer within a millisecond)."""
-    ws = dial(served.url)
-    caller = TwilioCaller(ws)
-    caller.begin()
-    frame = 160  # 20 ms at 8 kHz
-    for piece in pieces:
-        for start in range(0, len(piece), frame):
-            caller.say(piece[start:start + frame])
-            time.sleep(0.02)
-    return caller
+    with dial(served.url) as ws:
+        caller = TwilioCaller(ws)
+        caller.begin()
+        frame = 160  # 20 ms at 8 kHz
+        for piece in pieces:
+            for start in range(0, len(piece), frame):
+                caller.say(piece[start:start + frame])
+                time.sleep(0.02)
+        yield caller
 
 
 def finish(served: Any, caller: TwilioCaller) -> dict[str, Any]:
@@ -77,7 +80,8 @@ def test_the_decode_starts_at_the_speech_end_and_the_endpoint_commits_it() -> No
     stt = CountingSTT()
     with FakeServer(answer()) as fake, serving(settings(fake.url, speculative_stt=True), engines(stt)) as served:
         assert served.ready["engines"]["stt"]["speculative"] is True
-        record = finish(served, call(served, speech(400), silence(600)))
+        with call(served, speech(400), silence(600)) as caller:
+            record = finish(served, caller)
         events = record["events"]
         # one decode, asked for at the speech end: before the endpoint fired (the loop's own order), not after it
         assert len(stt.calls) == 1
@@ -98,7 +102,8 @@ def test_a_caller_who_goes_on_drops_the_speculative_decode_and_the_turn_is_the_w
     stt = CountingSTT()
     with FakeServer(answer()) as fake, serving(settings(fake.url, speculative_stt=True), engines(stt)) as served:
         # a 120 ms pause (a speech end, no endpoint: 300 ms), then more words, then the end
-        record = finish(served, call(served, speech(400), silence(120), speech(400), silence(600)))
+        with call(served, speech(400), silence(120), speech(400), silence(600)) as caller:
+            record = finish(served, caller)
         assert len(served.agent.records) == 1
         # two decodes: the first (at the pause) dropped, the second (at the true end) committed, and longer
         assert len(stt.calls) == 2 and stt.calls[1][1] > stt.calls[0][1]
@@ -114,7 +119,8 @@ def test_without_the_flag_the_decode_starts_at_the_endpoint() -> None:
     stt = CountingSTT()
     with FakeServer(answer()) as fake, serving(settings(fake.url), engines(stt)) as served:
         assert served.ready["engines"]["stt"]["speculative"] is False
-        record = finish(served, call(served, speech(400), silence(600)))
+        with call(served, speech(400), silence(600)) as caller:
+            record = finish(served, caller)
         assert record["stt"]["speculative"] is False
         assert record["events"]["stt_start"] >= record["events"]["endpoint"]
         assert record["breakdown"]["stt"] >= DECODE_S * 1000 - 1

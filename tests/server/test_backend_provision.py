@@ -3,6 +3,8 @@ named with its log, and the compile shows progress. (The real build runs once in
 
 from __future__ import annotations
 
+import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +28,7 @@ def test_a_cached_wheel_is_reused_only_when_its_build_finished(cache: Path, monk
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"PK")
     assert lcp.cached_wheel() is None  # no stamp: that build did not finish
-    (lcp.root_dir() / "build-ok.json").write_text('{"build_s": 201.5}')
+    (lcp.root_dir() / "build-ok.json").write_text(json.dumps({"build_s": 201.5, "compiler_flags": lcp.COMPILER_FLAGS}))
     assert lcp.cached_wheel() == wheel and lcp.build_seconds() == 201.5
 
     def no_build(progress: object) -> Path:
@@ -34,6 +36,44 @@ def test_a_cached_wheel_is_reused_only_when_its_build_finished(cache: Path, monk
 
     monkeypatch.setattr(lcp, "_build_wheel", no_build)
     assert lcp.ensure_wheel() == wheel
+
+
+def test_a_wheel_built_with_other_compiler_flags_is_built_again(cache: Path) -> None:
+    # A stamp from before the flags were recorded is a build with ggml's AMX kernels on x86 (they segfaulted).
+    wheel = lcp.wheel_dir() / f"llama_cpp_python-{lcp.VERSION}-py3-none-linux_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"PK")
+    (lcp.root_dir() / "build-ok.json").write_text(json.dumps({"build_s": 194.6, "compiler_flags": "-O0"}))
+    assert lcp.cached_wheel() is None
+    (lcp.root_dir() / "build-ok.json").write_text(json.dumps({"build_s": 194.6}))
+    assert (lcp.cached_wheel() is None) == bool(lcp.COMPILER_FLAGS)
+
+
+def test_on_x86_llama_cpp_python_is_built_without_amx() -> None:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("AMX is an x86 extension")
+    assert lcp.COMPILER_FLAGS == provision.NO_AMX_FLAGS and "-mno-amx-int8" in lcp.COMPILER_FLAGS
+
+
+def test_the_installed_package_is_known_by_its_libraries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+    wheel = tmp_path / f"llama_cpp_python-{lcp.VERSION}-py3-none-linux_x86_64.whl"
+    record = "llama_cpp/lib/libggml-cpu.so,sha256=NEW,10\nllama_cpp/llama.py,sha256=PY,5\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"llama_cpp_python-{lcp.VERSION}.dist-info/RECORD", record)
+
+    class Installed:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def read_text(self, name: str) -> str:
+            return self.text
+
+    monkeypatch.setattr(lcp.importlib.metadata, "distribution", lambda name: Installed(record))
+    assert lcp._installed_from(wheel)
+    monkeypatch.setattr(lcp.importlib.metadata, "distribution",
+                        lambda name: Installed(record.replace("sha256=NEW", "sha256=OLD")))
+    assert not lcp._installed_from(wheel)
 
 
 def test_a_failed_step_names_the_package_the_step_and_the_log(tmp_path: Path) -> None:

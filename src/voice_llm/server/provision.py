@@ -51,9 +51,11 @@ _BASE_CMAKE_OPTIONS = (
 # (tilezero in tinygemm_kernel_amx<block_q8_1, block_q4_1>) still died with SIGILL: llama-server exited -4 while
 # loading the default model (2026-12-04). -mno-amx-* given before -march=native win over it (GCC keeps explicitly
 # set ISA flags; checked with -dM -E: no __AMX_*__ left), so the rest of the native ISA (AVX-512, VNNI) stays.
-_X86_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-CMAKE_OPTIONS = _BASE_CMAKE_OPTIONS + ((f"-DCMAKE_C_FLAGS={_X86_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_X86_NO_AMX}")
-                                       if platform.machine().lower() in ("x86_64", "amd64") else ())
+# llama-cpp-python's vendored ggml has the same kernels (ggml_backend_amx_mul_mat segfaulted on the first decode,
+# here and in CI): its build takes the same flags (backends/llama_cpp_python.py), from this one place.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine().lower() in ("x86_64", "amd64") else ""
+CMAKE_OPTIONS = _BASE_CMAKE_OPTIONS + ((f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}")
+                                       if NO_AMX_FLAGS else ())
 # The options of every build made before the stamp recorded them: such a build is reused while CMAKE_OPTIONS
 # still equals this, and rebuilt once they differ.
 UNRECORDED_CMAKE_OPTIONS = _BASE_CMAKE_OPTIONS

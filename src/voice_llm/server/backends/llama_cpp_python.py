@@ -23,6 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,10 @@ PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"
 # The same switches as the llama-server build: nothing built that is not needed, nothing fetched at build time.
 CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF"
+# No AMX kernels (see provision.NO_AMX_FLAGS: its ggml_backend_amx_mul_mat segfaulted on the first decode). Given
+# as CFLAGS/CXXFLAGS, which CMake takes as CMAKE_C(XX)_FLAGS on a first configure: no quoting inside CMAKE_ARGS,
+# whose splitting is the build backend's.
+COMPILER_FLAGS = provision.NO_AMX_FLAGS
 # Imported by `python -m llama_cpp.server`; all must be present for the server to start.
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings", "starlette_context")
 READY_TIMEOUT_S = 120.0
@@ -56,9 +61,18 @@ def _stamp() -> Path:
     return root_dir() / "build-ok.json"
 
 
+def _stamp_matches() -> bool:
+    """A finished build with today's compiler flags (a stamp without them is from a build with AMX kernels)."""
+    try:
+        stamp = parse_json(_stamp().read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(stamp, dict) and stamp.get("compiler_flags", "") == COMPILER_FLAGS
+
+
 def cached_wheel() -> Path | None:
     wheels = sorted(wheel_dir().glob("llama_cpp_python-*.whl"))
-    return wheels[0] if wheels and _stamp().is_file() else None
+    return wheels[0] if wheels and _stamp_matches() else None
 
 
 def build_seconds() -> float | None:
@@ -93,13 +107,20 @@ def _build_wheel(progress: Progress) -> Path:
     root = root_dir()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
-    log.write_text(f"voice-llm: building a wheel of {PACKAGE}=={VERSION} (CMAKE_ARGS={CMAKE_ARGS})\n")
+    log.write_text(f"voice-llm: building a wheel of {PACKAGE}=={VERSION} (CMAKE_ARGS={CMAKE_ARGS}, "
+                   f"CFLAGS/CXXFLAGS={COMPILER_FLAGS})\n")
     progress.start(f"Building {PACKAGE} {VERSION} (once, ~3 min on 2 cores)", total=100)
     t0 = time.monotonic()
     env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS}
+    if COMPILER_FLAGS:
+        env.update(CFLAGS=f"{COMPILER_FLAGS} {os.environ.get('CFLAGS', '')}".strip(),
+                   CXXFLAGS=f"{COMPILER_FLAGS} {os.environ.get('CXXFLAGS', '')}".strip())
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        # -v: the compiler lines are what shows progress; --no-deps: the dependencies install as wheels later.
-        run_step("build", _pip("wheel", "--no-deps", "--no-binary", PACKAGE, "-v", "-w", tmp, f"{PACKAGE}=={VERSION}"),
+        # -v: the compiler lines are what shows progress; --no-deps: the dependencies install as wheels later;
+        # --no-cache-dir: pip's own wheel cache is keyed by the sdist, not by the flags, and handed back a wheel
+        # built with AMX kernels in 1 s.
+        run_step("build", _pip("wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "-v", "-w", tmp,
+                               f"{PACKAGE}=={VERSION}"),
                  log, progress, env)
         built = sorted(Path(tmp).glob("llama_cpp_python-*.whl"))
         if not built:
@@ -109,7 +130,8 @@ def _build_wheel(progress: Progress) -> Path:
         target = wheel_dir() / built[0].name
         os.replace(built[0], target)
     elapsed = time.monotonic() - t0
-    _stamp().write_text(json.dumps({"version": VERSION, "wheel": target.name, "build_s": round(elapsed, 1)}) + "\n")
+    _stamp().write_text(json.dumps({"version": VERSION, "wheel": target.name, "build_s": round(elapsed, 1),
+                                    "compiler_flags": COMPILER_FLAGS}) + "\n")
     progress.finish(f"built {target.name} in {elapsed:.0f} s")
     return target
 
@@ -126,16 +148,36 @@ def server_importable() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in SERVER_MODULES)
 
 
+def _installed_from(wheel: Path) -> bool:
+    """Whether the installed package's files are this wheel's: its RECORD (path, sha256) equals the wheel's."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+            built = archive.read(name).decode()
+        installed = importlib.metadata.distribution(PACKAGE).read_text("RECORD") or ""
+    except (OSError, StopIteration, zipfile.BadZipFile, UnicodeDecodeError, importlib.metadata.PackageNotFoundError):
+        return False
+
+    def digests(record: str) -> set[tuple[str, str]]:
+        # The shared libraries are what the flags change; .py files and the dist-info differ by installer.
+        rows = (line.split(",") for line in record.splitlines())
+        return {(row[0], row[1]) for row in rows if len(row) >= 2 and row[0].endswith((".so", ".dylib", ".dll"))}
+
+    return digests(built) == digests(installed) != set()
+
+
 def ensure_installed(progress: Progress | None = None) -> Path | None:
     """Install llama-cpp-python[server] from the cached wheel into this Python, unless that version is there.
     Returns the wheel installed, or None when nothing had to be done."""
     progress = progress or NullProgress()
-    if installed_version() == VERSION and server_importable():
-        return None
     wheel = ensure_wheel(progress)
+    if installed_version() == VERSION and server_importable() and _installed_from(wheel):
+        return None
     log = root_dir() / "install.log"
     log.write_text(f"voice-llm: installing {wheel.name}[server] into {sys.executable}\n")
     progress.start(f"Installing {PACKAGE} {VERSION} from the cached wheel")
+    # --force-reinstall --no-deps first: the same version built with other flags is replaced, not kept.
+    run_step("install", _pip("install", "--force-reinstall", "--no-deps", str(wheel)), log, progress)
     run_step("install", _pip("install", f"{wheel}[server]"), log, progress)
     importlib.invalidate_caches()
     if not server_importable():
