@@ -14,7 +14,8 @@ from typing import Any
 from voice_llm import registry
 from voice_llm.agent import server
 from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_MAX_CALLS,
-                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_PREEMPTIVE, DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
+                                      DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_ECHO_GATE_DB, DEFAULT_PREEMPTIVE,
+                                      DEFAULT_SPECULATIVE_STT, DEFAULT_STRATEGY,
                                       DEFAULT_STT_WINDOW_S, DEFAULT_TTS_THREADS, ENGINES, TURNS, AgentSettings)
 from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
 from voice_llm.errors import ConfigError
@@ -83,6 +84,10 @@ def add_commands(sub: Any) -> None:
                    help="start the reply (LLM and synthesis) from the speculative transcript before the endpoint, "
                         "send none of its audio until the endpoint confirms it, drop it when speech resumes; implies "
                         f"--speculative-stt; builtin engine (default {'on' if DEFAULT_PREEMPTIVE else 'off'})")
+    p.add_argument("--echo-gate-db", type=flags.non_negative_number, default=DEFAULT_ECHO_GATE_DB, metavar="DB",
+                   help="take a caller frame this many dB below the loudest audio the caller just heard for the "
+                        "agent's own voice coming back, not a barge-in; 0: off (default "
+                        f"{DEFAULT_ECHO_GATE_DB:g}; builtin engine)")
     p.add_argument("--stt-window", type=flags.positive_int, default=DEFAULT_STT_WINDOW_S, metavar="S",
                    help=f"Whisper's encoder window in seconds, 1-30 (default {DEFAULT_STT_WINDOW_S}; a longer turn "
                         "takes the 30 s path)")
@@ -134,6 +139,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "speculative_stt": (values["speculative_stt"] if values.get("speculative_stt") is not None
                             else DEFAULT_SPECULATIVE_STT),
         "preemptive": values["preemptive"] if values.get("preemptive") is not None else DEFAULT_PREEMPTIVE,
+        "echo_gate_db": values["echo_gate_db"] if values.get("echo_gate_db") is not None else DEFAULT_ECHO_GATE_DB,
         "tts": values.get("tts") or "piper", "voice": values.get("voice"),
         "tts_threads": values.get("tts_threads") or DEFAULT_TTS_THREADS,  # None: onnxruntime's default
         "clause_words": values.get("clause_words") or 4, "strategy": values.get("strategy") or DEFAULT_STRATEGY,

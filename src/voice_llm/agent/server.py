@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from voice_llm.agent import turn as turnmod
+from voice_llm.agent.echo import DEFAULT_WINDOW_S, EchoGate
 from voice_llm.agent.audio import Framer, Resampler
 from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
 from voice_llm.agent.otel import STREAM_SID, Clock, SpanExport
@@ -310,6 +311,7 @@ class Call:
         self.turning = turnmod.TurnTaker(self.settings.turn, self.settings.endpoint_ms, self.settings.vad_threshold)
         self.checked_at: dict[int, tuple[float, float | None]] = {}  # smart: CHECK frame -> (asked, verdict) times
         self.inbound = Resampler(self.line.rate, SAMPLE_RATE)
+        self.echo_gate = EchoGate(self.line.rate, self.settings.echo_gate_db)  # its own voice back is not the caller
         self.pending = np.zeros(0, np.int16)
         self.recent: collections.deque[np.ndarray] = collections.deque(maxlen=PRE_ROLL_FRAMES)
         self.utterance: list[np.ndarray] | None = None  # the frames of the utterance being collected
@@ -412,6 +414,8 @@ class Call:
     def _on_frame(self, frame: np.ndarray) -> None:
         probability = self.vad(frame.astype("<i2").tobytes())
         now = time.perf_counter()
+        if probability >= self.settings.vad_threshold and self.echo_gate.is_echo(frame, now):
+            probability = 0.0  # speech no louder than an echo of what the caller just heard (agent.echo)
         events = self.turning.push(probability)
         if self.utterance is not None and len(self.utterance) < MAX_UTTERANCE_FRAMES:
             self.utterance.append(frame)
@@ -659,6 +663,7 @@ class Call:
         turn.cancel.cancel()
         if self.line.protocol == wire.TWILIO:
             self._send_now(wire.clear(self.stream_sid or ""))
+            self.echo_gate.cleared(now)
         # A PCM line has no clear (binary audio only): its audio is paced PCM_LEAD_S ahead of the caller's
         # playout (see _frames), so the caller hears at most that much (and its jitter delay) after the stop.
         self._finish(turn, "interrupted", now)
@@ -839,6 +844,7 @@ class Call:
             await self.ws.send(wire.agent_media(self.stream_sid or "", payload) if self.line.protocol == wire.TWILIO
                                else payload)
             now = time.perf_counter()
+            self.echo_gate.sent(frame, now)
             if not segment.samples:
                 segment.first_sent = now
             if turn.events.get("first_audio_sent") is None:
@@ -992,7 +998,11 @@ class Agent:
                                     "preemptive": self.speculating is not None and s.preemptive},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
                                      "vad_threshold": s.vad_threshold, "strategy": s.strategy,
-                                     "clause_words": s.clause_words}},
+                                     "clause_words": s.clause_words,
+                                     "echo_gate": ({"margin_db": s.echo_gate_db, "window_ms": DEFAULT_WINDOW_S * 1000,
+                                                    "rule": "a caller frame margin_db below the loudest audio the "
+                                                            "caller heard in the window is its echo (not speech)"}
+                                                   if s.echo_gate_db > 0 else None)}},
                 "versions": {**identity_versions(), **self.engines.versions},
                 "pacing": ("as synthesized; clear on a barge-in" if s.protocol == wire.TWILIO
                            else f"at most {PCM_LEAD_S * 1000:.0f} ms ahead of real time (a PCM line has no clear)"),

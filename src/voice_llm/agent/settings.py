@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from voice_llm.agent import echo
 from voice_llm.errors import ConfigError
 from voice_llm.line import wire
 from voice_llm.speech import stt
@@ -39,6 +40,10 @@ DEFAULT_SPECULATIVE_STT = False
 # endpoint, its audio held until the endpoint confirms it, dropped when speech resumes first. Implies speculative STT.
 # The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B").
 DEFAULT_PREEMPTIVE = False
+# The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
+# heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
+# line matrix (BENCHMARKS.md "Barge-in over echo").
+DEFAULT_ECHO_GATE_DB = echo.DEFAULT_MARGIN_DB
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class AgentSettings:
     deadline_s: float = 600.0  # the longest one reply's request may take
     endpoint_ms: float = DEFAULT_ENDPOINT_MS
     vad_threshold: float = 0.5
+    echo_gate_db: float = DEFAULT_ECHO_GATE_DB  # agent.echo's margin; 0: off
     stt: str = stt.DEFAULT_STT  # moonshine; "whisper" is recorded as faster-whisper
     stt_threads: int | None = None  # None: the STT's own default (speech.stt.default_threads: Moonshine 1, Whisper all)
     stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
@@ -97,6 +103,8 @@ class AgentSettings:
             raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
         if not stt.MIN_CHUNK_S <= self.stt_window_s <= stt.DEFAULT_CHUNK_S:
             raise ConfigError(f"--stt-window must be {stt.MIN_CHUNK_S}-{stt.DEFAULT_CHUNK_S} s, not {self.stt_window_s}")
+        if not 0 <= self.echo_gate_db <= 60:
+            raise ConfigError(f"--echo-gate-db must be 0 (off) to 60 dB, not {self.echo_gate_db:g}")
         if not 1 <= self.max_tokens <= 4096:
             raise ConfigError(f"--max-tokens must be 1-4096, not {self.max_tokens}")
 
