@@ -172,11 +172,7 @@ class VoiceCaller(User):
                 STATE.inflight[step] -= 1
         sample = self._sample(turn, step, phase, callers, start, timing, error)
         STATE.samples.append(sample)
-        self.environment.events.request.fire(
-            request_type="SSE", name="turn", response_time=sample["e2e_ms"] or 0.0,
-            response_length=timing.tokens if timing else 0, exception=RuntimeError(error) if error else None,
-            context={},
-        )
+        _report(self.environment, "SSE", sample["e2e_ms"], timing.tokens if timing else 0, error)
         return sample, timing
 
     @task
@@ -198,6 +194,15 @@ class VoiceCaller(User):
                 messages = request + [{"role": "assistant", "content": timing.text}]
             if not timing.cancelled:  # the caller listens to the whole answer (a barge-in cut it short)
                 gevent.sleep(speaking_s(timing.text, cfg.answer_words_per_s) * cfg.think_scale)
+
+
+def _report(environment: Any, request_type: str, ms: float | None, length: int, error: str | None) -> None:
+    """One turn as Locust's request event. A failed turn is a failure with no time (``response_time`` None, which
+    Locust counts apart from the timed requests): as 0.0 ms it pulled Locust's averages and percentiles down by
+    a turn that never answered. A turn measured with no time (no heard gap) is likewise untimed, not 0 ms."""
+    environment.events.request.fire(
+        request_type=request_type, name="turn", response_time=None if error else ms, response_length=length,
+        exception=RuntimeError(error) if error else None, context={})
 
 
 def _stop_after(count: int) -> Callable[[sse.Chunk], bool]:
@@ -285,8 +290,6 @@ class DialCaller(User):
             shutil.rmtree(out, ignore_errors=True)
         STATE.samples.extend(samples)
         for sample in samples:
-            self.environment.events.request.fire(
-                request_type="DIAL", name="turn", response_time=sample["heard_gap_ms"] or 0.0, response_length=0,
-                exception=RuntimeError(sample["error"]) if sample["error"] else None, context={})
+            _report(self.environment, "DIAL", sample["heard_gap_ms"], 0, sample["error"])
         if any(s["error"] for s in samples):
             gevent.sleep(cfg.refused_pause_s)
