@@ -68,6 +68,9 @@ class FakeAgent:
     marks_back: list[str] = field(default_factory=list)
     received: list[str] = field(default_factory=list)  # the events of the caller's text messages, in order
     otlp: str | None = None  # http://HOST:PORT: each reply's invoke_agent span (its delay as the reported latency)
+    # per turn (1-based), the reported latency to send instead of the delay: a foreign agent's bad number, as the
+    # OTLP/JSON doubleValue it would write ("NaN", "Infinity", a negative number)
+    reported: dict[int, float | str] = field(default_factory=dict)
     port: int = 0
     codec: str = wire.PCM16  # a pcm line's codec
     loud: int = LOUD  # above this a caller frame is speech (raised for an echo the agent must not take as speech)
@@ -192,7 +195,7 @@ class FakeAgent:
 
     def _export(self, turn: int, start: float, end: float) -> None:
         assert self.otlp is not None
-        _post(self.otlp, span_body(turn, start, end))
+        _post(self.otlp, span_body(turn, start, end, self.reported.get(turn)))
 
     async def _reply(self, turn: int, last_loud: float) -> None:
         reply = self.replies[min(turn, len(self.replies)) - 1]
@@ -244,11 +247,13 @@ def _epoch_ns(perf: float) -> int:
     return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
 
 
-def span_body(turn: int, start: float, end: float) -> bytes:
-    """One OTLP/JSON ExportTraceServiceRequest with voice-llm's agent span for ``turn`` (ids in hex, as OTLP/JSON)."""
+def span_body(turn: int, start: float, end: float, reported: float | str | None = None) -> bytes:
+    """One OTLP/JSON ExportTraceServiceRequest with voice-llm's agent span for ``turn`` (ids in hex, as OTLP/JSON);
+    ``reported``: the latency it states, else the span's length."""
+    latency = (end - start) * 1000.0 if reported is None else reported
     span = {"traceId": "%032x" % 1, "spanId": "%016x" % turn, "name": "invoke_agent",
             "startTimeUnixNano": str(_epoch_ns(start)), "endTimeUnixNano": str(_epoch_ns(end)),
-            "attributes": [{"key": "voice_llm.latency.reported_ms", "value": {"doubleValue": (end - start) * 1000.0}},
+            "attributes": [{"key": "voice_llm.latency.reported_ms", "value": {"doubleValue": latency}},
                            {"key": "voice_llm.turn.number", "value": {"intValue": str(turn)}}]}
     return json.dumps({"resourceSpans": [{"resource": {"attributes": []},
                                           "scopeSpans": [{"spans": [span]}]}]}).encode()

@@ -193,6 +193,37 @@ def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
     assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])
 
 
+@pytest.mark.parametrize("bad", ["NaN", -5.0])
+def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad):
+    """A foreign agent's NaN (or Inf, or negative) reported latency is refused at the receiver and counted in
+    otlp.refused_values: that turn is not reported (its reason in unknown), the others are; dial.json stays strict
+    JSON, and no check relation FAILs for the agent's bad number."""
+    import json
+
+    from voice_llm.checks import core
+    from voice_llm.checks.base import FAIL
+    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.dial.step import Tracing
+    from voice_llm.run.folder import RunFolder
+
+    tracing = Tracing("127.0.0.1:0")
+    with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint, reported={1: bad}) as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2), tracing=tracing)
+    text = (tmp_path / "dial.json").read_text()
+    doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"dial.json holds {name}: not JSON"))
+    json.dumps(doc, allow_nan=False)
+    assert doc["otlp"]["refused_values"] == 1 and doc["otlp"]["bodies"] == 2 and not doc["otlp"]["refused"]
+    first, second = doc["turns"]
+    assert first["agent_reported"] is None and first["heard_minus_reported_ms"] is None
+    assert second["agent_reported"]["latency_ms"] == pytest.approx(agent.sent[1].delay_ms, abs=0.01)
+    assert "refused" in doc["unknown"]["agent_reported"]
+    checks = [c for c in DIAL_CAPABILITY.checks if c.step == "dial" and c.function.rsplit(":", 1)[1] in
+              ("check_values", "check_agent_reported", "check_summary", "check_files")]
+    folder = RunFolder(tmp_path)
+    failed = {c.function: r.detail for c in checks if (r := core._result(c, folder)).status == FAIL}
+    assert len(checks) == 4 and not failed, failed
+
+
 def test_the_think_pause_scales_with_the_reply_heard(tmp_path):
     """--think-share (load --dial's callers): after the reply-end silence the caller waits think_ms plus the share of
     the reply as heard (first to last sound), so the next line starts that much later, within a frame of ticks."""

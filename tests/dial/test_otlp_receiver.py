@@ -96,7 +96,8 @@ def test_json_bodies_decode_like_protobuf(receiver: otlp.Receiver) -> None:
 def test_an_agent_that_sends_no_spans_is_not_reported(receiver: otlp.Receiver) -> None:
     assert otlp.match([1000.0, 5000.0], receiver.spans(), otlp.Clock(T0)) == [None, None]
     assert otlp.summary("127.0.0.1:1", receiver.bodies(), None) == {
-        "listen": "127.0.0.1:1", "bodies": 0, "spans": 0, "refused": [], "clock": "no spans", "files": []}
+        "listen": "127.0.0.1:1", "bodies": 0, "spans": 0, "refused": [], "refused_values": 0,
+        "refused_value_lines": [], "clock": "no spans", "files": []}
 
 
 def _post(receiver: otlp.Receiver, data: bytes, content_type: str | None, path: str = "/v1/traces") -> int:
@@ -208,3 +209,38 @@ def test_the_agents_preemptive_counts_come_with_its_turn_span() -> None:
     assert found[0].preemptive == {"started": 2, "used": 1, "dropped": 1, "tokens_wasted": 7,
                                    "synthesis_ms_wasted": 80.5, "reply": True, "call": {"dropped": 3}}
     assert found[1].preemptive is None
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", -5.0, 1e308])
+def test_a_reported_number_that_is_not_a_finite_latency_is_refused_and_counted(receiver: otlp.Receiver,
+                                                                               value: object) -> None:
+    """NaN, Inf or a negative latency (pipecat's seconds of 1e308 are Inf in ms) is no latency: refused where the
+    span arrives, counted in refused_values with one line each; the span and its good numbers are kept, the body
+    is taken (200), the turn is not reported."""
+    attributes = [{"key": "turn.user_bot_latency_seconds", "value": {"doubleValue": value}},
+                  {"key": "voice_llm.breakdown.stt_ms", "value": {"doubleValue": "NaN"}},
+                  {"key": "voice_llm.breakdown.llm_ms", "value": {"doubleValue": 120.0}},
+                  {"key": "voice_llm.preemptive.wasted_ms", "value": {"doubleValue": "Infinity"}}]
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "turn",
+        "startTimeUnixNano": str(_ns(1000)), "endTimeUnixNano": str(_ns(3000)), "attributes": attributes}]}]}]}
+    assert _post(receiver, json.dumps(body).encode(), otlp.JSON) == 200
+    (span,) = receiver.spans()
+    assert "turn.user_bot_latency_seconds" not in span.attributes and span.attributes["voice_llm.breakdown.llm_ms"] == 120.0
+    refused = receiver.refused_values()
+    assert len(refused) == 3 and all(line.startswith("body 1: span turn eee19b7ec3c1b174: ") for line in refused)
+    assert "turn.user_bot_latency_seconds" in refused[0] and "\n" not in "".join(refused)
+    assert otlp.match([500.0], receiver.spans(), otlp.clock_for(receiver.spans(), T0)) == [None]
+    block = otlp.summary("127.0.0.1:1", receiver.bodies(), otlp.Clock(T0))
+    assert block["refused_values"] == 3 and block["refused_value_lines"] == refused and block["refused"] == []
+    assert block["spans"] == 1
+    json.dumps(block, allow_nan=False)
+
+
+def test_match_takes_no_latency_that_is_not_a_finite_number_at_least_zero() -> None:
+    """Spans made elsewhere than the receiver (load's shared receiver shifts them) are held to the same rule."""
+    spans = [otlp.Span("t", f"s{n}", None, "invoke_agent", _ns(1000), _ns(2000),
+                       {"voice_llm.latency.reported_ms": bad, "voice_llm.breakdown.stt_ms": bad}, None, 1, 5000.0)
+             for n, bad in enumerate([float("nan"), float("inf"), -1.0])]
+    assert otlp.match([500.0], spans, otlp.Clock(T0)) == [None]
+    assert otlp.reporting_spans(spans) == 0

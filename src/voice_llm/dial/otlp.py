@@ -17,12 +17,20 @@ Matching: a *turn span* carries the agent's self-reported latency (pipecat ``tur
 ``invoke_agent`` with ``voice_llm.latency.reported_ms``). It belongs to the dial turn whose caller speech ended
 last at or before the span's end (a reply ends after its question and before the next question ends). A turn with
 no turn span is "not reported", never zero.
+
+Numbers: a latency, a breakdown part or a preemptive count the dialer would read off a span must be a finite
+number of at least 0. NaN, Inf or a negative one is no measurement (and NaN/Infinity are not JSON: dial.json
+must stay parseable): the receiver drops that attribute from the span as it arrives and records one line in
+``refused_values`` (the body and the span's other numbers are kept), so the turn is "not reported" by it, never a
+check FAIL for the agent's bad number.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.server
+import math
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +44,7 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_BODY_BYTES = 4 << 20  # one export batch; a larger body is refused (413), the call goes on
 MAX_TOTAL_BYTES = 64 << 20  # what one call keeps in memory; beyond it bodies are counted and refused
+REFUSED_VALUE_LINES = 10  # dial.json's otlp block keeps this many lines of the values refused (all are counted)
 CLOCK_SLACK_MS = 2.0  # a span ending this much after its body's arrival is still "the same clock" (rounding)
 
 # Where each framework puts its self-reported per-turn latency: (span names, attribute, factor to ms, source text).
@@ -80,6 +89,7 @@ class Body:
     data: bytes
     spans: int
     refused: str | None = None
+    refused_values: tuple[str, ...] = ()  # one line per number refused off its spans (see the module's docstring)
 
     @property
     def file_name(self) -> str:
@@ -171,6 +181,40 @@ def flatten(request: Any, body: int, arrival_ms: float) -> list[Span]:
                     attributes={kv.key: _value(kv.value) for kv in span.attributes},
                     service=service if isinstance(service, str) else None, body=body, arrival_ms=arrival_ms))
     return spans
+
+
+def _measurement(value: Any, factor: float = 1.0) -> float | None:
+    """``value`` (times ``factor``) as a finite float of at least 0, or None: an int or float only (a bool is not a
+    number here), and nothing NaN, infinite (also after the factor: 1e308 s is Inf ms) or negative."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    number = float(value) * factor
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _read_numbers(span: Span) -> dict[str, float]:
+    """The attributes of ``span`` the dialer turns into numbers, each with the factor it is read with: its latency
+    attribute (whatever was sent there), and its breakdown parts and preemptive counts that are numbers (a
+    preemptive flag is a bool, read as it is)."""
+    found = {attribute: factor for names, attribute, factor, _ in LATENCY_SOURCES
+             if span.name in names and attribute in span.attributes}
+    for key, value in span.attributes.items():
+        if key.startswith((BREAKDOWN_PREFIX, PREEMPTIVE_PREFIX)) and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            found[key] = 1.0
+    return found
+
+
+def refuse_values(span: Span) -> tuple[Span, list[str]]:
+    """``span`` without the numbers the dialer would read that are no measurement (NaN, Inf, negative, or no
+    number where a latency goes), and one line per number dropped (the receiver puts its body's index first)."""
+    bad = [key for key, factor in _read_numbers(span).items() if _measurement(span.attributes[key], factor) is None]
+    if not bad:
+        return span, []
+    lines = [f"span {span.name[:60]} {span.span_id}: {key} = {str(span.attributes[key])[:40]} is not a finite "
+             f"number >= 0: refused" for key in bad]
+    kept = {key: value for key, value in span.attributes.items() if key not in bad}
+    return dataclasses.replace(span, attributes=kept), lines
 
 
 def _response(content_type: str) -> bytes:
@@ -287,9 +331,13 @@ class Receiver:
             if self._kept_bytes + len(data) > MAX_TOTAL_BYTES:
                 data, refused = b"", refused or f"over {MAX_TOTAL_BYTES} bytes received in this call: not kept"
             spans = flatten(decoded, index, arrival) if decoded is not None and refused is None else []
+            values: list[str] = []
+            for position, span in enumerate(spans):  # bad numbers refused here, as they arrive: never stored
+                spans[position], lines = refuse_values(span)
+                values.extend(f"body {index}: {line}" for line in lines)
             self._kept_bytes += len(data)
             self._bodies.append(Body(index, arrival, content_type, data, len(spans),
-                                     None if refused is None else f"body {index}: {refused}"))
+                                     None if refused is None else f"body {index}: {refused}", tuple(values)))
             self._spans.extend(spans)
             return refused is None
 
@@ -303,6 +351,9 @@ class Receiver:
 
     def refused(self) -> list[str]:
         return [body.refused for body in self.bodies() if body.refused]
+
+    def refused_values(self) -> list[str]:
+        return [line for body in self.bodies() for line in body.refused_values]
 
 
 # --- from spans to turns ----------------------------------------------------------------------------------------
@@ -362,16 +413,17 @@ class Reported:
 
 
 def _latency(span: Span) -> tuple[float, str] | None:
+    # the receiver refused bad numbers already; spans made elsewhere (load shifts the receiver's) get the same rule
     for names, attribute, factor, source in LATENCY_SOURCES:
-        value = span.attributes.get(attribute)
-        if span.name in names and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) * factor, source
+        value = _measurement(span.attributes.get(attribute), factor) if span.name in names else None
+        if value is not None:
+            return value, source
     return None
 
 
 def _preemptive(span: Span) -> dict[str, Any] | None:
     found = {key[len(PREEMPTIVE_PREFIX):]: value for key, value in span.attributes.items()
-             if key.startswith(PREEMPTIVE_PREFIX) and isinstance(value, (int, float, bool))}
+             if key.startswith(PREEMPTIVE_PREFIX) and (isinstance(value, bool) or _measurement(value) is not None)}
     if not found:
         return None
     turn = {key: value for key, value in found.items() if not key.startswith("call.")}
@@ -380,9 +432,9 @@ def _preemptive(span: Span) -> dict[str, Any] | None:
 
 
 def _breakdown(span: Span) -> dict[str, float] | None:
-    parts = {key[len(BREAKDOWN_PREFIX):].removesuffix("_ms"): float(value)
+    parts = {key[len(BREAKDOWN_PREFIX):].removesuffix("_ms"): number
              for key, value in span.attributes.items()
-             if key.startswith(BREAKDOWN_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool)}
+             if key.startswith(BREAKDOWN_PREFIX) and (number := _measurement(value)) is not None}
     return parts or None
 
 
@@ -445,8 +497,11 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
 
 def summary(receiver_address: str, bodies: Sequence[Body], clock: Clock | None) -> dict[str, Any]:
     """dial.json's ``otlp`` block."""
+    values = [line for body in bodies for line in body.refused_values]
     return {"listen": receiver_address, "bodies": len(bodies), "spans": sum(body.spans for body in bodies),
             "refused": [body.refused for body in bodies if body.refused],
+            # numbers refused off the spans: the count, and the first lines (a flood of them stays small)
+            "refused_values": len(values), "refused_value_lines": values[:REFUSED_VALUE_LINES],
             "clock": clock.describe() if clock is not None else "no spans",
             "files": [body.file_name for body in bodies if body.data and not body.refused]}
 
@@ -482,4 +537,4 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 __all__ = ["Body", "Clock", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "decode_request",
-           "flatten", "match", "parse_listen", "reporting_spans", "summary"]
+           "flatten", "match", "parse_listen", "refuse_values", "reporting_spans", "summary"]

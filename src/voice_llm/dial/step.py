@@ -661,9 +661,18 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
     barge = [row["barge_in"]["heard_after_onset_ms"] for row in rows
              if row["barge_in"] and row["barge_in"]["heard_after_onset_ms"] is not None]
     diffs = [row["heard_minus_reported_ms"] for row in rows if row["heard_minus_reported_ms"] is not None]
-    if not any(row["agent_reported"] for row in rows):
-        unknown("agent_reported", "the agent sent no traces (no --otlp, or none received)" if otlp_block is None
-                or not otlp_block.get("spans") else "no span of the agent's matched a turn")
+    missing = [str(row["index"]) for row in rows if not row["agent_reported"]]
+    refused = otlp_block.get("refused_values", 0) if otlp_block is not None else 0
+    # the agent's numbers refused at the receiver (NaN, Inf, negative: voice_llm.dial.otlp) leave their turn not
+    # reported, with this reason, never a FAIL: a turn without a reason is what check_values refuses
+    why_refused = (f"; {refused} number(s) the agent reported were refused (not a finite number >= 0: "
+                   "otlp.refused_values)") if refused else ""
+    if len(missing) == len(rows):
+        unknown("agent_reported", ("the agent sent no traces (no --otlp, or none received)" if otlp_block is None
+                                   or not otlp_block.get("spans") else "no span of the agent's matched a turn")
+                + why_refused)
+    elif missing:
+        unknown("agent_reported", f"turn(s) {', '.join(missing)}: no span of the agent's reported on it{why_refused}")
     if identity is None:
         unknown("agent.identity", "the agent said nothing of itself (a foreign agent; voice-llm's own agent's "
                                   "identity comes from its ready line)")
