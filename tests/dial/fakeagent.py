@@ -10,7 +10,8 @@ frames), "flood" (answers with ``flood_s`` of audio at once), "garbage" (a text 
 frame on a Twilio line), "self_clear" (clears its own reply ``self_clear_ms`` after sending it, the caller
 silent: a false barge-in), "pause" (sends each reply in two halves, the second ``pause_ms`` after the first half
 has played: a reply that stops and resumes without caller speech), "gap_inside" (a ``pause_ms`` silence inside the
-reply's audio, all sent at once: a pause, not a stop).
+reply's audio, all sent at once: a pause, not a stop), "mark_halves" (a mark after each half of the reply, both
+sent at once: two marks pending together, of the same name when the reply's mark is reused).
 """
 
 from __future__ import annotations
@@ -228,8 +229,11 @@ class FakeAgent:
                 await self.ws.send(self._media(piece))
             await asyncio.sleep((half * 10.0 + self.pause_ms) / 1000.0)
             pieces = pieces[half:]
-        for piece in pieces:
+        for number, piece in enumerate(pieces, 1):
             await self.ws.send(self._media(piece))
+            if self.mode == "mark_halves" and number == len(pieces) // 2 and reply.mark:
+                self.pending_marks.add(reply.mark)
+                await self.ws.send(wire.agent_mark(self.sid, reply.mark))
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
         if self.otlp is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)

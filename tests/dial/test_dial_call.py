@@ -224,6 +224,34 @@ def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad):
     assert len(checks) == 4 and not failed, failed
 
 
+def test_a_mark_name_the_agent_reuses_is_echoed_per_sending(tmp_path):
+    """An agent that names every mark the same: each sending is queued and echoed on its own (first in, first
+    out per name), with its own queued time and audio ahead; the check re-derives the same from the files."""
+    import json
+
+    from voice_llm.checks import core
+    from voice_llm.checks.base import PASS
+    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.run.folder import RunFolder
+
+    with FakeAgent([Reply(150, 400, "dup"), Reply(200, 400, "dup")], mode="mark_halves") as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2))
+    doc = read_json(tmp_path / "dial.json")
+    rows = [json.loads(line) for line in (tmp_path / "dial" / "events.jsonl").read_text().splitlines()]
+    down = [row for row in rows if row.get("dir") == "down" and row["event"] == "mark"]
+    up = [row for row in rows if row.get("dir") == "up" and row["event"] == "mark"]
+    assert [row["name"] for row in up] == ["dup"] * 4 and agent.marks_back == ["dup"] * 4
+    for sent, echoed in zip(down, up):  # each echo answers its own sending: its queued time, its audio ahead
+        assert echoed["queued_ms"] == sent["t_ms"], (sent, echoed)  # the arrival's one stamp
+        assert echoed["t_ms"] >= echoed["queued_ms"] + echoed["audio_before_ms"] - FRAME_MS
+    halves = [up[1]["audio_before_ms"] - up[0]["audio_before_ms"], up[3]["audio_before_ms"] - up[2]["audio_before_ms"]]
+    assert all(half == pytest.approx(200.0, abs=FRAME_MS) for half in halves), up  # the second half ahead of it
+    assert doc["playout"]["marks_returned"] == 4
+    (marks,) = [c for c in DIAL_CAPABILITY.checks if c.step == "dial" and c.function.endswith(":check_marks")]
+    result = core._result(marks, RunFolder(tmp_path))
+    assert result.status == PASS, result.detail
+
+
 def test_the_think_pause_scales_with_the_reply_heard(tmp_path):
     """--think-share (load --dial's callers): after the reply-end silence the caller waits think_ms plus the share of
     the reply as heard (first to last sound), so the next line starts that much later, within a frame of ticks."""

@@ -124,6 +124,22 @@ def test_a_mark_echoed_before_its_audio_played_fails(call: Path) -> None:
     assert "before its audio played out" in found["check_marks"]
 
 
+def test_a_mark_name_the_agent_reuses_is_matched_per_sending(call: Path) -> None:
+    """Twilio marks are matched per sending, first in first out per name (an agent may name every mark "dup"):
+    each echo is judged against the sending it answers; an echo more than the sendings of its name still FAILs."""
+    rows = events(call)
+    for row in rows:
+        if row.get("event") == "mark":
+            row["name"] = "dup"
+    save_events(call, rows)
+    assert failed(call) == {}
+    assert "8 marks echoed" in results(call)["check_marks"].detail
+    downs = [row for row in rows if row.get("event") == "mark" and row["dir"] == "down"]
+    downs[1]["name"] = "m2"  # one "dup" fewer sent than echoed (and "m2" never echoed)
+    save_events(call, rows)
+    assert "mark 'dup' echoed, the agent never sent it" in failed(call)["check_marks"]
+
+
 def test_a_skipped_sequence_number_fails(call: Path) -> None:
     rows = events(call)
     for row in rows[40:]:

@@ -28,6 +28,7 @@ import secrets
 import time
 import urllib.parse
 import wave
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,9 +260,14 @@ class _Call:
                 await self.ws.send(payload)
             self.event(dir="up", event="lost" if lost else "media", frame=tick)
 
-    async def echo_marks(self, names: Sequence[str], queued: dict[str, tuple[float, float]]) -> None:
+    async def echo_marks(self, names: Sequence[str], queued: dict[str, deque[tuple[float, float]]]) -> None:
         for name in names:
-            queued_ms, before_ms = queued.pop(name, (None, None))
+            # the oldest sending of this name: the playout returns marks in the order they came (first in, first
+            # out), so an agent that reuses a name gets each sending echoed with its own numbers
+            pending = queued.get(name)
+            queued_ms, before_ms = pending.popleft() if pending else (None, None)
+            if pending is not None and not pending:
+                del queued[name]
             seq = self._next_seq()
             await self.ws.send(wire.mark_played(seq, self.log.stream_sid, name))
             self.event(dir="up", event="mark", seq=seq, name=name, queued_ms=queued_ms, audio_before_ms=before_ms)
@@ -316,7 +322,11 @@ class _Call:
         elif kind == "mark":
             name = wire.mark_name(parsed)
             self.event(dir="down", event="mark", name=name)
-            self.queued[name] = (round(self.now_ms(), 3), round(self.playout.buffered_ms, 3))
+            # per sending, not per name: a name the agent reuses while an earlier mark of it is pending queued
+            # over it (its echo had queued_ms null, and the check found an echo "the agent never sent"); the
+            # arrival is the event's own stamp, one clock reading for both
+            self.queued.setdefault(name, deque()).append((self.log.events[-1]["t_ms"],
+                                                          round(self.playout.buffered_ms, 3)))
             self.playout.mark(name)
         elif kind == "clear":
             cleared = self.playout.clear()
@@ -459,7 +469,7 @@ class _Call:
         return wire.decode(self.line, wire.encode(self.line, mixed))
 
     async def run(self) -> CallLog:
-        self.queued: dict[str, tuple[float, float]] = {}
+        self.queued: dict[str, deque[tuple[float, float]]] = {}  # per mark name, its pending sendings in order
         try:
             self.ws = await _connect(self.s)
         except DialError as exc:

@@ -21,6 +21,7 @@ import math
 import os
 import stat
 import wave
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -841,13 +842,14 @@ def check_clears(out: RunFolder | Any) -> str:
 def check_marks(out: RunFolder | Any) -> str:
     """Law: a mark is echoed only after the audio before it played (echo time >= queued + audio before it - 1
     frame) or at a clear (within one frame of one), once, after the agent sent it (its down `mark` at queued_ms);
-    the audio ahead of it cannot exceed what had arrived by then; playout.marks_returned counts the echoes."""
+    the audio ahead of it cannot exceed what had arrived by then; playout.marks_returned counts the echoes. Marks
+    are matched per sending, first in first out per name, as the dialer echoes them: an agent may reuse a name."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     rows = _events(folder, doc)
     frame = _frame_ms(doc)
     rate = _rate(doc)
-    sent: dict[str, float] = {}
+    sent: dict[str, deque[float]] = {}  # per name, the arrivals of its sendings not yet echoed, in order
     clears: list[float] = []
     arrived_ms = 0.0
     arrivals: list[tuple[float, float]] = []  # (t, audio received by then, ms)
@@ -860,15 +862,16 @@ def check_marks(out: RunFolder | Any) -> str:
         elif direction == "down" and kind == "mark":
             name = row.get("name")
             _require(isinstance(name, str), f"events line {number}: a mark without a name")
-            sent.setdefault(name, t)
+            sent.setdefault(name, deque()).append(t)
         elif direction == "down" and kind == "clear":
             clears.append(t)
         elif direction == "up" and kind == "mark":
             name = row.get("name")
-            _require(name in sent, f"events line {number}: mark {name!r} echoed, the agent never sent it")
+            _require(bool(sent.get(name)), f"events line {number}: mark {name!r} echoed, the agent never sent it"
+                     + (" (each of its sendings was echoed already)" if name in sent else ""))
             queued = _num(row.get("queued_ms"), f"events line {number} queued_ms")
             ahead = _num(row.get("audio_before_ms"), f"events line {number} audio_before_ms")
-            arrived = sent.pop(name)
+            arrived = sent[name].popleft()
             _require(abs(queued - arrived) <= STAMP_MS, f"events line {number}: mark {name!r} queued at {queued} ms, "
                                                         f"it arrived at {arrived} ms")
             got = max((a for at, a in arrivals if at <= queued + TOLERANCE_MS), default=0.0)
@@ -883,7 +886,8 @@ def check_marks(out: RunFolder | Any) -> str:
     _require(stated == echoed, f"playout.marks_returned {stated}, the event log echoes {echoed}")
     if not echoed:
         raise NotCheckable("the agent sent no mark" + (" (a pcm line has none)" if _line(doc).get("protocol") == "pcm" else ""))
-    pending = f"; {len(sent)} never echoed (the call ended first)" if sent else ""
+    left = sum(len(arrivals) for arrivals in sent.values())
+    pending = f"; {left} never echoed (the call ended first)" if left else ""
     return f"{echoed} marks echoed after their audio played or at a clear{pending}"
 
 
