@@ -11,7 +11,8 @@ frame on a Twilio line), "self_clear" (clears its own reply ``self_clear_ms`` af
 silent: a false barge-in), "pause" (sends each reply in two halves, the second ``pause_ms`` after the first half
 has played: a reply that stops and resumes without caller speech), "gap_inside" (a ``pause_ms`` silence inside the
 reply's audio, all sent at once: a pause, not a stop), "mark_halves" (a mark after each half of the reply, both
-sent at once: two marks pending together, of the same name when the reply's mark is reused).
+sent at once: two marks pending together, of the same name when the reply's mark is reused), "huge" (one text
+message of ``huge_bytes`` after the reply's audio: over the dialer's message cap).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class FakeAgent:
     loud: int = LOUD  # above this a caller frame is speech (raised for an echo the agent must not take as speech)
     self_clear_ms: float = 100.0
     pause_ms: float = 300.0
+    huge_bytes: int = 50 << 20
     media_numbers: list[tuple[int, int, int]] = field(default_factory=list)  # (sequenceNumber, chunk, timestamp)
 
     def __post_init__(self) -> None:
@@ -235,6 +237,9 @@ class FakeAgent:
                 self.pending_marks.add(reply.mark)
                 await self.ws.send(wire.agent_mark(self.sid, reply.mark))
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
+        if self.mode == "huge":
+            await self.ws.send(" " * self.huge_bytes)
+            return
         if self.otlp is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)
         if reply.mark and self.protocol == wire.TWILIO:

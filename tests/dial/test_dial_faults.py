@@ -79,6 +79,22 @@ def test_an_agent_that_floods_the_line(tmp_path):
     assert doc["playout"]["dropped_ms"] > 0
 
 
+def test_an_agent_message_over_the_dialers_cap_is_said_as_such(tmp_path):
+    """A 50 MB message: the dialer's websockets closes the line with 1009 over its own 1 MiB max_size; said as
+    what happened (the cap, the dialer's close), not "the agent hung up"; the call up to it is kept."""
+    with FakeAgent(REPLY, mode="huge", huge_bytes=2 << 20) as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(), "the agent sent a message over the dialer's 1 MiB cap "
+                              "(1009) in turn 1", "the call kept up to it")
+    assert "hung up" not in doc["error"]
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "dial" / "partial-events.jsonl").read_text().splitlines()]
+    closed = [row for row in rows if row.get("event") == "closed"]
+    assert [(row["dir"], row["how"][:15]) for row in closed] == [("up", "close code 1009")]
+    before = rows[:rows.index(closed[0])]
+    assert any(row.get("dir") == "down" and row.get("event") == "media" for row in before)  # the reply before it is kept
+
+
 @pytest.mark.parametrize(("mode", "protocol", "needle"), [
     ("garbage", "twilio", "not a JSON message"),
     ("bad_base64", "twilio", "not base64"),

@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.frames import CloseCode
 
 from voice_llm import __version__
 from voice_llm.errors import VoiceLLMError
@@ -296,6 +297,19 @@ class _Call:
     def closed_by_agent(self, exc: Any) -> None:
         if self.done:
             return
+        sent = getattr(exc, "sent", None)
+        if sent is not None and not getattr(exc, "rcvd_then_sent", False):
+            # The dialer's own websockets closed the line first (the call had not ended): a message over our
+            # max_size (1009), or one that broke the protocol (1002, 1007). Not the agent hanging up: the close
+            # code the agent "sent" is then 1006 only because no close frame came back.
+            self.event(dir="up", event="closed", how=f"close code {sent.code} {sent.reason[:120]!r}")
+            if sent.code == CloseCode.MESSAGE_TOO_BIG:
+                self.fail(f"the agent sent a message over the dialer's {_size(wire.MAX_MESSAGE_BYTES)} cap "
+                          f"({sent.code}) {self.where()}; the call kept up to it")
+            else:
+                self.fail(f"the agent broke the WebSocket protocol {self.where()}: the dialer closed the line "
+                          f"({sent.code} {sent.reason[:120]!r}); the call kept up to it")
+            return
         received = getattr(exc, "rcvd", None)
         code = received.code if received is not None else getattr(self.ws, "close_code", None)
         reason = received.reason if received is not None else getattr(self.ws, "close_reason", None)
@@ -546,6 +560,14 @@ class _Call:
             seq = self._next_seq()
             await self.send_text(wire.stop(seq, self.log.stream_sid, self.log.call_sid, self.account_sid))
             self.event(dir="up", event="stop", seq=seq)
+
+
+def _size(count: int) -> str:
+    """A byte count as people say it: 1 MiB, 64 KiB, 300 bytes."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
 
 
 async def _connect(settings: CallSettings) -> Any:
