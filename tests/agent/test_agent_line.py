@@ -204,6 +204,28 @@ def test_a_wrong_codec_in_start_closes_the_call() -> None:
             assert closed.value.rcvd.code == 1007 and "wrong codec" in closed.value.rcvd.reason
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("sampleRate", "8000", "start's mediaFormat.sampleRate is a string (\"8000\"), where Twilio sends a number (8000)"),
+    ("encoding", 7, "start's mediaFormat.encoding is a number (7), where Twilio sends a string (\"audio/x-mulaw\")"),
+])
+def test_a_start_field_of_the_wrong_type_is_named_as_such(field: str, value: object, said: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A Twilio start whose sampleRate is "8000" (a string) is refused naming the type, not with "announces 8000
+    Hz; this agent takes 8000 Hz", which contradicts itself."""
+    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url)) as served:
+        with dial(served.url) as ws:
+            start = json.loads(wire.start(1, "MZ", "CA", "AC"))
+            start["start"]["mediaFormat"][field] = value
+            ws.send(json.dumps(start))
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd.code == 1007 and closed.value.rcvd.reason.startswith(said)
+        wait_for(lambda: not served.agent.calls)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if said in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+
+
 def test_spans_per_turn_reach_an_otlp_collector() -> None:
     with collector() as found, FakeServer(answer(REPLY)) as fake, \
             serving(settings(fake.url, otlp=None)) as _:

@@ -397,6 +397,14 @@ class Call:
             raise wire.LineError("a start message without a streamSid")
         fmt = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
         encoding, rate = fmt.get("encoding", wire.TWILIO_ENCODING), fmt.get("sampleRate", wire.TWILIO_RATE)
+        # A value of the wrong JSON type is refused naming the type: a "8000" (a string) was refused as "announces
+        # 8000 Hz; this agent takes 8000 Hz", which contradicts itself. Refused, not read as a number: Twilio sends
+        # a number there, and a caller that does not is not speaking Twilio's protocol.
+        for key, value, wanted in (("encoding", encoding, wire.TWILIO_ENCODING),
+                                   ("sampleRate", rate, wire.TWILIO_RATE)):
+            if _json_type(value) != _json_type(wanted):
+                raise wire.LineError(f"start's mediaFormat.{key} is {_json_type(value)} ({json.dumps(value)[:20]}), "
+                                     f"where Twilio sends {_json_type(wanted)} ({json.dumps(wanted)})")
         if encoding != wire.TWILIO_ENCODING or rate != wire.TWILIO_RATE:
             raise wire.LineError(f"start announces {str(encoding)[:30]!r} at {str(rate)[:10]} Hz; this agent's "
                                  f"Twilio line takes {wire.TWILIO_ENCODING} at {wire.TWILIO_RATE} Hz (a wrong codec)")
@@ -925,6 +933,19 @@ def _join(threads: list[threading.Thread]) -> None:
     deadline = time.monotonic() + JOIN_S
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, as a message says it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _reason(text: str) -> str:
