@@ -4,6 +4,7 @@ dial.json (dial-partial.json, dial/partial-call.wav with a valid header), no han
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 import time
 import wave
@@ -148,6 +149,44 @@ def test_cli_nothing_listening(tmp_path, capsys):
     status, err = _cli(capsys, f"ws://127.0.0.1:{free_port()}/", "--out", str(tmp_path / "out"),
                        "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)), "--turns", "1", "--barge-in-turns", "none", "--stt", "none")
     assert status == 1 and len(err.strip().splitlines()) == 1 and "nothing answers at ws://127.0.0.1:" in err, err
+
+
+def _plain_tcp(reply: bytes) -> tuple[int, threading.Thread, socket.socket]:
+    """A TCP server that answers one connection's first bytes with ``reply`` (not TLS) and closes it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(4096)
+            connection.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread, listener
+
+
+@pytest.mark.parametrize("agent", ["websocket", "http"])
+def test_cli_wss_to_an_agent_without_tls_says_why(tmp_path, capsys, agent):
+    """wss:// to a plain ws:// agent: the TLS handshake fails (a websockets agent resets it: a ConnectionResetError
+    with no text; an HTTP one answers plain text: an SSL error); said with the exception's class and the reason, never
+    an empty "(HOST:PORT: )"."""
+    common = ["--out", str(tmp_path / "out"), "--caller-audio", str(write_tone_wavs(tmp_path / "wavs", 1)),
+              "--turns", "1", "--barge-in-turns", "none", "--stt", "none", "--deadline", "3"]
+    if agent == "websocket":
+        with FakeAgent(REPLY) as fake:
+            status, err = _cli(capsys, fake.url.replace("ws://", "wss://"), *common)
+        said = "ConnectionResetError"
+    else:
+        port, thread, listener = _plain_tcp(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        with listener:
+            status, err = _cli(capsys, f"wss://127.0.0.1:{port}/stream", *common)
+        thread.join(5)
+        said = "SSLError: [SSL: WRONG_VERSION_NUMBER]"
+    assert status == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "the TLS handshake failed" in err and said in err and "does not speak TLS" in err, err
+    assert ": )" not in err and "ws://127.0.0.1:" in err  # the plain URL to try instead
+    assert read_json(tmp_path / "out" / "dial-partial.json")["playout"]["frames"] == 0
 
 
 def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):

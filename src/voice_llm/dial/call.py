@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import ssl
 import time
 import urllib.parse
 import wave
@@ -590,9 +591,25 @@ async def _connect(settings: CallSettings) -> Any:
     except (TimeoutError, asyncio.TimeoutError) as exc:
         raise NotAWebSocketError(f"{url}: no WebSocket handshake within "
                                  f"{min(CONNECT_TIMEOUT_S, settings.deadline_s):g} s") from exc
+    except ssl.SSLCertVerificationError as exc:
+        raise NotAWebSocketError(f"{url}: the agent speaks TLS, but its certificate is not trusted "
+                                 f"({exc.verify_message or _why(exc)})") from exc
     except OSError as exc:
-        host = urllib.parse.urlsplit(url).netloc
-        raise NotAWebSocketError(f"nothing answers at {url} ({host}: {exc.strerror or exc})") from exc
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "wss" and isinstance(exc, (ssl.SSLError, ConnectionResetError, ConnectionAbortedError)):
+            # Something answered, but not TLS: a plain websockets agent resets the ClientHello (a
+            # ConnectionResetError without any text, which read "(HOST:PORT: )"), anything else answers bytes
+            # that are no TLS record (an SSLError)
+            plain = urllib.parse.urlunsplit(parts._replace(scheme="ws"))
+            raise NotAWebSocketError(f"{url}: the TLS handshake failed ({_why(exc)}): the agent does not speak TLS "
+                                     f"there (a plain agent is {plain})") from exc
+        raise NotAWebSocketError(f"nothing answers at {url} ({parts.netloc}: {_why(exc)})") from exc
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as a reason: its class and its text (some, a reset connection's, have no text at all)."""
+    text = getattr(exc, "strerror", None) or str(exc)
+    return f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__}, no reason given"
 
 
 async def _quietly(call: _Call) -> None:
