@@ -70,7 +70,55 @@ def test_a_changed_gap_fails(call: Path) -> None:
     save(call, doc)  # consistent on paper: only the recording disagrees
     found = failed(call)
     assert set(found) == {"check_heard_gaps"}, found
-    assert "turn 2: first heard sound 8380.0 ms on call.wav, 8480.0 ms in dial.json" in found["check_heard_gaps"] and "more than a 20 ms frame" in found["check_heard_gaps"]
+    assert "turn 2: first heard sound 8380.0 ms on call.wav, 8480.0 ms in dial.json" in found["check_heard_gaps"] and "more than one sample" in found["check_heard_gaps"]
+
+
+def _shift_heard(doc: dict, turn: int, by: float) -> None:
+    """Move a turn's first heard sound (and its gap) by ``by`` ms in dial.json, the summary kept consistent."""
+    heard = doc["turns"][turn]["heard"]
+    heard["first_sound_ms"] += by
+    heard["gap_ms"] += by
+    doc["turns"][turn]["heard_minus_reported_ms"] += by
+    gaps = [t["heard"]["gap_ms"] for t in doc["turns"]]
+    doc["summary"]["heard_gap_ms"] = {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": 4}
+    minus = [t["heard_minus_reported_ms"] for t in doc["turns"]]
+    doc["summary"]["heard_minus_reported_ms"] = {"median": stats.median(minus), "n": 4}
+
+
+def test_a_heard_gap_edited_by_less_than_a_frame_fails(call: Path) -> None:
+    """Issue 41 item 6: the re-measure is exact (the same samples), so a 19 ms edit (under the 20 ms frame) is one."""
+    doc = load(call)
+    _shift_heard(doc, 1, 19.0)
+    save(call, doc)
+    found = failed(call)
+    assert "check_heard_gaps" in found, found
+    assert "first heard sound 8380.0 ms on call.wav, 8399.0 ms in dial.json" in found["check_heard_gaps"]
+    assert "more than one sample (0.125 ms at 8000 Hz) apart" in found["check_heard_gaps"]
+
+
+def test_a_heard_gap_within_a_sample_passes(call: Path) -> None:
+    """A sample's worth (what a stated time may lie between two samples) is no edit."""
+    doc = load(call)
+    _shift_heard(doc, 1, 0.1)
+    save(call, doc)
+    assert "check_heard_gaps" not in failed(call)
+
+
+def test_a_barge_in_heard_silence_edited_by_less_than_a_frame_fails(call: Path) -> None:
+    doc = load(call)
+    barge = doc["turns"][2]["barge_in"]
+    barge["heard_silent_ms"] += 19.0
+    barge["heard_after_onset_ms"] += 19.0
+    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 19.0
+    save(call, doc)
+    found = failed(call)
+    assert "check_barge_in" in found, found
+    assert "more than one sample (0.125 ms at 8000 Hz)" in found["check_barge_in"]
+
+
+def test_the_re_measure_checks_name_one_sample() -> None:
+    names = [c.name for c in DIAL_CHECKS if "re-measured" in c.name]
+    assert len(names) == 2 and all(n.endswith("(one sample)") for n in names), names
 
 
 def test_a_gap_that_is_not_first_sound_minus_speech_end_fails(call: Path) -> None:

@@ -110,6 +110,14 @@ def _line(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return _obj(doc, "line")
 
 
+def _one_sample(doc: Mapping[str, Any]) -> tuple[float, str]:
+    """The re-measure checks' allowance, and its words: one sample at the line's rate (plus the artifact's 0.001 ms
+    rounding). The dialer measured the same samples call.wav holds, so the numbers agree exactly; a sample is what
+    a time stated between two samples may be off by, and a frame (20 ms) would pass an edited number."""
+    rate = _rate(doc)
+    return 1000.0 / rate + TOLERANCE_MS, f"one sample ({1000.0 / rate:g} ms at {rate} Hz)"
+
+
 def _frame_ms(doc: Mapping[str, Any]) -> float:
     frame = _num(_line(doc).get("frame_ms"), "line.frame_ms")
     _require(frame > 0, f"line.frame_ms {frame} is impossible: a frame has a length")
@@ -534,14 +542,15 @@ def _with_echo(said: np.ndarray, call: Recording, doc: Mapping[str, Any]) -> tup
 
 def check_heard_gaps(out: RunFolder | Any) -> str:
     """Law: each turn's heard gap measured again on call.wav (left: the caller's last sample above the floor;
-    right: the first sample above the floor at or after it) equals dial.json's within one frame, and so do its
-    ends and the reply's last heard sound: the recording was appended frame by frame as it happened, so the
-    numbers the dialer derived from the same samples cannot differ by more than the frame it measured in. A turn
+    right: the first sample above the floor at or after it) equals dial.json's within one sample at the line's rate,
+    and so do its ends and the reply's last heard sound: the recording was appended frame by frame as it happened
+    and the dialer derived its numbers from those same samples, so the re-measure is exact (a sample is what a
+    stated time between two samples may be off by; a frame would let a 19 ms edit pass). A turn
     whose reply was never heard is null in dial.json and silent on the recording."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     call = recording(folder, doc)
-    frame = _frame_ms(doc)
+    allowed, allowance = _one_sample(doc)
     wavs = caller_wavs(folder, doc)
     measured = measure(call, doc, [len(w) for w in wavs], wavs)
     worst, gaps = 0.0, []
@@ -563,8 +572,8 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
         if last is not None and seen.last_sound is not None:
             pairs.append(("last heard sound", call.ms(seen.last_sound), last))
         for what, on_file, stated in pairs:
-            _require(abs(on_file - stated) <= frame, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms in "
-                                                     f"{ARTIFACT} (more than a {frame:g} ms frame apart)")
+            _require(abs(on_file - stated) <= allowed, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms "
+                                                       f"in {ARTIFACT} (more than {allowance} apart)")
             worst = max(worst, abs(on_file - stated))
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
     if not gaps:
@@ -584,7 +593,8 @@ def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]
 def check_barge_in(out: RunFolder | Any) -> str:
     """Law: a barge-in's onset is the caller's next line's true start (the samples sent) and comes while this
     turn's reply was heard; its heard silence re-measured on call.wav (the first moment after the onset from which
-    the heard channel stays silent for 200 ms) equals dial.json's within one frame; heard_after_onset is their
+    the heard channel stays silent for 200 ms) equals dial.json's within one sample at the line's rate (the same
+    samples the dialer measured: the re-measure is exact); heard_after_onset is their
     difference; a clear stated is a clear in the event log, between the onset and the silence it caused (+ a
     frame); the words heard are counted as stated."""
     folder = RunFolder.of(out)
@@ -593,7 +603,8 @@ def check_barge_in(out: RunFolder | Any) -> str:
     if not found:
         raise NotCheckable("no turn was barged in on")
     call = recording(folder, doc)
-    frame = _frame_ms(doc)
+    frame = _frame_ms(doc)  # the clear's causal window (a tick), not the re-measure's allowance
+    allowed, allowance = _one_sample(doc)
     _, heard_floor = _floors(doc)
     clears = [_t(r, n) for n, r in enumerate(_events(folder, doc), 1) if r.get("dir") == "down" and r.get("event") == "clear"]
     turns = doc["turns"]
@@ -614,8 +625,8 @@ def check_barge_in(out: RunFolder | Any) -> str:
         silent = silent_from(call.right, heard_floor, call.at(onset), round(_silent_run(doc) * call.rate / 1000))
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
-        _require(abs(call.ms(silent) - stated) <= frame, f"{where}: heard silent at {call.ms(silent):.1f} ms on call.wav, "
-                                                         f"{stated:.1f} ms in {ARTIFACT} (more than a {frame:g} ms frame)")
+        _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
+                                                           f"call.wav, {stated:.1f} ms in {ARTIFACT} (more than {allowance})")
         cleared = _opt(barge, "cleared_ms", f"{where} barge_in")
         window = [t for t in clears if onset - frame <= t <= stated + frame]
         if cleared is None:
