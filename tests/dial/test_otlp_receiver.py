@@ -97,7 +97,8 @@ def test_an_agent_that_sends_no_spans_is_not_reported(receiver: otlp.Receiver) -
     assert otlp.match([1000.0, 5000.0], receiver.spans(), otlp.Clock(T0)) == [None, None]
     assert otlp.summary("127.0.0.1:1", receiver.bodies(), None) == {
         "listen": "127.0.0.1:1", "bodies": 0, "spans": 0, "refused": [], "refused_values": 0,
-        "refused_value_lines": [], "clock": "no spans", "files": []}
+        "refused_value_lines": [], "clock": "no spans", "clock_offset_ms": None, "clock_offset_spans": 0,
+        "files": []}
 
 
 def _post(receiver: otlp.Receiver, data: bytes, content_type: str | None, path: str = "/v1/traces") -> int:
@@ -150,6 +151,68 @@ def test_a_sender_clock_ahead_is_estimated_from_arrivals() -> None:
     clock = otlp.clock_for([span], T0)
     assert clock.offset_ms == pytest.approx(5000.0) and "offset estimated" in clock.describe()
     assert clock.ms(span.end_ns) == pytest.approx(6000.0)
+
+
+REPORTED = {"voice_llm.latency.reported_ms": 900.0}
+SPEECH_ENDS = [2000.0, 9000.0, 16000.0]
+CALL_MS = 20_000.0
+TWO_HOURS_MS = 7_200_000.0
+
+
+def _span(span_id: str, start_ms: float, end_ms: float, arrival_ms: float, name: str = "invoke_agent",
+          attributes: dict | None = None, trace_id: str = "t") -> otlp.Span:
+    return otlp.Span(trace_id, span_id, None, name, _ns(start_ms), _ns(end_ms),
+                     REPORTED if attributes is None else attributes, None, 1, arrival_ms=arrival_ms)
+
+
+def _turn_spans(ahead_ms: float = 0.0) -> list[otlp.Span]:
+    """One turn span per line, on a sender clock ``ahead_ms`` ahead; each body arrives 30-50 ms after its span."""
+    return [_span(f"s{i}", end + 300.0 + ahead_ms, end + 3000.0 + ahead_ms, end + 3000.0 + 30.0 + 10.0 * i)
+            for i, end in enumerate(SPEECH_ENDS)]
+
+
+def test_a_stray_span_of_an_unknown_trace_sets_no_offset() -> None:
+    """Issue 41 item 9: one span of another trace ending 2 h ahead set a 7,199,999 ms offset and erased the agent's
+    numbers; the offset rests on the turn spans only."""
+    stray = _span("x", TWO_HOURS_MS, TWO_HOURS_MS + 1000.0, 1000.0, name="GET /health", attributes={}, trace_id="u")
+    spans = [*_turn_spans(), stray]
+    clock = otlp.clock_for(spans, T0, SPEECH_ENDS, CALL_MS)
+    assert clock.offset_ms == 0.0 and clock.describe() == "common" and clock.spans == 3
+    assert [r.latency_ms if r else None for r in otlp.match(SPEECH_ENDS, spans, clock)] == [900.0] * 3
+
+
+def test_the_offset_is_the_median_of_the_matched_turn_spans() -> None:
+    """A stray turn span 2 h ahead beside three honest ones 5 s ahead: outvoted, not the offset."""
+    stray = _span("x", TWO_HOURS_MS, TWO_HOURS_MS + 1000.0, 1000.0, trace_id="u")
+    clock = otlp.clock_for([*_turn_spans(5000.0), stray], T0, SPEECH_ENDS, CALL_MS)
+    assert clock.offset_ms == pytest.approx(5000.0 - 40.0) and clock.spans == 3
+    assert "offset estimated 4960.0 ms" in clock.describe() and "median of 3 turn spans" in clock.describe()
+
+
+def test_an_offset_longer_than_the_call_is_refused() -> None:
+    clock = otlp.clock_for(_turn_spans(TWO_HOURS_MS), T0, SPEECH_ENDS, CALL_MS)
+    assert clock.offset_ms == 0.0 and clock.spans == 3
+    assert clock.refused_ms == pytest.approx(TWO_HOURS_MS - 40.0)
+    assert "refused" in clock.describe() and "longer than the call (20000 ms)" in clock.describe()
+    assert "\n" not in clock.describe()
+
+
+def test_dial_json_states_the_offset_and_its_spans() -> None:
+    """dial.json's otlp block: the offset applied and how many spans it rests on."""
+    from voice_llm.dial import step
+
+    class Receiver:
+        def spans(self) -> list[otlp.Span]:
+            return [*_turn_spans(5000.0), _span("x", TWO_HOURS_MS, TWO_HOURS_MS + 1.0, 1.0, name="x", attributes={})]
+
+        def bodies(self) -> list[otlp.Body]:
+            return [otlp.Body(1, 1.0, otlp.JSON, b"{}", 4)]
+
+    rows = [{"caller": {"speech_end_ms": end}, "heard": {"gap_ms": 1000.0}, "script": None} for end in SPEECH_ENDS]
+    block = step._apply_otlp(rows, Receiver(), T0, "127.0.0.1:1", step._Unknown(), CALL_MS)
+    assert block["clock_offset_ms"] == pytest.approx(4960.0) and block["clock_offset_spans"] == 3
+    assert [row["heard_minus_reported_ms"] for row in rows] == [100.0] * 3
+    assert otlp.summary("127.0.0.1:1", [], None)["clock_offset_ms"] is None
 
 
 @pytest.mark.parametrize("value, expected", [("127.0.0.1:4318", ("127.0.0.1", 4318)), (":0", ("127.0.0.1", 0)),

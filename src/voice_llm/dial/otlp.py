@@ -9,8 +9,12 @@ does stops the call.
 
 Clocks: spans carry epoch nanoseconds. ``t0_epoch_ns`` (the wall time of call-clock 0, taken by the dialer at the
 same instant as its perf_counter zero) turns them into call-clock ms. On one machine the clocks are the same
-("common"). When a span ends later than the body that carried it arrived, the sender's clock runs ahead: the
-largest such excess is the estimated offset, every span is shifted back by it, and the artifact says so.
+("common"). When a span ends later than the body that carried it arrived, the sender's clock runs ahead: the offset
+is estimated from the turn spans matched to dial turns only (a stray span of another trace, say one ending 2 h
+ahead, once set a 7,199,999 ms offset and erased every number of the agent), as the median of their excesses, and
+an offset longer than the call is refused (no clock of a real call is hours off while its spans answer its turns):
+every span is shifted back by the offset applied, and dial.json's otlp block states it (clock_offset_ms) and how
+many spans it rests on (clock_offset_spans).
 
 Matching: a *turn span* carries the agent's self-reported latency (pipecat ``turn`` with
 ``turn.user_bot_latency_seconds``; LiveKit ``lk.e2e_latency`` on ``agent_turn``/``user_turn``; voice-llm's agent
@@ -365,22 +369,54 @@ class Clock:
 
     t0_epoch_ns: int
     offset_ms: float = 0.0  # subtracted from every span time: the sender's clock ahead of ours by this much
+    spans: int = 0  # the turn spans the estimate rests on
+    refused_ms: float | None = None  # an estimate longer than the call: not applied (offset_ms stays 0)
+    limit_ms: float | None = None  # the bound it broke (the call's length)
 
     def ms(self, epoch_ns: int) -> float:
         return (epoch_ns - self.t0_epoch_ns) / 1e6 - self.offset_ms
 
     def describe(self) -> str:
+        if self.refused_ms is not None:
+            return (f"common: an offset of {self.refused_ms:.1f} ms (median of {self.spans} turn spans) is longer "
+                    f"than the call ({self.limit_ms:.0f} ms): refused, not applied")
         if self.offset_ms == 0.0:
             return "common"
-        return (f"offset estimated {self.offset_ms:.1f} ms from arrivals (a span ended after the body carrying it "
-                "arrived): every span shifted back by it")
+        return (f"offset estimated {self.offset_ms:.1f} ms from arrivals (median of {self.spans} turn spans "
+                "ending after the body carrying them arrived): every span shifted back by it")
 
 
-def clock_for(spans: Sequence[Span], t0_epoch_ns: int) -> Clock:
-    """The common clock, or the offset the arrivals show (see the module's docstring)."""
-    plain = Clock(t0_epoch_ns)
-    excess = max((plain.ms(span.end_ns) - span.arrival_ms for span in spans), default=0.0)
-    return plain if excess <= CLOCK_SLACK_MS else Clock(t0_epoch_ns, round(excess, 3))
+def _estimate(spans: Sequence[Span], t0_epoch_ns: int, limit_ms: float | None) -> Clock:
+    """The median excess (span end minus its body's arrival) of ``spans``: the median, so one stray span cannot
+    move it; the common clock within CLOCK_SLACK_MS; refused above ``limit_ms``."""
+    plain = Clock(t0_epoch_ns, spans=len(spans))
+    if not spans:
+        return plain
+    excesses = sorted(plain.ms(span.end_ns) - span.arrival_ms for span in spans)
+    middle = len(excesses) // 2
+    excess = excesses[middle] if len(excesses) % 2 else (excesses[middle - 1] + excesses[middle]) / 2
+    if excess <= CLOCK_SLACK_MS:
+        return plain
+    if limit_ms is not None and excess > limit_ms:
+        return Clock(t0_epoch_ns, 0.0, len(spans), round(excess, 3), limit_ms)
+    return Clock(t0_epoch_ns, round(excess, 3), len(spans))
+
+
+def clock_for(spans: Sequence[Span], t0_epoch_ns: int, speech_ends_ms: Sequence[float | None] | None = None,
+              limit_ms: float | None = None) -> Clock:
+    """The common clock, or the offset the turn spans' arrivals show (see the module's docstring). Only spans that
+    report a turn count (other traces say nothing of this call's turns); with ``speech_ends_ms`` only those
+    ``match`` gives a dial turn under a first estimate. ``limit_ms``: the longest offset taken (the call's length;
+    by default the last arrival on the call clock, how long the receiver heard the call)."""
+    if limit_ms is None:
+        limit_ms = max((span.arrival_ms for span in spans), default=None)
+    turn_spans = [span for span in spans if _latency(span) is not None]
+    first = _estimate(turn_spans, t0_epoch_ns, limit_ms)
+    if speech_ends_ms is None or first.refused_ms is not None:
+        return first  # refused: under no offset taken do these spans fall on the call's turns to match them
+    matched = {found.span for found in match(speech_ends_ms, turn_spans, first) if found is not None}
+    return _estimate([span for span in turn_spans if f"{span.name} {span.span_id}" in matched], t0_epoch_ns,
+                     limit_ms)
 
 
 @dataclass(frozen=True)
@@ -503,6 +539,9 @@ def summary(receiver_address: str, bodies: Sequence[Body], clock: Clock | None) 
             # numbers refused off the spans: the count, and the first lines (a flood of them stays small)
             "refused_values": len(values), "refused_value_lines": values[:REFUSED_VALUE_LINES],
             "clock": clock.describe() if clock is not None else "no spans",
+            # the offset applied to every span time, and the turn spans it rests on (the median of theirs)
+            "clock_offset_ms": clock.offset_ms if clock is not None else None,
+            "clock_offset_spans": clock.spans if clock is not None else 0,
             "files": [body.file_name for body in bodies if body.data and not body.refused]}
 
 

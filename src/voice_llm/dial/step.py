@@ -615,11 +615,13 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
 
 
 def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, address: str,
-                unknown: _Unknown) -> dict[str, Any]:
+                unknown: _Unknown, call_ms: float | None = None) -> dict[str, Any]:
     spans = receiver.spans()
-    clock = otlp.clock_for(spans, t0_epoch_ns) if spans else None
+    speech_ends = [row["caller"]["speech_end_ms"] for row in rows]
+    # the offset from the spans matched to these turns, at most the call's length (otlp's module docstring)
+    clock = otlp.clock_for(spans, t0_epoch_ns, speech_ends, call_ms) if spans else None
     if clock is not None:
-        reported = otlp.match([row["caller"]["speech_end_ms"] for row in rows], spans, clock)
+        reported = otlp.match(speech_ends, spans, clock)
         for position, (row, found) in enumerate(zip(rows, reported)):
             if found is None:
                 continue
@@ -844,7 +846,8 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         error = error or exc
     if receiver is not None:
         otlp_files = _write_otlp(ctx, receiver)
-        otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown)
+        otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown,
+                                 log.frames * log.settings.line.frame_ms)
     doc = document(log, options, caller, rows, unknown, identity, stt_info, otlp_block, otlp_files)
     doc["files"].update(more_files or {})
     if error is not None:

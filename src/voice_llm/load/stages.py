@@ -89,7 +89,8 @@ def attach(samples: Sequence[MutableMapping[str, Any]], spans: Sequence[Any]) ->
         # the arrivals (epoch ms) on this call's clock, as dial's own receiver stamps them
         shifted = [replace(span, arrival_ms=span.arrival_ms - t0 / 1e6) for span in call_spans]
         turns = sorted(turns, key=lambda s: s["speech_end_ms"])
-        found = otlp_match([s["speech_end_ms"] for s in turns], shifted, otlp_clock_for(shifted, t0))
+        ends = [s["speech_end_ms"] for s in turns]
+        found = otlp_match(ends, shifted, otlp_clock_for(shifted, t0, ends))  # the offset from the matched spans
         for sample, reported in zip(turns, found):
             if reported is None or any(sample.get(stage_column(st)) is not None for st in AGENT_STAGES):
                 continue
