@@ -181,7 +181,8 @@ def test_a_partial_folder_has_the_rows_of_what_ran(tmp_path: Path, capsys: pytes
     out = _all_but_prefill_and_cache(tmp_path / "out")
     assert cli.main(["report", "--out", str(out)]) == cli.EXIT_OK
     labels = [f.label for f in findings(out)]
-    assert labels[0].startswith("first token") and "barge-in: slot idle after close" in labels
+    assert labels[0].startswith("what the caller hears") and labels[1].startswith("first token")
+    assert "barge-in: slot idle after close" in labels
     assert not [label for label in labels if "12 documents" in label or "cached" in label]
 
 
@@ -229,3 +230,54 @@ def test_the_noise_warning_lists_every_registered_metric(tmp_path: Path, monkeyp
     assessment = noise.assess(out)
     assert assessment["noisy"] and "heard_mouth_to_ear_ms" in assessment["affected"]
     assert "heard mouth to ear" in noise.summary_lines(assessment)[0]
+
+
+# --- issue 41 item 21: the lab's terminal summary leads with what the caller hears ---------------------------------
+
+
+def _with_the_call(out: Path) -> Path:
+    """clean_run with the lab's converse step run too: sample_out's dial.json and dial/ (a real call)."""
+    import shutil
+
+    from checkfolders import FIXTURES, sha256
+
+    clean_run(out)
+    shutil.copy(FIXTURES / "sample_out" / "dial.json", out)
+    shutil.copytree(FIXTURES / "sample_out" / "dial", out / "dial")
+    run = read(out, "run.json")
+    run["steps_planned"] = [*run["steps_planned"][:-2], "converse", *run["steps_planned"][-2:]]
+    run["steps"].insert(len(run["steps"]) - 2, {"step": "converse", "wall_ms": 60000.0, "server_compute_ms": 900.0})
+    run["expected_artifacts"] = [*run["expected_artifacts"], "dial.json"]
+    run["artifacts"].update({p.relative_to(out).as_posix(): sha256(p) for p in sorted((out / "dial").rglob("*"))
+                             if p.is_file()})
+    run["artifacts"]["dial.json"] = sha256(out / "dial.json")
+    write(out, "run.json", run)
+    return out
+
+
+def test_the_lab_summary_leads_with_the_heard_mouth_to_ear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _with_the_call(tmp_path / "out")
+    row = findings(out)[0]  # report.html leads with it, and so does the table
+    assert row.label == "what the caller hears (mouth to ear, median / p90)"
+    assert row.value == "8895 / 26475 ms", row  # dial.json's summary.heard_gap_ms
+    assert "4 turns" in row.meaning
+    cli._print_findings(out)
+    assert "what the caller hears" in capsys.readouterr().out
+
+
+def test_the_lab_summary_says_the_call_was_not_run(tmp_path: Path) -> None:
+    out = clean_run(tmp_path / "out")  # a lab without its converse step
+    row = findings(out)[0]
+    assert row.label == "what the caller hears (mouth to ear, median / p90)" and row.value == "not run"
+    assert "converse" in row.meaning
+
+
+def test_a_leftover_dial_json_of_a_run_without_the_call_is_not_shown(tmp_path: Path) -> None:
+    """The call's row only when this run made the call: another run's dial.json left in OUT is not its number."""
+    import shutil
+
+    from checkfolders import FIXTURES
+
+    out = clean_run(tmp_path / "out")
+    shutil.copy(FIXTURES / "sample_out" / "dial.json", out)
+    assert findings(out)[0].value == "not run"

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.analysis import metrics, noise
-from voice_llm.checks.core import CANCEL_IDLE_SLACK_MS, CheckFailed, cancel_idle_limit
+from voice_llm.checks.core import CANCEL_IDLE_SLACK_MS, CheckFailed, cancel_idle_limit, ran_steps
 from voice_llm.errors import ArtifactError
 from voice_llm.run.folder import RunFolder
-from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, REPORT, SENTENCE, TTFT
+from voice_llm.util.artifacts import CACHE, CANCEL, DIAL, PREFILL, REPORT, SENTENCE, TTFT
 from voice_llm.analysis.keynumbers import build_report
 from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
 from voice_llm.lab.context import LabContext
+from voice_llm.lab.steps import steps as registered_steps
 
 
 def run(ctx: LabContext) -> list[Path]:
@@ -60,6 +61,40 @@ def _first_audio(report: Mapping[str, Any]) -> list[Finding]:
                     f"strategies: {others or 'none measured'}")]
 
 
+HEARD_LABEL = "what the caller hears (mouth to ear, median / p90)"
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _heard(folder: RunFolder) -> Finding:
+    """The row report.html leads with: the heard mouth-to-ear median and p90 over the call's turns (dial.json's
+    summary.heard_gap_ms), when this run made the call; "not run" otherwise, so a lab without its converse step
+    does not read as a lab whose caller heard nothing. A dial.json no step of this run wrote (another run's, left in
+    OUT) is not this run's number."""
+    writers = [name for name, step in registered_steps().items() if DIAL in step.artifacts]
+    ran = ran_steps(folder)
+    if not folder.is_file(DIAL) or (ran is not None and not any(step in ran for step in writers)):
+        return Finding(HEARD_LABEL, "not run", "the call was not made in this run: the lab's converse step (dial "
+                                               "against voice-llm's agent on loopback) measures what the caller hears")
+    try:
+        doc = folder.json(DIAL)
+    except ArtifactError as exc:
+        return Finding(HEARD_LABEL, "n/a", f"cannot be read: {exc}")
+    summary = doc.get("summary") if isinstance(doc, Mapping) else None
+    block = summary.get("heard_gap_ms") if isinstance(summary, Mapping) else None
+    if not isinstance(block, Mapping):
+        return Finding(HEARD_LABEL, "n/a", f"{DIAL} has no summary.heard_gap_ms: `voice-llm check` says why")
+    median, p90, n = block.get("median"), block.get("p90"), block.get("n")
+    if not _is_time(median):
+        return Finding(HEARD_LABEL, "n/a", f"no turn's reply reached the caller ({DIAL} summary.heard_gap_ms)")
+    turns = f", over {n} turns" if isinstance(n, int) and not isinstance(n, bool) else ""
+    return Finding(HEARD_LABEL, f"{median:.0f} / {p90:.0f} ms" if _is_time(p90) else f"{median:.0f} ms / n/a",
+                   f"the silence from the end of the caller's speech to the first sound they heard, on a real "
+                   f"line{turns}")
+
+
 def _ms(value: Any) -> str:
     return f"{value:.0f} ms" if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
 
@@ -88,13 +123,13 @@ def _barge_in(cancel: Any, idle: Any) -> str:
 
 def findings(out: Path) -> list[Finding]:
     """The key numbers with one plain sentence each on what they mean for composing a voice prompt, for the steps
-    whose files are in ``out`` (a run of some steps shows their rows). A number the server did not expose shows as
-    n/a, and its sentence says why."""
+    whose files are in ``out`` (a run of some steps shows their rows), led by what the caller hears ("not run"
+    without the call). A number the server did not expose shows as n/a, and its sentence says why."""
     folder = RunFolder(out)
     report = folder.json(REPORT)
     report = report if isinstance(report, dict) else {}
     docs = {name: folder.json(name) if folder.exists(name) else None for name in (TTFT, PREFILL, CACHE, CANCEL)}
-    found: list[Finding] = []
+    found: list[Finding] = [_heard(folder)]
     if docs[TTFT] is not None:
         # "cache off" only where it held: a server that ignores cache_prompt (ttft.json says so) served hits.
         found.append(Finding(f"first token (p50, {CACHE_NOT_DISABLED if cache_not_disabled(docs[TTFT]) else 'cache off'})",
