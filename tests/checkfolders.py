@@ -93,8 +93,8 @@ def dial_alone(out: Path) -> Path:
     """A run of `voice-llm converse` alone into an empty OUT, as the step leaves it: dial.json and dial/ (a real call,
     from sample_out: `voice-llm converse --out TMP` on a real llama-server with SmolLM2-135M, dial against
     voice-llm's agent on loopback; its files copied, its run_id dropped as sample_out's files have none), and a
-    run.json that plans the lab's steps too and records converse as the one that ran."""
-    from voice_llm.lab.steps import lab_steps, steps
+    run.json that plans converse, the one step that ran (a step alone plans itself: issue 41 item 25)."""
+    from voice_llm.lab.steps import steps
 
     sample_out = FIXTURES / "sample_out"
     out.mkdir()
@@ -102,7 +102,7 @@ def dial_alone(out: Path) -> Path:
     shutil.copytree(sample_out / "dial", out / "dial")
     run = read(SAMPLE_RUN, "run.json")
     table = steps()
-    planned = list(dict.fromkeys([*lab_steps(), "converse"]))
+    planned = ["converse"]
     run.update(steps_planned=planned, expected_artifacts=[name for step in planned for name in table[step].artifacts],
                artifacts_by_step={step: list(table[step].artifacts) for step in planned},
                steps=[{"step": "converse", "wall_ms": 60000.0, "server_compute_ms": 900.0}],

@@ -76,8 +76,9 @@ class _BadPlan(Exception):
 @dataclass(frozen=True)
 class _Plan:
     """What run.json says the run is: the steps it planned, those it ran (or failed in), and the files each leaves.
-    A step run on its own plans the lab's steps too (the run is a lab run, so far incomplete); the relations
-    of a planned step that never ran in this folder are not checked, and its files are not required."""
+    A run plans what its commands planned (a step run on its own, itself; a command joining the run adds its
+    steps); the relations of a planned step that never ran in this folder (a lab stopped by a failure or a kill)
+    are not checked, and its files are not required."""
 
     planned: tuple[str, ...]
     ran: tuple[str, ...]  # planned steps that ran or failed, in the plan's order
@@ -656,8 +657,8 @@ NOT_RUN_CHECK = "planned steps not run in this folder"
 
 
 def _not_run(plan: _Plan | None) -> list[CheckResult]:
-    """A line only when the run planned steps that never ran here (a step run alone plans the lab's steps too;
-    a lab stopped by a failure or a kill): their relations are not checked, and this says so."""
+    """A line only when the run planned steps that never ran here (a lab stopped by a failure or a kill; a step
+    alone plans only itself): their relations are not checked, and this says so."""
     if plan is None or not plan.not_run:
         return []
     cut = f" ({plan.interrupted} was interrupted before its end)" if plan.interrupted else ""

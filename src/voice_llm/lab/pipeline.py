@@ -198,8 +198,10 @@ def _unknown(steps: Sequence[str]) -> None:
 
 def _plan_of(settings: LabSettings, command: str, steps: Sequence[str], whole_run: bool) -> session.Plan:
     ask = _needs_server(steps)
-    # A run started by a step alone is still a lab run, so far incomplete: it expects the lab's files too.
-    planned = _plan(steps) if whole_run else _plan([*lab_steps(), *steps])
+    # A run plans what its commands plan: a step alone plans itself (a lone `dial` planned the lab's steps too, and
+    # `check` then listed health, sse, ... as "planned steps not run"); a later command joining the run adds its own
+    # (RunRecord.join_or_start).
+    planned = _plan(steps)
     return session.Plan(out=settings.out, command=command, asked=_asked(settings), kb=settings.kb, steps=planned,
                         whole_run=whole_run, new_run=settings.new_run, ask_server=ask,
                         request_model=settings.request_model, wait=settings.wait_for_out)

@@ -316,8 +316,8 @@ class RunRecord:
             "metadata": dict(metadata),
             "steps_planned": list(steps_planned),
             "expected_artifacts": [name for files in steps_planned.values() for name in files],
-            # Which step leaves which file: check requires the files of the steps that ran (a step run alone
-            # plans the lab's steps too, and they may never run in this folder).
+            # Which step leaves which file: check requires the files of the steps that ran (a lab stopped early
+            # planned steps that never ran in this folder).
             "artifacts_by_step": {step: list(files) for step, files in steps_planned.items()},
             "steps": [], "failed_step": None, "failure": None,
             "artifacts": {},
