@@ -425,9 +425,13 @@ def status(settings: ServerSettings) -> ServerStatus:
         n_ctx, slots = props.n_ctx, props.total_slots
     except sse.StreamError as exc:
         note = str(exc)
+    # The process's own age from /proc (since boot), not the wall clock now minus the one `up` wrote: a VM's wall
+    # clock steps (boot, NTP), and a server started 14 minutes earlier was said "up 5703 s". The wall clock only
+    # when /proc cannot tell (the process ended just now).
+    age = procfs.age_s(record.pid)
     return ServerStatus(
         running=True, url=record.url, pid=record.pid, model=record.model,
-        uptime_s=round(time.time() - record.started_at, 1), health=health, n_ctx=n_ctx, total_slots=slots,
+        uptime_s=round(age if age is not None else max(0.0, time.time() - record.started_at), 1), health=health, n_ctx=n_ctx, total_slots=slots,
         log=str(log_path(settings.port)), note=note, port=settings.port,
     )
 

@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 TCP_LISTEN = "0A"  # the socket state column of /proc/net/tcp for LISTEN
+PROC = Path("/proc")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _stat_fields(pid: int, proc: Path = PROC) -> list[str] | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its closing parenthesis.
@@ -29,6 +30,20 @@ def start_ticks(pid: int, zombie: bool = False) -> int | None:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def age_s(pid: int, proc: Path = PROC) -> float | None:
+    """How long ``pid`` has run, in seconds: the seconds since boot (/proc/uptime) minus its start (field 22 of
+    /proc/PID/stat, in clock ticks since boot). Both count from boot, so a wall clock set or stepped since the
+    process started (a VM's clock, NTP) does not enter; None when there is no such process or /proc says nothing."""
+    fields = _stat_fields(pid, proc)
+    try:
+        since_boot = float((proc / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if fields is None:
+        return None
+    return max(0.0, round(since_boot - int(fields[19]) / CLOCK_TICKS, 2))
 
 
 def cpu_seconds(pid: int) -> float | None:
