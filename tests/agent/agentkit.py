@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,8 +67,10 @@ def fake_engines(tts: ToneTTS | None = None) -> Engines:
 
 
 def settings(llm_url: str, **changes: Any) -> AgentSettings:
-    base = AgentSettings(port=0, url=llm_url, model="fake", prime=False, docs=0)
-    return replace(base, **changes)
+    # built whole (not dataclasses.replace on a built one): preemptive's default is worked out from the other fields
+    # in __post_init__, so a replaced speculative_stt=False must not inherit a resolved preemptive=True
+    base: dict[str, Any] = {"port": 0, "url": llm_url, "model": "fake", "prime": False, "docs": 0}
+    return AgentSettings(**{**base, **changes})
 
 
 @dataclass

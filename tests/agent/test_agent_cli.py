@@ -58,7 +58,32 @@ def test_engine_pipecat_runs_its_serve_with_the_settings(monkeypatch: pytest.Mon
 def test_preemptive_implies_speculative_stt() -> None:
     settings = command.settings_from({"preemptive": True, "speculative_stt": False})
     assert settings.preemptive and settings.speculative_stt  # the reply starts from the speculative transcript
-    assert not command.settings_from({}).preemptive
+
+
+def test_preemptive_is_the_builtin_default_only_with_speculative_stt() -> None:
+    """Measured defaults since Moonshine (settings.DEFAULT_PREEMPTIVE): on for the builtin engine; a
+    --no-speculative-stt agent is not made speculative again by the default, nor is pipecat's or --stt none's."""
+    default = command.settings_from({})
+    assert default.speculative_stt and default.preemptive
+    plain = command.settings_from({"speculative_stt": False})
+    assert not plain.speculative_stt and not plain.preemptive
+    assert not command.settings_from({"engine": "pipecat"}).preemptive
+    assert not command.settings_from({"stt": "none"}).preemptive
+    assert not command.settings_from({"preemptive": False}).preemptive
+    assert command.settings_from({"preemptive": False}).speculative_stt
+
+
+def test_preemptive_asked_of_pipecat_is_refused_but_its_default_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[AgentSettings] = []
+    real = command.registry.resolve
+
+    def resolve(reference: str):  # type: ignore[no-untyped-def]
+        return (lambda s: served.append(s) or 0) if reference == command.PIPECAT_SERVE else real(reference)
+
+    monkeypatch.setattr(command.registry, "resolve", resolve)
+    assert main(["agent", "--engine", "pipecat", "--listen", "127.0.0.1:0"]) == 0
+    assert served and served[0].preemptive is False
+    assert main(["agent", "--engine", "pipecat", "--preemptive", "--listen", "127.0.0.1:0"]) == 1  # contradicts
 
 
 def test_piper_threads_are_onnxruntimes_unless_told() -> None:

@@ -29,7 +29,9 @@ def answer(texts: list[str], delay_s: float = 0.0) -> Reply:
 
 
 def test_a_turn_is_answered_in_20ms_frames_with_a_mark_after_each_segment() -> None:
-    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url)) as served:
+    # the plain path (no speculative decode, no preemptive reply): every stage after the endpoint, in order
+    plain = {"speculative_stt": False, "preemptive": False}
+    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url, **plain)) as served:
         assert served.ready["protocol"] == "twilio" and served.ready["rate"] == 8000
         assert served.ready["engine"] == "builtin" and served.ready["engines"]["llm"]["model"] == "fake"
         with dial(served.url) as ws:

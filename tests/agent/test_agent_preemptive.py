@@ -190,10 +190,11 @@ def test_the_endpoint_releases_exactly_the_held_audio_first_and_the_reply_goes_o
     assert agent_threads() == []
 
 
-def test_without_the_flag_no_reply_starts_before_the_endpoint() -> None:
+def test_with_no_preemptive_no_reply_starts_before_the_endpoint() -> None:
     stt, tts = CountingSTT(), ToneTTS()
     with FakeServer([quick("Sure.")]) as fake, \
-            serving(settings(fake.url, speculative_stt=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
+            serving(settings(fake.url, speculative_stt=True, preemptive=False, endpoint_ms=ENDPOINT_MS),
+                    engines(stt, tts)) as served:
         assert served.ready["engines"]["llm"]["preemptive"] is False
         caller = paused_caller(served)
         wait_for(lambda: stt.calls)  # the speculative decode is done; no reply is asked for before the endpoint

@@ -115,9 +115,13 @@ def test_a_caller_who_goes_on_drops_the_speculative_decode_and_the_turn_is_the_w
     assert agent_threads() == []
 
 
-def test_without_the_flag_the_decode_starts_at_the_endpoint() -> None:
+def test_speculation_is_the_default() -> None:
+    assert settings("http://127.0.0.1:1").speculative_stt is True  # since Moonshine: BENCHMARKS.md
+
+
+def test_with_no_speculative_stt_the_decode_starts_at_the_endpoint() -> None:
     stt = CountingSTT()
-    with FakeServer(answer()) as fake, serving(settings(fake.url), engines(stt)) as served:
+    with FakeServer(answer()) as fake, serving(settings(fake.url, speculative_stt=False), engines(stt)) as served:
         assert served.ready["engines"]["stt"]["speculative"] is False
         with call(served, speech(400), silence(600)) as caller:
             record = finish(served, caller)

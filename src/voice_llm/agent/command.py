@@ -80,10 +80,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--speculative-stt", action=argparse.BooleanOptionalAction, default=DEFAULT_SPECULATIVE_STT,
                    help="transcribe from the VAD's speech end, before the endpoint, and commit at the endpoint (a "
                         f"resumed utterance drops it) (default {'on' if DEFAULT_SPECULATIVE_STT else 'off'})")
-    p.add_argument("--preemptive", action=argparse.BooleanOptionalAction, default=DEFAULT_PREEMPTIVE,
+    p.add_argument("--preemptive", action=argparse.BooleanOptionalAction, default=None,
                    help="start the reply (LLM and synthesis) from the speculative transcript before the endpoint, "
                         "send none of its audio until the endpoint confirms it, drop it when speech resumes; implies "
-                        f"--speculative-stt; builtin engine (default {'on' if DEFAULT_PREEMPTIVE else 'off'})")
+                        "--speculative-stt; builtin engine (default "
+                        f"{'on with speculative STT' if DEFAULT_PREEMPTIVE else 'off'})")
     p.add_argument("--echo-gate-db", type=flags.non_negative_number, default=DEFAULT_ECHO_GATE_DB, metavar="DB",
                    help="take a caller frame this many dB below the loudest audio the caller just heard for the "
                         "agent's own voice coming back, not a barge-in; 0: off (default "
@@ -138,7 +139,7 @@ def settings_from(values: Mapping[str, Any]) -> AgentSettings:
         "stt_window_s": values.get("stt_window") or DEFAULT_STT_WINDOW_S,
         "speculative_stt": (values["speculative_stt"] if values.get("speculative_stt") is not None
                             else DEFAULT_SPECULATIVE_STT),
-        "preemptive": values["preemptive"] if values.get("preemptive") is not None else DEFAULT_PREEMPTIVE,
+        "preemptive": values.get("preemptive"),  # None: the engine's default (AgentSettings.__post_init__)
         "echo_gate_db": values["echo_gate_db"] if values.get("echo_gate_db") is not None else DEFAULT_ECHO_GATE_DB,
         "tts": values.get("tts") or "piper", "voice": values.get("voice"),
         "tts_threads": values.get("tts_threads") or DEFAULT_TTS_THREADS,  # None: onnxruntime's default

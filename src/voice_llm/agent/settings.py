@@ -34,12 +34,19 @@ DEFAULT_TTS_THREADS: int | None = None
 DEFAULT_STT_WINDOW_S = 30
 # Speculative STT (issue 28 item 2): Whisper starts at the VAD's speech end (the first silent frame) instead of at the
 # endpoint, so up to the endpoint's silence of its decode is off the critical path; a resumed utterance drops it.
-# The default is set by the A/B measurement in BENCHMARKS.md ("Speculative STT").
-DEFAULT_SPECULATIVE_STT = False
+# The default is set by the A/B measurement in BENCHMARKS.md ("Speculative STT"): off while the STT was tiny.en (its
+# 30 s window's decode was never ready before the endpoint), on since Moonshine (issue 39 item 2, 2026-12-05: the
+# same-run A/B of benchmarks/preemptive_ab.py, 12 clinic turns each on a quiet machine, heard median 1635 -> 1385 ms,
+# the STT stage 104 -> 0 ms on the critical path, 0 word errors of 156 in both arms, 0 cut-offs on the pause line).
+DEFAULT_SPECULATIVE_STT = True
 # The preemptive reply (issue 28 item 3): the reply started from the speculative transcript when it is ready before the
 # endpoint, its audio held until the endpoint confirms it, dropped when speech resumes first. Implies speculative STT.
-# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B").
-DEFAULT_PREEMPTIVE = False
+# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B"): off with tiny.en, on since
+# Moonshine (issue 39 item 3, 2026-12-05: same-run A/B against a speculative-STT arm, 12 clinic turns each, heard
+# median 1375 -> 1155 ms, p90 1795 -> 1575; of 31 replies started 14 used and 16 dropped, 5 tokens and 0 ms of
+# synthesis wasted; 0 cut-offs on the pause line, 0 word errors of 156). The builtin engine's only (pipecat's pipeline
+# has its own turn handling), and only with speculative STT on (it starts from that transcript).
+DEFAULT_PREEMPTIVE = True
 # The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
 # heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
 # line matrix (BENCHMARKS.md "Barge-in over echo").
@@ -64,7 +71,9 @@ class AgentSettings:
     stt_threads: int | None = None  # None: the STT's own default (speech.stt.default_threads: Moonshine 1, Whisper all)
     stt_window_s: int = DEFAULT_STT_WINDOW_S  # Whisper's encoder window (speech.stt chunk_s); see the constant
     speculative_stt: bool = DEFAULT_SPECULATIVE_STT  # decode from the VAD's speech end, commit at the endpoint
-    preemptive: bool = DEFAULT_PREEMPTIVE  # start the reply from that decode, held until the endpoint (implies it)
+    # start the reply from that decode, held until the endpoint (True implies speculative_stt); None: the default,
+    # DEFAULT_PREEMPTIVE for the builtin engine with speculative STT on, else off (see __post_init__)
+    preemptive: bool | None = None
     tts: str = "piper"
     voice: str | None = None
     tts_threads: int | None = DEFAULT_TTS_THREADS  # Piper's onnxruntime intra-op threads; None: one per core
@@ -87,6 +96,10 @@ class AgentSettings:
         if self.stt not in stt.STT_CHOICES:
             raise ConfigError(f"--stt must be one of {', '.join(stt.STT_CHOICES)}, not {self.stt!r}")
         object.__setattr__(self, "stt", stt.canonical(self.stt))
+        if self.preemptive is None:  # the default: a --no-speculative-stt or pipecat agent is not made preemptive
+            object.__setattr__(self, "preemptive",
+                               DEFAULT_PREEMPTIVE and self.engine == "builtin" and self.speculative_stt
+                               and self.stt != "none")
         if self.preemptive and not self.speculative_stt:
             object.__setattr__(self, "speculative_stt", True)  # the reply starts from the speculative transcript
         if self.protocol not in wire.PROTOCOLS:
