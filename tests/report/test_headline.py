@@ -41,7 +41,8 @@ def called(lab: Path) -> Path:
 def test_the_headline_is_the_marked_key_numbers(called: Path) -> None:
     found = keynumbers.headline(called)
     assert (found.source, found.median_ms, found.p90_ms) == (DIAL, 1432.4, 1890.6)
-    assert found.sentence() == "The caller hears the assistant 1432 ms after they stop talking (median; p90 1891 ms)."
+    assert found.sentence() == ("The caller hears the assistant 1432 ms after they stop talking (median; p90 1891 ms "
+                                "over 2 turns).")
     marked = [(k.key, k.headline) for k in keynumbers.all_key_numbers() if k.headline]
     assert marked == [("heard_mouth_to_ear_ms", "median"), ("heard_mouth_to_ear_p90_ms", "p90")]
 

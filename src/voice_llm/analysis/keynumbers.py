@@ -10,7 +10,7 @@ returning KeyNumber rows), resolved when asked (:func:`all_key_numbers`): this m
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,13 +80,25 @@ class Headline:
     p90_ms: float | None = None
     missing: str | None = None
     where: str | None = None  # what the turns were, when not one call's (e.g. "at 1 caller, 21 turns of a load sweep")
+    turns: int | None = None  # how many turns the median is over (the block's ``n`` beside it), when it says
 
     def sentence(self) -> str:
         if self.median_ms is None:
             return f"The caller's number (mouth to ear) {self.missing}."
         p90 = f"; p90 {self.p90_ms:.0f} ms" if self.p90_ms is not None else ""
-        where = f", {self.where}" if self.where else ""
+        turns = f" over {self.turns} turn{'s' if self.turns != 1 else ''}" if self.turns is not None else ""
+        where = f", {self.where}" if self.where else turns
         return f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking (median{p90}{where})."
+
+
+def _turns(doc: Any, median_path: Sequence[str | int]) -> int | None:
+    """The count beside a headline median (dial.json's ``summary.heard_gap_ms.n``), when its block has one that is
+    a count; the sentence then says what the median is over, and says nothing rather than a wrong count."""
+    block: Any = doc
+    for step in median_path[:-1]:
+        block = block.get(step) if isinstance(block, Mapping) else None
+    n = block.get("n") if isinstance(block, Mapping) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def _time(value: Any, source: str, path: Sequence[str | int]) -> float | None:
@@ -117,7 +129,7 @@ def headline(out: RunFolder | Path) -> Headline:
             return Headline(source, missing=f"cannot be read: {exc}")
         if values["median"] is None:
             return Headline(source, missing=f"was not measured: no turn in {source} reached the caller")
-        return Headline(source, values["median"], values.get("p90"))
+        return Headline(source, values["median"], values.get("p90"), turns=_turns(doc, parts["median"].path))
     for capability in registry.capabilities():
         if capability.headline:
             found = registry.resolve(capability.headline)(folder)

@@ -15,7 +15,7 @@ from voice_llm import __version__, registry
 from voice_llm.server import lifecycle as server, provision
 from voice_llm.lab import flags
 from voice_llm.lab.flags import MAX_SECONDS, port_number, positive_int, seconds
-from voice_llm.analysis import noise
+from voice_llm.analysis import keynumbers, noise
 from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
 from voice_llm.lab.report import findings
@@ -283,6 +283,8 @@ def _print_findings(out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # The caller's number first, above the tables (issue 42 item 7), in the sentence report.html leads with.
+    print(_caller_sentence(out) or "The caller's number (mouth to ear) cannot be read: `voice-llm check` says why.")
     table = Table(title=f"voice-llm lab — {out}", show_lines=False)
     table.add_column("measured")
     table.add_column("value", justify="right")
@@ -304,9 +306,23 @@ def _print_findings(out: Path) -> None:
         Console().print(caps)
 
 
+def _caller_sentence(out: Path, step: str | None = None) -> str | None:
+    """The headline sentence for ``out`` (voice_llm.analysis.keynumbers.headline), or for a lone ``step`` only when
+    that step wrote the artifact it is read from; None when it cannot be read (the tables below still print)."""
+    try:
+        caller = keynumbers.headline(out)
+    except (ArtifactError, OSError, ValueError):
+        return None
+    if step is not None and (caller.source is None or caller.source not in registered_steps()[step].artifacts):
+        return None
+    return caller.sentence()
+
+
 def _print_step_numbers(out: Path, step: str) -> None:
     """A step alone: its key numbers, one short table as the lab's summary (voice_llm.lab.summary)."""
     rows = step_numbers(out, step)
+    if _caller_sentence(out, step):
+        print(_caller_sentence(out, step))  # a step that measures the caller's number (converse, dial) says it first
     if not rows:
         return
     from rich.console import Console

@@ -522,8 +522,11 @@ class _Call:
                 await self.hang_up()
         except Exception as exc:  # the socket failed under us (ConnectionClosed while sending, an OS error)
             if isinstance(exc, ConnectionClosed):
-                self.done = False
-                self.closed_by_agent(exc)
+                # A send that met the close after the receiver had already said why the call ended (under load the
+                # tick can be mid-send when the close is read) adds nothing: the first account stands, once.
+                if self.log.error is None:
+                    self.done = False
+                    self.closed_by_agent(exc)
             else:
                 self.fail(f"the call failed {self.where()}: {type(exc).__name__}: {exc}")
         finally:
