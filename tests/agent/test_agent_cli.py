@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from voice_llm.agent import command
+from voice_llm.agent import settings as settings_module
 from voice_llm.agent.settings import AgentSettings
 from voice_llm.cli.main import main
 
@@ -60,17 +61,16 @@ def test_preemptive_implies_speculative_stt() -> None:
     assert settings.preemptive and settings.speculative_stt  # the reply starts from the speculative transcript
 
 
-def test_preemptive_is_the_builtin_default_only_with_speculative_stt() -> None:
-    """Measured defaults since Moonshine (settings.DEFAULT_PREEMPTIVE): on for the builtin engine; a
-    --no-speculative-stt agent is not made speculative again by the default, nor is pipecat's or --stt none's."""
+def test_preemptive_is_off_by_default_and_never_reenables_speculation() -> None:
+    """The measured defaults (settings.DEFAULT_SPECULATIVE_STT on, DEFAULT_PREEMPTIVE off: BENCHMARKS.md). The
+    preemptive default, whatever it is, never turns speculative STT back on nor applies to pipecat or --stt none."""
     default = command.settings_from({})
-    assert default.speculative_stt and default.preemptive
+    assert default.speculative_stt and default.preemptive is settings_module.DEFAULT_PREEMPTIVE
     plain = command.settings_from({"speculative_stt": False})
     assert not plain.speculative_stt and not plain.preemptive
     assert not command.settings_from({"engine": "pipecat"}).preemptive
     assert not command.settings_from({"stt": "none"}).preemptive
-    assert not command.settings_from({"preemptive": False}).preemptive
-    assert command.settings_from({"preemptive": False}).speculative_stt
+    assert command.settings_from({"preemptive": True}).preemptive
 
 
 def test_preemptive_asked_of_pipecat_is_refused_but_its_default_is_not(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,12 +41,14 @@ DEFAULT_STT_WINDOW_S = 30
 DEFAULT_SPECULATIVE_STT = True
 # The preemptive reply (issue 28 item 3): the reply started from the speculative transcript when it is ready before the
 # endpoint, its audio held until the endpoint confirms it, dropped when speech resumes first. Implies speculative STT.
-# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B"): off with tiny.en, on since
-# Moonshine (issue 39 item 3, 2026-12-05: same-run A/B against a speculative-STT arm, 12 clinic turns each, heard
-# median 1375 -> 1155 ms, p90 1795 -> 1575; of 31 replies started 14 used and 16 dropped, 5 tokens and 0 ms of
-# synthesis wasted; 0 cut-offs on the pause line, 0 word errors of 156). The builtin engine's only (pipecat's pipeline
-# has its own turn handling), and only with speculative STT on (it starts from that transcript).
-DEFAULT_PREEMPTIVE = True
+# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B"). Measured with Moonshine (issue
+# 39 item 3, 2026-12-05): in the agent's own A/B (no barge-in, the dialer transcribing nothing) it is heard sooner,
+# median 1375 -> 1155 ms (2 slots) and 1425 -> 945 ms in a first 1-slot call, 5 tokens wasted in 16 dropped replies;
+# but `make lab` with it on (1 slot, a barge-in turn, the dialer's own STT of what it heard on the same 2 cores)
+# heard 4015 ms median (p90 14455) where it heard 1475 without it: each pause inside the caller's line, the barge-in
+# line included, started and cancelled another request on the one slot (the server log shows cancels answered up to
+# 2.3 s late) while the LLM ran at 48 ms per token. Off until that is understood and fixed; `--preemptive` opts in.
+DEFAULT_PREEMPTIVE = False
 # The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
 # heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
 # line matrix (BENCHMARKS.md "Barge-in over echo").
