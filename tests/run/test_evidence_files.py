@@ -73,6 +73,22 @@ def test_the_log_is_read_only_for_the_url_its_server_answers(old_log: tuple[int,
     assert managed_log_for(f"http://127.0.0.1:{port}") is None
 
 
+def test_report_keeps_no_log_of_the_managed_server_running_now(state_dir: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`voice-llm report` asks no server: the managed server answering on its --port now (a record of a living
+    process, its log in the state folder) measured nothing of the run in OUT, so its log is not copied there (it
+    was, on a machine with `voice-llm up` on 8080: report "writing nothing" wrote server.log)."""
+    out = tmp_path / "out"
+    shutil.copytree(SAMPLE_OUT, out)
+    ticks = server._proc_start_ticks(os.getpid())
+    assert ticks is not None
+    write_record(8080, pid=os.getpid(), start_ticks=ticks, url="http://127.0.0.1:8080")
+    server.log_path(8080).write_text("srv  the log of a server started after this run was made\n")
+    assert managed_log_for("http://127.0.0.1:8080") == server.log_path(8080)  # it is the managed server's log
+    assert cli.main(["report", "--out", str(out), "-q"]) == cli.EXIT_OK, capsys.readouterr().err
+    assert not (out / "server.log").exists()
+
+
 # --- partial files --------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +207,15 @@ def _plan_of(settings: LabSettings, command: str, steps: Sequence[str], whole_ru
                         request_model=settings.request_model, wait=settings.wait_for_out)
 
 
-def _servers(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool):  # type: ignore[no-untyped-def]
-    """The session's bring-up hook: the one server of a lab or a step (nothing to stop afterwards)."""
-    return lambda: [contextlib.nullcontext(_target(settings, progress, notify, start_server))]
+def _servers(settings: LabSettings, progress: Progress, notify: Notify, start_server: bool,  # type: ignore[no-untyped-def]
+             steps: Sequence[str]):
+    """The session's bring-up hook: the one server of a lab or a step (nothing to stop afterwards). Steps that ask
+    no server (report alone) keep no server log: the managed server running now on that port measured nothing of
+    this run (its log copied into OUT by `voice-llm report` was another server's evidence in the run's folder)."""
+    def target() -> session.Target:
+        found = _target(settings, progress, notify, start_server)
+        return found if _needs_server(steps) else replace(found, log=None)
+    return lambda: [contextlib.nullcontext(target())]
 
 
 def _preflight(settings: LabSettings, steps: Sequence[str]) -> Callable[[ServerClient, session.Target, bool], None]:
@@ -238,7 +244,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None, notify: Not
         return LabResult(live.out, live.record.doc, tuple(written), checks, html, live.target.url)
 
     plan = _plan_of(settings, "lab", steps, whole_run=True)
-    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=True), step=step,
+    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=True, steps=steps), step=step,
                           preflight=_preflight(settings, steps), after=after)
     return session.Session(plan, progress, notify).run(hooks)
 
@@ -281,7 +287,7 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
                          notes[0] if notes else None)
 
     plan = _plan_of(settings, " ".join(steps), steps, whole_run=False)
-    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=False), step=step,
+    hooks = session.Hooks(servers=_servers(settings, progress, notify, start_server=False, steps=steps), step=step,
                           preflight=_preflight(settings, steps), after=after)
     return session.Session(plan, progress, told).run(hooks)
 
