@@ -59,6 +59,9 @@ class StepEntry:
     needs_server: bool = True
     after: str | None = None  # the step it follows in the lab's order (None: at the end, before "report")
     reads_kb: bool = False  # its command takes --kb
+    # its command's default --out is ~/voice/<out_dir> (None: the lab's ~/voice/llm): a step whose run is not the
+    # lab's (dial: another agent's call) must not land in the lab's folder by default (issue 41 item 8)
+    out_dir: str | None = None
 
 
 @dataclass(frozen=True)

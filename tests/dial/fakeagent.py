@@ -73,7 +73,7 @@ class FakeAgent:
     # per turn (1-based), the reported latency to send instead of the delay: a foreign agent's bad number, as the
     # OTLP/JSON doubleValue it would write ("NaN", "Infinity", a negative number)
     reported: dict[int, float | str] = field(default_factory=dict)
-    port: int = 0
+    port: int = 0  # 0: a free one; a port given: the same URL as an earlier agent (a re-dial of "the same agent")
     codec: str = wire.PCM16  # a pcm line's codec
     loud: int = LOUD  # above this a caller frame is speech (raised for an echo the agent must not take as speech)
     self_clear_ms: float = 100.0
@@ -95,7 +95,7 @@ class FakeAgent:
         self._thread.start()
 
         async def start() -> None:
-            self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None,
+            self._server = await serve(self._handle, "127.0.0.1", self.port, compression=None, ping_interval=None,
                                        close_timeout=1)
             self.port = self._server.sockets[0].getsockname()[1]
 

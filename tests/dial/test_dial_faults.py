@@ -190,14 +190,16 @@ def test_cli_wss_to_an_agent_without_tls_says_why(tmp_path, capsys, agent):
 
 
 def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
-    """A good call, then one to an agent that never answers: dial.json and dial/call.wav stay as they were."""
+    """A good call, then one to the same agent (its URL: a re-dial of another is refused) that now never answers:
+    dial.json and dial/call.wav stay as they were."""
     out, wavs = tmp_path / "out", write_tone_wavs(tmp_path / "wavs", 1)
     common = ["--out", str(out), "--caller-audio", str(wavs), "--turns", "1", "--barge-in-turns", "none", "--stt", "none", "--deadline", "3"]
     with FakeAgent(REPLY) as agent:
         status, err = _cli(capsys, agent.url, *common)
+        port = agent.port
     assert status == 0, err
     before = {name: (out / name).read_bytes() for name in ("dial.json", "dial/call.wav", "dial/events.jsonl")}
-    with FakeAgent(REPLY, mode="silent") as agent:
+    with FakeAgent(REPLY, mode="silent", port=port) as agent:
         status, err = _cli(capsys, agent.url, *common, "--reply-wait", "0.5")
     assert status == 1 and "no reply within 0.5 s in turn 1" in err and "Traceback" not in err, err
     assert {name: (out / name).read_bytes() for name in before} == before

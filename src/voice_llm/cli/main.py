@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, step in registered_steps().items():
         # A step `voice-llm lab` runs says so; one it does not (call) is a step of its own, run only when asked.
         p = command(name, f"{'lab step' if step.in_lab else 'step, not in the lab'}: {step.title}")
-        flags.out_option(p)
+        flags.out_option(p, default_out_dir(step.out_dir))
         if step.needs_server:
             flags.request_options(p)
             p.add_argument("--port", type=port_number, help="port of the managed server (default: the only one running)")

@@ -64,7 +64,7 @@ CAPABILITY = Capability(
     # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
     # cli=, its settings from options= (voice_llm.dial.step)
     steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.dial.step",
-                     (DIAL,), in_lab=False, needs_server=False),
+                     (DIAL,), in_lab=False, needs_server=False, out_dir="dial"),
            # the lab's call: dial against voice-llm's own agent (a subprocess on loopback, on the lab's server)
            CONVERSE_STEP),
     cli="voice_llm.dial.step:add_flags",

@@ -30,11 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.errors import ConfigError, OutputDirError
+from voice_llm.errors import ArtifactError, ConfigError, OutputDirError
 from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
+from voice_llm.run.meta import OtherRunError
+from voice_llm.run.session import same_url
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
@@ -46,7 +48,7 @@ from voice_llm.speech.wer import wer as word_errors
 from voice_llm.tts import STRATEGIES
 from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOICES, STT_CHOICES, STTError,
                                   canonical, default_threads, load_transcriber)
-from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, write_bytes_atomic, write_json
+from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
 SCHEMA_VERSION = 1
@@ -735,7 +737,29 @@ def run(ctx: LabContext) -> list[Path]:
     options = options_of(ctx)
     if options.url is None:
         raise ConfigError("dial needs the agent's URL: voice-llm dial ws://HOST:PORT/PATH")
+    refuse_another_call(ctx.out, ctx.run.doc if ctx.run is not None else None, options.url)
     return dial_step(ctx, options, options.url)
+
+
+def refuse_another_call(out: Path, run: Mapping[str, Any] | None, url: str) -> None:
+    """A lone dial joins the run in OUT (it asks no LLM server, so the lab steps' identity rule cannot refuse it):
+    a call of that run made to another agent or URL (the lab's converse call to its own agent, a dial elsewhere)
+    would be replaced by this one, the run's headline then another agent's (issue 41 item 8: the lab's 3655 ms became
+    355 ms and check exited 3). Refused before anything is written; the same URL is a re-measure of the same agent
+    and replaces the call as any step re-run does."""
+    if run is None or DIAL not in (run.get("artifacts") or {}):
+        return
+    try:
+        agent = read_json(out / DIAL).get("agent") or {}
+    except (ArtifactError, AttributeError):
+        agent = {}
+    other = agent.get("url") if isinstance(agent, Mapping) else None
+    if isinstance(other, str) and same_url(other, url):
+        return
+    made = (f"its call was made to {other}" if isinstance(other, str)
+            else "it holds a call dial.json does not name the agent of")
+    raise OtherRunError(f"{out} holds run {run.get('run_id')}: {made}; `voice-llm dial {url}` would replace that "
+                        f"call and mix the two agents in one run: dial into another folder (--out DIR)")
 
 
 def _mono_wav(samples: Any, rate: int) -> bytes:

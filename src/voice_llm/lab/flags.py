@@ -137,8 +137,9 @@ def server_options(parser: argparse.ArgumentParser, with_url: bool) -> None:
     parser.add_argument("--allow-remote", action="store_true", help="bind a non-loopback --host without an API key")
 
 
-def out_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=default_out_dir(), help="artifact folder")
+def out_option(parser: argparse.ArgumentParser, default: Path | None = None) -> None:
+    folder = default or default_out_dir()
+    parser.add_argument("--out", type=Path, default=folder, help=f"artifact folder (default: {folder})")
 
 
 def wait_option(parser: argparse.ArgumentParser) -> None:

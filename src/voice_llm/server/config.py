@@ -33,9 +33,10 @@ def state_dir() -> Path:
     return Path(os.environ.get(ENV_STATE) or platformdirs.user_state_path("voice-llm"))
 
 
-def default_out_dir() -> Path:
-    """The brief's artifact folder: ``~/voice/llm`` (``/root/voice/llm`` for root)."""
-    return Path.home() / "voice" / "llm"
+def default_out_dir(name: str | None = None) -> Path:
+    """The brief's artifact folder: ``~/voice/llm`` (``/root/voice/llm`` for root); ``name``: a command's own folder
+    beside it (``~/voice/dial``)."""
+    return Path.home() / "voice" / (name or "llm")
 
 
 def api_key_from_env(explicit: str | None) -> str | None:
