@@ -4,6 +4,7 @@ protocol (media frames, marks after each segment, clear on a barge-in, the histo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -387,3 +388,30 @@ def test_an_empty_reply_is_said_as_the_servers_not_the_engines(capsys: pytest.Ca
                     "no text to speak"], said
     assert "Traceback" not in "".join(err)
     assert agent_threads() == []
+
+
+def test_a_caller_reconnecting_as_a_call_hangs_up_is_served_not_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 item 16: a caller connecting within ~50 ms of an agent-side 1007 close was refused 1013 "at its
+    limit", the closed call still counted while it hung up. The hang-up is held 1.5 s here (a busy machine joining a
+    turn thread; within the agent's HANG_UP_WAIT_S): the new caller waits for that slot and is served."""
+    slow = server.Call._hang_up
+
+    async def slow_hang_up(self: server.Call) -> None:
+        await asyncio.sleep(1.5)
+        await slow(self)
+
+    monkeypatch.setattr(server.Call, "_hang_up", slow_hang_up)
+    with FakeServer(answer(REPLY)) as fake, serving(settings(fake.url, max_calls=1)) as served:
+        with dial(served.url) as ws:
+            ws.send("this is not json")
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+        assert served.agent.calls  # still hanging up
+        with dial(served.url) as ws:
+            caller = TwilioCaller(ws)
+            caller.begin()
+            caller.say(speech(400))
+            caller.say(silence(500))
+            assert caller.until("media")["event"] == "media"
+        assert served.agent.refused == 0

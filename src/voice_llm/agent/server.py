@@ -76,6 +76,11 @@ NO_STT_TEXT = "(the caller spoke; --stt none: no transcript)"
 CLOSE_BAD_DATA = 1007  # RFC 6455 7.4.1: data inconsistent with the message type
 CLOSE_TRY_AGAIN = 1013  # "try again later" (IANA WebSocket close code registry)
 CLOSE_GOING_AWAY = 1001
+# A call whose line has closed is still hanging up (its turns cancelled and joined, its spans exported) for a moment:
+# a caller connecting then waits up to this long for its slot instead of being refused 1013 (issue 41 item 16: a
+# caller reconnecting within ~50 ms of a 1007 close was told "at its limit"). Long enough for a hang-up on a busy
+# 2-core machine (joining a turn thread mid-request), short against a WebSocket client's own open timeout.
+HANG_UP_WAIT_S = 3.0
 # A PCM line has no clear: the agent sends its audio at most this far ahead of the caller's (estimated) playout, so
 # a barge-in is heard stopping within it. Twilio lines get audio as fast as it is made, and a clear.
 PCM_LEAD_S = 0.1
@@ -328,6 +333,9 @@ class Call:
         self.started = self.line.protocol == wire.PCM  # a PCM line has no start message
         self.closing: str | None = None
         self.hung_up = False
+        # the receive loop is over (the caller hung up, or the agent is closing the line): no caller is on it, and
+        # the call's slot is as good as free (Agent._wait_for_hang_ups), though its hang-up has not finished
+        self.line_closed = False
         self.span: Any = None
         self.unknown_events: set[str] = set()
         self.marks: dict[str, tuple[Turn, int]] = {}
@@ -351,15 +359,17 @@ class Call:
                     if self._on_text(message):
                         break
         except wire.LineError as exc:
-            self.closing = str(exc)
+            self.closing, self.line_closed = str(exc), True
             log(f"call {self.number}: {exc}; call closed")
             await self.ws.close(CLOSE_BAD_DATA, _reason(str(exc)))
         except ConnectionClosed:
             pass
         except Exception as exc:  # a fault of ours: this call ends with one line, the agent goes on serving
+            self.line_closed = True
             log(f"call {self.number}: internal error {exc.__class__.__name__}: {str(exc)[:200]}; call closed")
             await self.ws.close(1011, "voice-llm agent: internal error")
         finally:
+            self.line_closed = True
             sender.cancel()
             await asyncio.gather(sender, return_exceptions=True)
             await self._hang_up()
@@ -974,6 +984,7 @@ class Agent:
         self.records: list[dict[str, Any]] = []  # every finished turn's record (its breakdown), in order
         self.count = 0
         self.refused = 0
+        self.slot_freed = asyncio.Event()  # set each time a call has ended (its slot free): _wait_for_hang_ups
         self.port: int | None = None
         # --turn smart: the model's one thread (one run at a time, as pipecat's analyzer has; shut down in close)
         self.judging: ThreadPoolExecutor | None = None
@@ -1030,6 +1041,7 @@ class Agent:
                 "max_calls": s.max_calls, "otlp": s.otlp, "pid": os.getpid()}
 
     async def handle(self, ws: Any) -> None:
+        await self._wait_for_hang_ups()
         if len(self.calls) >= self.settings.max_calls:
             self.refused += 1
             reason = f"voice-llm agent: at its limit of {self.settings.max_calls} call(s) (--max-calls)"
@@ -1044,7 +1056,20 @@ class Agent:
             await call.run()
         finally:
             self.calls.pop(call.number, None)
+            self.slot_freed.set()
             log(f"call {call.number}: ended ({call.answered} turns answered)")
+
+    async def _wait_for_hang_ups(self) -> None:
+        """At the limit with a call whose line has closed (hanging up): wait for it to end, at most
+        HANG_UP_WAIT_S; a limit held by calls still on their line is refused at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HANG_UP_WAIT_S
+        while len(self.calls) >= self.settings.max_calls and any(c.line_closed for c in self.calls.values()):
+            self.slot_freed.clear()
+            try:
+                await asyncio.wait_for(self.slot_freed.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                return
 
     async def serve(self, stop: asyncio.Event, on_ready: Callable[[dict[str, Any]], None]) -> None:
         from websockets.asyncio.server import serve
