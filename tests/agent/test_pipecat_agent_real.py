@@ -69,6 +69,15 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
         assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
         assert turn["heard_minus_reported_ms"] == pytest.approx(
             turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        # pipecat's stages from its stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn
+        # wait null with its reason, the rest adding up to pipecat's own latency when every one is known
+        parts = turn["agent_breakdown"]
+        assert parts is not None and parts["endpoint_wait"] is None, parts
+        assert parts["stt"] is not None and parts["request_to_first_token"] is not None, (parts, doc["unknown"])
+        known = [v for k, v in parts.items() if v is not None]
+        assert all(v >= 0 for v in known)
+        if len(known) == len(parts) - 1:
+            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
     # every span names the call it belongs to, as the built-in agent's do (load --dial attributes them by it)
     from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 

@@ -51,9 +51,10 @@ MAX_TOTAL_BYTES = 64 << 20  # what one call keeps in memory; beyond it bodies ar
 REFUSED_VALUE_LINES = 10  # dial.json's otlp block keeps this many lines of the values refused (all are counted)
 CLOCK_SLACK_MS = 2.0  # a span ending this much after its body's arrival is still "the same clock" (rounding)
 
+PIPECAT_SOURCE = "pipecat turn.user_bot_latency_seconds"
 # Where each framework puts its self-reported per-turn latency: (span names, attribute, factor to ms, source text).
 LATENCY_SOURCES: tuple[tuple[frozenset[str], str, float, str], ...] = (
-    (frozenset({"turn"}), "turn.user_bot_latency_seconds", 1000.0, "pipecat turn.user_bot_latency_seconds"),
+    (frozenset({"turn"}), "turn.user_bot_latency_seconds", 1000.0, PIPECAT_SOURCE),
     (frozenset({"agent_turn", "user_turn"}), "lk.e2e_latency", 1000.0, "LiveKit lk.e2e_latency"),
     (frozenset({"invoke_agent"}), "voice_llm.latency.reported_ms", 1.0,
      "voice-llm agent voice_llm.latency.reported_ms (VAD speech end -> first audio sent)"),
@@ -438,10 +439,12 @@ class Reported:
     span: str  # "<name> <span id>"
     start_ms: float
     end_ms: float
-    breakdown: Mapping[str, float] | None
+    breakdown: Mapping[str, float | None] | None
     stages: tuple[StageSpan, ...] = field(default=())
     transcript: str | None = None  # what the agent understood of the caller's line, when its spans say so
     preemptive: Mapping[str, Any] | None = None  # voice-llm agent --preemptive's counts for this turn, when sent
+    # a stage of ``breakdown`` left null, and why (pipecat's spans say nothing of it): dial.json's unknown
+    breakdown_unknown: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"latency_ms": round(self.latency_ms, 3), "source": self.source, "span": self.span,
@@ -472,6 +475,74 @@ def _breakdown(span: Span) -> dict[str, float] | None:
              for key, value in span.attributes.items()
              if key.startswith(BREAKDOWN_PREFIX) and (number := _measurement(value)) is not None}
     return parts or None
+
+
+# pipecat's turn, in the built-in agent's stages (issue 40 item 3), from its stage spans and their metrics.ttfb
+# (seconds; pipecat's own TTFB metrics, https://docs.pipecat.ai/server/utilities/opentelemetry): the reply heard is
+# the first `llm` span starting at or after the caller's speech end (the dial turn's, call clock); its transcript
+# the last `stt` span ending before that llm starts; its speech the first `tts` span starting after it. pipecat's
+# segmented STT times its TTFB from the VAD's stop, so that stop is the stt span's end minus its ttfb, and
+# turn.user_bot_latency_seconds runs from it too (measured here: a 2-turn call's parts from that anchor came to
+# within 9-35 ms of the reported latency, the rest being the transport's send). Each part is pipecat's own timing:
+#   stt = stt.metrics.ttfb; handoff = llm.start - stt.end; request_to_first_token = llm.metrics.ttfb;
+#   first_token_to_first_segment = tts.start - (llm.start + llm.metrics.ttfb); segment_to_first_audio =
+#   tts.metrics.ttfb; audio_to_sent = the reported latency - (first audio - VAD stop).
+# endpoint_wait stays null: pipecat's spans carry no end-of-turn event (its turn-end wait runs beside the STT).
+PIPECAT_ENDPOINT_UNKNOWN = ("pipecat's spans carry no end-of-turn event: its latency starts at the VAD's stop and "
+                            "the turn-end wait runs beside its STT (inside stt and handoff)")
+
+
+def _ttfb_ms(span: Span | None) -> float | None:
+    return _measurement(span.attributes.get("metrics.ttfb"), 1000.0) if span is not None else None
+
+
+def pipecat_breakdown(latency_ms: float, below: Sequence[Span], clock: Clock,
+                      speech_end_ms: float) -> tuple[dict[str, float | None], dict[str, str]]:
+    """pipecat's turn in the built-in agent's stages (the rule above): (parts, the reason of each null part)."""
+    def ms(ns: int) -> float:
+        return clock.ms(ns)
+
+    llm = min((sp for sp in below if sp.name == "llm" and ms(sp.start_ns) >= speech_end_ms),
+              key=lambda sp: sp.start_ns, default=None)
+    why: dict[str, str] = {"endpoint_wait": PIPECAT_ENDPOINT_UNKNOWN}
+    parts: dict[str, float | None] = dict.fromkeys(
+        ("endpoint_wait", "stt", "handoff", "request_to_first_token", "first_token_to_first_segment",
+         "segment_to_first_audio", "audio_to_sent"))
+    if llm is None:
+        for key in parts:
+            why.setdefault(key, "no llm span of pipecat's starts after the caller's speech end in this turn")
+        return parts, why
+    stt = max((sp for sp in below if sp.name == "stt" and sp.end_ns <= llm.start_ns), key=lambda sp: sp.end_ns,
+              default=None)
+    tts = min((sp for sp in below if sp.name == "tts" and sp.start_ns >= llm.start_ns), key=lambda sp: sp.start_ns,
+              default=None)
+    stt_ttfb, llm_ttfb, tts_ttfb = _ttfb_ms(stt), _ttfb_ms(llm), _ttfb_ms(tts)
+    first_token = ms(llm.start_ns) + llm_ttfb if llm_ttfb is not None else None
+    vad_stop = ms(stt.end_ns) - stt_ttfb if stt is not None and stt_ttfb is not None else None
+    first_audio = ms(tts.start_ns) + tts_ttfb if tts is not None and tts_ttfb is not None else None
+
+    def part(key: str, value: float | None, missing: str) -> None:
+        if value is None:
+            why[key] = missing
+        elif value < 0:  # spans out of order: no stage of a real turn is negative
+            why[key] = f"pipecat's spans give {value:.1f} ms (negative: spans out of order)"
+        else:
+            parts[key] = round(value, 1)
+
+    no_stt = "no stt span of pipecat's ends before the reply's llm span" if stt is None else \
+        "pipecat's stt span has no metrics.ttfb (a finite number >= 0)"
+    no_tts = "no tts span of pipecat's starts after the reply's llm span" if tts is None else \
+        "pipecat's tts span has no metrics.ttfb (a finite number >= 0)"
+    no_llm = "pipecat's llm span has no metrics.ttfb (a finite number >= 0)"
+    part("stt", stt_ttfb, no_stt)
+    part("handoff", ms(llm.start_ns) - ms(stt.end_ns) if stt is not None else None, no_stt)
+    part("request_to_first_token", llm_ttfb, no_llm)
+    part("first_token_to_first_segment", ms(tts.start_ns) - first_token if tts is not None and first_token is not None
+         else None, no_tts if tts is None else no_llm)
+    part("segment_to_first_audio", tts_ttfb, no_tts)
+    part("audio_to_sent", latency_ms - (first_audio - vad_stop) if first_audio is not None and vad_stop is not None
+         else None, "the VAD's stop or the first audio is not known from pipecat's spans (stt or tts above)")
+    return parts, why
 
 
 # Where an agent's spans carry its transcript of the caller's line: voice-llm's agent on invoke_agent, pipecat on its
@@ -526,8 +597,12 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
         stages = tuple(sorted((StageSpan(child.name, clock.ms(child.start_ns), clock.ms(child.end_ns))
                                for child in below if child.name in STAGE_NAMES),
                               key=lambda stage: stage.start_ms))
+        breakdown: Mapping[str, float | None] | None = _breakdown(span)
+        unknown: dict[str, str] = {}
+        if breakdown is None and source == PIPECAT_SOURCE:
+            breakdown, unknown = pipecat_breakdown(latency, below, clock, speech_ends_ms[turn])  # type: ignore[arg-type]
         found[turn] = Reported(latency, source, f"{span.name} {span.span_id}", clock.ms(span.start_ns), end,
-                               _breakdown(span), stages, _transcript(span, below), _preemptive(span))
+                               breakdown, stages, _transcript(span, below), _preemptive(span), unknown)
     return found
 
 

@@ -629,6 +629,8 @@ def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, add
                 continue
             row["agent_reported"] = found.as_dict()
             row["agent_breakdown"] = dict(found.breakdown) if found.breakdown else None
+            for part, why in found.breakdown_unknown.items():  # a stage the agent's spans say nothing of
+                unknown(f"turns[{position}].agent_breakdown.{part}", why)
             row["agent_stages"] = [stage.as_dict() for stage in found.stages]
             if found.preemptive is not None:  # the agent's preemptive replies for this turn, beside what was heard
                 row["agent_preemptive"] = dict(found.preemptive)
