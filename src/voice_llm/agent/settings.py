@@ -22,7 +22,7 @@ DEFAULT_MAX_TOKENS = 48  # LINE.md: a reply the caller may talk over must still 
 DEFAULT_ENDPOINT_MS = 300.0
 DEFAULT_STRATEGY = "clauses"
 # Piper's onnxruntime threads in the agent (None: onnxruntime's default, one per core). Chosen by the heard gap, not
-# by the stage alone: on a quiet machine (BENCHMARKS.md "Cores on purpose", 2026-12-02) floor_bench timed Piper's first
+# by the stage alone: on a quiet machine (BENCHMARKS.md "Quiet machine: the floor, the cores", 2026-12-02) floor_bench timed Piper's first
 # audio beside a generating llama-server at 210 ms with 1 thread and 456 ms with 2, but in the agent's calls (the
 # A/B of benchmarks/preemptive_ab.py --a-args "--tts-threads 1" --b-args=--tts-threads=2, 8 turns each) one thread
 # was slower where it counts: TTS stage 331 vs 221 ms, heard median 2455 vs 2275 ms. So the default stays every core.
@@ -51,7 +51,7 @@ DEFAULT_SPECULATIVE_STT = True
 DEFAULT_PREEMPTIVE = False
 # The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
 # heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
-# line matrix (BENCHMARKS.md "Barge-in over echo").
+# line matrix (BENCHMARKS.md "Speech-in with Moonshine", its table "Barge-in over echo").
 DEFAULT_ECHO_GATE_DB = echo.DEFAULT_MARGIN_DB
 
 
