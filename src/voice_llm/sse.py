@@ -1045,7 +1045,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if os.path.exists(partial):
                 os.remove(partial)
             print(f"sse.py: {exc}", file=sys.stderr)
-        return 1
+        return 1  # voice_llm.errors.EXIT_FAILURE's value: this module stands alone (the standard library only)
     except OSError as exc:
         print(f"sse.py: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

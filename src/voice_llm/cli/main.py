@@ -189,7 +189,7 @@ def cmd_install(args: argparse.Namespace, progress: Progress) -> int:
             if said:
                 lines.append(said)
     print("\n".join(lines))
-    return 0
+    return EXIT_OK
 
 
 class _SaidByTheResult:
@@ -227,7 +227,7 @@ def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
     if started.previous_death:
         kept = f"; its log is kept in {started.previous_log}" if started.previous_log else ""
         print(f"note: the previous {started.previous_death}{kept}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _status_text(st: server.ServerStatus) -> str:
@@ -264,19 +264,19 @@ def cmd_log(args: argparse.Namespace, progress: Progress) -> int:
             sys.stdout.flush()
     except KeyboardInterrupt:
         pass
-    return 0
+    return EXIT_OK
 
 
 def cmd_down(args: argparse.Namespace, progress: Progress) -> int:
     if args.all:
         said = server.down_all()
         print("\n".join(said) if said else "no managed server")
-        return 0
+        return EXIT_OK
     if args.port is None and not server.running_ports():
         print("no managed server is running")
-        return 0
+        return EXIT_OK
     print(server.down(server.resolve_port(args.port)))
-    return 0
+    return EXIT_OK
 
 
 def _print_findings(out: Path) -> None:
@@ -426,7 +426,7 @@ def cmd_step(args: argparse.Namespace, progress: Progress) -> int:
         print(path)
     if result.report_html:
         print(f"report: {result.report_html}")
-    return 0
+    return EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
@@ -437,13 +437,13 @@ def cmd_compare(args: argparse.Namespace, progress: Progress) -> int:
         print("\n".join(summary_lines(comparison)))
     if args.html:  # the page after the text, as `report --compare` writes it (stderr under --json: stdout is JSON)
         print(f"report: {render_compare(comparison)}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return EXIT_OK
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
     comparison = compare_runs(args.out.expanduser(), args.compare.expanduser(), force=args.force)
     print(f"report: {render_compare(comparison)}")
-    return 0
+    return EXIT_OK
 
 
 def _check_out(args: argparse.Namespace) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.server.config import ENV_API_KEY
-from voice_llm.errors import VoiceLLMError
+from voice_llm.errors import EXIT_INTERRUPTED, EXIT_OK, VoiceLLMError
 from voice_llm.load.plan import SweepPlan
 from voice_llm.sse import parse_json
 from voice_llm.util import children
@@ -104,9 +104,9 @@ def run_sweep(plan: SweepPlan, api_key: str | None = None) -> dict[str, Any]:
             raise
         _signal_group(proc.pid, signal.SIGKILL)  # a worker that outlived its master (none expected) goes too
         result = _read_result(result_path)
-        if code == 0 and result is not None and not result.get("interrupted"):
+        if code == EXIT_OK and result is not None and not result.get("interrupted"):
             return result
-        if code == 130 and result is not None:  # the master itself was stopped by a signal
+        if code == EXIT_INTERRUPTED and result is not None:  # the master itself was stopped by a signal
             raise SweepInterrupted(result)
         why = (result or {}).get("interrupted") or "see its message above"
         raise LoadError(f"the Locust master exited with status {code} ({why})", partial=result)

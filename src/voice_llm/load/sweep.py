@@ -35,6 +35,7 @@ from typing import Any
 
 import gevent
 
+from voice_llm.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from voice_llm.load import proccpu, stats, voice_caller
 from voice_llm.util.children import stop_child
 from voice_llm.load import voice_caller_path
@@ -331,12 +332,13 @@ def _pct(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit status: 0 the sweep ran to its end; 1 it failed; 130 it was interrupted. RESULT.json is written in
-    every case where the master got as far as its runner (the ``interrupted`` field says which)."""
+    """Exit status (voice_llm.errors.EXIT_TABLE): EXIT_OK the sweep ran to its end; EXIT_FAILURE it failed;
+    EXIT_INTERRUPTED it was interrupted; EXIT_USAGE a wrong command line. RESULT.json is written in every case
+    where the master got as far as its runner (the ``interrupted`` field says which)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         print("usage: python -m voice_llm.load.sweep PLAN.json RESULT.json", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     setup_logging("WARNING")
@@ -347,13 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = Sweep(plan).run(lambda result: write_result(Path(args[1]), result))
     except SweepError as exc:
         print(f"load: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILURE
     except (KeyboardInterrupt, SweepInterrupt):
-        return 130
+        return EXIT_INTERRUPTED
     if result["interrupted"]:
         print(f"load: {result['interrupted']}", file=sys.stderr)
-        return 130 if result["interrupted"].startswith("interrupted") else 1
-    return 0
+        return EXIT_INTERRUPTED if result["interrupted"].startswith("interrupted") else EXIT_FAILURE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from voice_llm.server import provision
 from voice_llm.sse import parse_json
 from voice_llm.util.children import stop_child
 from voice_llm.server.config import cache_dir
-from voice_llm.errors import ProvisionError, ServerError
+from voice_llm.errors import EXIT_FAILURE, EXIT_OK, ProvisionError, ServerError
 from voice_llm.util.progress import NullProgress, Progress, make_progress
 
 PACKAGE = "llama-cpp-python"
@@ -253,13 +253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_installed(progress)
     except ProvisionError as exc:
         print(f"voice-llm: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILURE
     wheel = cached_wheel()
     built = build_seconds()
     print(f"{PACKAGE} {installed_version()}: {wheel or 'installed'}"
           + (f" (built once in {built:.0f} s)" if built is not None else "")
           + f"; this run {time.monotonic() - t0:.1f} s")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
