@@ -216,6 +216,9 @@ class _SaidByTheResult:
         else:
             self._progress.finish(summary)
 
+    def note(self, line: str) -> None:
+        self._progress.note(line)
+
     def finish_if_open(self) -> None:
         getattr(self._progress, "finish_if_open", lambda: None)()
 

@@ -30,7 +30,7 @@ import time
 import urllib.parse
 import wave
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -45,6 +45,7 @@ from voice_llm.errors import VoiceLLMError
 from voice_llm.line import conditions, wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
 from voice_llm.dial.caller import CallerLine
+from voice_llm.dial.measure import SILENT_AFTER_MS as BARGE_SILENT_MS
 from voice_llm.speech.caller import FLOOR_MIN
 
 LEAD_MS = 500.0  # silence before turn 1 (a line that was quiet when the call connected)
@@ -106,6 +107,21 @@ class TurnLog:
     sent_ticks: int = 0
     first_sound_tick: int | None = None  # live (floor minimum): the schedule's view, re-measured after the call
     barged: bool = False  # the next line started during this turn's reply
+
+
+@dataclass(frozen=True)
+class LiveNote:
+    """What the schedule learned as it happened, for a live line on the terminal (issue 40 item 4): a turn's end with
+    its heard gap, a barge-in's heard silence, a failure. Live numbers use the schedule's floor and frame steps;
+    dial.json's are re-measured on the recording after the call."""
+
+    kind: str  # "turn" (its reply ended or was cut into), "barge_in", "failed"
+    turn: int
+    speech_end_ms: float | None = None  # turn: the caller's true speech end (call clock)
+    gap_ms: float | None = None  # turn: from that speech end to the first heard sound (None: nothing heard)
+    silent_after_onset_ms: float | None = None  # barge_in: the heard channel stayed silent from this long after
+    message: str | None = None  # failed: why
+    t0_epoch_ns: int = 0  # the wall clock of call-clock 0 (an agent's spans are placed on the call clock by it)
 
 
 @dataclass
@@ -178,7 +194,7 @@ def _short(data: str | bytes, n: int = 80) -> str:
 
 class _Call:
     def __init__(self, settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None,
-                 clock: ClockHolder | None) -> None:
+                 clock: ClockHolder | None, on_note: Callable[[LiveNote], None] | None = None) -> None:
         self.clock = clock
         self.s = settings
         self.line = settings.line
@@ -215,6 +231,10 @@ class _Call:
         self.wait_from = 0
         self.think_until = 0
         self.heard_since_end = False
+        self.first_sound_sample: int | None = None  # the current turn's first heard sample (live floor)
+        self.barge_watch: tuple[int, float] | None = None  # (turn barged into, onset ms) until its heard silence
+        self.on_note = on_note
+        self.noted: set[int] = set()  # the turns whose end was told
 
     # --- clock and events ----------------------------------------------------------------------------------------
 
@@ -227,7 +247,42 @@ class _Call:
     def fail(self, message: str) -> None:
         if self.log.error is None:
             self.log.error = DialError(message)
+            self.note(LiveNote("failed", self.turn.index if self.turn is not None else 0, message=message))
         self.done = True
+
+    def note(self, note: LiveNote) -> None:
+        """Tell the live listener (a line on the terminal); a listener that fails is dropped, never the call."""
+        if self.on_note is None:
+            return
+        try:
+            self.on_note(note)
+        except Exception:  # a closed stderr, a console error: the call and its measurements go on
+            self.on_note = None
+
+    def _turn_ended(self, turn: TurnLog) -> None:
+        if turn.index in self.noted:  # a reply that sounded again in the think pause: said once, at its first end
+            return
+        self.noted.add(turn.index)
+        line = self.lines[turn.index - 1]
+        end = turn.offset_tick * self.frame_samples + line.end
+        gap = (self.first_sound_sample - end) * 1000.0 / self.line.rate \
+            if turn.first_sound_tick is not None and self.first_sound_sample is not None else None
+        self.note(LiveNote("turn", turn.index, round(end * 1000.0 / self.line.rate, 1),
+                           round(gap, 1) if gap is not None else None, t0_epoch_ns=self.log.t0_epoch_ns))
+
+    def _watch_barge_in(self, tick: int, sound: bool) -> None:
+        """After a barge-in's onset: the first 200 ms the heard channel stays silent (measure.SILENT_AFTER_MS's rule,
+        in whole frames), said once."""
+        if self.barge_watch is None:
+            return
+        turn, onset_ms = self.barge_watch
+        ms = self.line.frame_ms
+        if (tick + 1) * ms <= onset_ms:
+            return
+        quiet_from = max(onset_ms, (self.last_sound_tick + 1) * ms) if self.last_sound_tick is not None else onset_ms
+        if not sound and (tick + 1) * ms - quiet_from >= BARGE_SILENT_MS:
+            self.barge_watch = None
+            self.note(LiveNote("barge_in", turn, silent_after_onset_ms=round(quiet_from - onset_ms, 1)))
 
     def where(self) -> str:
         turn = f"in turn {self.turn.index}" if self.turn is not None else "before turn 1"
@@ -387,7 +442,9 @@ class _Call:
         """The turn schedule (LINE.md "Turn scheduling"), after tick ``tick`` played ``heard``."""
         s = self.s
         ms = self.line.frame_ms
-        sound = int(np.abs(heard.astype(np.int32)).max()) > s.live_floor
+        loud = np.flatnonzero(np.abs(heard.astype(np.int32)) > s.live_floor)
+        sound = loud.size > 0
+        self._watch_barge_in(tick, sound)
         if sound:
             self.last_sound_tick = tick
         if self.state == "lead":
@@ -405,6 +462,7 @@ class _Call:
         if self.state == "waiting":
             if sound:
                 turn.first_sound_tick = tick
+                self.first_sound_sample = tick * self.frame_samples + int(loud[0])
                 self.state = "hearing"
             elif (tick - self.speech_end_tick) * ms > s.reply_wait * 1000.0:
                 self.fail(f"no reply within {s.reply_wait:g} s in turn {turn.index}")
@@ -417,11 +475,15 @@ class _Call:
             if (turn.index in s.barge_in_turns and turn.index < len(self.lines)
                     and (tick + 1 - turn.first_sound_tick) * ms >= s.barge_in_after_ms - lead_ms):
                 turn.barged = True
+                self._turn_ended(turn)
                 self.start_line(tick + 1, turn.index + 1)
+                onset = self.lines[turn.index].start * 1000.0 / self.line.rate
+                self.barge_watch = (turn.index, (tick + 1) * ms + onset)
                 return
             quiet_ms = (tick - (self.last_sound_tick or tick)) * ms
             if quiet_ms >= s.reply_end_ms and self.playout.idle:
                 self.state = "thinking"
+                self._turn_ended(turn)
                 heard_ms = ((self.last_sound_tick or tick) - turn.first_sound_tick + 1) * ms
                 # every wait counts against the deadline: a think share scales with the reply, never past it
                 think_ms = min(s.think_ms + s.think_share * heard_ms, s.deadline_s * 1000.0)
@@ -624,11 +686,12 @@ async def _quietly(call: _Call) -> None:
 
 
 def run_call(settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None = None,
-             clock: ClockHolder | None = None) -> CallLog:
-    """The call, in real time, in its own event loop; returns what it left (``error`` set when it failed)."""
+             clock: ClockHolder | None = None, on_note: Callable[[LiveNote], None] | None = None) -> CallLog:
+    """The call, in real time, in its own event loop; returns what it left (``error`` set when it failed).
+    ``on_note``: told of each turn's end, barge-in and failure as it happens (in the call's loop: it must be quick)."""
     if not lines:
         raise DialError("no caller line to say")
-    call = _Call(settings, lines, recording, clock)
+    call = _Call(settings, lines, recording, clock, on_note)
     try:
         asyncio.run(_quietly(call))
         return call.log

@@ -823,6 +823,49 @@ class Tracing:
             self.receiver.stop()
 
 
+class LiveLines:
+    """dial's lines as the call happens (issue 40 item 4: the turns were printed only when the call had ended, so a
+    failing 4-turn call was seen ~30 s late): each turn's heard gap when its reply ends, the agent's own number once
+    its span has come, a barge-in's heard silence, a failure at once. Live numbers (the schedule's floor, frame
+    steps) are marked so; dial.json's are re-measured on the recording after the call."""
+
+    def __init__(self, progress: Any, tracing: Tracing | None) -> None:
+        self.progress, self.tracing = progress, tracing
+        self.speech_ends: list[float] = []
+        self.gaps: list[float | None] = []
+        self.turns: list[int] = []
+        self.reported: set[int] = set()
+
+    def __call__(self, note: callmod.LiveNote) -> None:
+        if note.kind == "failed":
+            self.progress.note(f"the call failed: {note.message}")
+        elif note.kind == "barge_in":
+            self.progress.note(f"turn {note.turn}: barged in; the heard channel went silent "
+                               f"{note.silent_after_onset_ms:.0f} ms after the onset (live)")
+        elif note.kind == "turn" and note.speech_end_ms is not None:
+            self.speech_ends.append(note.speech_end_ms)
+            self.gaps.append(note.gap_ms)
+            self.turns.append(note.turn)
+            heard = f"heard {note.gap_ms:.0f} ms after the caller stopped" if note.gap_ms is not None \
+                else "nothing heard"
+            self.progress.note(f"turn {note.turn}: {heard} (live; dial.json re-measures it)")
+            self._agent(note.t0_epoch_ns)
+
+    def _agent(self, t0_epoch_ns: int) -> None:
+        """The agent's own number of every turn whose span has come and was not said yet."""
+        spans = self.tracing.receiver.spans() if self.tracing is not None else []
+        if not spans:
+            return
+        clock = otlp.clock_for(spans, t0_epoch_ns, self.speech_ends, None)
+        for index, found in enumerate(otlp.match(self.speech_ends, spans, clock)):
+            if found is None or index in self.reported:
+                continue
+            self.reported.add(index)
+            gap = self.gaps[index]
+            share = f"; heard - reported {gap - found.latency_ms:+.0f} ms" if gap is not None else ""
+            self.progress.note(f"turn {self.turns[index]}: the agent reports {found.latency_ms:.0f} ms{share}")
+
+
 def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping[str, Any] | None = None,
               caller: Caller | None = None, prepared: Prepared | None = None,
               tracing: Tracing | None = None, more_files: Mapping[str, str] | None = None) -> list[Path]:
@@ -848,7 +891,8 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
     recording = LiveRecording(live, settings.line.rate)
     ctx.progress.update(f"dial: calling {url} ({len(caller.lines)} lines, real time)")
     try:
-        log = run_call(settings, caller.lines, recording, tracing.clock if tracing is not None else None)
+        log = run_call(settings, caller.lines, recording, tracing.clock if tracing is not None else None,
+                       LiveLines(ctx.progress, tracing))
     finally:
         recording.close()
     if tracing is not None:

@@ -17,6 +17,8 @@ class Progress(Protocol):
     def start(self, title: str, total: float | None = None) -> None: ...
     def update(self, detail: str, completed: float | None = None) -> None: ...
     def finish(self, summary: str) -> None: ...
+    # a line that stays (a turn of a call as it ends): printed above a live bar, or as a line of its own
+    def note(self, line: str) -> None: ...
 
 
 class NullProgress:
@@ -29,6 +31,9 @@ class NullProgress:
         pass
 
     def finish(self, summary: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
 
@@ -60,6 +65,9 @@ class PlainProgress:
     def finish(self, summary: str) -> None:
         self._print(f"{self._title}: {summary} ({time.monotonic() - self._t0:.1f} s)")
 
+    def note(self, line: str) -> None:
+        self._print(f"  {line}")
+
 
 class LiveProgress:
     """A terminal: a spinner, the step, a bar when the total is known, the detail and the elapsed time."""
@@ -89,6 +97,10 @@ class LiveProgress:
     def finish(self, summary: str) -> None:
         self.finish_if_open()
         self._console.print(f"[green]✓[/] {self._title}: {summary} [dim]({time.monotonic() - self._t0:.1f} s)[/]")
+
+    def note(self, line: str) -> None:
+        # through the bar's console: rich prints it above the live bar, which stays
+        self._console.print(line, markup=False, highlight=False)
 
     def finish_if_open(self) -> None:
         if self._bar is not None:
