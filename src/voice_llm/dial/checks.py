@@ -32,6 +32,7 @@ import numpy as np
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
+from voice_llm.dial.measure import Heard
 from voice_llm.errors import ArtifactError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
@@ -225,32 +226,10 @@ def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Rec
 # --- measuring the recording (the rules of LINE.md "What the dialer measures, only at the ear") -----------------
 
 
-def _loud(samples: np.ndarray, floor: int) -> np.ndarray:
-    return np.abs(samples.astype(np.int32)) > floor
-
-
-def first_sound(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
-    """The first sample in [start, end) above ``floor``, or None."""
-    start, end = max(0, start), min(len(channel), end)
-    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
-    return int(found[0]) + start if found.size else None
-
-
-def last_sound_end(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
-    """One past the last sample in [start, end) above ``floor``, or None."""
-    start, end = max(0, start), min(len(channel), end)
-    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
-    return int(found[-1]) + start + 1 if found.size else None
-
-
-def silent_from(channel: np.ndarray, floor: int, start: int, run: int) -> int | None:
-    """The first sample at or after ``start`` from which the channel stays at or under ``floor`` for ``run``
-    samples (None when the recording ends first)."""
-    loud = np.flatnonzero(_loud(channel[start:], floor)) + start
-    starts = np.concatenate([[start], loud + 1])
-    ends = np.concatenate([loud, [len(channel)]])
-    long = np.flatnonzero(ends - starts >= run)
-    return int(starts[long[0]]) if long.size else None
+def ear(call: Recording, doc: Mapping[str, Any]) -> Heard:
+    """call.wav's heard channel with the artifact's floor.heard, measured by the dialer's own sound rule
+    (voice_llm.dial.measure.Heard: the one copy of it, so the re-measure is the same rule on the saved samples)."""
+    return Heard(call.right, call.rate, _floors(doc)[1])
 
 
 @dataclass(frozen=True)
@@ -261,6 +240,7 @@ class Measured:
     speech_end: int | None
     first_sound: int | None
     last_sound: int | None
+    talked_over: bool = False
 
 
 def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
@@ -271,7 +251,8 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
     speech start (what sounds later answers, or is cut by, the next line), and the reply's last sound: before the
     next line's start, or, on a barge-in, before the heard silence after the onset (the reply plays on under the
     caller until the buffer runs dry or is cleared)."""
-    _, heard_floor = _floors(doc)
+    heard = ear(call, doc)
+    frame = round(_frame_ms(doc) * call.rate / 1000)
     spans = []
     for (where, turn), length in zip(_turns(doc), lengths):
         offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
@@ -287,14 +268,15 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
             found.append(Measured(None, None, None, None))
             continue
         limit = next((s[0] for s in spans[i + 1:] if s is not None), call.frames)
-        first = first_sound(call.right, heard_floor, span[1], limit)
+        first = heard.first_sound(span[1], limit)
         last = None
         if first is not None:
             until = limit
             if turn.get("barge_in") is not None and limit < call.frames:
-                until = silent_from(call.right, heard_floor, limit, hold) or call.frames
-            last = last_sound_end(call.right, heard_floor, first, until)
-        found.append(Measured(span[0], span[1], first, last))
+                until = heard.silent_from(limit, call.frames, hold) or call.frames
+            last = heard.last_sound(first, until)
+        found.append(Measured(span[0], span[1], first, last,
+                              first is not None and heard.talked_over(span[1], frame)))
     return found
 
 
@@ -384,10 +366,16 @@ def check_values(out: RunFolder | Any) -> str:
         _require(0 <= offset <= start < end, f"{where}: caller offset {offset}, speech {start}..{end} ms: impossible")
         heard = _part(turn, "heard", where) or {}
         first, gap, last = (_opt(heard, k, f"{where} heard") for k in ("first_sound_ms", "gap_ms", "last_sound_ms"))
-        _require((first is None) == (gap is None), f"{where}: heard first_sound_ms and gap_ms not both stated")
+        over = heard.get("talked_over", False)
+        _require(isinstance(over, bool), f"{where}: heard.talked_over {over!r} is not true or false")
+        _require((first is None) == (gap is None) or (over and first is not None),
+                 f"{where}: heard first_sound_ms and gap_ms not both stated")
+        _require(not over or (gap is None and isinstance(unknown.get(f"turns[{position - 1}].heard.gap_ms"), str)),
+                 f"{where}: talked over, but its gap_ms is {gap!r} or has no reason in unknown")
         if first is not None:
             _require(first >= end, f"{where}: first heard sound at {first} ms, before the caller's speech end {end}")
-            _require(abs(gap - (first - end)) <= TOLERANCE_MS, f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
+            _require(gap is None or abs(gap - (first - end)) <= TOLERANCE_MS,
+                     f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
             _require(last is None or last > first, f"{where}: last heard sound {last} ms, not after the first {first}")
         reported = _part(turn, "agent_reported", where)
         if reported is None or reported.get("latency_ms") is None:
@@ -553,7 +541,7 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     allowed, allowance = _one_sample(doc)
     wavs = caller_wavs(folder, doc)
     measured = measure(call, doc, [len(w) for w in wavs], wavs)
-    worst, gaps = 0.0, []
+    worst, gaps, talked = 0.0, [], []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
         heard = _part(turn, "heard", where) or {}
@@ -565,9 +553,15 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             continue
         _require(seen.first_sound is not None, f"{where}: dial.json hears the reply at {first:.1f} ms, call.wav's heard "
                                                "channel is silent after the caller's end")
+        over = bool(heard.get("talked_over"))
+        _require(over == seen.talked_over, f"{where}: talked_over {over} in {ARTIFACT}, call.wav's heard channel "
+                                           f"{'sounds' if seen.talked_over else 'does not sound'} across the caller's "
+                                           "speech end (settings.talked_over_rule)")
         pairs = [("caller speech end", call.ms(seen.speech_end), _must(caller, "speech_end_ms", f"{where} caller")),
-                 ("first heard sound", call.ms(seen.first_sound), first),
-                 ("heard gap", call.ms(seen.first_sound - seen.speech_end), _must(heard, "gap_ms", f"{where} heard"))]
+                 ("first heard sound", call.ms(seen.first_sound), first)]
+        if not over:  # a talked-over turn has no gap (null, with why): the audio across its end is no reply
+            pairs.append(("heard gap", call.ms(seen.first_sound - seen.speech_end),
+                          _must(heard, "gap_ms", f"{where} heard")))
         last = _opt(heard, "last_sound_ms", f"{where} heard")
         if last is not None and seen.last_sound is not None:
             pairs.append(("last heard sound", call.ms(seen.last_sound), last))
@@ -575,10 +569,15 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             _require(abs(on_file - stated) <= allowed, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms "
                                                        f"in {ARTIFACT} (more than {allowance} apart)")
             worst = max(worst, abs(on_file - stated))
+        if over:
+            talked.append(where)
+            continue
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
+    over = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
     if not gaps:
-        raise NotCheckable("no turn's reply was heard: no gap to measure")
-    return f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of {ARTIFACT}'s"
+        raise NotCheckable(f"no turn's reply was heard: no gap to measure{over}")
+    return (f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of "
+            f"{ARTIFACT}'s{over}")
 
 
 def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]]]:
@@ -605,7 +604,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
     call = recording(folder, doc)
     frame = _frame_ms(doc)  # the clear's causal window (a tick), not the re-measure's allowance
     allowed, allowance = _one_sample(doc)
-    _, heard_floor = _floors(doc)
+    heard_ear = ear(call, doc)
     clears = [_t(r, n) for n, r in enumerate(_events(folder, doc), 1) if r.get("dir") == "down" and r.get("event") == "clear"]
     turns = doc["turns"]
     lines = []
@@ -622,7 +621,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
         after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
         _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
                                                                 f"onset = {stated - onset}")
-        silent = silent_from(call.right, heard_floor, call.at(onset), round(_silent_run(doc) * call.rate / 1000))
+        silent = heard_ear.silent_from(call.at(onset), call.frames, round(_silent_run(doc) * call.rate / 1000))
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
         _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
@@ -672,7 +671,7 @@ def check_schedule(out: RunFolder | Any) -> str:
     lines = 0
     resumed: list[str] = []
     call: Recording | None = None  # read only when a reply resumed after the caller's line started
-    heard_floor = 0
+    heard_ear: Heard | None = None
     for position, (where, turn) in enumerate(_turns(doc)):
         barge = _part(turn, "barge_in", where)
         _require(barge is None or turn.get("index") in planned,
@@ -693,11 +692,13 @@ def check_schedule(out: RunFolder | Any) -> str:
             earliest = last + wait
             if offset < earliest - frame:
                 if call is None:
-                    call, heard_floor = recording(folder, doc), _floors(doc)[1]
+                    call = recording(folder, doc)
+                    heard_ear = ear(call, doc)
+                assert heard_ear is not None
                 # the quiet the caller waited for, right before its line (a frame's slack at the far edge: the
                 # dialer counts quiet in whole ticks)
-                sound = last_sound_end(call.right, heard_floor, call.at(offset - wait + frame), call.at(offset))
-                spoke_on = last_sound_end(call.right, heard_floor, call.at(offset), call.at(last + frame))
+                sound = heard_ear.last_sound(call.at(offset - wait + frame), call.at(offset))
+                spoke_on = heard_ear.last_sound(call.at(offset), call.at(last + frame))
                 _require(sound is None and spoke_on is not None,
                          f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s reply ended "
                          f"({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}, and "
@@ -810,7 +811,7 @@ def check_clears(out: RunFolder | Any) -> str:
     rows = _events(folder, doc)
     call = recording(folder, doc)
     frame = _frame_ms(doc)
-    _, floor = _floors(doc)
+    heard_ear = ear(call, doc)
     down = _down(rows)
     media = [(t, r) for t, r in down if r.get("event") == "media"]
     lost = [r for _, r in down if r.get("event") == "lost"]
@@ -822,7 +823,7 @@ def check_clears(out: RunFolder | Any) -> str:
              f"playout.lost_ms {stated}, the event log removes {removed * 1000.0 / _rate(doc):.3f} ms")
     # the playout buffer received what arrived minus what the line lost
     received = sum(_int(r.get("samples"), "down media samples") for _, r in media) - removed
-    loud = _loud(call.right, floor)
+    loud = heard_ear.mask
     heard = int(loud.sum())
     _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
     first_loud = np.flatnonzero(loud)
@@ -843,7 +844,7 @@ def check_clears(out: RunFolder | Any) -> str:
     for t in clears:
         resumed = next((m for m, _ in media if m > t), call.ms(call.frames))
         start, end = call.at(t + frame), call.at(resumed)
-        late = first_sound(call.right, floor, start, end)
+        late = heard_ear.first_sound(start, end)
         _require(late is None, f"a clear arrived at {t:.1f} ms, the heard channel still sounds at {call.ms(late or 0):.1f} ms "
                                f"(more than a {frame:g} ms frame later, before new audio arrived at {resumed:.1f} ms)")
     return f"{len(clears)} clear{'s' if len(clears) != 1 else ''}, each honoured within one frame; {heard} of {received} " \
@@ -935,7 +936,10 @@ def heard_minus_reported(doc: Mapping[str, Any]) -> list[float]:
 
 def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
     """dial.json's summary as its turns give it (the one median rule, nearest-rank p90)."""
-    return {"heard_gap_ms": _median_block(heard_gaps(doc)),
+    gaps = _median_block(heard_gaps(doc))
+    gaps["talked_over"] = sum(1 for _, turn in _turns(doc) if isinstance(turn.get("heard"), dict)
+                              and turn["heard"].get("talked_over") is True)
+    return {"heard_gap_ms": gaps,
             "barge_in_heard_after_onset_ms": _median_block(barge_in_after_onset(doc), p90=False),
             "heard_minus_reported_ms": _median_block(heard_minus_reported(doc), p90=False)}
 
@@ -954,6 +958,8 @@ def check_summary(out: RunFolder | Any) -> str:
             continue  # LINE.md: null when no turn's agent number was reported
         _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
         for field, value in block.items():
+            if field == "talked_over" and field not in stated and not value:
+                continue  # a dial.json from before talked-over turns were told apart (dial_schema_version 1)
             _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
     gap = again["heard_gap_ms"]
     if not gap["n"]:
@@ -1095,8 +1101,7 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
             resumed = _must(at, "resumed_ms", f"{where} false_barge_in_at")
             _require(resumed - stop >= _silent_run(doc) - frame and resumed < limit,
                      f"{where}: heard silent {stop}..{resumed} ms: not a {_silent_run(doc):g} ms stop inside the reply")
-            floor = _floors(doc)[1]
-            again = first_sound(call.right, floor, call.at(stop), call.frames)
+            again = ear(call, doc).first_sound(call.at(stop), call.frames)
             _require(again is not None and abs(call.ms(again) - resumed) <= frame,
                      f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
                      f"{call.ms(again) if again is not None else 'never'}")
@@ -1151,7 +1156,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
     f = round(frame_ms * call.rate / 1000)
     wavs = caller_wavs(folder, doc)
     measured = measure(call, doc, [len(w) for w in wavs], wavs)
-    _, heard_floor = _floors(doc)
+    heard_ear = ear(call, doc)
     hold = round(_silent_run(doc) * call.rate / 1000)
     unknown = doc.get("unknown") if isinstance(doc.get("unknown"), dict) else {}
     counted, known, cut = 0, 0, []
@@ -1165,14 +1170,14 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         looked_from, why = start, None
         previous = turns[position - 1] if position else None
         if previous is not None and _part(previous, "barge_in", f"turn {position}") is not None:
-            silent = silent_from(call.right, heard_floor, start, hold)
+            silent = heard_ear.silent_from(start, call.frames, hold)
             if silent is None:
                 why = "the reply cut into never goes silent on call.wav"
             elif silent >= end:
                 why = f"the reply cut into plays to the line's end on call.wav (silent at {call.ms(silent):.1f} ms)"
             else:
                 looked_from = silent
-        if why is None and end > call.frames and first_sound(call.right, heard_floor, looked_from, end) is None:
+        if why is None and end > call.frames and heard_ear.first_sound(looked_from, end) is None:
             why = "call.wav ends before the caller's line"
         if why is not None:
             _require(flag is None, f"{where}: cut_off {flag!r}, but {why}: the heard channel cannot show it")
@@ -1183,7 +1188,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
                                    f"{call.ms(looked_from):.1f}..{call.ms(end):.1f} ms whole")
         known += 1
         if at is None:
-            sound = first_sound(call.right, heard_floor, looked_from + f, end - f)
+            sound = heard_ear.first_sound(looked_from + f, end - f)
             _require(sound is None, f"{where}: no cut-off in {ARTIFACT}, call.wav's heard channel sounds at "
                                     f"{call.ms(sound or 0):.1f} ms, {call.ms(end - (sound or 0)):.0f} ms before the "
                                     "caller's speech end")
@@ -1197,9 +1202,9 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         _require(call.ms(looked_from) - frame_ms <= t < call.ms(end) + frame_ms,
                  f"{where}: a cut-off at {t:.1f} ms, outside the caller's span {call.ms(looked_from):.1f}.."
                  f"{call.ms(end):.1f} ms on call.wav")
-        _require(first_sound(call.right, heard_floor, sample - f, sample + f + 1) is not None,
+        _require(heard_ear.first_sound(sample - f, sample + f + 1) is not None,
                  f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel is silent within a frame of it")
-        earlier = first_sound(call.right, heard_floor, looked_from + f, sample - f)
+        earlier = heard_ear.first_sound(looked_from + f, sample - f)
         _require(earlier is None, f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel already sounds in the "
                                   f"caller's span at {call.ms(earlier or 0):.1f} ms")
         counted += 1

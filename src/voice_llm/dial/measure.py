@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -41,6 +42,14 @@ FLOOR_RULE = (f"a sample is sound when |sample| > the channel's floor: speech.ca
               "channel; a 20 ms frame is sound when its peak is above the floor")
 
 
+TALKED_OVER_RULE = ("a turn is talked over when the heard channel sounds both in the caller's last frame of speech "
+                    "[speech_end - 1 frame, speech_end) and in the frame after it [speech_end, speech_end + 1 frame): "
+                    "the agent's audio was still playing as the caller stopped, so the first heard sound after the "
+                    "speech end is that audio, not a reply to the line. Its heard.gap_ms is null (heard.talked_over "
+                    "true, the reason in unknown), it is left out of summary.heard_gap_ms and counted in its "
+                    "talked_over; the headline says how many turns were talked over")
+
+
 def ms(samples: int, rate: int) -> float:
     return round(samples * 1000.0 / rate, 3)
 
@@ -57,12 +66,17 @@ class Heard:
     def of(cls, samples: np.ndarray, rate: int) -> Heard:
         return cls(samples, rate, noise_floor(samples))
 
+    @cached_property
+    def mask(self) -> np.ndarray:
+        """Per sample: is it sound (FLOOR_RULE), over the whole channel (a window's edge never changes it)."""
+        return np.abs(self.samples.astype(np.int32)) > self.floor
+
     def loud(self, start: int, end: int) -> np.ndarray:
-        """Indices (absolute) of the samples above the floor in [start, end)."""
+        """Indices (absolute) of the samples that are sound in [start, end)."""
         start, end = max(0, start), min(len(self.samples), end)
         if end <= start:
             return np.zeros(0, np.int64)
-        return np.flatnonzero(np.abs(self.samples[start:end].astype(np.int32)) > self.floor) + start
+        return np.flatnonzero(self.mask[start:end]) + start
 
     def first_sound(self, start: int, end: int) -> int | None:
         loud = self.loud(start, end)
@@ -71,6 +85,11 @@ class Heard:
     def last_sound(self, start: int, end: int) -> int | None:
         loud = self.loud(start, end)
         return int(loud[-1]) + 1 if loud.size else None
+
+    def talked_over(self, end: int, frame: int) -> bool:
+        """TALKED_OVER_RULE: the channel sounds in the frame before ``end`` (the caller's speech end) and in the
+        frame from it: audio playing across the caller's end, whose gap would be ~0 and no reply's."""
+        return self.first_sound(end - frame, end) is not None and self.first_sound(end, end + frame) is not None
 
     def silent_from(self, start: int, end: int, hold: int) -> int | None:
         """The first moment at or after ``start`` from which the channel stays silent for ``hold`` samples (the end
