@@ -109,11 +109,21 @@ def test_the_reply_a_planned_barge_in_cuts_into_is_not_a_cut_off() -> None:
     silent = rows[0]["barge_in"]["heard_silent_ms"]
     assert silent == (reply + 12000) / 8 and rows[0]["barge_in"]["onset_ms"] < silent
     assert rows[1]["cut_off"] is False and rows[1]["cut_off_at"] is None and "turns[1].cut_off" not in unknown
-    # the same, with a new sound in line 2 after the barged-in reply's silence
+    # the same, with a new sound in line 2 after the barged-in reply was cleared (audio after a clear is new)
     again = reply + 12000 + 3200  # 400 ms after it went silent, line 2 still speaking (till 2540 ms)
     right[again:again + 400] = tone(50, 6000, 700)
-    rows, _ = measured(a_log([one, two], [5, 50], right, barged=(1,)))
+    log = a_log([one, two], [5, 50], right, barged=(1,))
+    log.events = [{"t_ms": (reply + 12000) / 8 - 5.0, "dir": "down", "event": "clear", "dropped_ms": 0.0}]
+    rows, _ = measured(log)
     assert rows[1]["cut_off_at"]["t_ms"] == again / 8 and rows[1]["cut_off"] is True
+    assert rows[0]["barge_in"]["resumed_ms"] == []
+    # without a clear the sound after the pause, before line 2's end, is the same reply resumed
+    # (BARGE_SILENCE_RULE): its heard silence is after it, and it is no cut-off of line 2
+    right[again + 200:again + 400] = 0  # 25 ms of it, ending before line 2 does
+    rows, _ = measured(a_log([one, two], [5, 50], right, barged=(1,)))
+    assert rows[0]["barge_in"]["resumed_ms"] == [[(reply + 12000) / 8, again / 8]]
+    assert rows[0]["barge_in"]["heard_silent_ms"] == (again + 200) / 8
+    assert rows[1]["cut_off"] is False
 
 
 def test_a_barged_in_reply_that_never_goes_silent_cannot_show_a_cut_off() -> None:

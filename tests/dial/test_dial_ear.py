@@ -73,3 +73,42 @@ def test_the_headline_counts_the_talked_over_turns(talked_over):
     assert found.talked_over == 1 and found.turns == 1
     assert "1 turn talked over" in found.sentence()
     assert "talked over" not in Headline("dial.json", 900.0, 950.0, turns=4, talked_over=0).sentence()
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PCM line (no clear): reply 1 is 500 ms of sound, 300 ms of silence, 500 ms of sound, sent at once; the
+    caller cuts into it 300 ms after it is first heard with a 1.2 s line 2, which is still speaking when the reply
+    resumes and ends."""
+    out = tmp_path_factory.mktemp("resumed")
+    with FakeAgent([Reply(100, 1000), Reply(100, 300)], protocol="pcm", rate=16000, mode="gap_inside",
+                   pause_ms=300.0) as agent:
+        dial_step(context(out), options(protocol="pcm", barge_in_turns=(1,)), agent.url,
+                  caller=tones(2, ms=1200.0, rate=16000))
+    return out
+
+
+def test_a_resumed_reply_is_silent_only_after_its_last_sound(resumed):
+    doc = read_json(resumed / "dial.json")
+    first = doc["turns"][0]["heard"]["first_sound_ms"]
+    barge = doc["turns"][0]["barge_in"]
+    # the pause inside the reply is passed over, and listed: the silence is after the resumed half
+    assert barge["resumed_ms"] == [[pytest.approx(first + 500.0, abs=1.0), pytest.approx(first + 800.0, abs=1.0)]]
+    assert barge["heard_silent_ms"] == pytest.approx(first + 1300.0, abs=1.0)
+    assert barge["heard_after_onset_ms"] == pytest.approx(first + 1300.0 - barge["onset_ms"], abs=0.01)
+    assert doc["turns"][0]["heard"]["last_sound_ms"] == pytest.approx(first + 1300.0, abs=1.0)
+    # the resumed half played inside line 2 is the barged-in reply's, not a cut-off of line 2
+    assert doc["turns"][1]["cut_off"] is False
+    assert "barge_silence_rule" in doc["settings"]
+
+
+def test_the_checks_remeasure_the_resumed_reply(resumed):
+    for check in (checks.check_barge_in, checks.check_heard_gaps, checks.check_values, checks.check_summary):
+        check(resumed)
+    assert checks.check_cut_offs(resumed).startswith("no cut-off")
+    doc = read_json(resumed / "dial.json")
+    doc["turns"][0]["barge_in"]["resumed_ms"] = []
+    (resumed / "edited").mkdir(exist_ok=True)
+    with pytest.raises(checks.CheckFailed, match="resumed_ms"):
+        _edited(resumed, doc, checks.check_barge_in)
+

@@ -32,7 +32,7 @@ import numpy as np
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
-from voice_llm.dial.measure import Heard
+from voice_llm.dial.measure import Heard, at_sample, reply_silent_from
 from voice_llm.errors import ArtifactError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
@@ -243,8 +243,21 @@ class Measured:
     talked_over: bool = False
 
 
+def clear_samples(folder: RunFolder, doc: Mapping[str, Any], rate: int) -> list[int]:
+    """The samples the event log's clears arrived at (a barged-in reply's silence rule: audio after a clear is new)."""
+    return [at_sample(_t(r, n), rate) for n, r in enumerate(_events(folder, doc), 1)
+            if r.get("dir") == "down" and r.get("event") == "clear"]
+
+
+def barge_silence(heard: Heard, doc: Mapping[str, Any], onset: int, line_end: int,
+                  clears: Sequence[int]) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """A barged-in reply's heard silence on call.wav by the dialer's own rule (measure.BARGE_SILENCE_RULE)."""
+    return reply_silent_from(heard, onset, line_end, round(_silent_run(doc) * heard.rate / 1000), clears,
+                             round(_frame_ms(doc) * heard.rate / 1000))
+
+
 def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
-            wavs: Sequence[np.ndarray] | None = None) -> list[Measured]:
+            wavs: Sequence[np.ndarray] | None = None, clears: Sequence[int] = ()) -> list[Measured]:
     """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
     left (with an echo on the line the left channel also holds the heard audio: the speech is then the caller
     WAV's own, ``wavs``, which check_recording proves lies under the echo at its offset), above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
@@ -262,18 +275,18 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
         span = audible_span(said, line_floor(doc, turn, where))
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
-    hold = round(_silent_run(doc) * call.rate / 1000)
     for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
         if span is None:
             found.append(Measured(None, None, None, None))
             continue
-        limit = next((s[0] for s in spans[i + 1:] if s is not None), call.frames)
+        following = next((s for s in spans[i + 1:] if s is not None), None)
+        limit = following[0] if following is not None else call.frames
         first = heard.first_sound(span[1], limit)
         last = None
         if first is not None:
             until = limit
-            if turn.get("barge_in") is not None and limit < call.frames:
-                until = heard.silent_from(limit, call.frames, hold) or call.frames
+            if turn.get("barge_in") is not None and following is not None and limit < call.frames:
+                until = barge_silence(heard, doc, limit, following[1], clears)[0] or call.frames
             last = heard.last_sound(first, until)
         found.append(Measured(span[0], span[1], first, last,
                               first is not None and heard.talked_over(span[1], frame)))
@@ -540,7 +553,7 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     call = recording(folder, doc)
     allowed, allowance = _one_sample(doc)
     wavs = caller_wavs(folder, doc)
-    measured = measure(call, doc, [len(w) for w in wavs], wavs)
+    measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
     worst, gaps, talked = 0.0, [], []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
@@ -592,7 +605,9 @@ def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]
 def check_barge_in(out: RunFolder | Any) -> str:
     """Law: a barge-in's onset is the caller's next line's true start (the samples sent) and comes while this
     turn's reply was heard; its heard silence re-measured on call.wav (the first moment after the onset from which
-    the heard channel stays silent for 200 ms) equals dial.json's within one sample at the line's rate (the same
+    the heard channel stays silent for 200 ms and the reply does not resume: measure.BARGE_SILENCE_RULE, the
+    dialer's own function, with the event log's clears; the pauses passed over are barge_in.resumed_ms) equals
+    dial.json's within one sample at the line's rate (the same
     samples the dialer measured: the re-measure is exact); heard_after_onset is their
     difference; a clear stated is a clear in the event log, between the onset and the silence it caused (+ a
     frame); the words heard are counted as stated."""
@@ -621,7 +636,16 @@ def check_barge_in(out: RunFolder | Any) -> str:
         after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
         _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
                                                                 f"onset = {stated - onset}")
-        silent = heard_ear.silent_from(call.at(onset), call.frames, round(_silent_run(doc) * call.rate / 1000))
+        line_end = call.at(_must(following, "speech_end_ms", "caller"))
+        silent, resumed = barge_silence(heard_ear, doc, call.at(onset), line_end,
+                                        [at_sample(t, call.rate) for t in clears])
+        stated_resumed = barge.get("resumed_ms", [])
+        _require(isinstance(stated_resumed, list) and len(stated_resumed) == len(resumed) and all(
+            isinstance(p, list) and len(p) == 2 and all(abs(_num(x, f"{where} barge_in.resumed_ms") - call.ms(y))
+                                                        <= allowed for x, y in zip(p, pair))
+            for p, pair in zip(stated_resumed, resumed)),
+            f"{where}: barge_in.resumed_ms {stated_resumed!r}, call.wav's heard channel resumes after "
+            f"{[[round(call.ms(a), 3), round(call.ms(b), 3)] for a, b in resumed]} (settings.barge_silence_rule)")
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
         _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
@@ -1155,9 +1179,9 @@ def check_cut_offs(out: RunFolder | Any) -> str:
     frame_ms = _frame_ms(doc)
     f = round(frame_ms * call.rate / 1000)
     wavs = caller_wavs(folder, doc)
-    measured = measure(call, doc, [len(w) for w in wavs], wavs)
+    measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
     heard_ear = ear(call, doc)
-    hold = round(_silent_run(doc) * call.rate / 1000)
+    clears = clear_samples(folder, doc, call.rate)
     unknown = doc.get("unknown") if isinstance(doc.get("unknown"), dict) else {}
     counted, known, cut = 0, 0, []
     for position, ((where, turn), seen) in enumerate(zip(_turns(doc), measured)):
@@ -1170,7 +1194,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         looked_from, why = start, None
         previous = turns[position - 1] if position else None
         if previous is not None and _part(previous, "barge_in", f"turn {position}") is not None:
-            silent = heard_ear.silent_from(start, call.frames, hold)
+            silent = barge_silence(heard_ear, doc, start, end, clears)[0]
             if silent is None:
                 why = "the reply cut into never goes silent on call.wav"
             elif silent >= end:

@@ -50,6 +50,19 @@ TALKED_OVER_RULE = ("a turn is talked over when the heard channel sounds both in
                     "talked_over; the headline says how many turns were talked over")
 
 
+BARGE_SILENCE_RULE = (f"a barged-in reply's heard silence (barge_in.heard_silent_ms) is the first moment after the "
+                      f"onset from which the heard channel stays silent >= {SILENT_AFTER_MS:g} ms and that reply does "
+                      "not sound again: a silence the channel sounds again after before the barge-in line's speech "
+                      "end (the earliest a reply to that line can begin), with no clear from a frame before the "
+                      "silence to that sound (audio after a clear is new audio), is a pause of the same reply, listed "
+                      "in barge_in.resumed_ms [[silent_ms, resumed_ms], ...] and passed over")
+
+
+def at_sample(t_ms: float, rate: int) -> int:
+    """The sample an event's call-clock time falls on (the one rounding both the dialer and check use)."""
+    return round(t_ms * rate / 1000)
+
+
 def ms(samples: int, rate: int) -> float:
     return round(samples * 1000.0 / rate, 3)
 
@@ -103,6 +116,27 @@ class Heard:
                 moment = int(edges[i]) + 1
                 return moment if moment + hold <= len(self.samples) else None
         return None
+
+
+def reply_silent_from(heard: Heard, onset: int, answer_from: int, hold: int, clears: Sequence[int],
+                      frame: int) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """BARGE_SILENCE_RULE: (the barged-in reply's heard silence, or None when the channel never stays silent
+    ``hold`` samples after ``onset`` with that reply over; the pauses it resumed after, [(silent, resumed)]).
+    ``answer_from``: the barge-in line's speech end; ``clears``: the samples clears arrived at."""
+    total = len(heard.samples)
+    loud = heard.loud(onset, total)
+    edges = np.concatenate([[onset - 1], loud]).astype(np.int64)
+    nexts = np.concatenate([loud, [total + hold]]).astype(np.int64)
+    resumed: list[tuple[int, int]] = []
+    for i in np.flatnonzero(nexts - edges - 1 >= hold):
+        moment, again = int(edges[i]) + 1, int(nexts[i])
+        if moment + hold > total:
+            break  # the recording ends before the silence has lasted
+        if again < min(answer_from, total) and not any(moment - frame <= c < again for c in clears):
+            resumed.append((moment, again))  # the same reply, paused: not its end
+            continue
+        return moment, tuple(resumed)
+    return None, tuple(resumed)
 
 
 def frame_peaks(samples: np.ndarray, frame: int) -> np.ndarray:

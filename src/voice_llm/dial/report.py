@@ -368,7 +368,7 @@ def waveform_section(folder: RunFolder) -> style.Chart | str:
     try:
         call = checks.recording(folder, doc)
         lengths = [len(w) for w in checks.caller_wavs(folder, doc)]
-        measured = checks.measure(call, doc, lengths)
+        measured = checks.measure(call, doc, lengths, clears=checks.clear_samples(folder, doc, call.rate))
     except checks.CheckFailed as exc:  # the files disagree with dial.json in a way that cannot be drawn
         raise ArtifactError(str(exc)) from exc
     return waveform_chart(doc, call, measured)

@@ -39,8 +39,8 @@ from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
-from voice_llm.dial.measure import (CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, TALKED_OVER_RULE,
-                                    Heard, ms, summary_of)
+from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS,
+                                    TALKED_OVER_RULE, Heard, at_sample, ms, reply_silent_from, summary_of)
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -561,7 +561,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             unknown(f"{key}.heard", "no heard sound between the end of the caller's line and the next line"
                     if nxt else "no heard sound after the caller's line before the call ended")
         elif turn.barged and nxt is not None:
-            silent = heard.silent_from(next_start, total, hold)
+            silent, resumed = reply_silent_from(heard, next_start, next_end, hold,
+                                                [at_sample(t, rate) for t in clears], frame)
             last = heard.last_sound(first, silent if silent is not None else total)
             cleared = next((t for t in clears if t >= ms(next_start, rate) - log.settings.line.frame_ms), None)
             words = None
@@ -577,6 +578,7 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
                      "heard_silent_ms": ms(silent, rate) if silent is not None else None,
                      "heard_after_onset_ms": ms(silent - next_start, rate) if silent is not None else None,
                      "cleared_ms": cleared,
+                     "resumed_ms": [[ms(a, rate), ms(b, rate)] for a, b in resumed],
                      "words_heard": " ".join(words) if words is not None else None,
                      "words_heard_count": len(words) if words is not None else None}
             if cleared is None:
@@ -617,7 +619,6 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             rows[-1]["caller"]["pauses_ms"] = [[ms(offset + a, rate), ms(offset + b, rate)] for a, b in line.pauses]
         unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
                               "reported by the agent")
-        del next_end
     return rows
 
 
@@ -709,6 +710,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
                      "cut_off_rule": CUT_OFF_RULE, "talked_over_rule": TALKED_OVER_RULE,
+                     "barge_silence_rule": BARGE_SILENCE_RULE,
                      "stt": options.heard_stt, "stt_engine": stt_info},
         "turns": rows,
         "playout": log.playout,
