@@ -11,20 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dialfolder import FS, build, load, read_stereo, sample, save, stereo_wav, tone
-from dialhelpers import context, tone_line
+from dialhelpers import a_log, context, measured, tone_line
 from fakeagent import FakeAgent, Reply
 
 from voice_llm.checks import core
 from voice_llm.checks.base import FAIL, FINDING, PASS, CheckResult
 from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial.call import CallLog, CallSettings, TurnLog
 from voice_llm.dial.caller import CallerLine, join_parts, on_line, quiet_run
-from voice_llm.dial.measure import CUT_OFF_RULE
-from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, measure_turns, options_value
+from voice_llm.dial.measure import CUT_OFF_RULE, caller_sound
+from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, options_value
 from voice_llm.errors import ConfigError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import SAMPLE_RATE, Utterance, audible_span, noise_floor
+from voice_llm.speech.caller import SAMPLE_RATE, Utterance
 from voice_llm.util.artifacts import read_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")
@@ -47,28 +46,9 @@ def paused_line(index: int, before_ms: float, pause_ms: float, after_ms: float) 
     samples = np.concatenate([np.zeros(320, np.int16), square(int(before_ms * 8)), np.zeros(int(pause_ms * 8), np.int16),
                               square(int(after_ms * 8))])
     samples = wire.decode(wire.twilio_line(), wire.encode(wire.twilio_line(), samples))
-    floor = noise_floor(samples)
-    start, end = audible_span(samples, floor)
+    floor, (start, end) = caller_sound(samples, RATE, FRAME)  # the dialer's rule
     pause = (320 + int(before_ms * 8), 320 + int((before_ms + pause_ms) * 8))
     return CallerLine(index, f"paused {index}", samples, RATE, "test tone", None, floor, start, end, (pause,))
-
-
-def a_log(lines: list[CallerLine], offsets: list[int], right: np.ndarray, barged: tuple[int, ...] = ()) -> CallLog:
-    """A call as the dialer would have left it: the lines at their frame offsets on the left, ``right`` heard."""
-    total = len(right)
-    left = np.zeros(total, np.int16)
-    for line, tick in zip(lines, offsets):
-        left[tick * FRAME:tick * FRAME + len(line.samples)] = line.samples
-    log = CallLog(CallSettings("ws://fake/", wire.twilio_line()), lines)
-    log.turns = [TurnLog(line.index, tick, barged=line.index in barged) for line, tick in zip(lines, offsets)]
-    log.left = [left[k:k + FRAME] for k in range(0, total, FRAME)]
-    log.right = [right[k:k + FRAME] for k in range(0, total, FRAME)]
-    return log
-
-
-def measured(log: CallLog) -> tuple[list[dict], dict[str, str]]:
-    unknown = _Unknown()
-    return measure_turns(log, None, unknown, "not transcribed"), unknown.reasons
 
 
 # --- measure_turns on built recordings --------------------------------------------------------------------------

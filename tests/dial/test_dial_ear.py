@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
-from dialhelpers import context, tones
+from dialhelpers import a_log, context, measured, tone_line, tones
 from fakeagent import FakeAgent, Reply
 
 from voice_llm.analysis.keynumbers import Headline, headline
 from voice_llm.dial import checks
+from voice_llm.dial.caller import on_line
+from voice_llm.dial.measure import heard_channel
 from voice_llm.dial.step import DialOptions, dial_step
+from voice_llm.line import wire
+from voice_llm.speech import caller as speech_caller
 from voice_llm.util.artifacts import read_json
 
 
@@ -112,3 +117,70 @@ def test_the_checks_remeasure_the_resumed_reply(resumed):
     with pytest.raises(checks.CheckFailed, match="resumed_ms"):
         _edited(resumed, doc, checks.check_barge_in)
 
+
+
+# --- item 3: the floor over the audio carried, a sound a frame long at least (both channels) --------------------
+
+RATE8 = wire.TWILIO_RATE
+FRAME = wire.twilio_line().frame_samples  # 160
+
+
+def _square(n: int, amplitude: int = 6000) -> np.ndarray:
+    return np.where((np.arange(n) // 10) % 2 == 0, amplitude, -amplitude).astype(np.int16)
+
+
+def _played(log, *stretches: tuple[int, int | None]) -> None:
+    """The playout buffer's events: it played received audio from frame a through frame b (None: to the end)."""
+    for a, b in stretches:
+        log.events.append({"t_ms": a * 20.0 + 0.2, "event": "playout_start", "frame": a})
+        if b is not None:
+            log.events.append({"t_ms": b * 20.0 + 0.2, "event": "playout_idle", "frame": b})
+
+
+def test_comfort_noise_the_agent_sends_is_not_its_reply():
+    """The agent sends comfort noise (+-150, -47 dBFS) from frame 20 on, its reply 800 ms after the caller's end.
+    The digital zero before any audio arrived held the floor at 100: the noise counted as the reply (a 0 ms gap).
+    The floor over the frames that carried received audio sits above the noise."""
+    line = tone_line(1, 400, RATE8)
+    right = np.zeros(RATE8 * 4, np.int16)
+    noise = np.random.default_rng(7).integers(-150, 151, len(right) - 20 * FRAME).astype(np.int16)
+    right[20 * FRAME:] = noise
+    end = 5 * FRAME + line.end
+    reply = end + 6400  # 800 ms later
+    right[reply:reply + 4000] = _square(4000)
+    log = a_log([line], [5], right)
+    _played(log, (20, None))
+    rows, unknown = measured(log)
+    assert rows[0]["heard"]["first_sound_ms"] == reply / 8 and rows[0]["heard"]["gap_ms"] == 800.0
+    assert rows[0]["heard"]["talked_over"] is False
+    assert heard_channel(right, RATE8, log.events, FRAME, 20.0).floor > 150
+
+
+def test_one_click_does_not_start_the_reply():
+    """A single loud sample 100 ms after the caller's end, the reply 500 ms after it: the reply's gap is 500 ms."""
+    line = tone_line(1, 400, RATE8)
+    right = np.zeros(RATE8 * 4, np.int16)
+    end = 5 * FRAME + line.end
+    right[end + 800] = 3000  # a click, 1 sample
+    reply = end + 4000
+    right[reply:reply + 4000] = _square(4000)
+    log = a_log([line], [5], right)
+    _played(log, ((end + 800) // FRAME, (end + 800) // FRAME), (reply // FRAME, (reply + 4000) // FRAME))
+    rows, _ = measured(log)
+    assert rows[0]["heard"]["gap_ms"] == 500.0
+
+
+def test_the_caller_channel_takes_the_same_rule():
+    """A caller's own recording with background noise (+-200) and a click before its speech: the floor is over its
+    audio (not the lead-in's digital zero), so the speech is the tone's, not the noise's or the click's."""
+    rng = np.random.default_rng(3)
+    noise = lambda n: rng.integers(-200, 201, n).astype(np.int16)  # noqa: E731
+    tone = np.where((np.arange(4800) // 32) % 2 == 0, 8000, -8000).astype(np.int16)  # 300 ms at 16 kHz
+    before = noise(8000)
+    before[2000] = 12000  # a click 125 ms in
+    speech = np.concatenate([before, tone, noise(8000)])
+    utterance = speech_caller.utterance(1, None, speech, "a noisy recording", None, "test")
+    line = on_line(utterance, wire.twilio_line())
+    lead = speech_caller.lead_samples(RATE8)
+    assert line.floor > 200
+    assert abs(line.start - (lead + 4000)) <= 8 and abs(line.end - (lead + 4000 + 2400)) <= 8

@@ -32,11 +32,11 @@ import numpy as np
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
-from voice_llm.dial.measure import Heard, at_sample, reply_silent_from
+from voice_llm.dial.measure import Heard, at_sample, caller_sound, heard_channel, reply_silent_from
 from voice_llm.errors import ArtifactError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span, noise_floor
+from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span
 from voice_llm.speech.wer import wer as word_errors
 from voice_llm.util import stats
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
@@ -229,7 +229,11 @@ def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Rec
 def ear(call: Recording, doc: Mapping[str, Any]) -> Heard:
     """call.wav's heard channel with the artifact's floor.heard, measured by the dialer's own sound rule
     (voice_llm.dial.measure.Heard: the one copy of it, so the re-measure is the same rule on the saved samples)."""
-    return Heard(call.right, call.rate, _floors(doc)[1])
+    return Heard(call.right, call.rate, _floors(doc)[1], _frame_samples(doc))
+
+
+def _frame_samples(doc: Mapping[str, Any]) -> int:
+    return round(_frame_ms(doc) * _rate(doc) / 1000)
 
 
 @dataclass(frozen=True)
@@ -272,7 +276,7 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
         at = call.at(offset)
         said = wavs[len(spans)] if wavs is not None and _line(doc).get("echo_db") is not None else \
             call.left[at:at + length]
-        span = audible_span(said, line_floor(doc, turn, where))
+        span = audible_span(said, line_floor(doc, turn, where), frame)
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
     for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
@@ -467,8 +471,9 @@ def check_recording(out: RunFolder | Any) -> str:
     """Law: call.wav is stereo 16-bit at the line's rate and holds whole frames, one per tick of the call
     (playout.frames: the loop never skips a frame of the recording); its caller channel is the caller WAVs, each at
     its offset, sample for sample, and digital silence between them (the dialer sends caller audio or silence); the
-    floors are the stated rule's (speech.caller.noise_floor) on the samples they were taken from (each line's own,
-    the whole heard channel); each turn's speech_start / speech_end are its first and last sample above its floor
+    floors are the stated rule's (dial.measure.FLOOR_RULE, the dialer's own functions) on the samples they were
+    taken from (each line's own after its lead-in; the heard channel's frames the event log says carried received
+    audio); each turn's speech_start / speech_end are its first and last sample above its floor
     (the true start and end, LINE.md)."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
@@ -478,8 +483,9 @@ def check_recording(out: RunFolder | Any) -> str:
     frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
     _require(call.frames // samples == frames, f"call.wav holds {call.frames // samples} frames, playout.frames {frames}")
     heard_floor = _floors(doc)[1]
-    _require(heard_floor == noise_floor(call.right), f"floor.heard {heard_floor}, but the floor rule on call.wav's heard "
-                                                     f"channel gives {noise_floor(call.right)}")
+    ruled = heard_channel(call.right, call.rate, _events(folder, doc), samples, _frame_ms(doc)).floor
+    _require(heard_floor == ruled, f"floor.heard {heard_floor}, but the floor rule on call.wav's heard channel (over "
+                                   f"the frames the event log says carried received audio) gives {ruled}")
     expected = np.zeros(call.frames, np.int16)
     covered = np.zeros(call.frames, bool)
     for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
@@ -494,9 +500,10 @@ def check_recording(out: RunFolder | Any) -> str:
         covered[at:at + len(wav)] = True
         caller_floor = line_floor(doc, turn, where)
         if caller.get("floor") is not None:  # the line's own floor: the rule on its samples as sent
-            _require(caller_floor == noise_floor(wav), f"{where}: caller.floor {caller_floor}, the floor rule on "
-                                                       f"{turn['caller_wav']} gives {noise_floor(wav)}")
-        span = audible_span(wav, caller_floor)
+            ruled = caller_sound(wav, call.rate, samples)[0]
+            _require(caller_floor == ruled, f"{where}: caller.floor {caller_floor}, the floor rule on "
+                                            f"{turn['caller_wav']} gives {ruled}")
+        span = audible_span(wav, caller_floor, samples)
         _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above its floor {caller_floor}")
         for key, index in (("speech_start_ms", span[0]), ("speech_end_ms", span[1])):  # type: ignore[index]
             stated = _must(caller, key, f"{where} caller")

@@ -2,21 +2,26 @@
 dialer measures"): left = the samples sent, right = what left the playout buffer, both at the line's rate with
 sample 0 = call-clock 0.
 
-One noise-floor rule for both channels: a sample is sound when its magnitude is above the channel's floor,
-voice_llm.speech.caller.noise_floor of that channel (FLOOR_MIN = 100 of 32768, -50.3 dBFS, unless the channel's
-quietest frames need more). The caller's floor is each line's own (its samples as sent); the heard floor is the
-whole heard channel's.
+One noise-floor rule for both channels (FLOOR_RULE, issue 41 item 3): a sample is sound when its magnitude is above
+the channel's floor and its run of such samples lasts at least a frame (a click is no sound);
+the floor is voice_llm.speech.caller.noise_floor over the audio the channel carried (FLOOR_MIN = 100 of 32768,
+-50.3 dBFS, unless its quietest frames need more): on the heard channel the frames the playout buffer played from
+received audio (the events' playout stretches), on a caller line its own audio after the lead-in. The digital
+silence around the audio is no background: taken with it the floor never left FLOOR_MIN, and comfort noise or one
+click was the reply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, NOISE_FACTOR, noise_floor
+from voice_llm.speech.caller import (FLOOR_MAX, FLOOR_MIN, FRAME_SAMPLES, NOISE_FACTOR, audible_span, lead_samples,
+                                     noise_floor, sound_mask)
 from voice_llm.util.stats import median, percentile
 
 SILENT_AFTER_MS = 200.0  # a barge-in's heard silence: the heard channel stays silent at least this long
@@ -36,10 +41,16 @@ CUT_OFF_RULE = ("the agent talked while the caller was mid-utterance: the first 
                 "cannot show it: the reply cut into never went silent, or went silent only after the line's end, or "
                 "the recording ended before the line did")
 
-FLOOR_RULE = (f"a sample is sound when |sample| > the channel's floor: speech.caller.noise_floor = min(max({FLOOR_MIN} "
-              f"(-50.3 dBFS), {NOISE_FACTOR:g} x the peak of the channel's quietest 512-sample frame), {FLOOR_MAX} "
-              "(-30.3 dBFS)); the caller's floor per line (its samples as sent), the heard floor over the whole heard "
-              "channel; a 20 ms frame is sound when its peak is above the floor")
+FLOOR_RULE = (f"a sample is sound when |sample| > the channel's floor and it lasts: its run of such samples (less "
+              "than a frame apart) spans at least one frame (a click or a spike shorter than a frame is no sound); "
+              f"the floor is speech.caller.noise_floor = min(max({FLOOR_MIN} (-50.3 dBFS), {NOISE_FACTOR:g} x the "
+              f"peak of the quietest whole {FRAME_SAMPLES}-sample frame of the audio the channel carried), "
+              f"{FLOOR_MAX} (-30.3 dBFS)): the heard channel's frames the playout buffer played from received audio "
+              "(each stretch from its events.jsonl playout_start frame to its playout_idle frame, or to a clear's "
+              "frame), a caller line's own audio after the lead-in silence put before it (speech.caller.LEAD_MS); "
+              "the digital silence around the audio (a lead-in, an idle buffer's padding) is no background. The "
+              "caller's floor per line (its samples as sent), the heard floor one for the call; both channels by the "
+              "one rule")
 
 
 TALKED_OVER_RULE = ("a turn is talked over when the heard channel sounds both in the caller's last frame of speech "
@@ -74,15 +85,17 @@ class Heard:
     samples: np.ndarray
     rate: int
     floor: int
+    min_sound: int = 1  # samples a sound lasts at least (FLOOR_RULE: a frame)
 
     @classmethod
-    def of(cls, samples: np.ndarray, rate: int) -> Heard:
-        return cls(samples, rate, noise_floor(samples))
+    def of(cls, samples: np.ndarray, rate: int, carried: Sequence[tuple[int, int]] | None = None,
+           min_sound: int = 1) -> Heard:
+        return cls(samples, rate, noise_floor(samples, carried), min_sound)
 
     @cached_property
     def mask(self) -> np.ndarray:
         """Per sample: is it sound (FLOOR_RULE), over the whole channel (a window's edge never changes it)."""
-        return np.abs(self.samples.astype(np.int32)) > self.floor
+        return sound_mask(self.samples, self.floor, self.min_sound)
 
     def loud(self, start: int, end: int) -> np.ndarray:
         """Indices (absolute) of the samples that are sound in [start, end)."""
@@ -137,6 +150,47 @@ def reply_silent_from(heard: Heard, onset: int, answer_from: int, hold: int, cle
             continue
         return moment, tuple(resumed)
     return None, tuple(resumed)
+
+
+def carried_spans(events: Sequence[Mapping[str, Any]], frame: int, frame_ms: float,
+                  total: int) -> list[tuple[int, int]]:
+    """The [start, end) samples of the heard channel the playout buffer played from received audio (FLOOR_RULE):
+    each stretch from a playout_start's frame through the playout_idle frame after which it ran dry, or up to the
+    frame a clear emptied it at (the clear's ``frame``: the frames popped before it), or the recording's end. An
+    event without its frame is placed by its time (a frame holds its tick's time)."""
+    def frame_of(event: Mapping[str, Any]) -> int:
+        at = event.get("frame")
+        return int(at) if isinstance(at, int) and not isinstance(at, bool) else int(event["t_ms"] // frame_ms)
+
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    for event in events:
+        kind = event.get("event")
+        if kind == "playout_start":
+            start = frame_of(event)
+        elif start is not None and (kind == "playout_idle" or (kind == "clear" and event.get("dir") == "down")):
+            end = frame_of(event) + 1 if kind == "playout_idle" else frame_of(event)
+            if end > start:
+                spans.append((start * frame, min(total, end * frame)))
+            start = None
+    if start is not None and start * frame < total:
+        spans.append((start * frame, total))
+    return spans
+
+
+def heard_channel(samples: np.ndarray, rate: int, events: Sequence[Mapping[str, Any]], frame: int,
+                  frame_ms: float) -> Heard:
+    """The heard channel by FLOOR_RULE: its floor over the frames that carried received audio, a sound a frame
+    long at least (the dialer's and check's one function)."""
+    return Heard.of(samples, rate, carried_spans(events, frame, frame_ms, len(samples)), frame)
+
+
+def caller_sound(samples: np.ndarray, rate: int, frame: int) -> tuple[int, tuple[int, int] | None]:
+    """A caller line's floor by FLOOR_RULE (over its own audio, after the lead-in put before it) and its true
+    speech span: the first and last sample of sound, a sound a frame long at least (the dialer's and check's one
+    function)."""
+    floor = noise_floor(samples, [(lead_samples(rate), len(samples))])
+    return floor, audible_span(samples, floor, frame)
 
 
 def frame_peaks(samples: np.ndarray, frame: int) -> np.ndarray:

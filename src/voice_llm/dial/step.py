@@ -40,7 +40,8 @@ from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording,
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
 from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS,
-                                    TALKED_OVER_RULE, Heard, at_sample, ms, reply_silent_from, summary_of)
+                                    TALKED_OVER_RULE, Heard, at_sample, heard_channel, ms, reply_silent_from,
+                                    summary_of)
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -533,7 +534,7 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
     """Per turn the caller's true speech, the heard reply and any barge-in, from the two channels only."""
     rate = log.settings.line.rate
     frame = log.settings.line.frame_samples
-    heard = Heard.of(log.channel("right"), rate)
+    heard = heard_channel(log.channel("right"), rate, log.events, frame, log.settings.line.frame_ms)
     total = len(heard.samples)
     pad = int(HEARD_PAD_MS * rate / 1000)
     hold = int(SILENT_AFTER_MS * rate / 1000)
@@ -666,7 +667,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
              unknown: _Unknown, identity: Mapping[str, Any] | None, stt_info: Mapping[str, Any] | None,
              otlp_block: Mapping[str, Any] | None, otlp_files: Sequence[str]) -> dict[str, Any]:
     line = log.settings.line
-    heard = Heard.of(log.channel("right"), line.rate)
+    heard = heard_channel(log.channel("right"), line.rate, log.events, line.frame_samples, line.frame_ms)
     gaps = [row["heard"]["gap_ms"] for row in rows if row["heard"]["gap_ms"] is not None]
     barge = [row["barge_in"]["heard_after_onset_ms"] for row in rows
              if row["barge_in"] and row["barge_in"]["heard_after_onset_ms"] is not None]
