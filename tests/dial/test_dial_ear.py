@@ -184,3 +184,21 @@ def test_the_caller_channel_takes_the_same_rule():
     lead = speech_caller.lead_samples(RATE8)
     assert line.floor > 200
     assert abs(line.start - (lead + 4000)) <= 8 and abs(line.end - (lead + 4000 + 2400)) <= 8
+
+
+def test_the_dial_report_says_how_many_turns_were_talked_over(talked_over):
+    from voice_llm.dial.report import summary_sentence
+
+    assert "1 turn talked over, left out" in summary_sentence(read_json(talked_over / "dial.json"))
+
+
+def test_a_dialing_load_caller_counts_the_talked_over_turn_apart_and_goes_on(talked_over):
+    """load --dial: a talked-over turn is no timed turn (no heard gap) and the call's later turns still count."""
+    from voice_llm.load.dialing import CallId, PhaseClock, _turn_samples
+
+    doc = read_json(talked_over / "dial.json")
+    doc["turns"].append({**doc["turns"][0], "index": 3})  # a third turn after it, heard as turn 1 was
+    samples = _turn_samples(doc, CallId("w1", "c1", 1, 0.0), PhaseClock(), None)
+    assert [s["heard_gap_ms"] for s in samples] == [doc["turns"][0]["heard"]["gap_ms"], None,
+                                                     doc["turns"][0]["heard"]["gap_ms"]]
+    assert samples[1]["error"].startswith("talked over")
