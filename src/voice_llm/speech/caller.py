@@ -133,9 +133,8 @@ def sound_mask(samples: np.ndarray, floor: int, min_samples: int = 1) -> np.ndar
     breaks = np.flatnonzero(np.diff(at) >= min_samples)
     firsts = np.concatenate([[0], breaks + 1])
     lasts = np.concatenate([breaks, [at.size - 1]])
-    for first, last in zip(firsts, lasts):
-        if at[last] - at[first] + 1 < min_samples:
-            loud[at[first:last + 1]] = False
+    short = at[lasts] - at[firsts] + 1 < min_samples  # per run: shorter than min_samples
+    loud[at[np.repeat(short, lasts - firsts + 1)]] = False
     return loud
 
 
