@@ -202,3 +202,22 @@ def test_a_dialing_load_caller_counts_the_talked_over_turn_apart_and_goes_on(tal
     assert [s["heard_gap_ms"] for s in samples] == [doc["turns"][0]["heard"]["gap_ms"], None,
                                                      doc["turns"][0]["heard"]["gap_ms"]]
     assert samples[1]["error"].startswith("talked over")
+
+
+def test_the_barge_in_schedule_is_judged_as_the_caller_judged_it_live(tmp_path):
+    """While calling, the caller counts to its barge-in from the first frame above FLOOR_MIN (the heard floor over
+    the audio received is known only after the call): the measured first sound may come later (a click, comfort
+    noise or a quiet onset under the final floor before it). Here dial.json's first sound of the barged-in reply
+    is 60 ms after the first loud frame on the recording: the line still started on the caller's live count, no
+    broken schedule. 30 ms from either is one."""
+    from dialfolder import Plan, build, load, save
+
+    out = build(tmp_path / "run", Plan())
+    doc = load(out)
+    doc["turns"][2]["heard"]["first_sound_ms"] += 60.0
+    save(out, doc)
+    assert checks.check_schedule(out)
+    doc["turns"][3]["caller"]["speech_start_ms"] += 30.0  # 30 ms from either count: broken
+    save(out, doc)
+    with pytest.raises(checks.CheckFailed, match="barge-in line's speech starts"):
+        checks.check_schedule(out)
