@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.dial.measure import heard_channel
 from voice_llm.speech.caller import audible_span
 from voice_llm.speech.wer import wer
 from voice_llm.util import stats
@@ -60,6 +61,13 @@ def tone(length_ms: float, amplitude: float, hz: float) -> np.ndarray:
     n = sample(length_ms)
     t = np.arange(n) / RATE
     return np.round(amplitude * np.cos(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def square(length_ms: float, amplitude: float, hz: float) -> np.ndarray:
+    """A square wave of ``length_ms``: every sample at +-``amplitude``, so a reply sounds from its first sample to
+    its last whatever the heard floor (FLOOR_RULE raises it over the audio received: FLOOR_MAX here)."""
+    return np.where(tone(length_ms, 1.0, hz) >= 0, amplitude, -amplitude).astype(np.int16) if length_ms else \
+        np.zeros(0, np.int16)
 
 
 def mono_wav(samples: np.ndarray, rate: int = RATE) -> bytes:
@@ -148,7 +156,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         arrival = end + plan.vad_lag_ms + latency + plan.transport_ms
         heard_start = next_tick(arrival + JITTER_MS)
         length = plan.reply_ms[i]
-        reply = tone(length, 6000, 500.0 + 50 * i)
+        reply = square(length, 6000, 500.0 + 50 * i)
         barge = index in plan.barge_in_turns and index < n_turns
         heard_end = heard_start + length
         cleared = None
@@ -248,6 +256,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
             seq += 1
             row["seq"] = seq
     (out / "dial" / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the heard floor by the dialer's rule: over the frames the playout buffer played received audio in
+    heard_floor = heard_channel(right, RATE, rows, FS, FRAME_MS).floor
     otlp_files = []
     if plan.otlp:
         (out / "dial" / "otlp").mkdir(exist_ok=True)
@@ -264,7 +274,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
                  "loss_pct": 0, "echo_db": None, "seed": 1},
         "clock": "ms since the call started: 0 is sample 0 of dial/call.wav (both channels)",
         "t0_epoch_ns": 1733000000000000000,
-        "floor": {"rule": "a frame is sound when its peak |sample| > floor", "caller": FLOOR, "heard": FLOOR},
+        "floor": {"rule": "a frame is sound when its peak |sample| > floor", "caller": FLOOR, "heard": heard_floor},
         "caller": {"source": "synthesized", "voice": {}, "script": "clinic"},
         "settings": {"turns": n_turns, "barge_in_turns": list(plan.barge_in_turns),
                      "barge_in_after_ms": plan.barge_in_after_ms, "think_ms": 300, "reply_wait_s": 60,

@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from voice_llm.client.api import ServerClient
+from voice_llm.dial.call import CallLog, CallSettings, TurnLog
 from voice_llm.dial.caller import CallerLine
-from voice_llm.dial.step import Caller
+from voice_llm.dial.measure import caller_sound
+from voice_llm.dial.step import Caller, _Unknown, measure_turns
 from voice_llm.lab.context import LabContext, StepOptions
 from voice_llm.line import wire
 from voice_llm.scenario.kb import default_kb_dir
-from voice_llm.speech.caller import audible_span, noise_floor
 
 
 def tone_line(index: int, ms: float, rate: int, lead_ms: float = 40.0, amplitude: int = 8000) -> CallerLine:
@@ -23,8 +24,7 @@ def tone_line(index: int, ms: float, rate: int, lead_ms: float = 40.0, amplitude
     body = np.where((np.arange(n) // (period // 2)) % 2 == 0, amplitude, -amplitude).astype(np.int16)
     line = wire.twilio_line() if rate == wire.TWILIO_RATE else wire.pcm_line(rate)
     samples = wire.decode(line, wire.encode(line, np.concatenate([lead, body])))
-    floor = noise_floor(samples)
-    start, end = audible_span(samples, floor)
+    floor, (start, end) = caller_sound(samples, rate, line.frame_samples)  # the dialer's rule
     return CallerLine(index, f"tone {index}", samples, rate, "test tone", None, floor, start, end)
 
 
@@ -50,3 +50,22 @@ def write_tone_wavs(folder: Path, count: int, ms: float = 200.0) -> Path:
             wav.setframerate(rate)
             wav.writeframes(body.tobytes())
     return folder
+
+
+def a_log(lines: list[CallerLine], offsets: list[int], right: np.ndarray, barged: tuple[int, ...] = ()) -> CallLog:
+    """A call as the dialer would have left it: the lines at their frame offsets on the left, ``right`` heard."""
+    total = len(right)
+    frame = wire.twilio_line().frame_samples
+    left = np.zeros(total, np.int16)
+    for line, tick in zip(lines, offsets):
+        left[tick * frame:tick * frame + len(line.samples)] = line.samples
+    log = CallLog(CallSettings("ws://fake/", wire.twilio_line()), lines)
+    log.turns = [TurnLog(line.index, tick, barged=line.index in barged) for line, tick in zip(lines, offsets)]
+    log.left = [left[k:k + frame] for k in range(0, total, frame)]
+    log.right = [right[k:k + frame] for k in range(0, total, frame)]
+    return log
+
+
+def measured(log: CallLog) -> tuple[list[dict], dict[str, str]]:
+    unknown = _Unknown()
+    return measure_turns(log, None, unknown, "not transcribed"), unknown.reasons

@@ -11,20 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dialfolder import FS, build, load, read_stereo, sample, save, stereo_wav, tone
-from dialhelpers import context, tone_line
+from dialhelpers import a_log, context, measured, tone_line
 from fakeagent import FakeAgent, Reply
 
 from voice_llm.checks import core
 from voice_llm.checks.base import FAIL, FINDING, PASS, CheckResult
 from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial.call import CallLog, CallSettings, TurnLog
 from voice_llm.dial.caller import CallerLine, join_parts, on_line, quiet_run
-from voice_llm.dial.measure import CUT_OFF_RULE
-from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, measure_turns, options_value
+from voice_llm.dial.measure import CUT_OFF_RULE, caller_sound
+from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, options_value
 from voice_llm.errors import ConfigError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import SAMPLE_RATE, Utterance, audible_span, noise_floor
+from voice_llm.speech.caller import SAMPLE_RATE, Utterance
 from voice_llm.util.artifacts import read_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")
@@ -47,28 +46,9 @@ def paused_line(index: int, before_ms: float, pause_ms: float, after_ms: float) 
     samples = np.concatenate([np.zeros(320, np.int16), square(int(before_ms * 8)), np.zeros(int(pause_ms * 8), np.int16),
                               square(int(after_ms * 8))])
     samples = wire.decode(wire.twilio_line(), wire.encode(wire.twilio_line(), samples))
-    floor = noise_floor(samples)
-    start, end = audible_span(samples, floor)
+    floor, (start, end) = caller_sound(samples, RATE, FRAME)  # the dialer's rule
     pause = (320 + int(before_ms * 8), 320 + int((before_ms + pause_ms) * 8))
     return CallerLine(index, f"paused {index}", samples, RATE, "test tone", None, floor, start, end, (pause,))
-
-
-def a_log(lines: list[CallerLine], offsets: list[int], right: np.ndarray, barged: tuple[int, ...] = ()) -> CallLog:
-    """A call as the dialer would have left it: the lines at their frame offsets on the left, ``right`` heard."""
-    total = len(right)
-    left = np.zeros(total, np.int16)
-    for line, tick in zip(lines, offsets):
-        left[tick * FRAME:tick * FRAME + len(line.samples)] = line.samples
-    log = CallLog(CallSettings("ws://fake/", wire.twilio_line()), lines)
-    log.turns = [TurnLog(line.index, tick, barged=line.index in barged) for line, tick in zip(lines, offsets)]
-    log.left = [left[k:k + FRAME] for k in range(0, total, FRAME)]
-    log.right = [right[k:k + FRAME] for k in range(0, total, FRAME)]
-    return log
-
-
-def measured(log: CallLog) -> tuple[list[dict], dict[str, str]]:
-    unknown = _Unknown()
-    return measure_turns(log, None, unknown, "not transcribed"), unknown.reasons
 
 
 # --- measure_turns on built recordings --------------------------------------------------------------------------
@@ -109,11 +89,21 @@ def test_the_reply_a_planned_barge_in_cuts_into_is_not_a_cut_off() -> None:
     silent = rows[0]["barge_in"]["heard_silent_ms"]
     assert silent == (reply + 12000) / 8 and rows[0]["barge_in"]["onset_ms"] < silent
     assert rows[1]["cut_off"] is False and rows[1]["cut_off_at"] is None and "turns[1].cut_off" not in unknown
-    # the same, with a new sound in line 2 after the barged-in reply's silence
+    # the same, with a new sound in line 2 after the barged-in reply was cleared (audio after a clear is new)
     again = reply + 12000 + 3200  # 400 ms after it went silent, line 2 still speaking (till 2540 ms)
     right[again:again + 400] = tone(50, 6000, 700)
-    rows, _ = measured(a_log([one, two], [5, 50], right, barged=(1,)))
+    log = a_log([one, two], [5, 50], right, barged=(1,))
+    log.events = [{"t_ms": (reply + 12000) / 8 - 5.0, "dir": "down", "event": "clear", "dropped_ms": 0.0}]
+    rows, _ = measured(log)
     assert rows[1]["cut_off_at"]["t_ms"] == again / 8 and rows[1]["cut_off"] is True
+    assert rows[0]["barge_in"]["resumed_ms"] == []
+    # without a clear the sound after the pause, before line 2's end, is the same reply resumed
+    # (BARGE_SILENCE_RULE): its heard silence is after it, and it is no cut-off of line 2
+    right[again + 200:again + 400] = 0  # 25 ms of it, ending before line 2 does
+    rows, _ = measured(a_log([one, two], [5, 50], right, barged=(1,)))
+    assert rows[0]["barge_in"]["resumed_ms"] == [[(reply + 12000) / 8, again / 8]]
+    assert rows[0]["barge_in"]["heard_silent_ms"] == (again + 200) / 8
+    assert rows[1]["cut_off"] is False
 
 
 def test_a_barged_in_reply_that_never_goes_silent_cannot_show_a_cut_off() -> None:

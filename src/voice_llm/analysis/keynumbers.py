@@ -81,6 +81,9 @@ class Headline:
     missing: str | None = None
     where: str | None = None  # what the turns were, when not one call's (e.g. "at 1 caller, 21 turns of a load sweep")
     turns: int | None = None  # how many turns the median is over (the block's ``n`` beside it), when it says
+    # turns left out because the agent's audio was still playing at the caller's speech end (the block's
+    # ``talked_over``: dial.json's TALKED_OVER_RULE); their ~0 ms "gap" is no reply's
+    talked_over: int | None = None
 
     def sentence(self) -> str:
         if self.median_ms is None:
@@ -88,16 +91,20 @@ class Headline:
         p90 = f"; p90 {self.p90_ms:.0f} ms" if self.p90_ms is not None else ""
         turns = f" over {self.turns} turn{'s' if self.turns != 1 else ''}" if self.turns is not None else ""
         where = f", {self.where}" if self.where else turns
-        return f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking (median{p90}{where})."
+        over = (f"; {self.talked_over} turn{'s' if self.talked_over != 1 else ''} talked over, left out"
+                if self.talked_over else "")
+        return (f"The caller hears the assistant {self.median_ms:.0f} ms after they stop talking "
+                f"(median{p90}{where}{over}).")
 
 
-def _turns(doc: Any, median_path: Sequence[str | int]) -> int | None:
-    """The count beside a headline median (dial.json's ``summary.heard_gap_ms.n``), when its block has one that is
-    a count; the sentence then says what the median is over, and says nothing rather than a wrong count."""
+def _turns(doc: Any, median_path: Sequence[str | int], key: str = "n") -> int | None:
+    """The count beside a headline median (dial.json's ``summary.heard_gap_ms.n``, or its ``talked_over``), when
+    its block has one that is a count; the sentence then says what the median is over, and says nothing rather
+    than a wrong count."""
     block: Any = doc
     for step in median_path[:-1]:
         block = block.get(step) if isinstance(block, Mapping) else None
-    n = block.get("n") if isinstance(block, Mapping) else None
+    n = block.get(key) if isinstance(block, Mapping) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
@@ -128,8 +135,13 @@ def headline(out: RunFolder | Path) -> Headline:
         except ArtifactError as exc:
             return Headline(source, missing=f"cannot be read: {exc}")
         if values["median"] is None:
-            return Headline(source, missing=f"was not measured: no turn in {source} reached the caller")
-        return Headline(source, values["median"], values.get("p90"), turns=_turns(doc, parts["median"].path))
+            over = _turns(doc, parts["median"].path, "talked_over")
+            why = (f"every heard turn was talked over ({over}: the agent's audio still playing at the caller's end)"
+                   if over else "no turn")
+            return Headline(source, missing=f"was not measured: {why} in {source} reached the caller"
+                            if not over else f"was not measured: {why}, in {source}")
+        return Headline(source, values["median"], values.get("p90"), turns=_turns(doc, parts["median"].path),
+                        talked_over=_turns(doc, parts["median"].path, "talked_over"))
     for capability in registry.capabilities():
         if capability.headline:
             found = registry.resolve(capability.headline)(folder)

@@ -85,7 +85,8 @@ class CallSettings:
     barge_in_turns: tuple[int, ...] = DEFAULT_BARGE_IN_TURNS
     barge_in_after_ms: float = BARGE_IN_AFTER_MS
     # the live decisions (has the reply started, has it ended) use the floor's minimum: the heard channel's own
-    # floor (speech.caller.noise_floor of the whole channel) is only known after the call, and is measured then
+    # floor (dial.measure.FLOOR_RULE: over the frames that carried received audio) is only known after the call,
+    # and is measured then
     live_floor: int = FLOOR_MIN
     # line conditions (voice_llm.line.conditions): frames lost both ways (seeded), a speakerphone's echo
     loss_pct: float = 0.0
@@ -400,7 +401,9 @@ class _Call:
             self.playout.mark(name)
         elif kind == "clear":
             cleared = self.playout.clear()
-            self.event(dir="down", event="clear", dropped_ms=round(cleared.dropped_samples * 1000.0 / self.line.rate, 3))
+            # frame: the frames popped before it (the heard floor's stretches of received audio end there)
+            self.event(dir="down", event="clear", frame=self.playout.ticks,
+                       dropped_ms=round(cleared.dropped_samples * 1000.0 / self.line.rate, 3))
             await self.echo_marks(cleared.marks, self.queued)
         else:
             # Twilio's side ignores what it does not know; the events keep it so a check can see it.

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.dial.measure import caller_sound
 from voice_llm.errors import TTSUnavailableError
 from voice_llm.line import wire
 from voice_llm.speech import caller as speech_caller
@@ -166,7 +167,7 @@ class CallerLine:
     rate: int
     source: str  # "synthesized" or the file it came from
     converted_from: str | None
-    floor: int  # speech.caller.noise_floor of these samples
+    floor: int  # dial.measure.caller_sound: speech.caller.noise_floor of these samples after their lead-in
     start: int  # first sample above the floor
     end: int  # one past the last
     # planned pauses inside the speech, as sent: each the run of samples at or under the floor around the pause
@@ -202,8 +203,7 @@ def on_line(utterance: Utterance, line: wire.LineFormat,
     resampler's edges and the codec move it by a few samples)."""
     samples = to_rate(utterance.samples, SAMPLE_RATE, line.rate)
     samples = wire.decode(line, wire.encode(line, samples))
-    floor = noise_floor(samples)
-    span = audible_span(samples, floor)
+    floor, span = caller_sound(samples, line.rate, line.frame_samples)  # the heard channel's rule (dial.measure)
     if span is None:
         raise CallerAudioError(f"turn {utterance.index} ({utterance.source}) has no sample above the noise floor "
                                f"({floor}) once resampled to the line's {line.rate} Hz")

@@ -32,10 +32,11 @@ import numpy as np
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
+from voice_llm.dial.measure import Heard, at_sample, caller_sound, heard_channel, reply_silent_from
 from voice_llm.errors import ArtifactError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span, noise_floor
+from voice_llm.speech.caller import FLOOR_MAX, FLOOR_MIN, audible_span
 from voice_llm.speech.wer import wer as word_errors
 from voice_llm.util import stats
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
@@ -225,32 +226,14 @@ def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Rec
 # --- measuring the recording (the rules of LINE.md "What the dialer measures, only at the ear") -----------------
 
 
-def _loud(samples: np.ndarray, floor: int) -> np.ndarray:
-    return np.abs(samples.astype(np.int32)) > floor
+def ear(call: Recording, doc: Mapping[str, Any]) -> Heard:
+    """call.wav's heard channel with the artifact's floor.heard, measured by the dialer's own sound rule
+    (voice_llm.dial.measure.Heard: the one copy of it, so the re-measure is the same rule on the saved samples)."""
+    return Heard(call.right, call.rate, _floors(doc)[1], _frame_samples(doc))
 
 
-def first_sound(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
-    """The first sample in [start, end) above ``floor``, or None."""
-    start, end = max(0, start), min(len(channel), end)
-    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
-    return int(found[0]) + start if found.size else None
-
-
-def last_sound_end(channel: np.ndarray, floor: int, start: int, end: int) -> int | None:
-    """One past the last sample in [start, end) above ``floor``, or None."""
-    start, end = max(0, start), min(len(channel), end)
-    found = np.flatnonzero(_loud(channel[start:end], floor)) if end > start else np.zeros(0, int)
-    return int(found[-1]) + start + 1 if found.size else None
-
-
-def silent_from(channel: np.ndarray, floor: int, start: int, run: int) -> int | None:
-    """The first sample at or after ``start`` from which the channel stays at or under ``floor`` for ``run``
-    samples (None when the recording ends first)."""
-    loud = np.flatnonzero(_loud(channel[start:], floor)) + start
-    starts = np.concatenate([[start], loud + 1])
-    ends = np.concatenate([loud, [len(channel)]])
-    long = np.flatnonzero(ends - starts >= run)
-    return int(starts[long[0]]) if long.size else None
+def _frame_samples(doc: Mapping[str, Any]) -> int:
+    return round(_frame_ms(doc) * _rate(doc) / 1000)
 
 
 @dataclass(frozen=True)
@@ -261,40 +244,56 @@ class Measured:
     speech_end: int | None
     first_sound: int | None
     last_sound: int | None
+    talked_over: bool = False
+
+
+def clear_samples(folder: RunFolder, doc: Mapping[str, Any], rate: int) -> list[int]:
+    """The samples the event log's clears arrived at (a barged-in reply's silence rule: audio after a clear is new)."""
+    return [at_sample(_t(r, n), rate) for n, r in enumerate(_events(folder, doc), 1)
+            if r.get("dir") == "down" and r.get("event") == "clear"]
+
+
+def barge_silence(heard: Heard, doc: Mapping[str, Any], onset: int, line_end: int,
+                  clears: Sequence[int]) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """A barged-in reply's heard silence on call.wav by the dialer's own rule (measure.BARGE_SILENCE_RULE)."""
+    return reply_silent_from(heard, onset, line_end, round(_silent_run(doc) * heard.rate / 1000), clears,
+                             round(_frame_ms(doc) * heard.rate / 1000))
 
 
 def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
-            wavs: Sequence[np.ndarray] | None = None) -> list[Measured]:
+            wavs: Sequence[np.ndarray] | None = None, clears: Sequence[int] = ()) -> list[Measured]:
     """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
     left (with an echo on the line the left channel also holds the heard audio: the speech is then the caller
     WAV's own, ``wavs``, which check_recording proves lies under the echo at its offset), above the line's floor; on the right the first sound at or after that speech's end, up to the next line's
     speech start (what sounds later answers, or is cut by, the next line), and the reply's last sound: before the
     next line's start, or, on a barge-in, before the heard silence after the onset (the reply plays on under the
     caller until the buffer runs dry or is cleared)."""
-    _, heard_floor = _floors(doc)
+    heard = ear(call, doc)
+    frame = round(_frame_ms(doc) * call.rate / 1000)
     spans = []
     for (where, turn), length in zip(_turns(doc), lengths):
         offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
         at = call.at(offset)
         said = wavs[len(spans)] if wavs is not None and _line(doc).get("echo_db") is not None else \
             call.left[at:at + length]
-        span = audible_span(said, line_floor(doc, turn, where))
+        span = audible_span(said, line_floor(doc, turn, where), frame)
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
-    hold = round(_silent_run(doc) * call.rate / 1000)
     for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
         if span is None:
             found.append(Measured(None, None, None, None))
             continue
-        limit = next((s[0] for s in spans[i + 1:] if s is not None), call.frames)
-        first = first_sound(call.right, heard_floor, span[1], limit)
+        following = next((s for s in spans[i + 1:] if s is not None), None)
+        limit = following[0] if following is not None else call.frames
+        first = heard.first_sound(span[1], limit)
         last = None
         if first is not None:
             until = limit
-            if turn.get("barge_in") is not None and limit < call.frames:
-                until = silent_from(call.right, heard_floor, limit, hold) or call.frames
-            last = last_sound_end(call.right, heard_floor, first, until)
-        found.append(Measured(span[0], span[1], first, last))
+            if turn.get("barge_in") is not None and following is not None and limit < call.frames:
+                until = barge_silence(heard, doc, limit, following[1], clears)[0] or call.frames
+            last = heard.last_sound(first, until)
+        found.append(Measured(span[0], span[1], first, last,
+                              first is not None and heard.talked_over(span[1], frame)))
     return found
 
 
@@ -384,10 +383,16 @@ def check_values(out: RunFolder | Any) -> str:
         _require(0 <= offset <= start < end, f"{where}: caller offset {offset}, speech {start}..{end} ms: impossible")
         heard = _part(turn, "heard", where) or {}
         first, gap, last = (_opt(heard, k, f"{where} heard") for k in ("first_sound_ms", "gap_ms", "last_sound_ms"))
-        _require((first is None) == (gap is None), f"{where}: heard first_sound_ms and gap_ms not both stated")
+        over = heard.get("talked_over", False)
+        _require(isinstance(over, bool), f"{where}: heard.talked_over {over!r} is not true or false")
+        _require((first is None) == (gap is None) or (over and first is not None),
+                 f"{where}: heard first_sound_ms and gap_ms not both stated")
+        _require(not over or (gap is None and isinstance(unknown.get(f"turns[{position - 1}].heard.gap_ms"), str)),
+                 f"{where}: talked over, but its gap_ms is {gap!r} or has no reason in unknown")
         if first is not None:
             _require(first >= end, f"{where}: first heard sound at {first} ms, before the caller's speech end {end}")
-            _require(abs(gap - (first - end)) <= TOLERANCE_MS, f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
+            _require(gap is None or abs(gap - (first - end)) <= TOLERANCE_MS,
+                     f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
             _require(last is None or last > first, f"{where}: last heard sound {last} ms, not after the first {first}")
         reported = _part(turn, "agent_reported", where)
         if reported is None or reported.get("latency_ms") is None:
@@ -466,8 +471,9 @@ def check_recording(out: RunFolder | Any) -> str:
     """Law: call.wav is stereo 16-bit at the line's rate and holds whole frames, one per tick of the call
     (playout.frames: the loop never skips a frame of the recording); its caller channel is the caller WAVs, each at
     its offset, sample for sample, and digital silence between them (the dialer sends caller audio or silence); the
-    floors are the stated rule's (speech.caller.noise_floor) on the samples they were taken from (each line's own,
-    the whole heard channel); each turn's speech_start / speech_end are its first and last sample above its floor
+    floors are the stated rule's (dial.measure.FLOOR_RULE, the dialer's own functions) on the samples they were
+    taken from (each line's own after its lead-in; the heard channel's frames the event log says carried received
+    audio); each turn's speech_start / speech_end are its first and last sample above its floor
     (the true start and end, LINE.md)."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
@@ -477,8 +483,9 @@ def check_recording(out: RunFolder | Any) -> str:
     frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
     _require(call.frames // samples == frames, f"call.wav holds {call.frames // samples} frames, playout.frames {frames}")
     heard_floor = _floors(doc)[1]
-    _require(heard_floor == noise_floor(call.right), f"floor.heard {heard_floor}, but the floor rule on call.wav's heard "
-                                                     f"channel gives {noise_floor(call.right)}")
+    ruled = heard_channel(call.right, call.rate, _events(folder, doc), samples, _frame_ms(doc)).floor
+    _require(heard_floor == ruled, f"floor.heard {heard_floor}, but the floor rule on call.wav's heard channel (over "
+                                   f"the frames the event log says carried received audio) gives {ruled}")
     expected = np.zeros(call.frames, np.int16)
     covered = np.zeros(call.frames, bool)
     for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
@@ -493,9 +500,10 @@ def check_recording(out: RunFolder | Any) -> str:
         covered[at:at + len(wav)] = True
         caller_floor = line_floor(doc, turn, where)
         if caller.get("floor") is not None:  # the line's own floor: the rule on its samples as sent
-            _require(caller_floor == noise_floor(wav), f"{where}: caller.floor {caller_floor}, the floor rule on "
-                                                       f"{turn['caller_wav']} gives {noise_floor(wav)}")
-        span = audible_span(wav, caller_floor)
+            ruled = caller_sound(wav, call.rate, samples)[0]
+            _require(caller_floor == ruled, f"{where}: caller.floor {caller_floor}, the floor rule on "
+                                            f"{turn['caller_wav']} gives {ruled}")
+        span = audible_span(wav, caller_floor, samples)
         _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above its floor {caller_floor}")
         for key, index in (("speech_start_ms", span[0]), ("speech_end_ms", span[1])):  # type: ignore[index]
             stated = _must(caller, key, f"{where} caller")
@@ -552,8 +560,8 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     call = recording(folder, doc)
     allowed, allowance = _one_sample(doc)
     wavs = caller_wavs(folder, doc)
-    measured = measure(call, doc, [len(w) for w in wavs], wavs)
-    worst, gaps = 0.0, []
+    measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
+    worst, gaps, talked = 0.0, [], []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
         heard = _part(turn, "heard", where) or {}
@@ -565,9 +573,15 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             continue
         _require(seen.first_sound is not None, f"{where}: dial.json hears the reply at {first:.1f} ms, call.wav's heard "
                                                "channel is silent after the caller's end")
+        over = bool(heard.get("talked_over"))
+        _require(over == seen.talked_over, f"{where}: talked_over {over} in {ARTIFACT}, call.wav's heard channel "
+                                           f"{'sounds' if seen.talked_over else 'does not sound'} across the caller's "
+                                           "speech end (settings.talked_over_rule)")
         pairs = [("caller speech end", call.ms(seen.speech_end), _must(caller, "speech_end_ms", f"{where} caller")),
-                 ("first heard sound", call.ms(seen.first_sound), first),
-                 ("heard gap", call.ms(seen.first_sound - seen.speech_end), _must(heard, "gap_ms", f"{where} heard"))]
+                 ("first heard sound", call.ms(seen.first_sound), first)]
+        if not over:  # a talked-over turn has no gap (null, with why): the audio across its end is no reply
+            pairs.append(("heard gap", call.ms(seen.first_sound - seen.speech_end),
+                          _must(heard, "gap_ms", f"{where} heard")))
         last = _opt(heard, "last_sound_ms", f"{where} heard")
         if last is not None and seen.last_sound is not None:
             pairs.append(("last heard sound", call.ms(seen.last_sound), last))
@@ -575,10 +589,15 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             _require(abs(on_file - stated) <= allowed, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms "
                                                        f"in {ARTIFACT} (more than {allowance} apart)")
             worst = max(worst, abs(on_file - stated))
+        if over:
+            talked.append(where)
+            continue
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
+    over = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
     if not gaps:
-        raise NotCheckable("no turn's reply was heard: no gap to measure")
-    return f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of {ARTIFACT}'s"
+        raise NotCheckable(f"no turn's reply was heard: no gap to measure{over}")
+    return (f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of "
+            f"{ARTIFACT}'s{over}")
 
 
 def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]]]:
@@ -593,7 +612,9 @@ def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]
 def check_barge_in(out: RunFolder | Any) -> str:
     """Law: a barge-in's onset is the caller's next line's true start (the samples sent) and comes while this
     turn's reply was heard; its heard silence re-measured on call.wav (the first moment after the onset from which
-    the heard channel stays silent for 200 ms) equals dial.json's within one sample at the line's rate (the same
+    the heard channel stays silent for 200 ms and the reply does not resume: measure.BARGE_SILENCE_RULE, the
+    dialer's own function, with the event log's clears; the pauses passed over are barge_in.resumed_ms) equals
+    dial.json's within one sample at the line's rate (the same
     samples the dialer measured: the re-measure is exact); heard_after_onset is their
     difference; a clear stated is a clear in the event log, between the onset and the silence it caused (+ a
     frame); the words heard are counted as stated."""
@@ -605,7 +626,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
     call = recording(folder, doc)
     frame = _frame_ms(doc)  # the clear's causal window (a tick), not the re-measure's allowance
     allowed, allowance = _one_sample(doc)
-    _, heard_floor = _floors(doc)
+    heard_ear = ear(call, doc)
     clears = [_t(r, n) for n, r in enumerate(_events(folder, doc), 1) if r.get("dir") == "down" and r.get("event") == "clear"]
     turns = doc["turns"]
     lines = []
@@ -622,7 +643,16 @@ def check_barge_in(out: RunFolder | Any) -> str:
         after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
         _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
                                                                 f"onset = {stated - onset}")
-        silent = silent_from(call.right, heard_floor, call.at(onset), round(_silent_run(doc) * call.rate / 1000))
+        line_end = call.at(_must(following, "speech_end_ms", "caller"))
+        silent, resumed = barge_silence(heard_ear, doc, call.at(onset), line_end,
+                                        [at_sample(t, call.rate) for t in clears])
+        stated_resumed = barge.get("resumed_ms", [])
+        _require(isinstance(stated_resumed, list) and len(stated_resumed) == len(resumed) and all(
+            isinstance(p, list) and len(p) == 2 and all(abs(_num(x, f"{where} barge_in.resumed_ms") - call.ms(y))
+                                                        <= allowed for x, y in zip(p, pair))
+            for p, pair in zip(stated_resumed, resumed)),
+            f"{where}: barge_in.resumed_ms {stated_resumed!r}, call.wav's heard channel resumes after "
+            f"{[[round(call.ms(a), 3), round(call.ms(b), 3)] for a, b in resumed]} (settings.barge_silence_rule)")
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
         _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
@@ -660,7 +690,9 @@ def check_schedule(out: RunFolder | Any) -> str:
     later sound lies after the next line's start. That is no broken schedule when call.wav's heard channel was silent
     for those reply_end_ms + think_ms right before the line (within a frame): the check passes and counts the
     reply that resumed into the caller's line; if the channel was not silent then, the caller did not follow its
-    rule and it fails."""
+    rule and it fails. A barge-in's timing is also the caller's live judgement where the two differ: while calling it
+    took a frame above FLOOR_MIN as the reply heard (the heard floor, over the audio received, is known only after
+    the call), so a click or comfort noise under the final floor may start its count."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     settings, frame = _obj(doc, "settings"), _frame_ms(doc)
@@ -672,7 +704,7 @@ def check_schedule(out: RunFolder | Any) -> str:
     lines = 0
     resumed: list[str] = []
     call: Recording | None = None  # read only when a reply resumed after the caller's line started
-    heard_floor = 0
+    heard_ear: Heard | None = None
     for position, (where, turn) in enumerate(_turns(doc)):
         barge = _part(turn, "barge_in", where)
         _require(barge is None or turn.get("index") in planned,
@@ -684,20 +716,27 @@ def check_schedule(out: RunFolder | Any) -> str:
         first, last = _opt(heard, "first_sound_ms", f"{where} heard"), _opt(heard, "last_sound_ms", f"{where} heard")
         if barge is not None:
             start = _must(following, "speech_start_ms", "caller")
-            _require(first is not None and abs(start - (first + after)) <= frame,
-                     f"{where}: the barge-in line's speech starts at {start:.1f} ms, the reply was first heard at "
-                     f"{first} ms + barge_in_after_ms {after:g}")
+            on_time = first is not None and abs(start - (first + after)) <= frame
+            if not on_time:
+                # the caller went by what it could judge live: the first frame after its line whose peak is above
+                # FLOOR_MIN (the heard floor, over the audio received, is known only after the call), so a click or
+                # noise under the final floor may have started its count
+                call = call or recording(folder, doc)
+                live = _live_first_sound(call, doc, turn, len(caller_wavs(folder, doc)[position]))
+                on_time = live is not None and abs(start - (call.ms(live) + after)) <= frame
+            _require(on_time, f"{where}: the barge-in line's speech starts at {start:.1f} ms, the reply was first "
+                              f"heard at {first} ms + barge_in_after_ms {after:g}")
         elif last is not None and reply_end is not None:
             offset = _must(following, "offset_ms", "caller")
             wait = _num(reply_end, "settings.reply_end_ms") + think
             earliest = last + wait
             if offset < earliest - frame:
-                if call is None:
-                    call, heard_floor = recording(folder, doc), _floors(doc)[1]
+                call = call or recording(folder, doc)
+                heard_ear = heard_ear or ear(call, doc)
                 # the quiet the caller waited for, right before its line (a frame's slack at the far edge: the
                 # dialer counts quiet in whole ticks)
-                sound = last_sound_end(call.right, heard_floor, call.at(offset - wait + frame), call.at(offset))
-                spoke_on = last_sound_end(call.right, heard_floor, call.at(offset), call.at(last + frame))
+                sound = heard_ear.last_sound(call.at(offset - wait + frame), call.at(offset))
+                spoke_on = heard_ear.last_sound(call.at(offset), call.at(last + frame))
                 _require(sound is None and spoke_on is not None,
                          f"turn {position + 2}'s line starts at {offset:.1f} ms, before {where}'s reply ended "
                          f"({last:.1f} ms) + reply_end_ms + think_ms = {earliest:.1f}, and "
@@ -708,6 +747,17 @@ def check_schedule(out: RunFolder | Any) -> str:
         lines += 1
     return (f"{lines} lines started as scheduled (after the heard reply ended + think, or a barge-in on time)"
             + (f"; the agent paused past the caller's reply end and spoke on: {'; '.join(resumed)}" if resumed else ""))
+
+
+def _live_first_sound(call: Recording, doc: Mapping[str, Any], turn: Mapping[str, Any], length: int) -> int | None:
+    """Where the caller judged a reply first heard while calling (dial.call's schedule): the first 20 ms frame
+    after the line's last frame sent whose peak is above FLOOR_MIN; its first sample, or None."""
+    fs = _frame_samples(doc)
+    at = call.at(_must(_obj(turn, "caller", "turn"), "offset_ms", "caller"))
+    k = (at + length + fs - 1) // fs
+    peaks = np.abs(call.right[k * fs:call.frames // fs * fs].astype(np.int32)).reshape(-1, fs).max(axis=1)
+    loud = np.flatnonzero(peaks > FLOOR_MIN)
+    return int(k + loud[0]) * fs if loud.size else None
 
 
 def check_event_order(out: RunFolder | Any) -> str:
@@ -810,7 +860,7 @@ def check_clears(out: RunFolder | Any) -> str:
     rows = _events(folder, doc)
     call = recording(folder, doc)
     frame = _frame_ms(doc)
-    _, floor = _floors(doc)
+    heard_ear = ear(call, doc)
     down = _down(rows)
     media = [(t, r) for t, r in down if r.get("event") == "media"]
     lost = [r for _, r in down if r.get("event") == "lost"]
@@ -822,7 +872,7 @@ def check_clears(out: RunFolder | Any) -> str:
              f"playout.lost_ms {stated}, the event log removes {removed * 1000.0 / _rate(doc):.3f} ms")
     # the playout buffer received what arrived minus what the line lost
     received = sum(_int(r.get("samples"), "down media samples") for _, r in media) - removed
-    loud = _loud(call.right, floor)
+    loud = heard_ear.mask
     heard = int(loud.sum())
     _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
     first_loud = np.flatnonzero(loud)
@@ -843,7 +893,7 @@ def check_clears(out: RunFolder | Any) -> str:
     for t in clears:
         resumed = next((m for m, _ in media if m > t), call.ms(call.frames))
         start, end = call.at(t + frame), call.at(resumed)
-        late = first_sound(call.right, floor, start, end)
+        late = heard_ear.first_sound(start, end)
         _require(late is None, f"a clear arrived at {t:.1f} ms, the heard channel still sounds at {call.ms(late or 0):.1f} ms "
                                f"(more than a {frame:g} ms frame later, before new audio arrived at {resumed:.1f} ms)")
     return f"{len(clears)} clear{'s' if len(clears) != 1 else ''}, each honoured within one frame; {heard} of {received} " \
@@ -935,7 +985,10 @@ def heard_minus_reported(doc: Mapping[str, Any]) -> list[float]:
 
 def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
     """dial.json's summary as its turns give it (the one median rule, nearest-rank p90)."""
-    return {"heard_gap_ms": _median_block(heard_gaps(doc)),
+    gaps = _median_block(heard_gaps(doc))
+    gaps["talked_over"] = sum(1 for _, turn in _turns(doc) if isinstance(turn.get("heard"), dict)
+                              and turn["heard"].get("talked_over") is True)
+    return {"heard_gap_ms": gaps,
             "barge_in_heard_after_onset_ms": _median_block(barge_in_after_onset(doc), p90=False),
             "heard_minus_reported_ms": _median_block(heard_minus_reported(doc), p90=False)}
 
@@ -954,6 +1007,8 @@ def check_summary(out: RunFolder | Any) -> str:
             continue  # LINE.md: null when no turn's agent number was reported
         _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
         for field, value in block.items():
+            if field == "talked_over" and field not in stated and not value:
+                continue  # a dial.json from before talked-over turns were told apart (dial_schema_version 1)
             _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
     gap = again["heard_gap_ms"]
     if not gap["n"]:
@@ -1095,8 +1150,7 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
             resumed = _must(at, "resumed_ms", f"{where} false_barge_in_at")
             _require(resumed - stop >= _silent_run(doc) - frame and resumed < limit,
                      f"{where}: heard silent {stop}..{resumed} ms: not a {_silent_run(doc):g} ms stop inside the reply")
-            floor = _floors(doc)[1]
-            again = first_sound(call.right, floor, call.at(stop), call.frames)
+            again = ear(call, doc).first_sound(call.at(stop), call.frames)
             _require(again is not None and abs(call.ms(again) - resumed) <= frame,
                      f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
                      f"{call.ms(again) if again is not None else 'never'}")
@@ -1150,9 +1204,9 @@ def check_cut_offs(out: RunFolder | Any) -> str:
     frame_ms = _frame_ms(doc)
     f = round(frame_ms * call.rate / 1000)
     wavs = caller_wavs(folder, doc)
-    measured = measure(call, doc, [len(w) for w in wavs], wavs)
-    _, heard_floor = _floors(doc)
-    hold = round(_silent_run(doc) * call.rate / 1000)
+    measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
+    heard_ear = ear(call, doc)
+    clears = clear_samples(folder, doc, call.rate)
     unknown = doc.get("unknown") if isinstance(doc.get("unknown"), dict) else {}
     counted, known, cut = 0, 0, []
     for position, ((where, turn), seen) in enumerate(zip(_turns(doc), measured)):
@@ -1165,14 +1219,14 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         looked_from, why = start, None
         previous = turns[position - 1] if position else None
         if previous is not None and _part(previous, "barge_in", f"turn {position}") is not None:
-            silent = silent_from(call.right, heard_floor, start, hold)
+            silent = barge_silence(heard_ear, doc, start, end, clears)[0]
             if silent is None:
                 why = "the reply cut into never goes silent on call.wav"
             elif silent >= end:
                 why = f"the reply cut into plays to the line's end on call.wav (silent at {call.ms(silent):.1f} ms)"
             else:
                 looked_from = silent
-        if why is None and end > call.frames and first_sound(call.right, heard_floor, looked_from, end) is None:
+        if why is None and end > call.frames and heard_ear.first_sound(looked_from, end) is None:
             why = "call.wav ends before the caller's line"
         if why is not None:
             _require(flag is None, f"{where}: cut_off {flag!r}, but {why}: the heard channel cannot show it")
@@ -1183,7 +1237,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
                                    f"{call.ms(looked_from):.1f}..{call.ms(end):.1f} ms whole")
         known += 1
         if at is None:
-            sound = first_sound(call.right, heard_floor, looked_from + f, end - f)
+            sound = heard_ear.first_sound(looked_from + f, end - f)
             _require(sound is None, f"{where}: no cut-off in {ARTIFACT}, call.wav's heard channel sounds at "
                                     f"{call.ms(sound or 0):.1f} ms, {call.ms(end - (sound or 0)):.0f} ms before the "
                                     "caller's speech end")
@@ -1197,9 +1251,9 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         _require(call.ms(looked_from) - frame_ms <= t < call.ms(end) + frame_ms,
                  f"{where}: a cut-off at {t:.1f} ms, outside the caller's span {call.ms(looked_from):.1f}.."
                  f"{call.ms(end):.1f} ms on call.wav")
-        _require(first_sound(call.right, heard_floor, sample - f, sample + f + 1) is not None,
+        _require(heard_ear.first_sound(sample - f, sample + f + 1) is not None,
                  f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel is silent within a frame of it")
-        earlier = first_sound(call.right, heard_floor, looked_from + f, sample - f)
+        earlier = heard_ear.first_sound(looked_from + f, sample - f)
         _require(earlier is None, f"{where}: a cut-off at {t:.1f} ms, call.wav's heard channel already sounds in the "
                                   f"caller's span at {call.ms(earlier or 0):.1f} ms")
         counted += 1

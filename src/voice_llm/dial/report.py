@@ -69,6 +69,14 @@ def heard_numbers(doc: Mapping[str, Any]) -> tuple[float, float, int]:
     return style.number(found, "median", where), style.number(found, "p90", where), int(style.number(found, "n", where))
 
 
+def talked_over(doc: Mapping[str, Any]) -> int:
+    """The turns the heard gap's summary left out as talked over (dial.json's settings.talked_over_rule; 0 in a
+    dial.json from before they were told apart)."""
+    block = style.mapping(doc.get("summary"), f"{DIAL} summary").get("heard_gap_ms")
+    value = block.get("talked_over") if isinstance(block, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _median_of(doc: Mapping[str, Any], key: str) -> tuple[float | None, int]:
     summary = style.mapping(doc.get("summary"), f"{DIAL} summary")
     block = summary.get(key)
@@ -82,8 +90,10 @@ def _median_of(doc: Mapping[str, Any], key: str) -> tuple[float | None, int]:
 def summary_sentence(doc: Mapping[str, Any]) -> str:
     """The section's sentence: what the caller hears, then what the agent says of itself and the line's share."""
     median, p90, n = heard_numbers(doc)
+    over = talked_over(doc)
+    left_out = f"; {over} turn{'' if over == 1 else 's'} talked over, left out" if over else ""
     text = (f"The caller hears the assistant {style.ms(median)} ms after they stop talking (median; p90 "
-            f"{style.ms(p90)} ms over {n} turn{'' if n == 1 else 's'}).")
+            f"{style.ms(p90)} ms over {n} turn{'' if n == 1 else 's'}{left_out}).")
     share, shared = _median_of(doc, "heard_minus_reported_ms")
     if share is not None:
         text += (f" The agent's own numbers leave out {style.ms(share)} ms of that (median over {shared} "
@@ -368,7 +378,7 @@ def waveform_section(folder: RunFolder) -> style.Chart | str:
     try:
         call = checks.recording(folder, doc)
         lengths = [len(w) for w in checks.caller_wavs(folder, doc)]
-        measured = checks.measure(call, doc, lengths)
+        measured = checks.measure(call, doc, lengths, clears=checks.clear_samples(folder, doc, call.rate))
     except checks.CheckFailed as exc:  # the files disagree with dial.json in a way that cannot be drawn
         raise ArtifactError(str(exc)) from exc
     return waveform_chart(doc, call, measured)

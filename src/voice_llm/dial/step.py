@@ -41,7 +41,9 @@ from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
-from voice_llm.dial.measure import CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS, Heard, ms, summary_of
+from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS,
+                                    TALKED_OVER_RULE, Heard, at_sample, heard_channel, ms, reply_silent_from,
+                                    summary_of)
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -51,7 +53,7 @@ from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOI
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
 DEFAULT_TURNS = 4
 CALL_WAV = f"{DIAL_DIR}/call.wav"
 PARTIAL_CALL_WAV = f"{DIAL_DIR}/partial-call.wav"
@@ -534,7 +536,7 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
     """Per turn the caller's true speech, the heard reply and any barge-in, from the two channels only."""
     rate = log.settings.line.rate
     frame = log.settings.line.frame_samples
-    heard = Heard.of(log.channel("right"), rate)
+    heard = heard_channel(log.channel("right"), rate, log.events, frame, log.settings.line.frame_ms)
     total = len(heard.samples)
     pad = int(HEARD_PAD_MS * rate / 1000)
     hold = int(SILENT_AFTER_MS * rate / 1000)
@@ -562,7 +564,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             unknown(f"{key}.heard", "no heard sound between the end of the caller's line and the next line"
                     if nxt else "no heard sound after the caller's line before the call ended")
         elif turn.barged and nxt is not None:
-            silent = heard.silent_from(next_start, total, hold)
+            silent, resumed = reply_silent_from(heard, next_start, next_end, hold,
+                                                [at_sample(t, rate) for t in clears], frame)
             last = heard.last_sound(first, silent if silent is not None else total)
             cleared = next((t for t in clears if t >= ms(next_start, rate) - log.settings.line.frame_ms), None)
             words = None
@@ -578,12 +581,18 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
                      "heard_silent_ms": ms(silent, rate) if silent is not None else None,
                      "heard_after_onset_ms": ms(silent - next_start, rate) if silent is not None else None,
                      "cleared_ms": cleared,
+                     "resumed_ms": [[ms(a, rate), ms(b, rate)] for a, b in resumed],
                      "words_heard": " ".join(words) if words is not None else None,
                      "words_heard_count": len(words) if words is not None else None}
             if cleared is None:
                 unknown(f"{key}.barge_in.cleared_ms", "no clear arrived after the onset")
         else:
             last = heard.last_sound(first, next_start)
+        # TALKED_OVER_RULE: audio playing across the caller's end is no reply to the line: its gap is no gap
+        over = first is not None and heard.talked_over(end, frame)
+        if over:
+            unknown(f"{key}.heard.gap_ms", "talked over: the agent's audio was still playing at the caller's speech "
+                                           "end (heard in the frame before it and the frame after it)")
         transcript = None
         if first is not None and last is not None:
             transcript = _transcribe(stt, heard.samples[max(0, first - pad):min(total, last + pad)], rate)
@@ -595,7 +604,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
                        "speech_end_ms": ms(end, rate), "floor": line.floor, "source": line.source,
                        "converted_from": line.converted_from},
             "heard": {"first_sound_ms": ms(first, rate) if first is not None else None,
-                      "gap_ms": ms(first - end, rate) if first is not None else None,
+                      "gap_ms": ms(first - end, rate) if first is not None and not over else None,
+                      "talked_over": over,
                       "last_sound_ms": ms(last, rate) if last is not None else None,
                       "transcript": transcript},
             "barge_in": barge,
@@ -612,7 +622,6 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             rows[-1]["caller"]["pauses_ms"] = [[ms(offset + a, rate), ms(offset + b, rate)] for a, b in line.pauses]
         unknown(f"{key}.wer", "what the agent understood is not on the line: no transcript of the caller's line was "
                               "reported by the agent")
-        del next_end
     return rows
 
 
@@ -662,7 +671,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
              unknown: _Unknown, identity: Mapping[str, Any] | None, stt_info: Mapping[str, Any] | None,
              otlp_block: Mapping[str, Any] | None, otlp_files: Sequence[str]) -> dict[str, Any]:
     line = log.settings.line
-    heard = Heard.of(log.channel("right"), line.rate)
+    heard = heard_channel(log.channel("right"), line.rate, log.events, line.frame_samples, line.frame_ms)
     gaps = [row["heard"]["gap_ms"] for row in rows if row["heard"]["gap_ms"] is not None]
     barge = [row["barge_in"]["heard_after_onset_ms"] for row in rows
              if row["barge_in"] and row["barge_in"]["heard_after_onset_ms"] is not None]
@@ -685,6 +694,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
     costs = log.cost_ms
     return {
         "schema_version": SCHEMA_VERSION,
+        "dial_schema_version": SCHEMA_VERSION,
         "agent": {"url": log.settings.url, "protocol": line.protocol, "headers": log.headers,
                   "identity": dict(identity) if identity is not None else None},
         "line": {**line.as_dict(), "jitter_ms": log.settings.jitter_ms, "loss_pct": log.settings.loss_pct,
@@ -704,7 +714,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                      "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
-                     "cut_off_rule": CUT_OFF_RULE,
+                     "cut_off_rule": CUT_OFF_RULE, "talked_over_rule": TALKED_OVER_RULE,
+                     "barge_silence_rule": BARGE_SILENCE_RULE,
                      "stt": options.heard_stt, "stt_engine": stt_info},
         "turns": rows,
         "playout": log.playout,
@@ -712,7 +723,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                            "max": round(max(costs), 3) if costs else None,
                            "what": "per 20 ms frame: encode + send + playout pop + record + mark echoes + schedule, "
                                    "plus the receive work (decode, push) since the previous tick"},
-        "summary": {"heard_gap_ms": summary_of(gaps),
+        "summary": {"heard_gap_ms": {**summary_of(gaps),
+                                     "talked_over": sum(1 for row in rows if row["heard"]["talked_over"])},
                     "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
                     "heard_minus_reported_ms": summary_of(diffs) if diffs else None,
                     "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in")),

@@ -90,6 +90,9 @@ def _heard(folder: RunFolder) -> Finding:
     if not _is_time(median):
         return Finding(HEARD_LABEL, "n/a", f"no turn's reply reached the caller ({DIAL} summary.heard_gap_ms)")
     turns = f", over {n} turns" if isinstance(n, int) and not isinstance(n, bool) else ""
+    over = block.get("talked_over")
+    if isinstance(over, int) and not isinstance(over, bool) and over > 0:  # dial's talked_over_rule: left out
+        turns += f" ({over} turn{'s' if over != 1 else ''} talked over left out: the agent's audio still playing)"
     return Finding(HEARD_LABEL, f"{median:.0f} / {p90:.0f} ms" if _is_time(p90) else f"{median:.0f} ms / n/a",
                    f"the silence from the end of the caller's speech to the first sound they heard, on a real "
                    f"line{turns}")

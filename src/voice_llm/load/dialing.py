@@ -201,6 +201,12 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
                        "late_frames": late if isinstance(late, int) else None,
                        "speech_end_ms": end, "first_sound_ms": _number(heard.get("first_sound_ms")),
                        "stream_sid": sid, "t0_epoch_ns": t0_ns})
+        if gap is None and heard.get("talked_over") is True:
+            # dial's TALKED_OVER_RULE: the agent's audio still played at the caller's end, no reply to time; the
+            # call goes on, so its later turns are still counted
+            sample["error"] = "talked over: the agent's audio still playing at the caller's speech end"
+            rows.append(sample)
+            continue
         if gap is None:
             sample["error"] = (error or "no heard reply after the caller's line")[:ERROR_CHARS]
             rows.append(sample)

@@ -95,19 +95,52 @@ class Utterance:
         return self.samples[self.start:self.end]
 
 
-def noise_floor(samples: np.ndarray) -> int:
-    """FLOOR_MIN, or NOISE_FACTOR x the peak of the quietest whole 32 ms frame when that is louder (a noisy
-    recording: its background would otherwise count as speech to the very end), at most FLOOR_MAX."""
-    whole = len(samples) // FRAME_SAMPLES
-    if whole == 0:
+def noise_floor(samples: np.ndarray, carried: Sequence[tuple[int, int]] | None = None) -> int:
+    """FLOOR_MIN, or NOISE_FACTOR x the peak of the quietest whole FRAME_SAMPLES frame when that is louder (a noisy
+    recording: its background would otherwise count as speech to the very end), at most FLOOR_MAX. ``carried``:
+    the [start, end) spans of ``samples`` that carried audio (the frames are taken inside them only): the digital
+    silence put around the audio (a lead-in, an idle playout buffer's padding) is no background, and would hold
+    the floor at FLOOR_MIN whatever the audio's own noise (issue 41 item 3)."""
+    spans = [(0, len(samples))] if carried is None else carried
+    quietest: int | None = None
+    for start, end in spans:
+        start, end = max(0, start), min(len(samples), end)
+        whole = max(0, end - start) // FRAME_SAMPLES
+        if whole:
+            part = np.abs(samples[start:start + whole * FRAME_SAMPLES].astype(np.int32))
+            peak = int(part.reshape(whole, FRAME_SAMPLES).max(axis=1).min())
+            quietest = peak if quietest is None else min(quietest, peak)
+    if quietest is None:
         return FLOOR_MIN
-    peaks = np.abs(samples[:whole * FRAME_SAMPLES].astype(np.int32)).reshape(whole, FRAME_SAMPLES).max(axis=1)
-    return min(FLOOR_MAX, max(FLOOR_MIN, int(NOISE_FACTOR * int(peaks.min()))))
+    return min(FLOOR_MAX, max(FLOOR_MIN, int(NOISE_FACTOR * quietest)))
 
 
-def audible_span(samples: np.ndarray, floor: int) -> tuple[int, int] | None:
-    """(first sample above ``floor``, one past the last), or None when no sample is."""
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > floor)
+def lead_samples(rate: int) -> int:
+    """The LEAD_MS of digital silence before each caller line's own audio, at ``rate``."""
+    return LEAD_MS * rate // 1000
+
+
+def sound_mask(samples: np.ndarray, floor: int, min_samples: int = 1) -> np.ndarray:
+    """Per sample: is it sound. A sample above ``floor`` is sound when it belongs to a run of such samples lasting
+    at least ``min_samples`` (samples above the floor less than ``min_samples`` apart are one run; the run lasts
+    from its first to its last): a click, or a spike of noise shorter than a frame, is no sound."""
+    loud = np.abs(samples.astype(np.int32)) > floor
+    if min_samples <= 1:
+        return loud
+    at = np.flatnonzero(loud)
+    if at.size == 0:
+        return loud
+    breaks = np.flatnonzero(np.diff(at) >= min_samples)
+    firsts = np.concatenate([[0], breaks + 1])
+    lasts = np.concatenate([breaks, [at.size - 1]])
+    short = at[lasts] - at[firsts] + 1 < min_samples  # per run: shorter than min_samples
+    loud[at[np.repeat(short, lasts - firsts + 1)]] = False
+    return loud
+
+
+def audible_span(samples: np.ndarray, floor: int, min_samples: int = 1) -> tuple[int, int] | None:
+    """(first sample that is sound, one past the last) by :func:`sound_mask`, or None when no sample is."""
+    loud = np.flatnonzero(sound_mask(samples, floor, min_samples))
     if loud.size == 0:
         return None
     return int(loud[0]), int(loud[-1]) + 1
