@@ -66,7 +66,7 @@ from voice_llm.speech import stt as sttmod
 from voice_llm.speech.wer import total, wer
 from voice_llm.tts.segmenting import make_segmenter
 
-MAX_TOKENS = 24  # the agent's reply length (LINE.md)
+MAX_TOKENS = 24  # the agent's reply length (docs/line.md)
 DOCS = 4  # the clinic system prompt's documents, as converse and the agent use
 LINE_MS = 20.0 + 40.0  # one uplink/downlink frame + the phone's jitter buffer (line/playout.py default)
 TAIL_S = 1.0  # silence after each line: the endpointer needs it to fire

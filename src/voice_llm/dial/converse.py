@@ -9,7 +9,7 @@ dial/agent.log, also when the call failed.
 
 The agent is a separate process on purpose: the caller measures it on the other side of the line, as it would a
 foreign agent, and the agent's CPU is not the dialer's (its tick keeps real time while the agent computes).
-The contract with the agent (flags, ready line) is LINE.md's.
+The contract with the agent (flags, ready line) is docs/line.md's.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def prepare(options: StepOptions) -> None:
 
 
 def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_endpoint: str | None) -> list[str]:
-    """The agent's command line for this lab's server and these options (LINE.md's agent flags)."""
+    """The agent's command line for this lab's server and these options (docs/line.md's agent flags)."""
     command = [sys.executable, "-m", "voice_llm", "agent", "--listen", "127.0.0.1:0", "--url", ctx.client.base_url,
                "--protocol", options.protocol, "--max-calls", "1", "--ready-file", str(ready_file),
                "--stt", options.stt, "--kb", str(ctx.kb_dir), "--dialogue", options.dialogue]

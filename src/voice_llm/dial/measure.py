@@ -1,4 +1,4 @@
-"""What the caller heard, measured on the two channels of the recording only (issue 27 item 3, LINE.md "What the
+"""What the caller heard, measured on the two channels of the recording only (issue 27 item 3, docs/line.md "What the
 dialer measures"): left = the samples sent, right = what left the playout buffer, both at the line's rate with
 sample 0 = call-clock 0.
 

@@ -38,7 +38,7 @@ _BARGE_AXIS = "ms after the caller cut in (true onset of their speech)"
 _CALL_AXIS = "call clock (s; 0 = sample 0 of dial/call.wav)"
 _ENVELOPE_MS = 10.0  # the waveform drawn as its min..max per 10 ms (moved from converse/report.py)
 FULL_SCALE = 32768.0
-# The agent's parts in the order they chain (voice-llm's agent: LINE.md "The agent"); any other part it reports
+# The agent's parts in the order they chain (voice-llm's agent: docs/line.md "The agent"); any other part it reports
 # is drawn after these, in its own order.
 PARTS = (
     ("endpoint_wait", "endpoint wait", style.ORANGE, 1.0),
