@@ -21,11 +21,12 @@ DEFAULT_MAX_CALLS = 1
 DEFAULT_MAX_TOKENS = 48  # docs/line.md: a reply the caller may talk over must still be streaming then
 DEFAULT_ENDPOINT_MS = 300.0
 DEFAULT_STRATEGY = "clauses"
-# Piper's onnxruntime threads in the agent (None: onnxruntime's default, one per core). Chosen by the heard gap, not
-# by the stage alone: on a quiet machine (BENCHMARKS.md "Quiet machine: the floor, the cores", 2026-12-02)
-# floor_bench timed Piper's first audio beside a generating llama-server at 210 ms with 1 thread and 456 ms with 2, but in the agent's calls (the
-# A/B of benchmarks/preemptive_ab.py --a-args "--tts-threads 1" --b-args=--tts-threads=2, 8 turns each) one thread
-# was slower where it counts: TTS stage 331 vs 221 ms, heard median 2455 vs 2275 ms. So the default stays every core.
+# Piper's onnxruntime threads in the agent (None: onnxruntime's default, one per core). Chosen by the heard gap, not by
+# the stage alone: on a quiet machine (BENCHMARKS.md "Quiet machine: the floor, the cores", 2026-12-02) floor_bench
+# timed Piper's first audio beside a generating llama-server at 210 ms with 1 thread and 456 ms with 2, but in the
+# agent's calls (the A/B of benchmarks/preemptive_ab.py --a-args "--tts-threads 1" --b-args=--tts-threads=2, 8 turns
+# each) one thread was slower where it counts: TTS stage 331 vs 221 ms, heard median 2455 vs 2275 ms. So the default
+# stays every core.
 DEFAULT_TTS_THREADS: int | None = None
 # Whisper's encoder window for the caller's turns. 30 s is Whisper's own (faster-whisper pads every utterance to it);
 # a turn of a phone call is a few seconds, and a 10 s window encodes a third of the frames. Measured before it was
