@@ -8,7 +8,7 @@ is the one the jitter delay counts from), and the tick sleeps to absolute deadli
 perf_counter, never accumulated sleeps). Threads would need a lock around the buffer and would fight over the GIL
 at every frame on a 2-core machine.
 
-Tick k (LINE.md "Clocks"): send uplink frame k (the caller's line, or silence), pop downlink frame k from the
+Tick k (docs/line.md "Clocks"): send uplink frame k (the caller's line, or silence), pop downlink frame k from the
 phone's ear (voice_llm.line.playout), append both to the live recording (left sent, right heard), echo the marks
 that have played, advance the turn schedule from what was heard. A tick that starts more than one frame late is
 counted; no frame of the recording is ever skipped. The dialer's own cost per frame (the tick's work plus the
@@ -442,7 +442,7 @@ class _Call:
         return np.zeros(self.frame_samples, np.int16)
 
     def advance(self, tick: int, heard: np.ndarray) -> None:
-        """The turn schedule (LINE.md "Turn scheduling"), after tick ``tick`` played ``heard``."""
+        """The turn schedule (docs/line.md "Turn scheduling"), after tick ``tick`` played ``heard``."""
         s = self.s
         ms = self.line.frame_ms
         loud = np.flatnonzero(np.abs(heard.astype(np.int32)) > s.live_floor)

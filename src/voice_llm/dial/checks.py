@@ -2,7 +2,7 @@
 files alone, through the run folder's jail (voice_llm.run.folder.RunFolder: no link, no FIFO, no file outside OUT).
 
 The recording is a recording now (the dialer appended each 20 ms frame as it was sent and as it left the playout
-buffer: LINE.md "Clocks"), so measuring it again is an independent measurement, not a number compared with itself:
+buffer: docs/line.md "Clocks"), so measuring it again is an independent measurement, not a number compared with itself:
 the heard gaps, the last heard sound of each reply and a barge-in's heard silence are re-measured on call.wav's
 samples with the artifact's own floor rule; the caller channel is compared sample by sample with the caller WAVs;
 the event log is replayed for the line's own rules (sequence numbers, clears, marks); the summary, the WER and the
@@ -46,7 +46,7 @@ ARTIFACT = DIAL
 TOLERANCE_MS = 2e-3  # numbers recomputed from numbers the artifact rounds to 0.001 ms (two roundings apart)
 SAMPLE_ROUNDING_MS = 1e-3  # a sample's time as an artifact may round it
 STAMP_MS = 1.0  # two readings of the clock for one arrival (the event and the mark's queued_ms)
-SILENT_RUN_MS = 200.0  # LINE.md: a barge-in's heard silence is the first moment it stays silent this long
+SILENT_RUN_MS = 200.0  # docs/line.md: a barge-in's heard silence is the first moment it stays silent this long
 MOUTH_TO_EAR_TARGET_MS = 1200.0  # issue 27: target median at a 300 ms endpoint
 DIALER_COST_MS = 2.0  # issue 27: the dialer's own cost per frame, median
 LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this many frames before it is a finding
@@ -148,7 +148,7 @@ def line_floor(doc: Mapping[str, Any], turn: Mapping[str, Any], where: str) -> i
 
 def _silent_run(doc: Mapping[str, Any]) -> float:
     """How long the heard channel must stay silent to count as a barge-in's heard silence (settings.silent_after_ms,
-    LINE.md's 200 ms when not stated)."""
+    docs/line.md's 200 ms when not stated)."""
     settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
     value = settings.get("silent_after_ms")
     return SILENT_RUN_MS if value is None else _num(value, "settings.silent_after_ms")
@@ -223,7 +223,7 @@ def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Rec
     return call
 
 
-# --- measuring the recording (the rules of LINE.md "What the dialer measures, only at the ear") -----------------
+# --- measuring the recording (the rules of docs/line.md "What the dialer measures, only at the ear") -----------------
 
 
 def ear(call: Recording, doc: Mapping[str, Any]) -> Heard:
@@ -316,7 +316,7 @@ def check_values(out: RunFolder | Any) -> str:
     mu-law only; a floor follows speech.caller's rule (FLOOR_MIN..FLOOR_MAX); the settings plan at least the turns
     there are, barge-ins on planned turns; times of one turn in the order they can happen (the caller's line is
     fed from its offset, speech starts before it ends, a reply is first heard after the speech ended and ends after
-    it began); every null agent number has its reason in ``unknown`` (LINE.md: never 0, never silent). Impossible
+    it began); every null agent number has its reason in ``unknown`` (docs/line.md: never 0, never silent). Impossible
     evidence is a FAIL, not a finding (issue 31 item 13)."""
     doc = _doc(out)
     line = _line(doc)
@@ -474,7 +474,7 @@ def check_recording(out: RunFolder | Any) -> str:
     floors are the stated rule's (dial.measure.FLOOR_RULE, the dialer's own functions) on the samples they were
     taken from (each line's own after its lead-in; the heard channel's frames the event log says carried received
     audio); each turn's speech_start / speech_end are its first and last sample above its floor
-    (the true start and end, LINE.md)."""
+    (the true start and end, docs/line.md)."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
     call = recording(folder, doc)
@@ -997,14 +997,14 @@ def check_summary(out: RunFolder | Any) -> str:
     """Law: the summary is its turns': the heard gap's median (voice_llm.util.stats.median, always a measured
     value, so equal exactly), p90 and count, the barge-ins' heard-after-onset median and the line's share's median,
     over the turns that have them (a summary of none: {"median": null, "n": 0}; heard_minus_reported_ms may be null,
-    as LINE.md allows)."""
+    as docs/line.md allows)."""
     doc = _doc(out)
     summary = _obj(doc, "summary")
     again = summary_of(doc)
     for key, block in again.items():
         stated = summary.get(key)
         if stated is None and key == "heard_minus_reported_ms" and not block["n"]:
-            continue  # LINE.md: null when no turn's agent number was reported
+            continue  # docs/line.md: null when no turn's agent number was reported
         _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
         for field, value in block.items():
             if field == "talked_over" and field not in stated and not value:
