@@ -237,18 +237,19 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         right[at:at + len(part)] = part
     (out / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
     n_frames = total // FS
-    # Uplink: connected and start before the first frame, one media per tick, stop after the last.
+    # Uplink: connected and start before the first frame, frame k sent at tick k + 1 (its audio captured: the
+    # last at the hang-up), stop after the last.
     event(0.0, dir="up", event="connected")
     event(0.0, dir="up", event="start")
-    # A stall at frame 100 (late_frames > 0): the loop resumes 10 ms into the frame after the last late one and
+    # A stall at tick 100 (late_frames > 0): the loop resumes 10 ms into the frame after the last late one and
     # sends the overdue frames at once, so exactly ``late_frames`` ticks ran more than a frame late.
     resume = 100 * FRAME_MS + FRAME_MS * plan.late_frames + 10.0 if plan.late_frames else -1.0
     for k in range(n_frames):
-        t = k * FRAME_MS + 0.3
-        if plan.late_frames and 100 <= k and t < resume:
-            t = resume + 0.01 * (k - 100)
+        t = (k + 1) * FRAME_MS + 0.3
+        if plan.late_frames and 100 <= k + 1 and t < resume:
+            t = resume + 0.01 * (k + 1 - 100)
         event(t, dir="up", event="media", chunk=k + 1, timestamp=int(k * FRAME_MS))
-    event(end_ms + 0.5, dir="up", event="stop")
+    event(max(end_ms, n_frames * FRAME_MS + 0.3) + 0.5, dir="up", event="stop")
     rows = [e for _, _, e in sorted(events, key=lambda x: (x[0], x[1]))]
     seq = 0
     for row in rows:  # Twilio numbers every message the caller side sends after `connected`

@@ -50,12 +50,14 @@ def test_heard_gaps_are_the_agents_delays_plus_the_jitter_buffer(call):
     doc, agent, _ = call
     assert [s.turn for s in agent.sent] == [1, 2, 3]
     for turn, sent in zip(doc["turns"], agent.sent):
-        # The agent answered `delay` after the caller's last loud frame arrived; that frame was sent at its start
-        # (up to one frame before the speech end it holds), and the phone's ear adds the jitter delay rounded up to
-        # the next frame: so heard gap = delay + jitter within one frame.
+        # The agent answered `delay` after the caller's last loud frame arrived; that frame was sent when its audio
+        # had been captured (at the end of the frame holding the speech end: never before it), and the phone's ear
+        # adds the jitter delay rounded up to the next frame: so heard gap = delay + jitter within one frame, and
+        # never less (issue 41 item 4: a frame sent at its start made gaps up to a frame short of a real phone's)
         expected = sent.delay_ms + JITTER_MS
         assert abs(turn["heard"]["gap_ms"] - expected) <= FRAME_MS + slack(doc), (turn["index"], turn["heard"],
                                                                                    expected, slack(doc))
+        assert turn["heard"]["gap_ms"] >= expected - EPS_MS, (turn["index"], turn["heard"], expected)
     assert doc["summary"]["heard_gap_ms"]["n"] == 3
 
 
@@ -114,6 +116,23 @@ def test_uplink_is_twilio_media_streams_in_real_time(call):
     times = [row["t_ms"] for row in rows]
     assert times == sorted(times)
     assert doc["playout"]["frames"] == len(media)
+
+
+def test_an_uplink_frame_leaves_when_its_audio_has_been_captured(call):
+    """Issue 41 item 4: frame k holds the caller's audio of [k, k+1) frames; a phone sends it once that audio was
+    spoken, at tick k + 1, never at tick k's start (a frame early: every gap and barge-in time came out up to 20 ms
+    short). The last frame leaves at the hang-up, after its audio, before the stop."""
+    doc, agent, out = call
+    import json
+
+    rows = [json.loads(line) for line in (out / "dial" / "events.jsonl").read_text().splitlines()]
+    media = [row for row in rows if row.get("dir") == "up" and row["event"] == "media"]
+    for row in media:
+        frame = row["timestamp"] / FRAME_MS
+        assert row["t_ms"] >= (frame + 1) * FRAME_MS - 0.5, row
+    assert len(media) == doc["playout"]["frames"]
+    stop = next(row for row in rows if row.get("event") == "stop")
+    assert media[-1]["t_ms"] >= doc["playout"]["frames"] * FRAME_MS - 0.5 and stop["t_ms"] >= media[-1]["t_ms"]
 
 
 def test_recording_is_the_call_as_it_happened(call):

@@ -207,6 +207,16 @@ def test_a_skipped_chunk_or_timestamp_fails(call: Path) -> None:
     assert "timestamp" in failed(call)["check_uplink"]
 
 
+def test_an_uplink_frame_sent_before_its_audio_ended_fails(call: Path) -> None:
+    """Issue 41 item 4: frame k leaves at tick k + 1, when its audio has been spoken; one sent at tick k's start
+    (the dialer's old timing: a frame early) fails."""
+    rows = events(call)
+    media = [r for r in rows if r.get("dir") == "up" and r["event"] == "media"]
+    media[50]["t_ms"] = media[50]["timestamp"] + 0.3  # tick 50's start, before the frame's audio of [50, 51)
+    save_events(call, rows)
+    assert "before its audio ended" in failed(call)["check_uplink"]
+
+
 def test_events_out_of_order_fail(call: Path) -> None:
     rows = events(call)
     rows[100]["t_ms"] = rows[101]["t_ms"] + 5.0

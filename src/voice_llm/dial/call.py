@@ -8,9 +8,12 @@ is the one the jitter delay counts from), and the tick sleeps to absolute deadli
 perf_counter, never accumulated sleeps). Threads would need a lock around the buffer and would fight over the GIL
 at every frame on a 2-core machine.
 
-Tick k (docs/line.md "Clocks"): send uplink frame k (the caller's line, or silence), pop downlink frame k from the
-phone's ear (voice_llm.line.playout), append both to the live recording (left sent, right heard), echo the marks
-that have played, advance the turn schedule from what was heard. A tick that starts more than one frame late is
+Tick k (docs/line.md "Clocks"): capture uplink frame k (the caller's line, or silence: the audio of [k, k+1)) and
+send frame k-1, whose audio has now been captured (a phone packetizes a frame once its 20 ms were spoken: sending
+frame k at tick k's start put it on the line a frame before its audio existed, and every gap came out up to a frame
+short), pop downlink frame k from the phone's ear (voice_llm.line.playout), append both to the live recording (left
+the caller's audio at its own time, right heard), echo the marks that have played, advance the turn schedule from
+what was heard. The last frame leaves at the hang-up, when its audio ends. A tick that starts more than one frame late is
 counted; no frame of the recording is ever skipped. The dialer's own cost per frame (the tick's work plus the
 receive work since the last tick: decode, playout push, mark handling) is measured on perf_counter.
 
@@ -236,6 +239,8 @@ class _Call:
         self.barge_watch: tuple[int, float] | None = None  # (turn barged into, onset ms) until its heard silence
         self.on_note = on_note
         self.noted: set[int] = set()  # the turns whose end was told
+        # the uplink frame captured at the last tick, sent at the next one (its audio has ended then)
+        self.captured: tuple[int, np.ndarray] | None = None
 
     # --- clock and events ----------------------------------------------------------------------------------------
 
@@ -298,11 +303,12 @@ class _Call:
     async def send_text(self, text: str) -> None:
         await self.ws.send(text)
 
-    async def send_media(self, frame: np.ndarray, tick: int) -> None:
+    async def send_media(self, frame: np.ndarray, index: int) -> None:
+        """Uplink frame ``index`` (the audio of [index, index + 1) on the call clock), sent at tick index + 1."""
         payload = wire.encode(self.line, frame)
         # A frame lost in transit was numbered by the sender: the agent sees the gap in sequenceNumber, chunk and
         # timestamp (Twilio) or in time (pcm). The events say where (checks.check_uplink accepts only those gaps).
-        lost = self.up_loss.lost(tick)
+        lost = self.up_loss.lost(index)
         if lost:
             self.log.lost_up_frames += 1
         if self.twilio:
@@ -310,13 +316,20 @@ class _Call:
             seq = self._next_seq()
             if not lost:
                 await self.ws.send(wire.caller_media(seq, self.log.stream_sid, self.chunk,
-                                                     tick * self.line.frame_ms, payload))
+                                                     index * self.line.frame_ms, payload))
             self.event(dir="up", event="lost" if lost else "media", seq=seq, chunk=self.chunk,
-                       timestamp=tick * self.line.frame_ms)
+                       timestamp=index * self.line.frame_ms)
         else:
             if not lost:
                 await self.ws.send(payload)
-            self.event(dir="up", event="lost" if lost else "media", frame=tick)
+            self.event(dir="up", event="lost" if lost else "media", frame=index)
+
+    async def send_captured(self) -> None:
+        """Send the frame captured at the last tick: its audio has been spoken by now (docs/line.md "Clocks")."""
+        if self.captured is not None:
+            index, frame = self.captured
+            self.captured = None
+            await self.send_media(frame, index)
 
     async def echo_marks(self, names: Sequence[str], queued: dict[str, deque[tuple[float, float]]]) -> None:
         for name in names:
@@ -515,7 +528,8 @@ class _Call:
         up = self.uplink(k)
         if self.s.echo_db is not None:
             up = self.with_echo(up, k)
-        await self.send_media(up, k)
+        await self.send_captured()
+        self.captured = (k, up)
         popped = self.playout.pop()
         if popped.started:
             self.event(event="playout_start", frame=k)
@@ -624,6 +638,11 @@ class _Call:
         self.event(dir="up", event="start", seq=seq)
 
     async def hang_up(self) -> None:
+        # the last frame captured leaves when its audio has ended (the call's last tick + a frame), then the stop
+        wait = self.t0 + self.log.frames * self.frame_s - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await self.send_captured()
         self.log.hung_up_by_caller = True
         if self.twilio:
             seq = self._next_seq()

@@ -800,8 +800,10 @@ def check_event_order(out: RunFolder | Any) -> str:
 def check_uplink(out: RunFolder | Any) -> str:
     """Law: the caller's messages are numbered as Twilio numbers them: sequenceNumber +1 on every message after
     `connected`, media chunk +1 from 1 and timestamp + one frame from 0 (pcm: frame +1 from 0); one media per
-    frame of call.wav; frame k is sent no earlier than its tick (t0 + k frames: absolute deadlines, never early);
-    a frame sent more than two frames after its tick was a late tick, so late_frames counts at least those.
+    frame of call.wav (but the last, when the call failed: it leaves at the hang-up); frame k is sent no earlier than
+    its audio's end, tick k + 1 (t0 + (k + 1) frames: a phone packetizes a frame once it was spoken, absolute
+    deadlines, never early); a frame sent more than two frames after that tick was a late tick, so late_frames
+    counts at least those.
     A frame lost on the line (--loss) was numbered by the sender and never reached the agent: the numbers skip
     exactly there, and the event log records it (an up `lost` in the frame's place, with its numbers); any other
     gap is a FAIL, and a lost frame on a line without loss, or a count that is not line.lost_up_frames, too."""
@@ -832,12 +834,16 @@ def check_uplink(out: RunFolder | Any) -> str:
         else:
             _require(row.get("frame") == media, f"events line {number}: frame {row.get('frame')!r}, expected {media}")
         t = _t(row, number)
-        _require(t >= media * frame - 1.0, f"events line {number}: frame {media} sent at {t} ms, before its tick at "
-                                           f"{media * frame:g} ms")
-        overdue += t > (media + 2) * frame
+        due = (media + 1) * frame  # the tick after the frame's audio: its audio has been captured by then
+        _require(t >= due - 1.0, f"events line {number}: frame {media} sent at {t} ms, before its audio ended at "
+                                 f"{due:g} ms (sent at tick {media + 1})")
+        overdue += t > due + 2 * frame
         media += 1
     frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
-    _require(media == frames, f"{media} media frames sent or lost, playout.frames {frames} (one per tick)")
+    # a call that failed never hung up, so its last captured frame was never sent
+    unsent = 1 if doc.get("error") is not None and media == frames - 1 else 0
+    _require(media + unsent == frames, f"{media} media frames sent or lost, playout.frames {frames} (one per tick"
+                                       f"{'' if doc.get('error') is None else ', the last one unsent when the call failed'})")
     stated_lost = line.get("lost_up_frames")
     _require(stated_lost is None or stated_lost == lost, f"line.lost_up_frames {stated_lost}, the event log loses {lost}")
     late = _int(_obj(doc, "playout").get("late_frames"), "playout.late_frames")
