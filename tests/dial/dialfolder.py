@@ -248,6 +248,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         t = (k + 1) * FRAME_MS + 0.3
         if plan.late_frames and 100 <= k + 1 and t < resume:
             t = resume + 0.01 * (k + 1 - 100)
+            if t - (k + 1) * FRAME_MS > FRAME_MS:  # the dialer logs a late tick as it starts (LATE_TICK_RULE)
+                event(t - 0.001, event="late_tick", frame=k + 1, late_ms=round(t - 0.001 - (k + 1) * FRAME_MS, 3))
         event(t, dir="up", event="media", chunk=k + 1, timestamp=int(k * FRAME_MS))
     event(max(end_ms, n_frames * FRAME_MS + 0.3) + 0.5, dir="up", event="stop")
     rows = [e for _, _, e in sorted(events, key=lambda x: (x[0], x[1]))]

@@ -522,8 +522,9 @@ class _Call:
     async def tick(self, k: int) -> None:
         started = time.perf_counter()
         late_s = started - (self.t0 + k * self.frame_s)
-        if late_s > self.frame_s:
+        if late_s > self.frame_s:  # measure.LATE_TICK_RULE: the turns near it get no gap
             self.log.late_frames += 1
+            self.event(event="late_tick", frame=k, late_ms=round(late_s * 1000.0, 3))
         self.log.max_late_ms = max(self.log.max_late_ms, late_s * 1000.0)
         up = self.uplink(k)
         if self.s.echo_db is not None:

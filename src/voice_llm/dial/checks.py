@@ -32,7 +32,9 @@ import numpy as np
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
-from voice_llm.dial.measure import Heard, at_sample, caller_sound, heard_channel, reply_silent_from
+from voice_llm.dial.measure import (Heard, at_sample, caller_sound, heard_channel, late_tick_frames, near_late_tick,
+                                    reply_silent_from)
+from voice_llm.line.playout import jitter_frames
 from voice_llm.errors import ArtifactError
 from voice_llm.line import wire
 from voice_llm.run.folder import RunFolder
@@ -55,7 +57,8 @@ LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this ma
 PROTOCOLS = {"twilio": (("mulaw",), 8000), "pcm": (("pcm16", "mulaw"), None)}
 UP_EVENTS = {"connected", "start", "media", "lost", "mark", "stop"}  # lost: a frame numbered, lost in transit
 DOWN_EVENTS = {"media", "lost", "mark", "clear", "bad"}  # lost: received audio removed before the playout buffer
-PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line"}  # caller_line: a line starts (its frame)
+PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line", "late_tick"}  # caller_line: a line starts (its
+# frame); late_tick: a tick that started more than a frame late (measure.LATE_TICK_RULE)
 NOT_REPORTED = "agent's own numbers not reported"
 
 
@@ -383,12 +386,14 @@ def check_values(out: RunFolder | Any) -> str:
         _require(0 <= offset <= start < end, f"{where}: caller offset {offset}, speech {start}..{end} ms: impossible")
         heard = _part(turn, "heard", where) or {}
         first, gap, last = (_opt(heard, k, f"{where} heard") for k in ("first_sound_ms", "gap_ms", "last_sound_ms"))
-        over = heard.get("talked_over", False)
+        over, late = heard.get("talked_over", False), heard.get("late_tick", False)
         _require(isinstance(over, bool), f"{where}: heard.talked_over {over!r} is not true or false")
-        _require((first is None) == (gap is None) or (over and first is not None),
+        _require(isinstance(late, bool), f"{where}: heard.late_tick {late!r} is not true or false")
+        _require((first is None) == (gap is None) or ((over or late) and first is not None),
                  f"{where}: heard first_sound_ms and gap_ms not both stated")
-        _require(not over or (gap is None and isinstance(unknown.get(f"turns[{position - 1}].heard.gap_ms"), str)),
-                 f"{where}: talked over, but its gap_ms is {gap!r} or has no reason in unknown")
+        for flag, what in ((over, "talked over"), (late, "near a late tick")):
+            _require(not flag or (gap is None and isinstance(unknown.get(f"turns[{position - 1}].heard.gap_ms"), str)),
+                     f"{where}: {what}, but its gap_ms is {gap!r} or has no reason in unknown")
         if first is not None:
             _require(first >= end, f"{where}: first heard sound at {first} ms, before the caller's speech end {end}")
             _require(gap is None or abs(gap - (first - end)) <= TOLERANCE_MS,
@@ -561,7 +566,10 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     allowed, allowance = _one_sample(doc)
     wavs = caller_wavs(folder, doc)
     measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
-    worst, gaps, talked = 0.0, [], []
+    late_ticks = late_tick_frames(_events(folder, doc))
+    frame = _frame_samples(doc)
+    jitter = jitter_frames(_num(_line(doc).get("jitter_ms"), "line.jitter_ms"), _frame_ms(doc))
+    worst, gaps, talked, late_near = 0.0, [], [], []
     for (where, turn), seen in zip(_turns(doc), measured):
         caller = _obj(turn, "caller", where)
         heard = _part(turn, "heard", where) or {}
@@ -577,9 +585,14 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
         _require(over == seen.talked_over, f"{where}: talked_over {over} in {ARTIFACT}, call.wav's heard channel "
                                            f"{'sounds' if seen.talked_over else 'does not sound'} across the caller's "
                                            "speech end (settings.talked_over_rule)")
+        # measure.LATE_TICK_RULE on the event log's late ticks: near one the recording is not when things happened
+        late = not seen.talked_over and near_late_tick(late_ticks, seen.speech_end, seen.first_sound, frame, jitter)
+        _require(bool(heard.get("late_tick")) == late,
+                 f"{where}: late_tick {bool(heard.get('late_tick'))} in {ARTIFACT}, the event log's late ticks "
+                 f"{'are' if late else 'are not'} near its speech end or first heard sound (settings.late_tick_rule)")
         pairs = [("caller speech end", call.ms(seen.speech_end), _must(caller, "speech_end_ms", f"{where} caller")),
                  ("first heard sound", call.ms(seen.first_sound), first)]
-        if not over:  # a talked-over turn has no gap (null, with why): the audio across its end is no reply
+        if not over and not late:  # a talked-over turn, or one near a late tick, has no gap (null, with why)
             pairs.append(("heard gap", call.ms(seen.first_sound - seen.speech_end),
                           _must(heard, "gap_ms", f"{where} heard")))
         last = _opt(heard, "last_sound_ms", f"{where} heard")
@@ -589,11 +602,12 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             _require(abs(on_file - stated) <= allowed, f"{where}: {what} {on_file:.1f} ms on call.wav, {stated:.1f} ms "
                                                        f"in {ARTIFACT} (more than {allowance} apart)")
             worst = max(worst, abs(on_file - stated))
-        if over:
-            talked.append(where)
+        if over or late:
+            (talked if over else late_near).append(where)
             continue
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
     over = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
+    over += f"; near a late tick (no gap): {', '.join(late_near)}" if late_near else ""
     if not gaps:
         raise NotCheckable(f"no turn's reply was heard: no gap to measure{over}")
     return (f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of "
@@ -848,6 +862,10 @@ def check_uplink(out: RunFolder | Any) -> str:
     _require(stated_lost is None or stated_lost == lost, f"line.lost_up_frames {stated_lost}, the event log loses {lost}")
     late = _int(_obj(doc, "playout").get("late_frames"), "playout.late_frames")
     _require(overdue <= late, f"{overdue} frames sent more than two frames after their tick, playout.late_frames {late}")
+    logged = sum(1 for row in rows if row.get("event") == "late_tick")
+    # every late tick is logged as it happens (measure.LATE_TICK_RULE), since dial_schema_version 3
+    _require(logged == late or (not logged and _int(doc.get("dial_schema_version", 1), "dial_schema_version") < 3),
+             f"{logged} late ticks in the event log, playout.late_frames {late}")
     gaps = f" but for the {lost} frames the log records lost" if lost else ""
     return f"{media} frames, sequence numbers{', chunks and timestamps' if twilio else ''} continuous{gaps}"
 
@@ -992,8 +1010,9 @@ def heard_minus_reported(doc: Mapping[str, Any]) -> list[float]:
 def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
     """dial.json's summary as its turns give it (the one median rule, nearest-rank p90)."""
     gaps = _median_block(heard_gaps(doc))
-    gaps["talked_over"] = sum(1 for _, turn in _turns(doc) if isinstance(turn.get("heard"), dict)
-                              and turn["heard"].get("talked_over") is True)
+    for flag in ("talked_over", "late_tick"):
+        gaps[flag] = sum(1 for _, turn in _turns(doc) if isinstance(turn.get("heard"), dict)
+                         and turn["heard"].get(flag) is True)
     return {"heard_gap_ms": gaps,
             "barge_in_heard_after_onset_ms": _median_block(barge_in_after_onset(doc), p90=False),
             "heard_minus_reported_ms": _median_block(heard_minus_reported(doc), p90=False)}
@@ -1013,8 +1032,8 @@ def check_summary(out: RunFolder | Any) -> str:
             continue  # docs/line.md: null when no turn's agent number was reported
         _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
         for field, value in block.items():
-            if field == "talked_over" and field not in stated and not value:
-                continue  # a dial.json from before talked-over turns were told apart (dial_schema_version 1)
+            if field in ("talked_over", "late_tick") and field not in stated and not value:
+                continue  # a dial.json from before such turns were told apart (dial_schema_version 1, 2)
             _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
     gap = again["heard_gap_ms"]
     if not gap["n"]:

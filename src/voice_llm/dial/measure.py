@@ -13,13 +13,14 @@ click was the reply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from voice_llm.line.playout import jitter_frames
 from voice_llm.speech.caller import (FLOOR_MAX, FLOOR_MIN, FRAME_SAMPLES, NOISE_FACTOR, audible_span, lead_samples,
                                      noise_floor, sound_mask)
 from voice_llm.util.stats import median, percentile
@@ -59,6 +60,17 @@ TALKED_OVER_RULE = ("a turn is talked over when the heard channel sounds both in
                     "speech end is that audio, not a reply to the line. Its heard.gap_ms is null (heard.talked_over "
                     "true, the reason in unknown), it is left out of summary.heard_gap_ms and counted in its "
                     "talked_over; the headline says how many turns were talked over")
+
+
+LATE_TICK_RULE = ("a tick is late when it started more than a frame after its deadline (t0 + k frames); the dialer "
+                  "logs each late tick as it happens (events.jsonl: a `late_tick` with its frame and late_ms; "
+                  "playout.late_frames counts them) and the recording still holds its frame at its nominal place, so "
+                  "near a late tick the recording is not when things happened: a turn's heard.gap_ms is null "
+                  "(heard.late_tick true, the reason in unknown, left out of summary.heard_gap_ms and counted in its "
+                  "late_tick) when a late tick lies within a tick of the one that sent the uplink frame holding the "
+                  "caller's last sound of speech (the agent heard the end late), or from the tick before the reply's "
+                  "first sound could have arrived (its frame less the jitter delay's frames) to the tick that played "
+                  "it (audio that came during a late tick is played a frame early on the recording)")
 
 
 BARGE_SILENCE_RULE = (f"a barged-in reply's heard silence (barge_in.heard_silent_ms) is the first moment after the "
@@ -150,6 +162,23 @@ def reply_silent_from(heard: Heard, onset: int, answer_from: int, hold: int, cle
             continue
         return moment, tuple(resumed)
     return None, tuple(resumed)
+
+
+def late_tick_frames(events: Sequence[Mapping[str, Any]]) -> frozenset[int]:
+    """The ticks the dialer logged as late (LATE_TICK_RULE), by frame."""
+    return frozenset(int(e["frame"]) for e in events if e.get("event") == "late_tick"
+                     and isinstance(e.get("frame"), int) and not isinstance(e.get("frame"), bool))
+
+
+def near_late_tick(late: Collection[int], speech_end: int, first_sound: int, frame: int, jitter_frames: int) -> bool:
+    """LATE_TICK_RULE for one turn (sample indices: ``speech_end`` one past the caller's last sound of speech,
+    ``first_sound`` the reply's first heard sample): is a late tick near either end (the dialer's and check's one
+    function)."""
+    if not late:
+        return False
+    sent = (speech_end - 1) // frame + 1  # frame k leaves at tick k + 1 (docs/line.md "Clocks")
+    played = first_sound // frame
+    return any(sent - 1 <= k <= sent + 1 or played - jitter_frames - 1 <= k <= played for k in late)
 
 
 def carried_spans(events: Sequence[Mapping[str, Any]], frame: int, frame_ms: float,

@@ -69,11 +69,12 @@ def heard_numbers(doc: Mapping[str, Any]) -> tuple[float, float, int]:
     return style.number(found, "median", where), style.number(found, "p90", where), int(style.number(found, "n", where))
 
 
-def talked_over(doc: Mapping[str, Any]) -> int:
-    """The turns the heard gap's summary left out as talked over (dial.json's settings.talked_over_rule; 0 in a
-    dial.json from before they were told apart)."""
+def talked_over(doc: Mapping[str, Any], flag: str = "talked_over") -> int:
+    """The turns the heard gap's summary left out as talked over (dial.json's settings.talked_over_rule), or with
+    ``flag="late_tick"`` as near a late tick (settings.late_tick_rule); 0 in a dial.json from before they were told
+    apart."""
     block = style.mapping(doc.get("summary"), f"{DIAL} summary").get("heard_gap_ms")
-    value = block.get("talked_over") if isinstance(block, Mapping) else None
+    value = block.get(flag) if isinstance(block, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -90,8 +91,9 @@ def _median_of(doc: Mapping[str, Any], key: str) -> tuple[float | None, int]:
 def summary_sentence(doc: Mapping[str, Any]) -> str:
     """The section's sentence: what the caller hears, then what the agent says of itself and the line's share."""
     median, p90, n = heard_numbers(doc)
-    over = talked_over(doc)
+    over, late = talked_over(doc), talked_over(doc, "late_tick")
     left_out = f"; {over} turn{'' if over == 1 else 's'} talked over, left out" if over else ""
+    left_out += f"; {late} turn{'' if late == 1 else 's'} near a late tick of the dialer's, left out" if late else ""
     text = (f"The caller hears the assistant {style.ms(median)} ms after they stop talking (median; p90 "
             f"{style.ms(p90)} ms over {n} turn{'' if n == 1 else 's'}{left_out}).")
     share, shared = _median_of(doc, "heard_minus_reported_ms")

@@ -41,9 +41,11 @@ from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
-from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE, SILENT_AFTER_MS,
-                                    TALKED_OVER_RULE, Heard, at_sample, heard_channel, ms, reply_silent_from,
+from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE,
+                                    LATE_TICK_RULE, SILENT_AFTER_MS, TALKED_OVER_RULE, Heard, at_sample,
+                                    heard_channel, late_tick_frames, ms, near_late_tick, reply_silent_from,
                                     summary_of)
+from voice_llm.line.playout import jitter_frames
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
@@ -53,7 +55,7 @@ from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOI
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
-SCHEMA_VERSION = 2  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
+SCHEMA_VERSION = 3  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
 DEFAULT_TURNS = 4
 CALL_WAV = f"{DIAL_DIR}/call.wav"
 PARTIAL_CALL_WAV = f"{DIAL_DIR}/partial-call.wav"
@@ -545,6 +547,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
     arrivals = [e["t_ms"] for e in log.events if e.get("dir") == "down" and e.get("event") == "media"]
     frame_ms = log.settings.line.frame_ms
     idles = [e["frame"] * frame_ms for e in log.events if e.get("event") == "playout_idle"]
+    late_ticks = late_tick_frames(log.events)
+    jitter = jitter_frames(log.settings.jitter_ms, frame_ms)
     rows: list[dict[str, Any]] = []
     turns = log.turns
     speech = [(t.offset_tick * frame + log.lines[t.index - 1].start, t.offset_tick * frame + log.lines[t.index - 1].end)
@@ -590,9 +594,15 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
             last = heard.last_sound(first, next_start)
         # TALKED_OVER_RULE: audio playing across the caller's end is no reply to the line: its gap is no gap
         over = first is not None and heard.talked_over(end, frame)
+        # LATE_TICK_RULE: near a late tick the recording's places are not when the caller spoke or heard
+        late = first is not None and not over and near_late_tick(late_ticks, end, first, frame, jitter)
         if over:
             unknown(f"{key}.heard.gap_ms", "talked over: the agent's audio was still playing at the caller's speech "
                                            "end (heard in the frame before it and the frame after it)")
+        elif late:
+            unknown(f"{key}.heard.gap_ms", "a late tick: the dialer ran more than a frame late near the caller's "
+                                           "speech end or the reply's first sound (events.jsonl late_tick), so the "
+                                           "recording does not show when either happened")
         transcript = None
         if first is not None and last is not None:
             transcript = _transcribe(stt, heard.samples[max(0, first - pad):min(total, last + pad)], rate)
@@ -604,8 +614,8 @@ def measure_turns(log: CallLog, stt: Any, unknown: _Unknown, no_stt: str) -> lis
                        "speech_end_ms": ms(end, rate), "floor": line.floor, "source": line.source,
                        "converted_from": line.converted_from},
             "heard": {"first_sound_ms": ms(first, rate) if first is not None else None,
-                      "gap_ms": ms(first - end, rate) if first is not None and not over else None,
-                      "talked_over": over,
+                      "gap_ms": ms(first - end, rate) if first is not None and not over and not late else None,
+                      "talked_over": over, "late_tick": late,
                       "last_sound_ms": ms(last, rate) if last is not None else None,
                       "transcript": transcript},
             "barge_in": barge,
@@ -715,6 +725,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                      "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
                      "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
                      "cut_off_rule": CUT_OFF_RULE, "talked_over_rule": TALKED_OVER_RULE,
+                     "late_tick_rule": LATE_TICK_RULE,
                      "barge_silence_rule": BARGE_SILENCE_RULE,
                      "stt": options.heard_stt, "stt_engine": stt_info},
         "turns": rows,
@@ -724,7 +735,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                            "what": "per 20 ms frame: encode + send + playout pop + record + mark echoes + schedule, "
                                    "plus the receive work (decode, push) since the previous tick"},
         "summary": {"heard_gap_ms": {**summary_of(gaps),
-                                     "talked_over": sum(1 for row in rows if row["heard"]["talked_over"])},
+                                     "talked_over": sum(1 for row in rows if row["heard"]["talked_over"]),
+                                     "late_tick": sum(1 for row in rows if row["heard"]["late_tick"])},
                     "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
                     "heard_minus_reported_ms": summary_of(diffs) if diffs else None,
                     "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in")),

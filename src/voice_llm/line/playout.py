@@ -72,6 +72,12 @@ class PlayoutCounts:
     pushed_samples: int  # accepted into the buffer
 
 
+def jitter_frames(jitter_ms: float, frame_ms: float) -> int:
+    """The jitter delay in whole frames, rounded up (40 ms at 20 ms frames is 2: a fraction of a frame cannot be
+    played on a tick)."""
+    return math.ceil(jitter_ms / frame_ms - 1e-9)
+
+
 class Playout:
     """The playout buffer of one call at the line's rate. Not thread-safe: one event loop (or one thread) drives it."""
 
@@ -86,7 +92,7 @@ class Playout:
         self.frame_ms = frame_samples * 1000.0 / rate
         self.jitter_ms = float(jitter_ms)
         # Whole frames of delay: 40 ms at 20 ms frames is 2 (a fraction of a frame cannot be played on a tick).
-        self.jitter_frames = math.ceil(self.jitter_ms / self.frame_ms - 1e-9)
+        self.jitter_frames = jitter_frames(self.jitter_ms, self.frame_ms)
         self.cap_samples = int(cap_s * rate)
         self._chunks: deque[np.ndarray] = deque()
         self._head = 0  # samples already consumed from _chunks[0]

@@ -207,6 +207,12 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
             sample["error"] = "talked over: the agent's audio still playing at the caller's speech end"
             rows.append(sample)
             continue
+        if gap is None and heard.get("late_tick") is True:
+            # dial's LATE_TICK_RULE: the caller's own tick ran late there, so the recording cannot time it; the
+            # reply was heard and the call goes on
+            sample["error"] = "a late tick: the dialer ran late near the speech end or the reply's first sound"
+            rows.append(sample)
+            continue
         if gap is None:
             sample["error"] = (error or "no heard reply after the caller's line")[:ERROR_CHARS]
             rows.append(sample)
