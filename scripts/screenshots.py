@@ -1,6 +1,7 @@
 """The README's screenshots (docs/*.png) and the stamp that says what they were made from (docs/screenshots.json).
 
     python scripts/screenshots.py make [--port 8093] [--out /tmp/shots-lab] [--repeat 1]   (`make screenshots`)
+    python scripts/screenshots.py render [--out /tmp/shots-lab]                            (the PNGs again)
     python scripts/screenshots.py check                                                     (exit 1 when stale)
 
 ``make`` runs a real lab in tmux (tmux + rich + headless Chromium, scripts/terminal_screenshot.py), keeps a frame
@@ -101,6 +102,7 @@ def read_stamp(path: Path = STAMP) -> dict[str, Any]:
 def write_stamp(stamp: dict[str, Any], path: Path = STAMP) -> None:
     # Atomic: a stamp half written (an interrupted make) must not pass for a current one.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.fchmod(fd, 0o644)  # mkstemp's 0600 would reach the repository as a file only its writer reads
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
@@ -149,6 +151,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # The live bar while the call on the line runs: a spinner, then the step's title (a finished step's line has a ✓).
 LIVE_CALL = re.compile(r"^(?!✓)\S*\s*converse: ", re.M)
 TMUX_SOCKET = f"voice-llm-shots-{os.getpid()}"
+SCREENS = "screenshots"  # the folder in the lab's OUT that keeps the captured screens
 RESULT = re.compile(r"^(\d+) passed, .*$", re.M)
 
 
@@ -196,48 +199,74 @@ def _from_first_step(ansi: str) -> str:
     return "\n".join(lines[first:])
 
 
-def _report_png(html: Path, png: Path, window: tuple[int, int]) -> None:
-    # As tests/report/test_report_browser.py: offline, quiet, one CSS px a PNG px.
+CHROMIUM = ["/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
+            "--virtual-time-budget=2000"]  # as tests/report/test_report_browser.py: offline, quiet, a CSS px a PNG px
+REPORT_WIDTH = 1400
+
+
+def _chromium(*args: str) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(["/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                        "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
-                        "--force-device-scale-factor=1", f"--user-data-dir={profile}",
-                        f"--window-size={window[0]},{window[1]}", "--virtual-time-budget=2000",
-                        f"--screenshot={png}", html.resolve().as_uri()],
-                       capture_output=True, timeout=120, check=True)
+        return subprocess.run([*CHROMIUM, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
 
 
-def make(port: int, out: Path, repeat: int, width: int, height: int) -> dict[str, Any]:
+def _report_png(html: Path, png: Path) -> None:
+    """The page down to its last chart: the page's own probe writes each chart's box (data-box) into the DOM, so
+    the window is made as tall as the charts reach (a fixed height cut the speak and call charts off)."""
+    url = html.resolve().as_uri()
+    dom = _chromium(f"--window-size={REPORT_WIDTH},4000", "--dump-dom", url)
+    bottoms = [int(top) + int(height) for top, height in re.findall(r'data-box="-?\d+,(-?\d+),\d+,(\d+)"', dom)]
+    if not bottoms:
+        raise RuntimeError(f"{html}: no chart was drawn (no data-box in the DOM)")
+    _chromium(f"--window-size={REPORT_WIDTH},{max(bottoms) + 60}", f"--screenshot={png}", url)
+
+
+def render(out: Path) -> dict[str, Any]:
+    """The three PNGs and the stamp from a lab run in ``out`` whose screens ``make`` kept there."""
     shot = _terminal_screenshot()
-    lab = [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out), "--repeat", str(repeat)]
-    shown = f"voice-llm lab --port {port} --out {out} --repeat {repeat}"
-    try:
-        live, whole = _lab_screens(lab, width, height, every_s=2.0, limit_s=1800)
-    finally:  # the lab leaves its server running for the next run; these screenshots want none left behind
-        subprocess.run([sys.executable, "-m", "voice_llm", "down", "--port", str(port)], capture_output=True)
+    pane = json.loads((out / SCREENS / "pane.json").read_text(encoding="utf-8"))
+    width, command = int(pane["width"]), str(pane["command"])
+    live = (out / SCREENS / "live.ansi").read_text(encoding="utf-8")
+    whole = (out / SCREENS / "whole.ansi").read_text(encoding="utf-8")
     plain = ANSI.sub("", whole)
     result = RESULT.search(plain)
     if result is None or "[exit 0]" not in plain:
         raise RuntimeError(f"the lab did not end with its result line and exit 0:\n{plain[-3000:]}")
-    shot.to_png(live, DOCS / PROGRESS_PNG, width, shown)
-    shot.to_png(_from_first_step(whole), DOCS / SUMMARY_PNG, width, shown)
-    _report_png(out / "report.html", DOCS / REPORT_PNG, (1400, 4000))
+    shot.to_png(live, DOCS / PROGRESS_PNG, width, command)
+    shot.to_png(_from_first_step(whole), DOCS / SUMMARY_PNG, width, command)
+    _report_png(out / "report.html", DOCS / REPORT_PNG)
     steps = plan()
+    counted = re.findall(r"(\d+) (?:passed|findings?|not checkable|failed)", result.group(0))
     stamp = {
         "version": STAMP_VERSION,
         "made_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": shown,
+        "command": command,
         "machine": f"{os.cpu_count()} cores",
         "plan": steps,
-        "checks": int(result.group(1)) + sum(int(n) for n in re.findall(r"(\d+) (?:findings?|not checkable|failed)",
-                                                                          result.group(0))),
+        "checks": sum(int(n) for n in counted),
         "result": result.group(0).strip(),
         "screenshots": {png: {"sha256": sha256_file(DOCS / png), "fingerprint": fingerprint(png, steps)}
                         for png in SOURCES},
     }
     write_stamp(stamp)
     return stamp
+
+
+def make(port: int, out: Path, repeat: int, width: int, height: int) -> dict[str, Any]:
+    lab = [sys.executable, "-m", "voice_llm", "lab", "--port", str(port), "--out", str(out), "--repeat", str(repeat)]
+    try:
+        live, whole = _lab_screens(lab, width, height, every_s=2.0, limit_s=1800)
+    finally:  # the lab leaves its server running for the next run; these screenshots want none left behind
+        subprocess.run([sys.executable, "-m", "voice_llm", "down", "--port", str(port)], capture_output=True)
+    # Kept beside the run, so `render` can redraw the PNGs (a change to the PNG code alone) without another lab.
+    (out / SCREENS).mkdir(exist_ok=True)
+    (out / SCREENS / "live.ansi").write_text(live, encoding="utf-8")
+    (out / SCREENS / "whole.ansi").write_text(whole, encoding="utf-8")
+    pane = {"width": width, "command": f"voice-llm lab --port {port} --out {out} --repeat {repeat}"}
+    (out / SCREENS / "pane.json").write_text(json.dumps(pane), encoding="utf-8")
+    return render(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,10 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     made.add_argument("--repeat", type=int, default=1)
     made.add_argument("--width", type=int, default=110)
     made.add_argument("--height", type=int, default=36)
+    redraw = sub.add_parser("render", help="redraw the PNGs and the stamp from the screens a `make` kept in --out")
+    redraw.add_argument("--out", type=Path, default=Path("/tmp/shots-lab"))
     sub.add_parser("check", help="exit 1 when the screenshots are stale")
     args = parser.parse_args(argv)
-    if args.command == "make":
-        stamp = make(args.port, args.out, args.repeat, args.width, args.height)
+    if args.command in ("make", "render"):
+        stamp = (make(args.port, args.out, args.repeat, args.width, args.height) if args.command == "make" else
+                 render(args.out))
         print(f"screenshots written ({stamp['result']}); stamp {STAMP}")
         return 0
     reasons = stale()
