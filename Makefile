@@ -2,6 +2,7 @@
 #   make lab   - the whole lab on the default model: artifacts + report in $(OUT)
 #   make test  - everything the tests need (llama-server build, model, TTS voice, chromium, espeak-ng), then the whole suite
 #   make test-fast - the tests not marked slow (no real server, lab, Locust, browser or speech engine): while coding
+#   make screenshots - docs/*.png and docs/screenshots.json from a real lab (the README's screenshots)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 # 157 s with 4, 176 s with 6).
 FAST_JOBS ?= 4
 
-.PHONY: lab test test-fast install venv clean
+.PHONY: lab test test-fast install venv clean screenshots
 
 # pip byte-compiles what it installs. --no-compile was tried (2026-12-02, fresh clone): the install went 89 -> 65 s,
 # but the fast tier 117 -> 161 s, its 4 workers compiling the same imports on first use; so pip compiles.
@@ -59,6 +60,15 @@ test: install
 # share nothing across modules, so they run on FAST_JOBS workers (pytest-xdist; FAST_JOBS=0 runs them in one process).
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS)
+
+# The README's screenshots (docs/*.png) and their stamp (docs/screenshots.json) from a real lab on SHOTS_PORT (not
+# PORT: a `make lab` server may be up there), its server stopped after; about 5-7 min on 2 cores with the build
+# cached. tests/layout/test_screenshots.py fails when the code that draws them or the lab's steps changed since.
+SHOTS_PORT ?= 8093
+SHOTS_OUT  ?= /tmp/shots-lab
+screenshots: install
+	sh scripts/ensure-apt.sh chromium:chromium tmux:tmux espeak-ng:espeak-ng
+	$(BIN)/python scripts/screenshots.py make --port $(SHOTS_PORT) --out $(SHOTS_OUT) --repeat 1
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
