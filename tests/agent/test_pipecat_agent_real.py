@@ -86,3 +86,50 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {doc["line"]["stream_sid"]}
     check = cli("check", str(out), env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["telnyx", "plivo", "exotel", "vonage"])
+def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
+        shared_server: RunningServer, tmp_path: Path, protocol: str) -> None:
+    """Issue 40 item 1, proven against a third party's code: `voice-llm agent --engine pipecat --protocol X` serves
+    pipecat with pipecat's own serializer for X (TelnyxFrameSerializer, PlivoFrameSerializer, ExotelFrameSerializer,
+    VonageFrameSerializer; its runner's parse_telephony_websocket reads the start), and dial's framing of X calls it:
+    the reply heard at the ear, pipecat's own latency beside it, a barge-in answered by pipecat's clear, and
+    `voice-llm check` finds nothing inconsistent in the files."""
+    port, otlp_port = free_port(), free_port()
+    ready_file, out = tmp_path / "ready.json", tmp_path / "out"
+    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    agent = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--protocol", protocol,
+         "--listen", f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
+         "--ready-file", str(ready_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        ready = wait_for_ready(agent, ready_file, 300, what=f"the pipecat agent on {protocol}")
+        assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
+        dial = cli("dial", ready["listen"], "--protocol", protocol, "--out", str(out), "--turns", "2",
+                   "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
+                   env=env, timeout=900)
+        assert dial.returncode == 0, dial.stderr
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            _, err = agent.communicate()
+    assert "Traceback" not in err, err[-2000:]
+    doc = json.loads((out / "dial.json").read_text())
+    from voice_llm.line import wire
+
+    assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
+        protocol, *wire.FIXED_FORMATS[protocol])
+    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
+    assert answered, doc["turns"]
+    assert any(t["agent_reported"] for t in answered), "pipecat's tracing reported no turn"
+    barge = doc["turns"][0]["barge_in"]
+    assert barge is not None and barge["heard_silent_ms"] is not None, barge
+    check = cli("check", str(out), env=env, timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:]

@@ -31,6 +31,38 @@ from voice_llm.line import wire
 LOUD = 500  # a caller frame is speech when its peak is above this (the caller's tones are at 8000)
 
 
+def _b64(payload: bytes) -> str:
+    return base64.b64encode(payload).decode("ascii")
+
+
+# The agent's side of each phone bridge, written by hand from the providers' documents (not through
+# voice_llm.line's framings, which this agent holds to known truth): its media, mark and clear messages, where the
+# caller's start names the stream, and how the caller's side echoes a mark (issue 40 item 5).
+# Telnyx: https://developers.telnyx.com/docs/voice/programmable-voice/media-streaming
+# Plivo: https://www.plivo.com/docs/voice/xml/the-stream-element
+# Exotel: https://support.exotel.com/support/solutions/articles/3000108630
+# Vonage: https://developer.vonage.com/en/voice/voice-api/concepts/websockets
+BRIDGE_SIDES = {
+    "telnyx": {"media": lambda sid, p: json.dumps({"event": "media", "media": {"payload": _b64(p)}}),
+               "mark": lambda sid, n: json.dumps({"event": "mark", "mark": {"name": n}}),
+               "clear": lambda sid: json.dumps({"event": "clear"}),
+               "sid": lambda m: m["stream_id"], "echo": ("mark", lambda m: m["mark"]["name"])},
+    "plivo": {"media": lambda sid, p: json.dumps({"event": "playAudio", "media": {
+                  "contentType": "audio/x-mulaw", "sampleRate": 8000, "payload": _b64(p)}}),
+              "mark": lambda sid, n: json.dumps({"event": "checkpoint", "streamId": sid, "name": n}),
+              "clear": lambda sid: json.dumps({"event": "clearAudio", "streamId": sid}),
+              "sid": lambda m: m["start"]["streamId"], "echo": ("playedStream", lambda m: m["name"])},
+    "exotel": {"media": lambda sid, p: json.dumps({"event": "media", "stream_sid": sid, "media": {"payload": _b64(p)}}),
+               "mark": lambda sid, n: json.dumps({"event": "mark", "stream_sid": sid, "mark": {"name": n}}),
+               "clear": lambda sid: json.dumps({"event": "clear", "stream_sid": sid}),
+               "sid": lambda m: m["start"]["stream_sid"], "echo": ("mark", lambda m: m["mark"]["name"])},
+    "vonage": {"media": lambda sid, p: p,  # binary 16-bit PCM
+               "mark": lambda sid, n: json.dumps({"action": "notify", "payload": {"name": n}}),
+               "clear": lambda sid: json.dumps({"action": "clear"}),
+               "sid": None, "echo": ("websocket:notify", lambda m: m["payload"]["name"])},
+}
+
+
 @dataclass(frozen=True)
 class Reply:
     delay_ms: float
@@ -82,7 +114,10 @@ class FakeAgent:
     media_numbers: list[tuple[int, int, int]] = field(default_factory=list)  # (sequenceNumber, chunk, timestamp)
 
     def __post_init__(self) -> None:
-        self.line = wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate, self.codec)
+        pcm = self.protocol == wire.PCM
+        self.line = wire.line_for(self.protocol, self.rate if pcm else None, self.codec if pcm else None)
+        self.rate = self.line.rate
+        self.side = BRIDGE_SIDES.get(self.protocol)  # None: Twilio (voice_llm.line.wire's messages) or PCM
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server = None
@@ -152,7 +187,19 @@ class FakeAgent:
 
     def _media(self, samples: np.ndarray) -> str | bytes:
         payload = wire.encode(self.line, samples)
+        if self.side is not None:
+            return self.side["media"](self.sid, payload)
         return wire.agent_media(self.sid, payload) if self.protocol == wire.TWILIO else payload
+
+    def _mark(self, name: str) -> str:
+        return self.side["mark"](self.sid, name) if self.side is not None else wire.agent_mark(self.sid, name)
+
+    def _clear(self) -> str:
+        return self.side["clear"](self.sid) if self.side is not None else wire.clear(self.sid)
+
+    @property
+    def _has_marks(self) -> bool:
+        return self.protocol != wire.PCM
 
     async def _take(self, message: str | bytes) -> None:
         now = time.perf_counter()
@@ -161,18 +208,20 @@ class FakeAgent:
             event = parsed["event"]
             self.received.append(event)
             if event == "start":
-                self.sid = parsed["streamSid"]
+                self.sid = parsed["streamSid"] if self.side is None else self.side["sid"](parsed)
                 return
-            if event == "mark":
-                name = parsed["mark"]["name"]
+            echo, name_of = self.side["echo"] if self.side is not None else ("mark", lambda m: m["mark"]["name"])
+            if event == echo:
+                name = name_of(parsed)
                 self.marks_back.append(name)
                 self.pending_marks.discard(name)
                 return
             if event != "media":
                 return
             samples = wire.decode(self.line, base64.b64decode(parsed["media"]["payload"]))
-            self.media_numbers.append((int(parsed["sequenceNumber"]), int(parsed["media"]["chunk"]),
-                                       int(parsed["media"]["timestamp"])))
+            if self.protocol == wire.TWILIO:
+                self.media_numbers.append((int(parsed["sequenceNumber"]), int(parsed["media"]["chunk"]),
+                                           int(parsed["media"]["timestamp"])))
         else:
             samples = wire.decode(self.line, message)
         self.frames += 1
@@ -181,9 +230,9 @@ class FakeAgent:
             return
         loud = int(np.abs(samples.astype(np.int32)).max()) > self.loud
         if loud:
-            if not self.speaking and self.pending_marks and self.protocol == wire.TWILIO:
+            if not self.speaking and self.pending_marks and self._has_marks:
                 # the caller talks over audio that may still be playing: clear it (barge-in)
-                await self.ws.send(wire.clear(self.sid))
+                await self.ws.send(self._clear())
                 self.clears.append(time.perf_counter())
                 self.pending_marks.clear()
             if not self.speaking and self.task is not None and not self.task.done():
@@ -235,19 +284,19 @@ class FakeAgent:
             await self.ws.send(self._media(piece))
             if self.mode == "mark_halves" and number == len(pieces) // 2 and reply.mark:
                 self.pending_marks.add(reply.mark)
-                await self.ws.send(wire.agent_mark(self.sid, reply.mark))
+                await self.ws.send(self._mark(reply.mark))
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
         if self.mode == "huge":
             await self.ws.send(" " * self.huge_bytes)
             return
         if self.otlp is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)
-        if reply.mark and self.protocol == wire.TWILIO:
+        if reply.mark and self._has_marks:
             self.pending_marks.add(reply.mark)
-            await self.ws.send(wire.agent_mark(self.sid, reply.mark))
+            await self.ws.send(self._mark(reply.mark))
         if self.mode == "self_clear" and turn == 1:  # the agent cuts its own reply: no caller speech caused it
             await asyncio.sleep(self.self_clear_ms / 1000.0)
-            await self.ws.send(wire.clear(self.sid))
+            await self.ws.send(self._clear())
             self.clears.append(time.perf_counter())
             self.pending_marks.clear()
 

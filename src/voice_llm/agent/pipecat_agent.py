@@ -25,10 +25,11 @@ import argparse
 import asyncio
 import contextvars
 import dataclasses
+import importlib
 import importlib.metadata
 import json
-import asyncio
 import os
+import secrets
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from voice_llm import sse
+from voice_llm.line import wire
 from voice_llm.agent.otel import STREAM_SID
 from voice_llm.errors import ConfigError
 from voice_llm.scenario.dialogue import load_dialogue, system_prompt
@@ -62,6 +64,13 @@ EXPORT_TIMEOUT_S = 3.0  # one OTLP export, retries included
 BATCH_DELAY_MS = 200  # the span processor's export delay (OTEL_BSP_SCHEDULE_DELAY), unless the user set one
 
 
+# pipecat 1.14's own serializer per line (pipecat.serializers.<protocol>): the third party's framing, against which
+# the dialer's framing of each bridge is proven
+SERIALIZERS = {wire.TWILIO: "TwilioFrameSerializer", wire.TELNYX: "TelnyxFrameSerializer",
+               wire.PLIVO: "PlivoFrameSerializer", wire.EXOTEL: "ExotelFrameSerializer",
+               wire.VONAGE: "VonageFrameSerializer"}
+
+
 @dataclass(frozen=True)
 class PipecatSettings:
     """What the pipecat agent serves, from ``voice-llm agent --engine pipecat`` flags."""
@@ -81,8 +90,16 @@ class PipecatSettings:
     max_tokens: int = 48
     stt: str = sttmod.DEFAULT_STT  # moonshine (the built-in agent's sessions, as a pipecat service) or faster-whisper
     stt_threads: int | None = None
+    protocol: str = wire.TWILIO  # twilio or a phone bridge: pipecat's serializer for it (SERIALIZERS)
+
+    @property
+    def line(self) -> wire.LineFormat:
+        return wire.line_for(self.protocol)
 
     def __post_init__(self) -> None:
+        if self.protocol not in SERIALIZERS:
+            raise ConfigError(f"--protocol for the pipecat agent is one of {', '.join(SERIALIZERS)}, not "
+                              f"{self.protocol!r}")
         if self.turn not in TURNS:
             raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
         if self.turn == "silence" and not self.endpoint_ms / 1000.0 >= VAD_STOP_S:
@@ -120,9 +137,10 @@ def identity(settings: PipecatSettings) -> dict[str, Any]:
     """The agent's ready line: what it is, so the dialer can name it in dial.json."""
     stop = (f"silence: VAD stop {VAD_STOP_S:g} s + speech timeout {settings.endpoint_ms / 1000 - VAD_STOP_S:g} s"
             if settings.turn == "silence" else f"smart-turn v3.2 after a VAD stop of {SMART_VAD_STOP_S:g} s")
-    return {"listen": f"ws://{settings.host}:{settings.port}/", "protocol": "twilio", "rate": 8000,
-            "engine": "pipecat", "pid": os.getpid(),
-            "engines": {"transport": "FastAPIWebsocketTransport + TwilioFrameSerializer (auto_hang_up off)",
+    line = settings.line
+    return {"listen": f"ws://{settings.host}:{settings.port}/", "protocol": line.protocol, "rate": line.rate,
+            "codec": line.codec, "engine": "pipecat", "pid": os.getpid(),
+            "engines": {"transport": f"FastAPIWebsocketTransport + {SERIALIZERS[line.protocol]} (auto_hang_up off)",
                         "vad": "SileroVADAnalyzer", "turn": stop,
                         "stt": (f"MoonshineSTTService {moonshine.MODEL} ({moonshine.PACKAGE}=={moonshine.PACKAGE_VERSION}"
                                 f", voice_llm.speech.moonshine), cpu, "
@@ -304,6 +322,26 @@ def _engines(settings: PipecatSettings) -> _Engines:
     return _Engines(stt, tts, vad, turn_analyzer)
 
 
+def _serializer(protocol: str, call_data: Any) -> Any:
+    """pipecat's serializer for ``protocol``, as its examples build it from the call's start (auto hang-up off: the
+    bridges' REST hang-up needs an account; the caller hangs up)."""
+    module = importlib.import_module(f"pipecat.serializers.{protocol}")
+    cls = getattr(module, SERIALIZERS[protocol])
+    params = cls.InputParams(auto_hang_up=False) if protocol != wire.VONAGE else cls.InputParams()
+    stream, call = call_data.get("stream_id"), call_data.get("call_id")
+    if protocol == wire.TWILIO:
+        return cls(stream_sid=stream, call_sid=call, params=params)
+    if protocol == wire.TELNYX:
+        encoding = call_data.get("outbound_encoding") or "PCMU"
+        return cls(stream_id=stream, outbound_encoding=encoding, inbound_encoding=encoding, call_control_id=call,
+                   params=params)
+    if protocol == wire.PLIVO:
+        return cls(stream_id=stream, call_id=call, params=params)
+    if protocol == wire.EXOTEL:
+        return cls(stream_sid=stream, call_sid=call, params=params)
+    return cls(params=params)
+
+
 def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system: str, engines: _Engines) -> Any:
     """One call's pipeline worker."""
     from pipecat.pipeline.pipeline import Pipeline
@@ -311,15 +349,13 @@ def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system:
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.aggregators.llm_response_universal import (LLMContextAggregatorPair,
                                                                        LLMUserAggregatorParams)
-    from pipecat.serializers.twilio import TwilioFrameSerializer
     from pipecat.services.openai.llm import OpenAILLMService
     from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
     from pipecat.turns.user_stop.speech_timeout_user_turn_stop_strategy import SpeechTimeoutUserTurnStopStrategy
     from pipecat.turns.user_stop.turn_analyzer_user_turn_stop_strategy import TurnAnalyzerUserTurnStopStrategy
     from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-    serializer = TwilioFrameSerializer(stream_sid=call_data["stream_id"], call_sid=call_data.get("call_id"),
-                                       params=TwilioFrameSerializer.InputParams(auto_hang_up=False))
+    serializer = _serializer(settings.protocol, call_data)
     transport = FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
         audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer))
     llm_settings: dict[str, Any] = {"max_tokens": settings.max_tokens}
@@ -341,7 +377,8 @@ def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system:
     # WhisperSTTService hands its buffer to faster-whisper as a 16 kHz array whatever the pipeline's rate (at 8000 the
     # caller reached Whisper at twice its speed: 16 word errors in 18 and a 15 s decode). Silero and smart-turn v3
     # take 16 kHz too. The output stays at the line's 8 kHz (Piper's audio resampled once, by the TTS service).
-    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000, audio_out_sample_rate=8000,
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
+                                                            audio_out_sample_rate=settings.line.rate,
                                                             enable_metrics=True),
                             enable_tracing=bool(settings.otlp),
                             conversation_id=str(call_data.get("call_id") or "") or None, idle_timeout_secs=None)
@@ -351,6 +388,17 @@ def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system:
         await worker.cancel()
 
     return worker
+
+
+async def _vonage_start(websocket: Any) -> tuple[str, dict[str, Any]]:
+    """Vonage's first message, ``websocket:connected`` with its content-type
+    (https://developer.vonage.com/en/voice/voice-api/concepts/websockets); Vonage names no stream, so the call is
+    given an id of its own (its spans carry it)."""
+    first = json.loads(await websocket.receive_text())
+    if not isinstance(first, dict) or first.get("event") != "websocket:connected":
+        raise ValueError(f"the first message is not websocket:connected: {str(first)[:60]}")
+    return wire.VONAGE, {"stream_id": "VG" + secrets.token_hex(16), "call_id": None,
+                         "content_type": first.get("content-type")}
 
 
 def app_for(settings: PipecatSettings) -> Any:
@@ -366,13 +414,17 @@ def app_for(settings: PipecatSettings) -> Any:
 
     async def call(websocket: Any) -> None:  # starlette's WebSocket, which FastAPI's is
         await websocket.accept()
+        protocol = settings.protocol
         try:
-            kind, call_data = await parse_telephony_websocket(websocket)
+            if protocol == wire.VONAGE:  # pipecat's runner does not parse Vonage: its first message is JSON text
+                kind, call_data = await _vonage_start(websocket)
+            else:  # pipecat's own parse of the bridge's start (its runner, as its examples use it)
+                kind, call_data = await parse_telephony_websocket(websocket)
         except (ValueError, KeyError) as exc:
-            await websocket.close(code=1003, reason=f"not a Twilio Media Stream: {str(exc)[:80]}")
+            await websocket.close(code=1003, reason=f"not a {protocol} stream: {str(exc)[:80]}")
             return
-        if kind != "twilio":
-            await websocket.close(code=1003, reason=f"the pipecat agent speaks Twilio Media Streams, not {kind}")
+        if kind != protocol:
+            await websocket.close(code=1003, reason=f"this pipecat agent serves {protocol}, not {kind}")
             return
         engines = ready.pop("engines", None) or await asyncio.to_thread(_engines, settings)
         CALL_SID.set(str(call_data["stream_id"]))  # this call's task only: its pipeline's spans carry it
@@ -451,12 +503,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kb", type=Path)
     parser.add_argument("--max-tokens", type=int, default=PipecatSettings.max_tokens)
     parser.add_argument("--stt", choices=(sttmod.MOONSHINE, sttmod.WHISPER, "whisper"), default=sttmod.DEFAULT_STT)
+    parser.add_argument("--protocol", choices=tuple(SERIALIZERS), default=wire.TWILIO)
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,
                                api_key=os.environ.get("VOICE_LLM_API_KEY"), endpoint_ms=args.endpoint_ms,
                                turn=args.turn, otlp=args.otlp, ready_file=args.ready_file, docs=args.docs,
-                               kb_dir=args.kb, max_tokens=args.max_tokens, stt=sttmod.canonical(args.stt))
+                               kb_dir=args.kb, max_tokens=args.max_tokens, stt=sttmod.canonical(args.stt),
+                               protocol=args.protocol)
     return serve(settings)
 
 

@@ -13,6 +13,7 @@ from voice_llm.line import wire
 from voice_llm.speech import stt
 
 ENGINES = ("builtin", "pipecat")
+PIPECAT_PROTOCOLS = (wire.TWILIO, *wire.BRIDGES)  # pipecat 1.14's serializers: voice_llm.agent.pipecat_agent
 DEFAULT_ENGINE = "builtin"
 TURNS = ("silence", "smart")
 DEFAULT_HOST = "127.0.0.1"
@@ -105,10 +106,14 @@ class AgentSettings:
                                and self.stt != "none")
         if self.preemptive and not self.speculative_stt:
             object.__setattr__(self, "speculative_stt", True)  # the reply starts from the speculative transcript
-        if self.protocol not in wire.PROTOCOLS:
-            raise ConfigError(f"--protocol must be one of {', '.join(wire.PROTOCOLS)}, not {self.protocol!r}")
         if self.engine not in ENGINES:
             raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        # voice-llm's own agent serves Twilio and PCM; pipecat's serves Twilio and the phone bridges, each with
+        # pipecat's own serializer (it has none for raw PCM frames)
+        served = wire.AGENT_PROTOCOLS if self.engine == "builtin" else PIPECAT_PROTOCOLS
+        if self.protocol not in served:
+            raise ConfigError(f"--protocol {self.protocol!r}: the {self.engine} agent serves "
+                              f"{', '.join(served)}")
         try:
             self.line
         except ValueError as exc:
@@ -131,4 +136,4 @@ class AgentSettings:
 
     @property
     def line(self) -> wire.LineFormat:
-        return wire.twilio_line() if self.protocol == wire.TWILIO else wire.pcm_line(self.rate)
+        return wire.line_for(self.protocol, self.rate if self.protocol == wire.PCM else None)

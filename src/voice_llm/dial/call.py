@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import ssl
 import time
 import urllib.parse
@@ -46,6 +45,8 @@ from websockets.frames import CloseCode
 from voice_llm import __version__
 from voice_llm.errors import VoiceLLMError
 from voice_llm.line import conditions, wire
+from voice_llm.line.framing import CLEAR, MARK, MEDIA
+from voice_llm.line.protocols import framing_for
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
 from voice_llm.dial.caller import CallerLine
 from voice_llm.dial.measure import SILENT_AFTER_MS as BARGE_SILENT_MS
@@ -192,10 +193,6 @@ class LiveRecording:
         self._file.close()
 
 
-def _short(data: str | bytes, n: int = 80) -> str:
-    return repr(data[:n]) + ("..." if len(data) > n else "")
-
-
 class _Call:
     def __init__(self, settings: CallSettings, lines: Sequence[CallerLine], recording: LiveRecording | None,
                  clock: ClockHolder | None, on_note: Callable[[LiveNote], None] | None = None) -> None:
@@ -209,12 +206,11 @@ class _Call:
         self.playout = Playout(self.frame_samples, self.line.rate, settings.jitter_ms, settings.cap_s)
         self.log = CallLog(settings, self.lines)
         self.t0 = 0.0
-        self.seq = 0  # Twilio's sequenceNumber: every message the caller's side sends after `connected`
-        self.chunk = 0
         self.ws: Any = None
         self.rx_cost = 0.0
         self.done = False
-        self.twilio = self.line.protocol == wire.TWILIO
+        # the protocol's messages (voice_llm.line.framing): one interface for Twilio, PCM and the phone bridges
+        self.framing = framing_for(self.line)
         self.up_loss = conditions.Loss(settings.loss_pct, settings.seed, conditions.UP)
         self.down_loss = conditions.DownlinkLoss(settings.loss_pct, settings.seed, self.frame_samples)
         self._last_lost_down = -1
@@ -222,9 +218,8 @@ class _Call:
         if settings.echo_db is not None and self.echo_delay < self.frame_samples:
             raise DialError(f"an echo {settings.echo_delay_ms:g} ms late would be heard before it is played: at least "
                             f"one frame ({self.line.frame_ms} ms)")
-        self.log.stream_sid = "MZ" + secrets.token_hex(16)
-        self.log.call_sid = "CA" + secrets.token_hex(16)
-        self.account_sid = "AC" + "0" * 32
+        self.log.stream_sid = self.framing.ids.stream_id
+        self.log.call_sid = self.framing.ids.call_id
         # the schedule
         self.state = "lead"
         self.turn: TurnLog | None = None
@@ -296,11 +291,7 @@ class _Call:
 
     # --- sending ---------------------------------------------------------------------------------------------------
 
-    def _next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    async def send_text(self, text: str) -> None:
+    async def send_text(self, text: str | bytes) -> None:
         await self.ws.send(text)
 
     async def send_media(self, frame: np.ndarray, index: int) -> None:
@@ -311,18 +302,10 @@ class _Call:
         lost = self.up_loss.lost(index)
         if lost:
             self.log.lost_up_frames += 1
-        if self.twilio:
-            self.chunk += 1
-            seq = self._next_seq()
-            if not lost:
-                await self.ws.send(wire.caller_media(seq, self.log.stream_sid, self.chunk,
-                                                     index * self.line.frame_ms, payload))
-            self.event(dir="up", event="lost" if lost else "media", seq=seq, chunk=self.chunk,
-                       timestamp=index * self.line.frame_ms)
-        else:
-            if not lost:
-                await self.ws.send(payload)
-            self.event(dir="up", event="lost" if lost else "media", frame=index)
+        sent = self.framing.media(index, payload)  # numbered even when lost: the agent sees the gap
+        if not lost:
+            await self.ws.send(sent.message)
+        self.event(dir="up", event="lost" if lost else "media", **sent.fields)
 
     async def send_captured(self) -> None:
         """Send the frame captured at the last tick: its audio has been spoken by now (docs/line.md "Clocks")."""
@@ -339,9 +322,12 @@ class _Call:
             queued_ms, before_ms = pending.popleft() if pending else (None, None)
             if pending is not None and not pending:
                 del queued[name]
-            seq = self._next_seq()
-            await self.ws.send(wire.mark_played(seq, self.log.stream_sid, name))
-            self.event(dir="up", event="mark", seq=seq, name=name, queued_ms=queued_ms, audio_before_ms=before_ms)
+            sent = self.framing.mark_played(name)
+            if sent is None:  # a line without marks never queues one (framing.marks)
+                continue
+            await self.ws.send(sent.message)
+            self.event(dir="up", event="mark", **sent.fields, name=name, queued_ms=queued_ms,
+                       audio_before_ms=before_ms)
 
     # --- receiving -------------------------------------------------------------------------------------------------
 
@@ -391,20 +377,11 @@ class _Call:
             self.fail(f"the agent hung up mid-call {self.where()} ({how})")
 
     async def take(self, message: str | bytes) -> None:
-        if not self.twilio:
-            if isinstance(message, str):
-                raise wire.LineError(f"a text frame on a PCM line (binary 16-bit frames expected): {_short(message)}")
-            self.push(wire.decode(self.line, message), len(message))
-            return
-        if isinstance(message, bytes):
-            raise wire.LineError(f"a binary frame of {len(message)} bytes on a Twilio line (JSON text expected)")
-        parsed = wire.parse_message(message)
-        kind = parsed["event"]
-        if kind == "media":
-            payload = wire.payload_of(parsed)
-            self.push(wire.decode(self.line, payload), len(payload))
-        elif kind == "mark":
-            name = wire.mark_name(parsed)
+        received = self.framing.parse(message)  # a wire.LineError when the line does not carry it
+        if received.kind == MEDIA:
+            self.push(wire.decode(self.line, received.payload), len(received.payload))
+        elif received.kind == MARK:
+            name = received.name or ""
             self.event(dir="down", event="mark", name=name)
             # per sending, not per name: a name the agent reuses while an earlier mark of it is pending queued
             # over it (its echo had queued_ms null, and the check found an echo "the agent never sent"); the
@@ -412,15 +389,20 @@ class _Call:
             self.queued.setdefault(name, deque()).append((self.log.events[-1]["t_ms"],
                                                           round(self.playout.buffered_ms, 3)))
             self.playout.mark(name)
-        elif kind == "clear":
+        elif received.kind == CLEAR:
             cleared = self.playout.clear()
             # frame: the frames popped before it (the heard floor's stretches of received audio end there)
             self.event(dir="down", event="clear", frame=self.playout.ticks,
                        dropped_ms=round(cleared.dropped_samples * 1000.0 / self.line.rate, 3))
             await self.echo_marks(cleared.marks, self.queued)
+            answer = self.framing.cleared()  # Plivo's clearedAudio, Vonage's websocket:cleared
+            if answer is not None:
+                await self.ws.send(answer.message)
+                self.event(dir="up", event=answer.event, **answer.fields)
         else:
-            # Twilio's side ignores what it does not know; the events keep it so a check can see it.
-            self.event(dir="down", event="bad", why=f"an event the caller's side does not take: {kind[:40]!r}")
+            # The bridges' side ignores what it does not know; the events keep it so a check can see it.
+            self.event(dir="down", event="bad",
+                       why=f"an event the caller's side does not take: {received.what[:40]!r}")
 
     def push(self, samples: np.ndarray, size: int) -> None:
         self.event(dir="down", event="media", bytes=size, samples=len(samples))
@@ -630,13 +612,9 @@ class _Call:
         }
 
     async def open_stream(self) -> None:
-        if not self.twilio:
-            return
-        await self.send_text(wire.connected())
-        self.event(dir="up", event="connected")
-        seq = self._next_seq()
-        await self.send_text(wire.start(seq, self.log.stream_sid, self.log.call_sid, self.account_sid))
-        self.event(dir="up", event="start", seq=seq)
+        for sent in self.framing.opening():  # Twilio's connected and start, a bridge's own; none on PCM
+            await self.send_text(sent.message)
+            self.event(dir="up", event=sent.event, **sent.fields)
 
     async def hang_up(self) -> None:
         # the last frame captured leaves when its audio has ended (the call's last tick + a frame), then the stop
@@ -645,10 +623,9 @@ class _Call:
             await asyncio.sleep(wait)
         await self.send_captured()
         self.log.hung_up_by_caller = True
-        if self.twilio:
-            seq = self._next_seq()
-            await self.send_text(wire.stop(seq, self.log.stream_sid, self.log.call_sid, self.account_sid))
-            self.event(dir="up", event="stop", seq=seq)
+        for sent in self.framing.closing():  # Twilio's stop, a bridge's own; PCM and Vonage: the close alone
+            await self.send_text(sent.message)
+            self.event(dir="up", event=sent.event, **sent.fields)
 
 
 def _size(count: int) -> str:

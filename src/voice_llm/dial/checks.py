@@ -54,8 +54,13 @@ DIALER_COST_MS = 2.0  # issue 27: the dialer's own cost per frame, median
 LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this many frames before it is a finding
 # protocol -> (its codecs, the only rate, if fixed): Twilio Media Streams are 8 kHz mu-law only; a pcm line carries
 # 16-bit PCM or mu-law bytes (--codec) at its --rate
-PROTOCOLS = {"twilio": (("mulaw",), 8000), "pcm": (("pcm16", "mulaw"), None)}
-UP_EVENTS = {"connected", "start", "media", "lost", "mark", "stop"}  # lost: a frame numbered, lost in transit
+PROTOCOLS = {"twilio": (("mulaw",), 8000), "pcm": (("pcm16", "mulaw"), None),
+             # the phone bridges' one format each (voice_llm.line.wire.FIXED_FORMATS)
+             "telnyx": (("mulaw",), 8000), "plivo": (("mulaw",), 8000), "exotel": (("pcm16",), 8000),
+             "vonage": (("pcm16",), 16000)}
+# lost: a frame numbered, lost in transit; cleared: a bridge's answer to a clear (Plivo's clearedAudio, Vonage's
+# websocket:cleared)
+UP_EVENTS = {"connected", "start", "media", "lost", "mark", "stop", "cleared"}
 DOWN_EVENTS = {"media", "lost", "mark", "clear", "bad"}  # lost: received audio removed before the playout buffer
 PLAYOUT_EVENTS = {"playout_start", "playout_idle", "caller_line", "late_tick"}  # caller_line: a line starts (its
 # frame); late_tick: a tick that started more than a frame late (measure.LATE_TICK_RULE)

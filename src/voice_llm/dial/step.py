@@ -129,6 +129,10 @@ class DialOptions:
         if self.protocol == wire.TWILIO and self.rate not in (None, wire.TWILIO_RATE):
             raise ConfigError(f"a Twilio line carries {wire.TWILIO_RATE} Hz mu-law; --rate {self.rate} is for "
                               "--protocol pcm")
+        if self.protocol in wire.BRIDGES and (self.rate, self.codec) != (None, None):
+            codec, rate = wire.FIXED_FORMATS[self.protocol]
+            raise ConfigError(f"a {self.protocol} line carries {codec} at {rate} Hz; --rate and --codec are for "
+                              "--protocol pcm")
         if self.codec is not None and self.codec not in wire.CODECS:
             raise ConfigError(f"--codec must be one of {', '.join(wire.CODECS)}, not {self.codec!r}")
         if self.protocol == wire.TWILIO and self.codec not in (None, wire.MULAW):
@@ -188,9 +192,7 @@ class DialOptions:
         return "none" if self.stt == "none" else DEFAULT_HEARD_STT
 
     def line_format(self) -> wire.LineFormat:
-        if self.protocol == wire.TWILIO:
-            return wire.twilio_line()
-        return wire.pcm_line(self.rate or wire.DEFAULT_PCM_RATE, self.codec or wire.PCM16)
+        return wire.line_for(self.protocol, self.rate, self.codec)
 
     def call_settings(self, url: str) -> CallSettings:
         return CallSettings(url=url, line=self.line_format(), jitter_ms=self.jitter_ms, cap_s=self.cap_s,
@@ -313,7 +315,7 @@ def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
                             "every reply to its end, so this sets most of the call's length")
     _caller_audio_flags(group)
     if command == "converse":
-        group.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
+        group.add_argument("--protocol", choices=wire.AGENT_PROTOCOLS, default=wire.TWILIO,
                            help="the line to the agent: twilio (default) or pcm")
         group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
                            help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
@@ -330,7 +332,9 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
         return
     parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://)")
     parser.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
-                        help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate")
+                        help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate; "
+                             "the phone bridges: telnyx and plivo (JSON, 8 kHz mu-law), exotel (JSON, 8 kHz 16-bit "
+                             "PCM), vonage (binary 16 kHz 16-bit PCM, JSON actions): docs/line.md \"The bridges\"")
     parser.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
                         help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
     parser.add_argument("--codec", choices=wire.CODECS, default=None,

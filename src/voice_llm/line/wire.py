@@ -26,7 +26,15 @@ from voice_llm.util.artifacts import loads_json
 
 TWILIO = "twilio"
 PCM = "pcm"
-PROTOCOLS = (TWILIO, PCM)
+# the phone bridges beside Twilio (issue 40 item 1), each its framing module in voice_llm.line: the bridges pipecat
+# 1.14 ships serializers for and that carry a call over a WebSocket of their own messages
+TELNYX = "telnyx"
+PLIVO = "plivo"
+EXOTEL = "exotel"
+VONAGE = "vonage"
+BRIDGES = (TELNYX, PLIVO, EXOTEL, VONAGE)
+PROTOCOLS = (TWILIO, PCM, *BRIDGES)  # what the dialer speaks
+AGENT_PROTOCOLS = (TWILIO, PCM)  # what voice-llm's own agent serves (pipecat's: voice_llm.agent.pipecat_agent)
 MULAW = "mulaw"
 PCM16 = "pcm16"
 CODECS = (MULAW, PCM16)
@@ -35,6 +43,17 @@ TWILIO_ENCODING = "audio/x-mulaw"
 DEFAULT_PCM_RATE = 16000
 FRAME_MS = 20  # one media message, one binary frame: 20 ms (160 mu-law bytes at 8 kHz)
 MAX_MESSAGE_BYTES = 1 << 20  # a text or binary frame larger than this is not a 20 ms frame of any rate we take
+
+
+# A bridge's one codec and rate: what its media messages carry (the documented default each pipecat serializer
+# takes; a bridge line with another codec or rate is no line that exists here):
+# Twilio https://www.twilio.com/docs/voice/media-streams/websocket-messages (audio/x-mulaw 8000);
+# Telnyx https://developers.telnyx.com/docs/voice/programmable-voice/media-streaming (PCMU 8000 by default);
+# Plivo https://www.plivo.com/docs/voice/xml/the-stream-element (audio/x-mulaw;rate=8000 by default);
+# Exotel https://support.exotel.com/support/solutions/articles/3000108630 (raw/slin: 16-bit PCM, 8 kHz, base64);
+# Vonage https://developer.vonage.com/en/voice/voice-api/concepts/websockets (audio/l16;rate=16000, binary frames).
+FIXED_FORMATS: dict[str, tuple[str, int]] = {TWILIO: (MULAW, 8000), TELNYX: (MULAW, 8000), PLIVO: (MULAW, 8000),
+                                             EXOTEL: (PCM16, 8000), VONAGE: (PCM16, 16000)}
 
 
 class LineError(VoiceLLMError):
@@ -57,11 +76,16 @@ class LineFormat:
         if self.codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         # Twilio Media Streams carry audio/x-mulaw at 8000 Hz and nothing else (the start message's mediaFormat):
-        # a Twilio line with 16-bit PCM, or at another rate, is no line that exists. --codec is for pcm lines.
+        # a Twilio line with 16-bit PCM, or at another rate, is no line that exists; each bridge likewise carries
+        # its one format (FIXED_FORMATS). --codec and --rate are for pcm lines.
         if self.protocol == TWILIO and self.codec != MULAW:
             raise ValueError(f"Twilio Media Streams carry mu-law only, not {self.codec} (--codec is for --protocol pcm)")
         if self.protocol == TWILIO and self.rate != TWILIO_RATE:
             raise ValueError(f"Twilio Media Streams carry mu-law at {TWILIO_RATE} Hz, not {self.rate}")
+        if self.protocol in BRIDGES and (self.codec, self.rate) != FIXED_FORMATS[self.protocol]:
+            codec, rate = FIXED_FORMATS[self.protocol]
+            raise ValueError(f"a {self.protocol} line carries {codec} at {rate} Hz, not {self.codec} at {self.rate} "
+                             "(--codec and --rate are for --protocol pcm)")
         if not 4000 <= self.rate <= 48000:
             raise ValueError(f"the line's rate must be 4000-48000 Hz, not {self.rate}")
 
@@ -75,6 +99,14 @@ class LineFormat:
 
 def twilio_line() -> LineFormat:
     return LineFormat(TWILIO, MULAW, TWILIO_RATE)
+
+
+def line_for(protocol: str, rate: int | None = None, codec: str | None = None) -> LineFormat:
+    """The line a protocol carries: a bridge's (and Twilio's) one format; a pcm line at ``rate`` with ``codec``."""
+    if protocol in FIXED_FORMATS:
+        fixed_codec, fixed_rate = FIXED_FORMATS[protocol]
+        return LineFormat(protocol, codec or fixed_codec, rate or fixed_rate)
+    return pcm_line(rate or DEFAULT_PCM_RATE, codec or PCM16)
 
 
 def pcm_line(rate: int = DEFAULT_PCM_RATE, codec: str = PCM16) -> LineFormat:
@@ -143,9 +175,9 @@ def decode(line: LineFormat, payload: bytes) -> np.ndarray:
 # --- Twilio Media Streams messages ----------------------------------------------------------------------------------
 
 
-def parse_message(text: str | bytes) -> dict[str, Any]:
+def parse_message(text: str | bytes, key: str = "event") -> dict[str, Any]:
     """One text frame as a message: JSON (through the one guarded parser: a body nested thousands deep is a
-    LineError, not a crash) that is an object with a string ``event``."""
+    LineError, not a crash) that is an object with a string ``event`` (Vonage's agent side names it ``action``)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -157,8 +189,8 @@ def parse_message(text: str | bytes) -> dict[str, Any]:
         message = loads_json(text, "a message on the line")
     except Exception as exc:  # ArtifactError (not JSON, too deep) from the guarded parser
         raise LineError(f"not a JSON message: {text[:80]!r}") from exc
-    if not isinstance(message, dict) or not isinstance(message.get("event"), str):
-        raise LineError(f"a message without an event: {text[:80]!r}")
+    if not isinstance(message, dict) or not isinstance(message.get(key), str):
+        raise LineError(f"a message without an {key}: {text[:80]!r}")
     return message
 
 
@@ -182,52 +214,53 @@ def mark_name(message: Mapping[str, Any]) -> str:
     return name
 
 
-def _dumps(message: Mapping[str, Any]) -> str:
+def dumps(message: Mapping[str, Any]) -> str:
+    """A message as the line carries it: compact JSON."""
     return json.dumps(message, separators=(",", ":"))
 
 
 # The caller's side (what Twilio sends).
 
 def connected() -> str:
-    return _dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+    return dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
 
 
 def start(sequence: int, stream_sid: str, call_sid: str, account_sid: str,
           custom: Mapping[str, str] | None = None) -> str:
-    return _dumps({"event": "start", "sequenceNumber": str(sequence), "streamSid": stream_sid,
+    return dumps({"event": "start", "sequenceNumber": str(sequence), "streamSid": stream_sid,
                    "start": {"accountSid": account_sid, "callSid": call_sid, "streamSid": stream_sid,
                              "tracks": ["inbound"], "customParameters": dict(custom or {}),
                              "mediaFormat": {"encoding": TWILIO_ENCODING, "sampleRate": TWILIO_RATE, "channels": 1}}})
 
 
 def caller_media(sequence: int, stream_sid: str, chunk: int, timestamp_ms: int, payload: bytes) -> str:
-    return _dumps({"event": "media", "sequenceNumber": str(sequence), "streamSid": stream_sid,
+    return dumps({"event": "media", "sequenceNumber": str(sequence), "streamSid": stream_sid,
                    "media": {"track": "inbound", "chunk": str(chunk), "timestamp": str(timestamp_ms),
                              "payload": base64.b64encode(payload).decode("ascii")}})
 
 
 def mark_played(sequence: int, stream_sid: str, name: str) -> str:
-    return _dumps({"event": "mark", "sequenceNumber": str(sequence), "streamSid": stream_sid, "mark": {"name": name}})
+    return dumps({"event": "mark", "sequenceNumber": str(sequence), "streamSid": stream_sid, "mark": {"name": name}})
 
 
 def stop(sequence: int, stream_sid: str, call_sid: str, account_sid: str) -> str:
-    return _dumps({"event": "stop", "sequenceNumber": str(sequence), "streamSid": stream_sid,
+    return dumps({"event": "stop", "sequenceNumber": str(sequence), "streamSid": stream_sid,
                    "stop": {"accountSid": account_sid, "callSid": call_sid}})
 
 
 # The agent's side.
 
 def agent_media(stream_sid: str, payload: bytes) -> str:
-    return _dumps({"event": "media", "streamSid": stream_sid,
+    return dumps({"event": "media", "streamSid": stream_sid,
                    "media": {"payload": base64.b64encode(payload).decode("ascii")}})
 
 
 def agent_mark(stream_sid: str, name: str) -> str:
-    return _dumps({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}})
+    return dumps({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}})
 
 
 def clear(stream_sid: str) -> str:
-    return _dumps({"event": "clear", "streamSid": stream_sid})
+    return dumps({"event": "clear", "streamSid": stream_sid})
 
 
 def frames(samples: np.ndarray, frame_samples: int) -> list[np.ndarray]:
