@@ -64,7 +64,6 @@ class Framing(ABC):
     protocol: ClassVar[str]
     marks: ClassVar[bool] = True
     clear: ClassVar[bool] = True
-    text: ClassVar[bool] = True  # JSON text messages carry the audio (False: binary frames)
 
     def __init__(self, line: wire.LineFormat, ids: CallIds) -> None:
         self.line = line

@@ -17,7 +17,6 @@ class PcmFraming(Framing):
     protocol = wire.PCM
     marks = False
     clear = False
-    text = False
 
     def media(self, index: int, payload: bytes) -> Sent:
         return Sent(payload, "media", {"frame": index})

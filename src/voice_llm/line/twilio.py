@@ -22,7 +22,6 @@ class TwilioFraming(Framing):
         return self.seq
 
     def opening(self) -> list[Sent]:
-        seq = None
         sent = [Sent(wire.connected(), "connected")]
         seq = self._next()
         sent.append(Sent(wire.start(seq, self.ids.stream_id, self.ids.call_id, self.ids.account_id), "start",

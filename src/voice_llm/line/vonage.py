@@ -16,7 +16,6 @@ from voice_llm.util.artifacts import loads_json
 @register
 class VonageFraming(Framing):
     protocol = wire.VONAGE
-    text = False
 
     def opening(self) -> list[Sent]:
         return [Sent(wire.dumps({"event": "websocket:connected", "content-type": f"audio/l16;rate={self.line.rate}"}),
