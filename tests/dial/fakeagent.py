@@ -12,7 +12,10 @@ silent: a false barge-in), "pause" (sends each reply in two halves, the second `
 has played: a reply that stops and resumes without caller speech), "gap_inside" (a ``pause_ms`` silence inside the
 reply's audio, all sent at once: a pause, not a stop), "mark_halves" (a mark after each half of the reply, both
 sent at once: two marks pending together, of the same name when the reply's mark is reused), "huge" (one text
-message of ``huge_bytes`` after the reply's audio: over the dialer's message cap).
+message of ``huge_bytes`` after the reply's audio: over the dialer's message cap), "mark_flood" / "empty_flood" /
+"byte_flood" (after the reply, ``flood_messages`` marks, empty media messages or 1-byte media messages as fast as
+the line takes them: issue 41 item 12's floods), "slow_marks" (a mark every ``mark_every_ms`` for the rest of the
+call, under the 1 s window's bound but over the call's allowance).
 """
 
 from __future__ import annotations
@@ -111,6 +114,9 @@ class FakeAgent:
     self_clear_ms: float = 100.0
     pause_ms: float = 300.0
     huge_bytes: int = 50 << 20
+    flood_messages: int = 200_000
+    mark_every_ms: float = 4.0
+    flood_sent: int = 0  # the flood's messages the line took before it closed
     media_numbers: list[tuple[int, int, int]] = field(default_factory=list)  # (sequenceNumber, chunk, timestamp)
 
     def __post_init__(self) -> None:
@@ -190,6 +196,21 @@ class FakeAgent:
         if self.side is not None:
             return self.side["media"](self.sid, payload)
         return wire.agent_media(self.sid, payload) if self.protocol == wire.TWILIO else payload
+
+    async def _flood(self) -> None:
+        tiny = {"mark_flood": lambda n: self._mark(f"f{n}"), "slow_marks": lambda n: self._mark(f"s{n}"),
+                "empty_flood": lambda n: self._media(np.zeros(0, np.int16)),
+                "byte_flood": lambda n: self._media(np.zeros(1, np.int16))}[self.mode]
+        try:
+            for number in range(self.flood_messages):
+                await self.ws.send(tiny(number))
+                self.flood_sent += 1
+                if self.mode == "slow_marks":
+                    await asyncio.sleep(self.mark_every_ms / 1000.0)
+                elif number % 100 == 0:
+                    await asyncio.sleep(0)
+        except Exception:  # the dialer closed the line: the flood ends there
+            return
 
     def _mark(self, name: str) -> str:
         return self.side["mark"](self.sid, name) if self.side is not None else wire.agent_mark(self.sid, name)
@@ -288,6 +309,9 @@ class FakeAgent:
         self.sent.append(Sent(turn, last_loud, sent, len(pieces)))
         if self.mode == "huge":
             await self.ws.send(" " * self.huge_bytes)
+            return
+        if self.mode in ("mark_flood", "empty_flood", "byte_flood", "slow_marks"):
+            await self._flood()
             return
         if self.otlp is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._export, turn, last_loud, sent)

@@ -212,6 +212,46 @@ def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
     assert all((tmp_path / name).is_file() for name in doc["files"]["otlp"])
 
 
+def test_a_flood_of_otlp_bodies_keeps_a_bounded_number_of_files(tmp_path):
+    """Issue 41 item 15: 18,630 small OTLP bodies became 18,630 files. A call keeps CALL_LIMITS.bodies (1024) bodies,
+    one file each; the rest are refused and counted (dial.json's otlp.refused_bodies, 10 lines), and the checks of
+    the call's files hold: files.otlp is what otlp.bodies says."""
+    import http.client
+    import json
+
+    from voice_llm.checks import core
+    from voice_llm.checks.base import FAIL
+    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.dial.otlp import CALL_LIMITS
+    from voice_llm.dial.step import Tracing
+    from voice_llm.run.folder import RunFolder
+
+    tracing = Tracing("127.0.0.1:0")
+    host, port = tracing.receiver.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    flood = CALL_LIMITS.bodies + 100
+    for n in range(flood):  # on one keep-alive connection, as an exporter sends
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+            {"traceId": "%032x" % 7, "spanId": "%016x" % (n + 1), "name": "stray"}]}]}]}).encode()
+        connection.request("POST", "/v1/traces", body=body, headers={"Content-Type": "application/json"})
+        connection.getresponse().read()
+    connection.close()
+    with FakeAgent([Reply(150, 300)], otlp=tracing.endpoint) as agent:
+        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(1), tracing=tracing)
+    doc = read_json(tmp_path / "dial.json")
+    block = doc["otlp"]
+    assert block["bodies"] == CALL_LIMITS.bodies == len(doc["files"]["otlp"]) == len(list((tmp_path / "dial" /
+                                                                                          "otlp").iterdir()))
+    assert block["received"] == flood + 1 and block["refused_bodies"] == 101 and len(block["refused"]) == 10
+    assert "1024 bodies kept already" in block["refused"][0]
+    assert doc["turns"][0]["agent_reported"] is None  # its body came when the receiver was full: not reported
+    checks = [c for c in DIAL_CAPABILITY.checks if c.step == "dial" and c.function.rsplit(":", 1)[1] in
+              ("check_values", "check_agent_reported", "check_summary", "check_files")]
+    folder = RunFolder(tmp_path)
+    failed = {c.function: r.detail for c in checks if (r := core._result(c, folder)).status == FAIL}
+    assert len(checks) == 4 and not failed, failed
+
+
 @pytest.mark.parametrize("bad", ["NaN", -5.0])
 def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad):
     """A foreign agent's NaN (or Inf, or negative) reported latency is refused at the receiver and counted in

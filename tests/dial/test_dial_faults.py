@@ -80,6 +80,56 @@ def test_an_agent_that_floods_the_line(tmp_path):
     assert doc["playout"]["dropped_ms"] > 0
 
 
+@pytest.mark.parametrize("mode", ["mark_flood", "empty_flood", "byte_flood"])
+def test_a_flood_of_tiny_messages_ends_the_call_as_flooded_and_keeps_it(tmp_path, mode):
+    """Issue 41 item 12: a mark flood took the dialer 75 -> 768 MB in 30 s (1.1M events), empty-media and 1-byte
+    floods 341 and 521 MB. Now each is "the agent flooded the line" within the 1 s window's bound: the reply heard
+    before it is kept, and the events kept stay within the bound (what the flood cost the dialer)."""
+    from voice_llm.dial import call as callmod
+
+    with FakeAgent(REPLY, mode=mode) as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(), "the agent flooded the line in turn 1",
+                              f"more than {callmod.FLOOD_PER_WINDOW} messages carrying next to no audio",
+                              "the call kept up to it")
+        sent = agent.flood_sent
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "dial" / "partial-events.jsonl").read_text().splitlines()]
+    floods = [row for row in rows if row.get("event") == "flood"]
+    assert len(floods) == 1 and floods[0]["dir"] == "down"
+    before = rows[:rows.index(floods[0])]
+    tiny = [row for row in before if row.get("dir") == "down" and (row.get("event") == "mark" or (
+        row.get("event") == "media" and row.get("samples", 0) < 8000 * callmod.FLOOD_AUDIO_MS / 1000))]
+    # the window's bound, however many the agent managed to send: a 1-sample message costs 1 - 1/40 (a 5 ms
+    # share), so at most 500 / 0.975 + 1 of them; plus the reply's own mark
+    assert callmod.FLOOD_PER_WINDOW - 1 <= len(tiny) <= callmod.FLOOD_PER_WINDOW / 0.975 + 2 < sent
+    heard = [row for row in before if row.get("dir") == "down" and row.get("event") == "media"
+             and row.get("samples", 0) >= 80]
+    assert heard, "the reply's audio before the flood is kept"
+
+
+def test_a_slow_flood_under_the_window_is_bounded_over_the_call(tmp_path, monkeypatch):
+    """A mark every 4 ms (250 a second: under the window's 500) for the rest of the call still ends it once the call's
+    allowance (FLOOD_CALL_BASE + FLOOD_CALL_PER_S a second) is spent; both are lowered so a short call spends it."""
+    from voice_llm.dial import call as callmod
+
+    monkeypatch.setattr(callmod, "FLOOD_CALL_BASE", 30)
+    monkeypatch.setattr(callmod, "FLOOD_CALL_PER_S", 10)
+    with FakeAgent(REPLY, mode="slow_marks") as agent:
+        doc, _ = failing_call(tmp_path, agent.url, quick(deadline_s=8.0), "the agent flooded the line",
+                              "messages carrying next to no audio in", "at most 30 plus 10 a second")
+    assert doc["playout"]["frames"] > 0
+
+
+def test_seconds_of_audio_at_once_in_small_chunks_are_no_flood(tmp_path):
+    """The bound counts what carries next to no audio: a reply of 7 s sent at once in 10 ms chunks (700 messages
+    within a few ms, over the window's 500 were every message counted) is a normal call."""
+    with FakeAgent([Reply(100, 7000, "m1")]) as agent:
+        dial_step(context(tmp_path), quick(deadline_s=8.0), agent.url, caller=tones(1))
+    doc = read_json(tmp_path / "dial.json")
+    assert doc["turns"][0]["heard"]["gap_ms"] is not None and doc["playout"]["audio_frames"] >= 340
+
+
 def test_an_agent_message_over_the_dialers_cap_is_said_as_such(tmp_path):
     """A 50 MB message: the dialer's websockets closes the line with 1009 over its own 1 MiB max_size; said as
     what happened (the cap, the dialer's close), not "the agent hung up"; the call up to it is kept."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.dial.otlp import (PIPECAT_ENDPOINT_UNKNOWN, PIPECAT_SOURCE, PROTOBUF, Span, clock_for,
+from voice_llm.dial.otlp import (CALL_LIMITS, PIPECAT_ENDPOINT_UNKNOWN, PIPECAT_SOURCE, PROTOBUF, Span, clock_for,
                                  decode_request, flatten, match)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "pipecat_call_spans"
@@ -88,6 +88,15 @@ def test_dial_json_states_the_null_stages_reasons(tmp_path: Path) -> None:
 
         def bodies(self) -> list:  # type: ignore[type-arg]
             return []
+
+        received = 1
+        limits = CALL_LIMITS
+
+        def refused(self) -> list[str]:
+            return []
+
+        def refused_count(self) -> int:
+            return 0
 
     rows = [{"caller": {"speech_end_ms": end}, "heard": {"gap_ms": gap}, "script": None}
             for end, gap in zip(CALL["speech_end_ms"], CALL["heard_gap_ms"])]

@@ -75,7 +75,7 @@ def test_known_spans_are_matched_to_the_right_turns(receiver: otlp.Receiver) -> 
     assert reported[1].stages[0].start_ms == pytest.approx(9300.0, abs=0.01)
     bodies = receiver.bodies()
     assert bodies and all(b.data and b.refused is None for b in bodies)
-    assert otlp.summary("127.0.0.1:1", bodies, clock)["spans"] == 7
+    assert otlp.summary("127.0.0.1:1", receiver, clock)["spans"] == 7
 
 
 def test_json_bodies_decode_like_protobuf(receiver: otlp.Receiver) -> None:
@@ -95,10 +95,11 @@ def test_json_bodies_decode_like_protobuf(receiver: otlp.Receiver) -> None:
 
 def test_an_agent_that_sends_no_spans_is_not_reported(receiver: otlp.Receiver) -> None:
     assert otlp.match([1000.0, 5000.0], receiver.spans(), otlp.Clock(T0)) == [None, None]
-    assert otlp.summary("127.0.0.1:1", receiver.bodies(), None) == {
-        "listen": "127.0.0.1:1", "bodies": 0, "spans": 0, "refused": [], "refused_values": 0,
-        "refused_value_lines": [], "clock": "no spans", "clock_offset_ms": None, "clock_offset_spans": 0,
-        "files": []}
+    limits = {"bodies": 1024, "spans": 32768, "bytes": 64 << 20, "spans_per_body": 4096, "body_bytes": 4 << 20}
+    assert otlp.summary("127.0.0.1:1", receiver, None) == {
+        "listen": "127.0.0.1:1", "received": 0, "bodies": 0, "spans": 0, "refused": [], "refused_bodies": 0,
+        "refused_values": 0, "refused_value_lines": [], "limits": limits, "clock": "no spans",
+        "clock_offset_ms": None, "clock_offset_spans": 0, "files": []}
 
 
 def _post(receiver: otlp.Receiver, data: bytes, content_type: str | None, path: str = "/v1/traces") -> int:
@@ -208,11 +209,20 @@ def test_dial_json_states_the_offset_and_its_spans() -> None:
         def bodies(self) -> list[otlp.Body]:
             return [otlp.Body(1, 1.0, otlp.JSON, b"{}", 4)]
 
+        received = 1
+        limits = otlp.CALL_LIMITS
+
+        def refused(self) -> list[str]:
+            return []
+
+        def refused_count(self) -> int:
+            return 0
+
     rows = [{"caller": {"speech_end_ms": end}, "heard": {"gap_ms": 1000.0}, "script": None} for end in SPEECH_ENDS]
     block = step._apply_otlp(rows, Receiver(), T0, "127.0.0.1:1", step._Unknown(), CALL_MS)
     assert block["clock_offset_ms"] == pytest.approx(4960.0) and block["clock_offset_spans"] == 3
     assert [row["heard_minus_reported_ms"] for row in rows] == [100.0] * 3
-    assert otlp.summary("127.0.0.1:1", [], None)["clock_offset_ms"] is None
+    assert otlp.summary("127.0.0.1:1", None, None)["clock_offset_ms"] is None
 
 
 @pytest.mark.parametrize("value, expected", [("127.0.0.1:4318", ("127.0.0.1", 4318)), (":0", ("127.0.0.1", 0)),
@@ -294,7 +304,7 @@ def test_a_reported_number_that_is_not_a_finite_latency_is_refused_and_counted(r
     assert len(refused) == 3 and all(line.startswith("body 1: span turn eee19b7ec3c1b174: ") for line in refused)
     assert "turn.user_bot_latency_seconds" in refused[0] and "\n" not in "".join(refused)
     assert otlp.match([500.0], receiver.spans(), otlp.clock_for(receiver.spans(), T0)) == [None]
-    block = otlp.summary("127.0.0.1:1", receiver.bodies(), otlp.Clock(T0))
+    block = otlp.summary("127.0.0.1:1", receiver, otlp.Clock(T0))
     assert block["refused_values"] == 3 and block["refused_value_lines"] == refused and block["refused"] == []
     assert block["spans"] == 1
     json.dumps(block, allow_nan=False)
@@ -307,3 +317,107 @@ def test_match_takes_no_latency_that_is_not_a_finite_number_at_least_zero() -> N
              for n, bad in enumerate([float("nan"), float("inf"), -1.0])]
     assert otlp.match([500.0], spans, otlp.Clock(T0)) == [None]
     assert otlp.reporting_spans(spans) == 0
+
+
+# --- what one receiver keeps (issue 41 items 10 and 15) ------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _empty_spans_body(spans: int) -> bytes:
+    """A protobuf ExportTraceServiceRequest of ``spans`` empty spans in one resource and scope, written on the wire
+    by hand (field 1 resource_spans > field 2 scope_spans > field 2 spans): 2 bytes a span."""
+    scope = b"\x12\x00" * spans
+    resource = b"\x12" + _varint(len(scope)) + scope
+    return b"\x0a" + _varint(len(resource)) + resource
+
+
+def test_the_span_count_on_the_bytes_is_protobufs_own() -> None:
+    """count_spans walks the wire format without decoding: on the SDK's own bodies it gives what protobuf decodes."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    for resources in range(2):
+        resource = request.resource_spans.add()
+        resource.resource.attributes.add(key="service.name").value.string_value = "agent"
+        for scopes in range(3):
+            scope = resource.scope_spans.add()
+            scope.scope.name = "s"
+            for n in range(resources + scopes + 1):
+                span = scope.spans.add(name=f"x{n}", trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+                span.attributes.add(key="k").value.int_value = n
+    data = request.SerializeToString()
+    assert otlp.count_spans(data)[0] == 15 == sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+    assert otlp.count_spans(_empty_spans_body(10))[0] == 10
+
+
+def test_a_body_of_millions_of_empty_spans_is_refused_before_it_is_decoded(receiver: otlp.Receiver) -> None:
+    """Four bodies of 4 MB of empty spans (8.4M in all) took the dialer 77 -> 2,467 MB: each is now counted on its
+    bytes, refused with one line past MAX_SPANS_PER_BODY and never decoded, and the receiver takes the next body."""
+    body = _empty_spans_body((otlp.MAX_BODY_BYTES - 16) // 2)
+    assert len(body) <= otlp.MAX_BODY_BYTES
+    for _ in range(4):
+        assert _post(receiver, body, otlp.PROTOBUF) == 400
+    assert receiver.spans() == [] and receiver.bodies() == [] and receiver.refused_count() == 4
+    assert all("more than 4096 spans in one body" in line and "not decoded" in line for line in receiver.refused())
+    _export(receiver, lambda tracer: _turn(tracer, "invoke_agent", 1.0, 2.0, {"voice_llm.latency.reported_ms": 5}))
+    assert len(receiver.spans()) == 1 and receiver.received == 5
+
+
+def test_a_json_body_of_too_many_objects_is_refused_before_it_is_parsed(receiver: otlp.Receiver) -> None:
+    spans = ",".join(["{}"] * (otlp.MAX_JSON_OBJECTS + 1))
+    data = ('{"resourceSpans": [{"scopeSpans": [{"spans": [' + spans + ']}]}]}').encode()
+    assert _post(receiver, data, otlp.JSON) == 400
+    assert "JSON objects in one body: not parsed" in receiver.refused()[0]
+    few = ",".join(['{"name": "x"}'] * (otlp.MAX_SPANS_PER_BODY + 1))
+    assert _post(receiver, ('{"resourceSpans": [{"scopeSpans": [{"spans": [' + few + ']}]}]}').encode(),
+                 otlp.JSON) == 400
+    assert "more than 4096 spans in one body" in receiver.refused()[1] and receiver.spans() == []
+
+
+def test_a_span_keeps_the_sdks_attribute_limit() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(name="x")
+    for n in range(1000):
+        span.attributes.add(key=f"k{n}").value.int_value = n
+    values = span.attributes.add(key="list").value.array_value.values
+    for n in range(1000):
+        values.add().int_value = n
+    (flat,) = otlp.flatten(request, 1, 0.0)
+    assert len(flat.attributes) == otlp.MAX_ATTRIBUTES and "list" not in flat.attributes
+    del span.attributes[:990]
+    (flat,) = otlp.flatten(request, 1, 0.0)
+    assert len(flat.attributes["list"]) == otlp.MAX_VALUE_ITEMS
+
+
+def _tiny_body(n: int) -> bytes:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "%032x" % 1, "spanId": "%016x" % (n * 10 + k), "name": f"s{n}"} for k in range(2)]}]}]}).encode()
+
+
+def test_a_call_keeps_at_most_its_limits_and_counts_the_rest() -> None:
+    """18,630 small bodies had become 18,630 files: a receiver keeps Limits.bodies bodies and Limits.spans spans;
+    the rest are refused (413) and counted, the first REFUSED_LINES kept as lines."""
+    limits = otlp.Limits(bodies=5, spans=8, bytes=1 << 20)
+    with otlp.Receiver("127.0.0.1", 0, lambda: 0.0, limits) as receiver:
+        statuses = [_post(receiver, _tiny_body(n), otlp.JSON) for n in range(30)]
+        block = otlp.summary("127.0.0.1:1", receiver, None)
+    assert statuses == [200] * 4 + [413] * 26  # the 5th body's 2 spans would be 10 > 8
+    assert block["bodies"] == 4 and block["spans"] == 8 and block["received"] == 30
+    assert block["refused_bodies"] == 26 and len(block["refused"]) == otlp.REFUSED_LINES
+    assert "2 more spans would be over the 8 kept in this call" in block["refused"][0]
+    assert block["refused"][0].startswith("body 5: ") and len(block["files"]) == 4
+    limits = otlp.Limits(bodies=3, spans=100, bytes=1 << 20)
+    with otlp.Receiver("127.0.0.1", 0, lambda: 0.0, limits) as receiver:
+        statuses = [_post(receiver, _tiny_body(n), otlp.JSON) for n in range(6)]
+        assert statuses == [200] * 3 + [413] * 3
+        assert receiver.refused()[0] == "body 4: 3 bodies kept already: no more in this call"

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 # The OTLP/HTTP trace receiver and its span-to-turn matching, for another capability that receives an agent's spans
 # for many calls at once (load --dial --otlp-listen): standard library only at import.
-from voice_llm.dial.otlp import Receiver as OTLPReceiver, Span as OTLPSpan, clock_for as otlp_clock_for
+from voice_llm.dial.otlp import RUN_LIMITS as OTLP_RUN_LIMITS, Receiver as OTLPReceiver, Span as OTLPSpan
+from voice_llm.dial.otlp import clock_for as otlp_clock_for
 from voice_llm.dial.otlp import match as otlp_match, parse_listen as parse_otlp_listen
 from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
@@ -77,5 +78,5 @@ CAPABILITY = Capability(
 )
 
 
-__all__ = ["CAPABILITY", "CONVERSE_STEP", "OTLPReceiver", "OTLPSpan", "otlp_clock_for", "otlp_match",
+__all__ = ["CAPABILITY", "CONVERSE_STEP", "OTLP_RUN_LIMITS", "OTLPReceiver", "OTLPSpan", "otlp_clock_for", "otlp_match",
            "parse_otlp_listen"]

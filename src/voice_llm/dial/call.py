@@ -60,6 +60,19 @@ DEFAULT_BARGE_IN_TURNS = (3,)
 DEFAULT_DEADLINE_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
+# A flood of small messages (issue 41 item 12: a mark flood took the dialer 75 -> 768 MB in 30 s with 1.1M events;
+# empty-media and 1-byte floods 341 and 521 MB). Audio is bounded already (cap_s buffered ahead of playout); what is
+# bounded here is the messages that carry next to no audio: a mark, a clear, an event the line does not take count 1
+# each, a media message 1 less its share of FLOOD_AUDIO_MS of audio (a 10 ms or 20 ms chunk: 0; empty or 1 byte: 1).
+# An agent that sends a mark per chunk, or seconds of audio at once, is far from the bound; one that sends what
+# carries no audio at hundreds per second is over it. Over it in a 1 s window, or over the call's own allowance
+# (FLOOD_CALL_BASE plus FLOOD_CALL_PER_S a second: a slow flood under the window's bound), the call ends "the agent
+# flooded the line" with everything up to it kept (dial-partial.json), so the events kept stay bounded.
+FLOOD_WINDOW_MS = 1000.0
+FLOOD_AUDIO_MS = 5.0
+FLOOD_PER_WINDOW = 500
+FLOOD_CALL_BASE = 5_000
+FLOOD_CALL_PER_S = 100
 HANDSHAKE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions",
                                "sec-websocket-protocol"})
 
@@ -236,6 +249,7 @@ class _Call:
         self.noted: set[int] = set()  # the turns whose end was told
         # the uplink frame captured at the last tick, sent at the next one (its audio has ended then)
         self.captured: tuple[int, np.ndarray] | None = None
+        self.flood = _FloodGauge(self.line.rate)
 
     # --- clock and events ----------------------------------------------------------------------------------------
 
@@ -378,8 +392,14 @@ class _Call:
 
     async def take(self, message: str | bytes) -> None:
         received = self.framing.parse(message)  # a wire.LineError when the line does not carry it
-        if received.kind == MEDIA:
-            self.push(wire.decode(self.line, received.payload), len(received.payload))
+        samples = wire.decode(self.line, received.payload) if received.kind == MEDIA else None
+        flooded = self.flood.count(self.now_ms(), 0 if samples is None else len(samples))
+        if flooded is not None:
+            self.event(dir="down", event="flood", why=flooded)
+            self.fail(f"the agent flooded the line {self.where()}: {flooded}; the call kept up to it")
+            return
+        if samples is not None:
+            self.push(samples, len(received.payload))
         elif received.kind == MARK:
             name = received.name or ""
             self.event(dir="down", event="mark", name=name)
@@ -626,6 +646,32 @@ class _Call:
         for sent in self.framing.closing():  # Twilio's stop, a bridge's own; PCM and Vonage: the close alone
             await self.send_text(sent.message)
             self.event(dir="up", event=sent.event, **sent.fields)
+
+
+class _FloodGauge:
+    """The bound on messages that carry next to no audio (FLOOD_* above): ``count`` each message as it arrives
+    (the call clock, its samples); the reason the line is flooded, or None."""
+
+    def __init__(self, rate: int) -> None:
+        self.full = rate * FLOOD_AUDIO_MS / 1000.0  # the samples that make a media message cost nothing
+        self.window_start = 0.0
+        self.window = 0.0
+        self.total = 0.0
+
+    def count(self, now_ms: float, samples: int) -> str | None:
+        if now_ms - self.window_start >= FLOOD_WINDOW_MS:
+            self.window_start, self.window = now_ms, 0.0
+        cost = 1.0 - min(1.0, samples / self.full)
+        self.window += cost
+        self.total += cost
+        if self.window > FLOOD_PER_WINDOW:
+            return (f"more than {FLOOD_PER_WINDOW} messages carrying next to no audio (under {FLOOD_AUDIO_MS:g} ms) "
+                    f"within {FLOOD_WINDOW_MS / 1000:g} s")
+        allowed = FLOOD_CALL_BASE + FLOOD_CALL_PER_S * max(0.0, now_ms) / 1000.0
+        if self.total > allowed:
+            return (f"{self.total:.0f} messages carrying next to no audio in {max(0.0, now_ms) / 1000:.0f} s of call "
+                    f"(at most {FLOOD_CALL_BASE} plus {FLOOD_CALL_PER_S} a second)")
+        return None
 
 
 def _size(count: int) -> str:

@@ -47,8 +47,37 @@ TRACES_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_BODY_BYTES = 4 << 20  # one export batch; a larger body is refused (413), the call goes on
-MAX_TOTAL_BYTES = 64 << 20  # what one call keeps in memory; beyond it bodies are counted and refused
 REFUSED_VALUE_LINES = 10  # dial.json's otlp block keeps this many lines of the values refused (all are counted)
+REFUSED_LINES = 10  # and this many lines of the bodies refused (all are counted: refused_bodies)
+# What a body may hold, counted on its bytes before it is decoded (issue 41 item 10: 4 bodies of 4 MB, 8.4M empty
+# spans, took the dialer 77 -> 2,467 MB with 431 late frames: each span became a protobuf object, then a Span).
+# The OpenTelemetry SDK's BatchSpanProcessor exports 512 spans a batch by default
+# (https://opentelemetry.io/docs/specs/otel/trace/sdk/#batching-processor), so 8 times that is no real agent's.
+MAX_SPANS_PER_BODY = 4096
+MAX_FIELDS_PER_BODY = 65536  # the fields walked above the spans (resources, scopes, their attributes): the same bound
+MAX_JSON_OBJECTS = 262144  # an OTLP/JSON body's "{" before it is parsed (a real span is some 10-40 objects)
+# What a flattened span keeps: the SDK's own default span attribute count limit is 128
+# (https://opentelemetry.io/docs/specs/otel/common/#attribute-limits); an array or kvlist value keeps 128 items
+MAX_ATTRIBUTES = 128
+MAX_VALUE_ITEMS = 128
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one receiver keeps in memory and (the dialer) on disk; beyond it a body is refused (413), counted, one
+    line kept: ``bodies`` kept (each a file of dial/otlp/: 18,630 small bodies had become 18,630 files), their
+    ``spans`` and their ``bytes``."""
+
+    bodies: int
+    spans: int
+    bytes: int
+
+
+# one call (dial --otlp): a 1 h call exporting every 5 s (the SDK's schedule) is 720 bodies; a 4-turn pipecat call
+# some 40 spans
+CALL_LIMITS = Limits(bodies=1024, spans=32768, bytes=64 << 20)
+# the run's one receiver of load --dial --otlp-listen (every call of every sweep; nothing written to disk)
+RUN_LIMITS = Limits(bodies=65536, spans=262144, bytes=256 << 20)
 CLOCK_SLACK_MS = 2.0  # a span ending this much after its body's arrival is still "the same clock" (rounding)
 
 PIPECAT_SOURCE = "pipecat turn.user_bot_latency_seconds"
@@ -95,6 +124,7 @@ class Body:
     spans: int
     refused: str | None = None
     refused_values: tuple[str, ...] = ()  # one line per number refused off its spans (see the module's docstring)
+    refused_value_count: int = 0  # all of them (the lines stop at REFUSED_VALUE_LINES)
 
     @property
     def file_name(self) -> str:
@@ -132,24 +162,107 @@ def _ids_to_b64(document: Any) -> Any:
     return document
 
 
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise OTLPError(f"not an OTLP protobuf ExportTraceServiceRequest ({len(data)} bytes): a truncated varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def _length_fields(data: bytes, start: int, end: int, walked: list[int]) -> Any:
+    """(field number, start, end) of each length-delimited field in ``data[start:end]``, on the protobuf wire format
+    (https://protobuf.dev/programming-guides/encoding/); every field walked counts in ``walked[0]``."""
+    at = start
+    while at < end:
+        key, at = _varint(data, at)
+        walked[0] += 1
+        kind = key & 7
+        if kind == 0:
+            _, at = _varint(data, at)
+        elif kind == 1:
+            at += 8
+        elif kind == 5:
+            at += 4
+        elif kind == 2:
+            length, at = _varint(data, at)
+            if at + length > end:
+                break  # truncated: protobuf's own decode says so
+            yield key >> 3, at, at + length
+            at += length
+        else:
+            break  # groups (deprecated) or garbage: protobuf's own decode says what it is
+        if walked[0] > MAX_FIELDS_PER_BODY:
+            return
+
+
+def count_spans(data: bytes) -> tuple[int, int]:
+    """(spans, fields walked) of a protobuf ExportTraceServiceRequest, counted on its bytes without decoding it:
+    resource_spans = 1, its scope_spans = 2, their spans = 2 (opentelemetry-proto's trace.proto); the count stops
+    past MAX_SPANS_PER_BODY or MAX_FIELDS_PER_BODY, so a hostile body costs its walk up to there, never its size."""
+    spans, walked = 0, [0]
+    for number, start, end in _length_fields(data, 0, len(data), walked):
+        if number != 1:
+            continue
+        for scope_number, scope_start, scope_end in _length_fields(data, start, end, walked):
+            if scope_number != 2:
+                continue
+            for span_number, _, _ in _length_fields(data, scope_start, scope_end, walked):
+                spans += span_number == 2
+                if spans > MAX_SPANS_PER_BODY:
+                    return spans, walked[0]
+    return spans, walked[0]
+
+
+def _json_spans(document: Mapping[str, Any]) -> int:
+    return sum(len(scope.get("spans") or []) if isinstance(scope, dict) and isinstance(scope.get("spans"), list)
+               else 0
+               for resource in (document.get("resourceSpans") or [] if isinstance(document.get("resourceSpans"), list)
+                                else [])
+               if isinstance(resource, dict) and isinstance(resource.get("scopeSpans"), list)
+               for scope in resource["scopeSpans"])
+
+
+def _too_many(spans: int, fields: int = 0) -> str | None:
+    if spans > MAX_SPANS_PER_BODY:
+        return f"more than {MAX_SPANS_PER_BODY} spans in one body (the SDK's batch is 512): not decoded"
+    if fields > MAX_FIELDS_PER_BODY:
+        return f"more than {MAX_FIELDS_PER_BODY} fields around its spans: not decoded"
+    return None
+
+
 def decode_request(data: bytes, content_type: str) -> Any:
-    """The ExportTraceServiceRequest in ``data``; OTLPError (one line) when it is not one."""
+    """The ExportTraceServiceRequest in ``data``; OTLPError (one line) when it is not one, or when it holds more
+    than a body may (counted before it is decoded: the MAX_* above)."""
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     if content_type == PROTOBUF:
+        too_many = _too_many(*count_spans(data))
+        if too_many is not None:
+            raise OTLPError(too_many)
         try:
             return ExportTraceServiceRequest.FromString(data)
         except (DecodeError, RuntimeWarning, ValueError) as exc:
             raise OTLPError(f"not an OTLP protobuf ExportTraceServiceRequest ({len(data)} bytes): {exc}") from exc
     if content_type == JSON:
+        if data.count(b"{") > MAX_JSON_OBJECTS:
+            raise OTLPError(f"more than {MAX_JSON_OBJECTS} JSON objects in one body: not parsed")
         try:
             document = loads_json(data.decode("utf-8"), "an OTLP/JSON body")  # the guarded parser: no deep nesting
         except Exception as exc:
             raise OTLPError(f"not JSON ({len(data)} bytes): {str(exc)[:120]}") from exc
         if not isinstance(document, dict):
             raise OTLPError("an OTLP/JSON body that is not an object")
+        too_many = _too_many(_json_spans(document))
+        if too_many is not None:
+            raise OTLPError(too_many)
         try:
             return json_format.ParseDict(_ids_to_b64(document), ExportTraceServiceRequest(),
                                          ignore_unknown_fields=True)
@@ -162,10 +275,10 @@ def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
     if kind is None:
         return None
-    if kind == "array_value":
-        return [_value(v) for v in any_value.array_value.values]
+    if kind == "array_value":  # MAX_VALUE_ITEMS kept: what the dialer reads is a number or a string
+        return [_value(v) for v in any_value.array_value.values[:MAX_VALUE_ITEMS]]
     if kind == "kvlist_value":
-        return {kv.key: _value(kv.value) for kv in any_value.kvlist_value.values}
+        return {kv.key: _value(kv.value) for kv in any_value.kvlist_value.values[:MAX_VALUE_ITEMS]}
     if kind == "bytes_value":
         return any_value.bytes_value.hex()
     return getattr(any_value, kind)
@@ -183,7 +296,7 @@ def flatten(request: Any, body: int, arrival_ms: float) -> list[Span]:
                     trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
                     parent_id=span.parent_span_id.hex() or None, name=span.name,
                     start_ns=int(span.start_time_unix_nano), end_ns=int(span.end_time_unix_nano),
-                    attributes={kv.key: _value(kv.value) for kv in span.attributes},
+                    attributes={kv.key: _value(kv.value) for kv in span.attributes[:MAX_ATTRIBUTES]},
                     service=service if isinstance(service, str) else None, body=body, arrival_ms=arrival_ms))
     return spans
 
@@ -238,16 +351,25 @@ class Receiver:
     ``clock`` gives the call clock in ms (the dialer's); bodies arriving before the call started get the clock's
     value then (it may be negative). Thread-safe: the HTTP server runs in a thread of its own."""
 
-    def __init__(self, host: str, port: int, clock: Callable[[], float]) -> None:
+    def __init__(self, host: str, port: int, clock: Callable[[], float], limits: Limits = CALL_LIMITS) -> None:
         self._clock = clock
+        self.limits = limits
         self._lock = threading.Lock()
-        self._bodies: list[Body] = []
+        # one body decoded at a time: ten 4 MB bodies at once must not be ten decodes in memory at once
+        self._decoding = threading.Lock()
+        self._bodies: list[Body] = []  # the bodies kept (the refused are counted, their first lines kept)
         self._spans: list[Span] = []
         self._kept_bytes = 0
+        self._received = 0
+        self._refused_lines: list[str] = []
+        self._refused_count = 0
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # the headers and the body of an answer go out as two writes: with Nagle's algorithm on, the second
+            # waited for the sender's delayed ACK (40 ms a body on Linux; 1,124 bodies on one connection took 61 s)
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
                 return  # the artifact records what arrived; nothing on the dialer's terminal
@@ -266,8 +388,12 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(payload)
 
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                return  # a sender that resets its connection: nothing of it on the dialer's terminal, the call goes on
+
         self._handler = Handler
-        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._server = Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
 
@@ -313,15 +439,22 @@ class Receiver:
             request._refuse(413, f"at most {MAX_BODY_BYTES} bytes")  # type: ignore[attr-defined]
             return
         data = request.rfile.read(length)
-        try:
-            decoded = decode_request(data, content_type)
-        except OTLPError as exc:
-            self._record(arrival, content_type, data, None, str(exc))
-            request._refuse(400, str(exc))  # type: ignore[attr-defined]
+        full = self._full(len(data))
+        if full is not None:  # refused before it is decoded: a full receiver costs a sender nothing more
+            self._record(arrival, content_type, b"", None, full)
+            request._refuse(413, full)  # type: ignore[attr-defined]
             return
-        accepted = self._record(arrival, content_type, data, decoded, None)
-        if not accepted:
-            request._refuse(413, "this call's receiver is full")  # type: ignore[attr-defined]
+        with self._decoding:
+            try:
+                decoded = decode_request(data, content_type)
+            except OTLPError as exc:
+                self._record(arrival, content_type, b"", None, str(exc))
+                request._refuse(400, str(exc))  # type: ignore[attr-defined]
+                return
+            refused = self._record(arrival, content_type, data, decoded, None)
+            del decoded
+        if refused is not None:
+            request._refuse(413, refused)  # type: ignore[attr-defined]
             return
         payload = _response(content_type)
         request.send_response(200)
@@ -330,21 +463,56 @@ class Receiver:
         request.end_headers()
         request.wfile.write(payload)
 
-    def _record(self, arrival: float, content_type: str, data: bytes, decoded: Any, refused: str | None) -> bool:
+    def _full(self, size: int, spans: int = 0) -> str | None:
+        """Why a body of ``size`` bytes and ``spans`` spans is not kept (the receiver's Limits), or None."""
         with self._lock:
-            index = len(self._bodies) + 1
-            if self._kept_bytes + len(data) > MAX_TOTAL_BYTES:
-                data, refused = b"", refused or f"over {MAX_TOTAL_BYTES} bytes received in this call: not kept"
-            spans = flatten(decoded, index, arrival) if decoded is not None and refused is None else []
+            if len(self._bodies) >= self.limits.bodies:
+                return f"{self.limits.bodies} bodies kept already: no more in this call"
+            if self._kept_bytes + size > self.limits.bytes:
+                return f"over {self.limits.bytes} bytes received in this call: not kept"
+            if len(self._spans) + spans > self.limits.spans:
+                return f"{spans} more spans would be over the {self.limits.spans} kept in this call: not kept"
+            return None
+
+    def _record(self, arrival: float, content_type: str, data: bytes, decoded: Any, refused: str | None) -> str | None:
+        """Keep a body (``refused`` None and ``decoded``) or count a refused one; why it was refused, or None."""
+        if refused is None and decoded is not None:
+            count = sum(len(scope.spans) for resource in decoded.resource_spans for scope in resource.scope_spans)
+            refused = self._full(len(data), count)
+        with self._lock:
+            self._received += 1
+            index = self._received
+            if refused is not None:
+                self._refused_count += 1
+                if len(self._refused_lines) < REFUSED_LINES:
+                    self._refused_lines.append(f"body {index}: {refused}")
+                return refused
+            spans = flatten(decoded, index, arrival)
             values: list[str] = []
             for position, span in enumerate(spans):  # bad numbers refused here, as they arrive: never stored
                 spans[position], lines = refuse_values(span)
                 values.extend(f"body {index}: {line}" for line in lines)
             self._kept_bytes += len(data)
-            self._bodies.append(Body(index, arrival, content_type, data, len(spans),
-                                     None if refused is None else f"body {index}: {refused}", tuple(values)))
+            self._bodies.append(Body(index, arrival, content_type, data, len(spans), None,
+                                     tuple(values[:REFUSED_VALUE_LINES]), len(values)))
             self._spans.extend(spans)
-            return refused is None
+            return None
+
+    @property
+    def full(self) -> bool:
+        """No further body can be kept (Limits.bodies reached): waiting for one is waiting for nothing."""
+        with self._lock:
+            return len(self._bodies) >= self.limits.bodies
+
+    @property
+    def received(self) -> int:
+        """Every body that came, kept or refused."""
+        with self._lock:
+            return self._received
+
+    def refused_count(self) -> int:
+        with self._lock:
+            return self._refused_count
 
     def bodies(self) -> list[Body]:
         with self._lock:
@@ -355,10 +523,15 @@ class Receiver:
             return list(self._spans)
 
     def refused(self) -> list[str]:
-        return [body.refused for body in self.bodies() if body.refused]
+        """The first REFUSED_LINES bodies refused, one line each (refused_count: all of them)."""
+        with self._lock:
+            return list(self._refused_lines)
 
     def refused_values(self) -> list[str]:
         return [line for body in self.bodies() for line in body.refused_values]
+
+    def refused_values_count(self) -> int:
+        return sum(body.refused_value_count for body in self.bodies())
 
 
 # --- from spans to turns ----------------------------------------------------------------------------------------
@@ -606,18 +779,28 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
     return found
 
 
-def summary(receiver_address: str, bodies: Sequence[Body], clock: Clock | None) -> dict[str, Any]:
-    """dial.json's ``otlp`` block."""
+def summary(receiver_address: str, receiver: Any, clock: Clock | None) -> dict[str, Any]:
+    """dial.json's ``otlp`` block, of a :class:`Receiver` (or None: nothing received). ``bodies`` are those kept
+    (each a file of ``files``); those refused are counted in ``refused_bodies``, the first REFUSED_LINES in
+    ``refused``, one line each (since dial_schema_version 4: ``received``, ``refused_bodies``, ``limits``; before it
+    ``bodies`` counted the refused too and ``refused`` had a line for each)."""
+    bodies = receiver.bodies() if receiver is not None else []
     values = [line for body in bodies for line in body.refused_values]
-    return {"listen": receiver_address, "bodies": len(bodies), "spans": sum(body.spans for body in bodies),
-            "refused": [body.refused for body in bodies if body.refused],
+    limits = receiver.limits if receiver is not None else CALL_LIMITS
+    return {"listen": receiver_address, "received": receiver.received if receiver is not None else 0,
+            "bodies": len(bodies), "spans": sum(body.spans for body in bodies),
+            "refused": receiver.refused() if receiver is not None else [],
+            "refused_bodies": receiver.refused_count() if receiver is not None else 0,
             # numbers refused off the spans: the count, and the first lines (a flood of them stays small)
-            "refused_values": len(values), "refused_value_lines": values[:REFUSED_VALUE_LINES],
+            "refused_values": sum(body.refused_value_count for body in bodies),
+            "refused_value_lines": values[:REFUSED_VALUE_LINES],
+            "limits": {"bodies": limits.bodies, "spans": limits.spans, "bytes": limits.bytes,
+                       "spans_per_body": MAX_SPANS_PER_BODY, "body_bytes": MAX_BODY_BYTES},
             "clock": clock.describe() if clock is not None else "no spans",
             # the offset applied to every span time, and the turn spans it rests on (the median of theirs)
             "clock_offset_ms": clock.offset_ms if clock is not None else None,
             "clock_offset_spans": clock.spans if clock is not None else 0,
-            "files": [body.file_name for body in bodies if body.data and not body.refused]}
+            "files": [body.file_name for body in bodies if body.data]}
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -650,5 +833,5 @@ def parse_listen(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), number
 
 
-__all__ = ["Body", "Clock", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "decode_request",
+__all__ = ["CALL_LIMITS", "RUN_LIMITS", "Body", "Clock", "Limits", "OTLPError", "Receiver", "Reported", "Span", "StageSpan", "clock_for", "count_spans", "decode_request",
            "flatten", "match", "parse_listen", "refuse_values", "reporting_spans", "summary"]

@@ -35,7 +35,7 @@ from voice_llm.lab import flags
 from voice_llm.lab.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
-from voice_llm.run.meta import OtherRunError
+from voice_llm.run.meta import SCHEMA_VERSION as RUN_SCHEMA_VERSION, OtherRunError
 from voice_llm.run.session import same_url
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
@@ -55,7 +55,7 @@ from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOI
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
-SCHEMA_VERSION = 3  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
+SCHEMA_VERSION = 4  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
 DEFAULT_TURNS = 4
 CALL_WAV = f"{DIAL_DIR}/call.wav"
 PARTIAL_CALL_WAV = f"{DIAL_DIR}/partial-call.wav"
@@ -666,7 +666,7 @@ def _apply_otlp(rows: list[dict[str, Any]], receiver: Any, t0_epoch_ns: int, add
                 unknown.reasons.pop(f"turns[{position}].wer", None)
             gap = row["heard"]["gap_ms"]
             row["heard_minus_reported_ms"] = round(gap - found.latency_ms, 3) if gap is not None else None
-    return otlp.summary(address, receiver.bodies(), clock)
+    return otlp.summary(address, receiver, clock)
 
 
 def cut_offs(rows: Sequence[Mapping[str, Any]], unknown: _Unknown) -> int | None:
@@ -707,7 +707,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                                   "identity comes from its ready line)")
     costs = log.cost_ms
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": RUN_SCHEMA_VERSION,  # the run's stamp: an artifact newer than the run's is refused
         "dial_schema_version": SCHEMA_VERSION,
         "agent": {"url": log.settings.url, "protocol": line.protocol, "headers": log.headers,
                   "identity": dict(identity) if identity is not None else None},
@@ -989,16 +989,18 @@ def _settle(tracing: Tracing, turns: int, quiet_s: float = 0.5, cap_s: float = 1
     costs ``silent_cap_s`` (nothing sent) or ``cap_s`` per call; every agent this repo dials (voice-llm's,
     pipecat's) sends one per turn, barged-in turns included."""
     start = time.monotonic()
-    seen = len(tracing.receiver.bodies())
+    seen = tracing.receiver.received
     reported = otlp.reporting_spans(tracing.receiver.spans())  # counted again only when a body arrives
     quiet_until = start + quiet_s
     while time.monotonic() < start + (cap_s if seen else min(cap_s, silent_cap_s)):
         time.sleep(0.05)
-        count = len(tracing.receiver.bodies())
+        count = tracing.receiver.received
         if count != seen:
             seen, quiet_until = count, time.monotonic() + quiet_s
             reported = otlp.reporting_spans(tracing.receiver.spans())
         if reported >= turns and time.monotonic() >= quiet_until:
+            return
+        if tracing.receiver.full:  # it keeps no more bodies (otlp.Limits): nothing more can report a turn
             return
 
 

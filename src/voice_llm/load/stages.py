@@ -21,7 +21,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voice_llm.dial import OTLPReceiver, otlp_clock_for, otlp_match, parse_otlp_listen
+from voice_llm.dial import OTLP_RUN_LIMITS, OTLPReceiver, otlp_clock_for, otlp_match, parse_otlp_listen
 from voice_llm.errors import ConfigError
 from voice_llm.load.stats import AGENT_STAGES, stage_column
 
@@ -42,7 +42,7 @@ def start_receiver(listen: str) -> Any:
     except ValueError as exc:
         raise ConfigError(str(exc).replace("--otlp", "--otlp-listen")) from None
     try:
-        return OTLPReceiver(host, port, epoch_ms).start()  # binds in the constructor
+        return OTLPReceiver(host, port, epoch_ms, OTLP_RUN_LIMITS).start()  # binds in the constructor
     except OSError as exc:
         raise ConfigError(f"--otlp-listen {listen}: cannot listen there ({exc.strerror or exc})") from None
 
@@ -111,7 +111,10 @@ def block(listen: str | None, receiver: Any, attached: Sequence[Attached]) -> di
     if listen is None:
         return None
     bodies = receiver.bodies() if receiver is not None else []
-    return {"listen": listen, "bodies": len(bodies), "refused": [b.refused for b in bodies if b.refused][:20],
+    # the bodies kept, and those refused (the receiver's limits: voice_llm.dial.otlp.RUN_LIMITS) counted, the first
+    # lines kept
+    return {"listen": listen, "bodies": len(bodies), "refused": receiver.refused() if receiver is not None else [],
+            "refused_bodies": receiver.refused_count() if receiver is not None else 0,
             "spans": sum(a.spans for a in attached[-1:]), "without_stream_sid": sum(a.without_sid for a in attached[-1:]),
             "calls_matched": sum(a.calls for a in attached), "turns_matched": sum(a.turns for a in attached),
             "rule": RULE, "stages": list(AGENT_STAGES)}
