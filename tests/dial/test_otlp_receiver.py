@@ -74,7 +74,7 @@ def test_known_spans_are_matched_to_the_right_turns(receiver: otlp.Receiver) -> 
     assert [s.name for s in reported[1].stages] == ["stt", "llm", "tts"]
     assert reported[1].stages[0].start_ms == pytest.approx(9300.0, abs=0.01)
     bodies = receiver.bodies()
-    assert bodies and all(b.data and b.refused is None for b in bodies)
+    assert bodies and all(b.data and b.spans for b in bodies)
     assert otlp.summary("127.0.0.1:1", receiver, clock)["spans"] == 7
 
 
@@ -421,3 +421,11 @@ def test_a_call_keeps_at_most_its_limits_and_counts_the_rest() -> None:
         statuses = [_post(receiver, _tiny_body(n), otlp.JSON) for n in range(6)]
         assert statuses == [200] * 3 + [413] * 3
         assert receiver.refused()[0] == "body 4: 3 bodies kept already: no more in this call"
+
+
+def test_an_empty_export_is_a_body_kept_and_listed(receiver: otlp.Receiver) -> None:
+    """A 0-byte protobuf body is an empty ExportTraceServiceRequest (200): kept and listed as a file like any
+    other, so otlp.bodies is what files lists (check_files' relation); it was counted but not listed."""
+    assert _post(receiver, b"", otlp.PROTOBUF) == 200
+    block = otlp.summary("127.0.0.1:1", receiver, None)
+    assert block["bodies"] == 1 == len(block["files"]) and block["spans"] == 0 and block["files"] == ["0001.bin"]

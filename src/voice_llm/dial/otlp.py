@@ -78,7 +78,11 @@ class Limits:
 CALL_LIMITS = Limits(bodies=1024, spans=32768, bytes=64 << 20)
 # the run's one receiver of load --dial --otlp-listen (every call of every sweep; nothing written to disk)
 RUN_LIMITS = Limits(bodies=65536, spans=262144, bytes=256 << 20)
-CLOCK_SLACK_MS = 2.0  # a span ending this much after its body's arrival is still "the same clock" (rounding)
+# A span ending this much after its body's arrival is still "the same clock": on one machine, with both sides
+# pairing perf_counter and the wall clock as one instant (voice_llm.util.clocks), the test agent's spans still ended
+# up to 2.3 ms after their arrival under a concurrent `make lab` (69.6 ms before that pairing; 2.0 ms was the slack
+# then, and the test saw an "offset"). A quarter of a frame: an offset this small is below what a turn can show.
+CLOCK_SLACK_MS = 5.0
 
 PIPECAT_SOURCE = "pipecat turn.user_bot_latency_seconds"
 # Where each framework puts its self-reported per-turn latency: (span names, attribute, factor to ms, source text).
@@ -122,7 +126,6 @@ class Body:
     content_type: str
     data: bytes
     spans: int
-    refused: str | None = None
     refused_values: tuple[str, ...] = ()  # one line per number refused off its spans (see the module's docstring)
     refused_value_count: int = 0  # all of them (the lines stop at REFUSED_VALUE_LINES)
 
@@ -220,12 +223,13 @@ def count_spans(data: bytes) -> tuple[int, int]:
 
 
 def _json_spans(document: Mapping[str, Any]) -> int:
-    return sum(len(scope.get("spans") or []) if isinstance(scope, dict) and isinstance(scope.get("spans"), list)
-               else 0
-               for resource in (document.get("resourceSpans") or [] if isinstance(document.get("resourceSpans"), list)
-                                else [])
-               if isinstance(resource, dict) and isinstance(resource.get("scopeSpans"), list)
-               for scope in resource["scopeSpans"])
+    """The spans an OTLP/JSON document lists (what is not a list or an object is not counted: ParseDict refuses it)."""
+    def items(value: Any, key: str) -> list[Any]:
+        found = value.get(key) if isinstance(value, dict) else None
+        return found if isinstance(found, list) else []
+
+    return sum(len(items(scope, "spans")) for resource in items(document, "resourceSpans")
+               for scope in items(resource, "scopeSpans"))
 
 
 def _too_many(spans: int, fields: int = 0) -> str | None:
@@ -493,7 +497,7 @@ class Receiver:
                 spans[position], lines = refuse_values(span)
                 values.extend(f"body {index}: {line}" for line in lines)
             self._kept_bytes += len(data)
-            self._bodies.append(Body(index, arrival, content_type, data, len(spans), None,
+            self._bodies.append(Body(index, arrival, content_type, data, len(spans),
                                      tuple(values[:REFUSED_VALUE_LINES]), len(values)))
             self._spans.extend(spans)
             return None
@@ -529,9 +533,6 @@ class Receiver:
 
     def refused_values(self) -> list[str]:
         return [line for body in self.bodies() for line in body.refused_values]
-
-    def refused_values_count(self) -> int:
-        return sum(body.refused_value_count for body in self.bodies())
 
 
 # --- from spans to turns ----------------------------------------------------------------------------------------
@@ -800,7 +801,7 @@ def summary(receiver_address: str, receiver: Any, clock: Clock | None) -> dict[s
             # the offset applied to every span time, and the turn spans it rests on (the median of theirs)
             "clock_offset_ms": clock.offset_ms if clock is not None else None,
             "clock_offset_spans": clock.spans if clock is not None else 0,
-            "files": [body.file_name for body in bodies if body.data]}
+            "files": [body.file_name for body in bodies]}
 
 
 def parse_listen(value: str) -> tuple[str, int]:

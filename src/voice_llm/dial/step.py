@@ -1007,7 +1007,7 @@ def _settle(tracing: Tracing, turns: int, quiet_s: float = 0.5, cap_s: float = 1
 def _write_otlp(ctx: LabContext, receiver: Any) -> list[str]:
     folder = ctx.path(f"{DIAL_DIR}/otlp")
     names = []
-    bodies = [body for body in receiver.bodies() if body.data and not body.refused]
+    bodies = receiver.bodies()  # every body kept (an empty export too: 0 bytes); the refused are counted, not kept
     if bodies:
         folder.mkdir(exist_ok=True)
     for body in bodies:
