@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voice_llm.line import wire
+from voice_llm.util.clocks import epoch_ns_of
 
 LOUD = 500  # a caller frame is speech when its peak is above this (the caller's tones are at 8000)
 
@@ -326,7 +327,7 @@ class FakeAgent:
 
 
 def _epoch_ns(perf: float) -> int:
-    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+    return epoch_ns_of(perf)  # the dialer's own pairing of the two clocks (voice_llm.util.clocks)
 
 
 def span_body(turn: int, start: float, end: float, reported: float | str | None = None) -> bytes:

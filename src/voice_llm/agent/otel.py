@@ -26,6 +26,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from voice_llm.util.clocks import perf_and_epoch_ns
+
 TRACES_PATH = "/v1/traces"
 FLUSH_TIMEOUT_MS = 5000
 # The Twilio streamSid of the call (from its `start`), on the call span and on each turn span: one OTLP receiver
@@ -53,7 +55,8 @@ class Clock:
     """perf_counter seconds -> epoch ns, with one offset measured at start (no wall-clock jump mid-call)."""
 
     def __init__(self) -> None:
-        self.offset_ns = time.time_ns() - time.perf_counter_ns()
+        perf, wall = perf_and_epoch_ns()  # one instant on both clocks (voice_llm.util.clocks)
+        self.offset_ns = wall - int(perf * 1e9)
 
     def epoch_ns(self, perf_s: float) -> int:
         return int(perf_s * 1e9) + self.offset_ns

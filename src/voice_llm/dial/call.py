@@ -51,6 +51,7 @@ from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
 from voice_llm.dial.caller import CallerLine
 from voice_llm.dial.measure import SILENT_AFTER_MS as BARGE_SILENT_MS
 from voice_llm.speech.caller import FLOOR_MIN
+from voice_llm.util.clocks import perf_and_epoch_ns
 
 LEAD_MS = 500.0  # silence before turn 1 (a line that was quiet when the call connected)
 THINK_MS = 300.0  # the caller's pause after a reply ended before the next line
@@ -578,8 +579,8 @@ class _Call:
             if response is not None:
                 self.log.headers = {k.lower(): v for k, v in response.headers.raw_items()
                                     if k.lower() not in HANDSHAKE_HEADERS}
-            self.t0 = time.perf_counter()
-            self.log.t0_epoch_ns = time.time_ns()
+            # one instant on both clocks (voice_llm.util.clocks: two reads a thread switch apart made a span offset)
+            self.t0, self.log.t0_epoch_ns = perf_and_epoch_ns()
             if self.clock is not None:
                 self.clock.t0 = self.t0
             await self.open_stream()
