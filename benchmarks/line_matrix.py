@@ -74,14 +74,15 @@ def load() -> float:
 class Agent:
     """One `voice-llm agent` process, ready once its --ready-file is written."""
 
-    def __init__(self, engine: str, turn: str, url: str, otlp_port: int, folder: Path) -> None:
-        self.engine, self.turn = engine, turn
-        self.ready_file = folder / f"ready-{engine}-{turn}.json"
-        self.log = (folder / f"agent-{engine}-{turn}.log").open("w")
+    def __init__(self, engine: str, turn: str, url: str, otlp_port: int, folder: Path,
+                 protocol: str = "twilio") -> None:
+        self.engine, self.turn, self.protocol = engine, turn, protocol
+        self.ready_file = folder / f"ready-{engine}-{turn}-{protocol}.json"
+        self.log = (folder / f"agent-{engine}-{turn}-{protocol}.log").open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "voice_llm", "agent", "--engine", engine, "--turn", turn, "--listen",
              "127.0.0.1:0", "--url", url, "--otlp", f"http://127.0.0.1:{otlp_port}", "--ready-file",
-             str(self.ready_file)],
+             str(self.ready_file), "--protocol", protocol],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + READY_S
         while not self.ready_file.exists():
@@ -113,7 +114,7 @@ def dial(agent: Agent, otlp_port: int, out: Path, line: str, extra: Sequence[str
     """One call; its dial.json's numbers (or the error, one line)."""
     started = load()
     done = voice_llm("dial", agent.url, "--out", str(out), "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "120",
-                     "--quiet", *LINES[line], *extra, timeout=DIAL_TIMEOUT_S, check=False)
+                     "--quiet", "--protocol", agent.protocol, *LINES[line], *extra, timeout=DIAL_TIMEOUT_S, check=False)
     doc_path = out / "dial.json"
     if not doc_path.exists():
         doc_path = out / "dial-partial.json"
