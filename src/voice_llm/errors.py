@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 # -- The exit status of every command -------------------------------------------------------------------------
 # One table for the whole CLI (cli/main.py and every capability's command, `load` included, return these names):
-# each code has one meaning. `voice-llm --help` prints EXIT_TABLE as its epilog and the README's "Exit status of
-# every command" paragraph lists the same lines (tests/cli/test_exit_table.py holds the three together).
+# each code has one meaning. `voice-llm --help` prints EXIT_TABLE as its epilog and docs/guarantees.md "Exit status"
+# lists the same lines (tests/cli/test_exit_table.py holds the three together).
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -43,7 +43,7 @@ EXIT_TABLE: tuple[ExitCode, ...] = (
 
 
 def exit_table_text() -> str:
-    """The table as `--help` prints it (and the README quotes it)."""
+    """The table as `--help` prints it (and docs/guarantees.md quotes it)."""
     lines = [f"  {entry.code:<4} {entry.meaning}" for entry in EXIT_TABLE]
     return "\n".join(["exit status:", *lines, "  `load --worker` ends with the Locust worker's own status."])
 

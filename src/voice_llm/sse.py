@@ -822,7 +822,7 @@ def _read_body(resp: http.client.HTTPResponse, sock: socket.socket, reading: _Re
             reading.closed_early = True
             return
         try:
-            # read1, not readline: a line-oriented read drops the half line it holds when the connection
+            # read1, not readline (decision 0001): a line-oriented read drops the half line it holds when the connection
             # breaks, and these bytes must reach raw_out; read1 returns what has arrived without waiting.
             data_in = resp.read1(READ_SIZE)
         except TimeoutError:
@@ -907,7 +907,7 @@ def stream_request(
     should_stop: Callable[[Chunk], bool] | None = None,
     cancel: StreamCancel | None = None,
 ) -> StreamRequest:
-    """The request of the keyword call (``run_stream(messages, stop_after_ms=500, base_url=...)``, as the README
+    """The request of the keyword call (``run_stream(messages, stop_after_ms=500, base_url=...)``, as docs/api.md
     shows it): the three ways to stop become one :class:`StreamStop`."""
     stops = (stop_after_ms, should_stop, cancel)
     stop = None if all(way is None for way in stops) else StreamStop(stop_after_ms, should_stop, cancel)

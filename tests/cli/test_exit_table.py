@@ -1,5 +1,5 @@
 """One exit-code table for every command (issue 26.4): each code one meaning, the same table in `--help` and in
-the README, and no command keeping codes of its own. In-process: nothing here starts a server."""
+docs/guarantees.md, and no command keeping codes of its own. In-process: nothing here starts a server."""
 
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ def test_the_help_ends_with_the_table() -> None:
     assert "no verdict" in text and "could not be drawn" in text
 
 
-def test_the_readme_paragraph_is_the_same_table() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("Exit status of every command")
-    block = readme[readme.index("```\n", start) + 4:]
+def test_the_guarantees_page_quotes_the_same_table() -> None:
+    page = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    start = page.index("Exit status of every command")
+    block = page[page.index("```\n", start) + 4:]
     block = block[:block.index("```")]
     assert block.rstrip("\n") == errors.exit_table_text()
 

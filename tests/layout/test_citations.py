@@ -3,7 +3,11 @@
 existed, and LINE.md, the line contract cited 16 times, was not in the repository. A citation is a document's
 name followed (after an optional comma, colon or parenthesis) by a quoted heading; it resolves when a heading of
 that document contains the quoted text (case aside). A bare name of a document that is not in the repository
-fails too."""
+fails too.
+
+The design decisions are numbered records, docs/decisions/NNNN-name.md, and the code cites them by number
+("decision 0001"); a citation of a number with no record fails, as does a record whose file name and title
+disagree on its number (a renumbered copy would make one citation point at two records)."""
 
 from __future__ import annotations
 
@@ -12,11 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("BENCHMARKS.md", "README.md", "docs/line.md", "docs/artifacts.md")
+# every document the project keeps: a citation of one of these that is absent (a page moved or renamed) fails
+DOCUMENTS = ("BENCHMARKS.md", "README.md", "benchmarks/README.md",
+             *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")))
 # where citations are written: the package, the benchmarks, the build, the docs themselves
 SOURCES = ("src", "benchmarks", "scripts", "docs", "README.md", "BENCHMARKS.md", "Makefile")
-CITATION = re.compile(r"(?P<doc>(?:docs/)?[A-Za-z_-]+\.md)[,:]?\s*\(?\s*\"(?P<heading>[^\"\n]{3,120})\"")
+CITATION = re.compile(r"(?P<doc>(?:docs/(?:decisions/)?)?[A-Za-z0-9_-]+\.md)[,:]?\s*\(?\s*\"(?P<heading>[^\"\n]{3,120})\"")
 BARE_DOCUMENT = re.compile(r"(?<![\w/.-])(?P<doc>(?:docs/)?[A-Z][A-Z_-]+\.md)\b")
+DECISION = re.compile(r"\bdecisions? (?P<number>\d{4})\b")
+DECISIONS = ROOT / "docs" / "decisions"
 
 
 def headings(document: Path) -> list[str]:
@@ -29,13 +37,18 @@ def citations(text: str) -> Iterator[tuple[str, str]]:
         yield found["doc"], found["heading"]
 
 
+def records(folder: Path = DECISIONS) -> dict[str, Path]:
+    """The decision records by number: NNNN-name.md, its title starting "# NNNN."."""
+    return {path.name[:4]: path for path in sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.md"))}
+
+
 def unresolved(text: str, root: Path = ROOT) -> list[str]:
     """The citations in ``text`` that name no heading of their document, and the documents named that are absent."""
     bad = []
     for doc, heading in citations(text):
         path = root / doc
-        if doc not in DOCUMENTS and not path.is_file():
-            continue  # a file of someone else's (a quoted name in a docstring), not one of ours
+        if doc not in DOCUMENTS and not doc.startswith("docs/") and not path.is_file():
+            continue  # a file of someone else's (a quoted name in a docstring), not one of ours; docs/ is ours
         if not path.is_file():
             bad.append(f"{doc} (no such document)")
         elif not any(heading.casefold() in h for h in headings(path)):
@@ -43,6 +56,10 @@ def unresolved(text: str, root: Path = ROOT) -> list[str]:
     for found in BARE_DOCUMENT.finditer(text):
         if not (root / found["doc"]).is_file():
             bad.append(f"{found['doc']} (no such document)")
+    known = records(root / "docs" / "decisions")
+    for found in DECISION.finditer(text):
+        if found["number"] not in known:
+            bad.append(f"decision {found['number']} (no such record)")
     return bad
 
 
@@ -65,3 +82,29 @@ def test_a_planted_bad_citation_is_found() -> None:
     assert unresolved('# see BENCHMARKS.md, "Cores on purpose"') == ['BENCHMARKS.md "Cores on purpose"']
     assert unresolved('"""the contract is LINE.md\'s."""') == ["LINE.md (no such document)"]
     assert unresolved('(docs/line.md "No such heading")') == ['docs/line.md "No such heading"']
+
+
+def test_every_decision_record_is_numbered_once_and_titled_with_its_number() -> None:
+    found = records()
+    assert len(found) >= 9
+    numbers = [path.name[:4] for path in DECISIONS.glob("[0-9]*.md")]
+    assert len(numbers) == len(set(numbers)), sorted(numbers)
+    for number, path in found.items():
+        assert path.read_text().startswith(f"# {number}. "), path.name
+    # numbered from 0001 without a gap: a gap is a record lost in a merge
+    assert sorted(found) == [f"{n:04d}" for n in range(1, len(found) + 1)]
+
+
+def test_the_code_cites_the_decisions() -> None:
+    """Each record is cited from the code it explains, so a reader of the code finds it (and it is not orphaned)."""
+    cited = {found["number"] for path in (ROOT / "src").rglob("*.py") for found in DECISION.finditer(path.read_text())}
+    assert cited == set(records()), sorted(set(records()) - cited)
+
+
+def test_a_planted_bad_decision_citation_is_found() -> None:
+    assert unresolved("# read1, not readline (decision 0001): ...") == []
+    assert unresolved("# see decision 0999 for why") == ["decision 0999 (no such record)"]
+    assert unresolved('(docs/decisions/0003-the-ear-is-real-time-playout.md "Decision")') == []
+    assert unresolved('(docs/decisions/0003-the-ear-is-real-time-playout.md "No such part")') == [
+        'docs/decisions/0003-the-ear-is-real-time-playout.md "No such part"']
+    assert unresolved('(docs/decisions/0042-gone.md "Decision")') == ["docs/decisions/0042-gone.md (no such document)"]

@@ -11,9 +11,9 @@ audio the caller heard in the last ``window_s`` is taken as that audio's echo, a
 silence before the endpointer sees it. A caller talking over the reply speaks at about the reply's level (both are
 speech at the phone's level), far above its echo, and is heard as ever. What the gate cannot tell apart: an echo
 louder than ``-margin_db`` (no echo canceller can be replaced by a level rule there), and a caller who speaks
-``margin_db`` below the reply (a far-off, quiet voice): both are said in the README.
+``margin_db`` below the reply (a far-off, quiet voice): both are said in docs/agent.md.
 
-Why levels and not a canceller: the registry's canceller bindings (WebRTC's audio processing, speexdsp) need a build
+Why levels and not a canceller (decision 0006): the registry's canceller bindings (WebRTC's audio processing, speexdsp) need a build
 step or a native library this project does not ship; a level gate needs only the samples the agent already has, runs
 in microseconds per frame, and its one number is measured in the line matrix.
 """

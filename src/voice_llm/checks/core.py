@@ -391,7 +391,7 @@ def check_sentence(out: RunFolder | Path) -> str:
     return f"ttft {t:.0f} <= first sentence {s:.0f} <= total {total:.0f} ms"
 
 
-# The slack on top of two token times for the slot to go idle after the cut: the server notices a closed
+# The slack on top of two token times for the slot to go idle after the cut (decision 0004): the server notices a closed
 # connection only at its next token and cancels after the decode step it is in (BENCHMARKS.md, "Cancellation").
 # A time bound, so an expectation: a decode step slowed by other work on the machine, or a /slots poll that waits
 # for one, makes an honest run exceed it (a finding); the slot going idle after the close is the invariant.

@@ -5,7 +5,7 @@ Pure: it has no clock of its own. The dialer calls :meth:`Playout.pop` once per 
 k * frame_ms) and :meth:`Playout.push` / :meth:`Playout.mark` / :meth:`Playout.clear` whenever something arrives; the
 tick count is the buffer's only notion of time, so a test drives it exactly.
 
-What it models (docs/line.md "The phone's ear", issue 27 item 2):
+What it models (docs/line.md "The phone's ear", issue 27 item 2; why: decision 0003):
 - Jitter delay. When audio arrives at an idle buffer (empty and not playing), playout begins ``jitter_ms`` after
   that arrival: a phone's fixed jitter delay (default 40 ms = 2 frames). Audio pushed after pop k (tick k's frame
   already played) arrives in tick k+1's interval; with 2 frames of jitter it is first heard in the frame of tick

@@ -170,7 +170,7 @@ def time_scale(ax: Any, shown: Sequence[float], slo: float) -> None:
 
 
 def _why_caption(doc: Mapping[str, Any], what: str, slo: float, target: float) -> str:
-    """What the chart shows and why it matters, in the words of the rule (README "Calls under load")."""
+    """What the chart shows and why it matters, in the words of the rule (docs/load.md "Calls under load")."""
     judged = ("the gap each caller heard, from the end of their speech to the first sound of the reply, at their ear"
               if doc.get("mode") == "dial" else
               "the time to the first whole sentence (when a voice assistant could start speaking)")

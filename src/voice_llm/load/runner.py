@@ -1,6 +1,6 @@
 """Run one sweep from the voice-llm process: the Locust master in a subprocess of its own, and its workers.
 
-Why a subprocess: importing locust monkey-patches a process with gevent (sockets, threads, time.sleep); the CLI
+Why a subprocess (decision 0008): importing locust monkey-patches a process with gevent (sockets, threads, time.sleep); the CLI
 process also starts and stops llama-server and writes the artifacts, and must stay an ordinary process. The
 master (``python -m voice_llm.load.sweep``) and the workers it starts share one process group, so stopping a
 run (Ctrl-C, SIGTERM, a failure) stops them all: no Locust process outlives the command. On Ctrl-C or SIGTERM

@@ -3,7 +3,7 @@
 Pure and standard library only: the master uses it to decide when to stop, the `load` command to write
 load.json, and `check` to recompute load.json from the raw samples CSV.
 
-Rules (README "Calls under load"):
+Rules (docs/load.md "Calls under load"):
 * a step's measured turns are those that *started* in its measured window (phase ``measure``); warm-up and
   drain turns are kept in the CSV but never counted;
 * a turn the caller barged in on (``cancelled``) is not a failure; if the cut came before its first sentence it

@@ -45,7 +45,7 @@ _BASE_CMAKE_OPTIONS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
-# No AMX on x86: ggml builds with -march=native, and on a CPU that reports AMX (Sapphire Rapids and later) its AMX
+# No AMX on x86 (decision 0002): ggml builds with -march=native, and on a CPU that reports AMX (Sapphire Rapids and later) its AMX
 # matmul kernels are compiled in and used for Q4/Q8 weights. Measured on a VM whose CPU reports amx_tile/amx_int8 and
 # whose kernel grants the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM succeeds), the first tile instruction
 # (tilezero in tinygemm_kernel_amx<block_q8_1, block_q4_1>) still died with SIGILL: llama-server exited -4 while
@@ -143,7 +143,7 @@ def find_server_binary(explicit: str | os.PathLike[str] | None = None) -> Path |
 
 
 def ensure_server_binary(explicit: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> Path:
-    """Return a llama-server binary, building it (6.5-8 minutes on 2 cores: README) only when none is cached."""
+    """Return a llama-server binary, building it (6.5-8 minutes on 2 cores: docs/quickstart.md) only when none is cached."""
     found = find_server_binary(explicit)
     if found is not None:
         return found

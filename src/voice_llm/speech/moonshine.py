@@ -3,7 +3,7 @@
 them), driven directly, greedy. Nothing comes from a hub: the package is found without importing it (its own Python
 imports sounddevice and downloads models on use), and only its asset files are read.
 
-Why Moonshine and not Whisper at the endpoint (../shared/notes/speech-in.md, "Moonshine tiny vs tiny.en"): Whisper's
+Why Moonshine and not Whisper at the endpoint (decision 0005; ../shared/notes/speech-in.md, "Moonshine tiny vs tiny.en"): Whisper's
 encoder always encodes a 30 s window, so a 2 s caller line costs ~670 ms whatever was said; Moonshine's encoder takes
 the utterance as it is (cost grows with its length), ~100-120 ms for a 1.4-3.2 s telephone-band line on one thread,
 with the same word errors on the clinic lines.

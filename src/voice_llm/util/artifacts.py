@@ -1,4 +1,4 @@
-"""Writing and reading the lab's artifact files: the output folder OUT is a jail.
+"""Writing and reading the lab's artifact files: the output folder OUT is a jail (decision 0009).
 
 Every write is atomic: the content goes to a temporary file in the same folder, is flushed to disk, and is then
 renamed over the target (``os.replace`` is atomic on POSIX). An interrupted run therefore leaves either the old

@@ -1,7 +1,7 @@
 """The statistics every step, ``check``, ``compare`` and ``load`` share: one median rule, percentiles, the spread
 over repeats, and the rank test of ``compare``. Standard library only (the Locust caller imports it too).
 
-The median rule: the middle of the sorted values, and for an even count the UPPER of the two middle ones
+The median rule (decision 0007): the middle of the sorted values, and for an even count the UPPER of the two middle ones
 (``sorted(values)[len(values) // 2]``). Why this and not the mean of the two middles (``statistics.median``):
 
 * it is always a value that was really measured, so a step can point at the repeat it came from (the texts,

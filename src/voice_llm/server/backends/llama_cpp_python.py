@@ -39,7 +39,7 @@ PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"
 # The same switches as the llama-server build: nothing built that is not needed, nothing fetched at build time.
 CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF"
-# No AMX kernels (see provision.NO_AMX_FLAGS: its ggml_backend_amx_mul_mat segfaulted on the first decode). Given
+# No AMX kernels (decision 0002; provision.NO_AMX_FLAGS: its ggml_backend_amx_mul_mat segfaulted on the first decode). Given
 # as CFLAGS/CXXFLAGS, which CMake takes as CMAKE_C(XX)_FLAGS on a first configure: no quoting inside CMAKE_ARGS,
 # whose splitting is the build backend's.
 COMPILER_FLAGS = provision.NO_AMX_FLAGS
