@@ -3,6 +3,7 @@
 #   make test  - everything the tests need (llama-server build, model, TTS voice, chromium, espeak-ng), then the whole suite
 #   make test-fast - the tests not marked slow (no real server, lab, Locust, browser or speech engine): while coding
 #   make screenshots - docs/*.png and docs/screenshots.json from a real lab (the README's screenshots)
+#   make docs - docs/cli.md from the parser, then the site in site/ (MkDocs, strict, offline)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -16,7 +17,7 @@ PYTEST_ARGS ?=
 # 157 s with 4, 176 s with 6).
 FAST_JOBS ?= 4
 
-.PHONY: lab test test-fast install venv clean screenshots
+.PHONY: lab test test-fast install venv clean screenshots docs
 
 # pip byte-compiles what it installs. --no-compile was tried (2026-12-02, fresh clone): the install went 89 -> 65 s,
 # but the fast tier 117 -> 161 s, its 4 workers compiling the same imports on first use; so pip compiles.
@@ -70,5 +71,11 @@ screenshots: install
 	sh scripts/ensure-apt.sh chromium:chromium tmux:tmux espeak-ng:espeak-ng
 	$(BIN)/python scripts/screenshots.py make --port $(SHOTS_PORT) --out $(SHOTS_OUT) --repeat 1
 
+# The docs site (docs/contributing.md "The docs"): the CLI reference is regenerated first, so a new flag is in it;
+# --strict turns a broken link into a failed build, as tests/docs/test_docs_build.py does.
+docs: venv
+	$(BIN)/python scripts/cli_reference.py
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache site
