@@ -5,25 +5,19 @@ until `make docs` (or the script) is run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REFERENCE = _script()
+sys.path.insert(0, str(ROOT / "scripts"))  # the script is not a package module: imported from its folder
+try:
+    import cli_reference as REFERENCE
+finally:
+    sys.path.remove(str(ROOT / "scripts"))
 
 # Every command's --help as the installed CLI prints it (voice_llm.cli.main.main, the console script's entry),
 # one child process for all of them, in the reference's fixed environment.
