@@ -74,7 +74,7 @@ HEAVY = frozenset({
 # The packages that reach no module of the lab (the lab-free rule), by name under voice_llm. The core's layers 0-3
 # cannot import the lab at all (upward); the rule is for what a capability reaches through the capabilities it
 # requires (the agent and the dialer through tts) and for speech and audio, which every capability builds on.
-LAB_FREE = ("agent", "dial", "speech", "speech_out", "audio")
+LAB_FREE = ("agent", "dial", "load", "speech", "speech_out", "audio")
 LAB = "lab"
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12
@@ -520,10 +520,11 @@ CLEAN = {
         CAPABILITY = Capability(name="tts")
         VOICE = "x"
         """,
-    "tts/engine.py": "from voice_llm.lab import pipeline\n",
+    "tts/engine.py": "from voice_llm.errors import VoiceLLMError\n",
+    "tts/step.py": "from voice_llm.lab import pipeline\n",
     "run/__init__.py": "",
     "run/context.py": "from voice_llm.client import api\n",
-    # a lab-free capability: it uses tts, whose face reaches no lab module (tts/engine.py does, but the face
+    # a lab-free capability: it uses tts, whose face reaches no lab module (tts/step.py does, but the face
     # does not import it), and the step context in run/
     "dial/__init__.py": """\
         from voice_llm.registry import Capability
@@ -581,10 +582,11 @@ def test_a_clean_fixture_tree_passes(tmp_path: Path) -> None:
     pytest.param({"style/__init__.py": ""}, {("layer", "voice_llm/style/__init__.py:1")}, id="no-layer"),
     pytest.param({"dial/step.py": "from voice_llm.tts import VOICE\nfrom voice_llm.lab import pipeline\n"},
                  {("lab-free", "voice_llm/dial/step.py:2")}, id="lab-free-direct"),
-    # the capability's face starts to import the module of it that uses the lab: the dialer reaches the lab
-    # through tts, and the row is where dial/ leaves the lab-free packages
-    pytest.param({"tts/__init__.py": CLEAN["tts/__init__.py"] + "from voice_llm.tts.engine import ENGINE\n"},
-                 {("lab-free", "voice_llm/dial/step.py:1")}, id="lab-free-through-a-capability"),
+    # the capability's face starts to import the module of it that uses the lab: the dialer and load reach the
+    # lab through tts, each row where its package leaves the lab-free ones
+    pytest.param({"tts/__init__.py": CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"},
+                 {("lab-free", "voice_llm/dial/step.py:1"), ("lab-free", "voice_llm/load/speech.py:1")},
+                 id="lab-free-through-a-capability"),
     # speech in is core (layer 1): importing the lab is upward, and lab-free too
     pytest.param({"speech/__init__.py": "", "speech/vad.py": "from voice_llm.lab import pipeline\n"},
                  {("upward", "voice_llm/speech/vad.py:1"), ("lab-free", "voice_llm/speech/vad.py:1")},
@@ -601,10 +603,10 @@ def test_the_scan_reports_a_deliberate_violation(tmp_path: Path, files: dict[str
 
 def test_a_lab_free_row_names_the_whole_chain(tmp_path: Path) -> None:
     """The row says how the lab is reached, module by module, so the import to cut is in the message."""
-    tts = CLEAN["tts/__init__.py"] + "from voice_llm.tts.engine import ENGINE\n"
+    tts = CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"
     message = render(scan(_write(tmp_path, {**CLEAN, "tts/__init__.py": tts})))
     assert ("voice_llm/dial/step.py:1: voice_llm.dial.step reaches the lab: voice_llm.dial.step -> voice_llm.tts -> "
-            "voice_llm.tts.engine -> voice_llm.lab.pipeline") in message
+            "voice_llm.tts.step -> voice_llm.lab.pipeline") in message
 
 
 def test_the_agent_and_the_dialer_load_no_lab_module() -> None:
