@@ -39,7 +39,7 @@ def test_a_piper_voice_with_one_thread_speaks_as_the_default_does() -> None:
     theirs = b"".join(c.audio_int16_bytes for c in PiperVoice.load(model, config_path=config)
                       .synthesize("Bring your card.", syn_config=quiet))
     assert len(ours) == len(theirs) > 0  # same graph, same config: the same length of audio
-    # the TTS engine the agent loads (tts.engines.load_engine, --tts-threads) gets the same session
+    # the TTS engine the agent loads (speech_out.engines.load_engine, --tts-threads) gets the same session
     from voice_llm.speech_out.engines import load_engine
 
     engine = load_engine("piper", threads=1)

@@ -5,7 +5,7 @@ shared, each behind a lock. Inbound audio (Twilio: 8 kHz mu-law ``media``; PCM: 
 rate) is resampled to 16 kHz, cut into Silero's 512-sample frames and fed through the VAD and the endpointer
 (voice_llm.speech.vad). At the endpoint a turn thread transcribes the utterance (STT lock), streams the reply from
 the LLM server through the one reader (voice_llm.sse via voice_llm.client: cache_prompt on, the call's history) and
-speaks it with tts's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
+speaks it with speech out's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
 20 ms frames: on a Twilio line at once (the caller's playout paces it; a ``clear`` stops it), with a ``mark`` after
 each spoken segment; on a PCM line, which has neither marks nor clear, at most PCM_LEAD_S ahead of real time.
 

@@ -35,7 +35,7 @@ def default_voice() -> tuple[Path, Path]:
 
 
 def _load_voice(model: Path, config: Path, threads: int | None = None) -> Any:
-    """The voice as ``PiperVoice.load`` makes it (speech.piper_threads builds it the same way), with its
+    """The voice as ``PiperVoice.load`` makes it (piper_threads builds it the same way), with its
     onnxruntime session's intra-op threads set when ``threads`` is given (PiperVoice.load takes no thread count;
     None keeps onnxruntime's default, one per core: BENCHMARKS.md, "Quiet machine: the floor, the cores")."""
     try:

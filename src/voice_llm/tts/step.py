@@ -39,7 +39,7 @@ TTS_COMMANDS = frozenset({"lab", "speak"})
 class TTSOptions:
     """This capability's options (the CLI's --tts, --voice, --clause-words), kept in StepOptions.plugins["tts"]."""
 
-    engine: str = DEFAULT_ENGINE  # a voice_llm.tts engine ("piper", "espeak")
+    engine: str = DEFAULT_ENGINE  # a voice_llm.speech_out engine ("piper", "espeak")
     voice: str | None = None  # a Piper .onnx file or an espeak-ng voice name; None: the engine's default voice
     clause_words: int = DEFAULT_CLAUSE_WORDS  # strategy clauses: words before the first clause may end
 
