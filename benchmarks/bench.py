@@ -325,7 +325,7 @@ def cancel_phase(url: str, runs: int, server_log: Path | None, work: Path, log: 
     from voice_llm.scenario import prompts
     from voice_llm.scenario.kb import default_kb_dir
     from voice_llm.lab import cancel
-    from voice_llm.lab.context import LabContext
+    from voice_llm.run.context import LabContext
 
     client = ServerClient(url)
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)

@@ -59,12 +59,12 @@ from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.speech import caller as callermod
 from voice_llm.speech import vad as vadmod
 from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
-from voice_llm.speech.piper_threads import load_piper_voice
-from voice_llm.dial.caller import to_rate
+from voice_llm.speech_out.piper_threads import load_piper_voice
+from voice_llm.audio.resampling import to_rate
 from voice_llm.line import wire
 from voice_llm.speech import stt as sttmod
 from voice_llm.speech.wer import total, wer
-from voice_llm.tts.segmenting import make_segmenter
+from voice_llm.speech_out.segmenting import make_segmenter
 
 MAX_TOKENS = 24  # the agent's reply length (docs/line.md)
 DOCS = 4  # the clinic system prompt's documents, as converse and the agent use

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.tts.artifact import summary
-from voice_llm.tts.timeline import AudioPiece, playback
+from voice_llm.speech_out.timeline import AudioPiece, playback
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE_RUN = FIXTURES / "sample_run"  # a real lab run's files (its raw/ folder not kept)

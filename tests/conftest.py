@@ -15,7 +15,7 @@ import pytest
 from fakeserver import free_port
 
 from voice_llm.client.api import ServerClient
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.server import lifecycle as server, provision
 from voice_llm.server.config import ServerSettings
 
@@ -222,7 +222,7 @@ def clinic_lines_16k() -> tuple[tuple[str, Any], ...]:
 
     from voice_llm.scenario.dialogue import load_dialogue
     from voice_llm.speech import caller as c
-    from voice_llm.speech.piper_threads import load_piper_voice
+    from voice_llm.speech_out.piper_threads import load_piper_voice
 
     voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
     syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)

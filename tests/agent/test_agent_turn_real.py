@@ -80,7 +80,7 @@ def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_s
     from voice_llm.client.api import ServerClient
     from voice_llm.dial import converse, otlp
     from voice_llm.dial.step import DialOptions, Tracing, dial_step, options_of, prepare_call
-    from voice_llm.lab.context import LabContext, StepOptions
+    from voice_llm.run.context import LabContext, StepOptions
     from voice_llm.util.artifacts import read_json
 
     # two clinic lines: each turn proves the same thing (answered, smart in its record, span and the agent block)

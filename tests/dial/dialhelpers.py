@@ -12,7 +12,7 @@ from voice_llm.dial.call import CallLog, CallSettings, TurnLog
 from voice_llm.dial.caller import CallerLine
 from voice_llm.dial.measure import caller_sound
 from voice_llm.dial.step import Caller, _Unknown, measure_turns
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.run.context import LabContext, StepOptions
 from voice_llm.line import wire
 from voice_llm.scenario.kb import default_kb_dir
 

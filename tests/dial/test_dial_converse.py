@@ -13,7 +13,7 @@ from dialhelpers import context
 from voice_llm.dial import converse
 from voice_llm.dial.call import DialError
 from voice_llm.dial.step import DialOptions, Prepared, options_value
-from voice_llm.lab.context import StepOptions
+from voice_llm.run.context import StepOptions
 from voice_llm.util.artifacts import read_json
 
 SCRIPT = Path(__file__).with_name("fake_agent_process.py")

@@ -16,7 +16,7 @@ from clihelpers import SHORT_KB
 from voice_llm.client.api import ServerClient
 from voice_llm.dial import converse
 from voice_llm.dial.step import DialOptions
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.run.context import LabContext, StepOptions
 from voice_llm.util.artifacts import read_json
 
 FRAME_MS = 20.0

@@ -12,7 +12,7 @@ from voice_llm.checks import core as check
 from voice_llm.client.api import JSONPoller, ServerClient
 from voice_llm.scenario.kb import default_kb_dir
 from voice_llm.lab import cancel
-from voice_llm.lab.context import StepOptions
+from voice_llm.run.context import StepOptions
 
 from clihelpers import cli
 from conftest import RunningServer

@@ -15,8 +15,8 @@ from voice_llm.client.api import ServerClient
 from voice_llm.server.config import ServerSettings
 from voice_llm.errors import ContextLimitError
 from voice_llm.scenario.kb import default_kb_dir, load_kb
-from voice_llm.lab import preflight
-from voice_llm.lab.context import StepOptions
+from voice_llm.run import preflight
+from voice_llm.run.context import StepOptions
 
 from builders import big_kb
 from clihelpers import assert_clean_failure, cli

@@ -8,9 +8,11 @@ may use of another from the ``requires=`` of the ``CAPABILITY = Capability(...)`
 registering a capability is the one edit.
 
 Layers, each importing only from itself and the layers below it (lower number):
-  0 errors, sse, sentences (stand-alone, standard library only), registry (plain data), util/
-  1 client/, scenario/, speech/ (speech in: VAD, STT, WER, caller audio), line/ (the wire a caller and an agent speak)
-  2 server/, run/
+  0 errors, sse, sentences (stand-alone, standard library only), registry (plain data), util/, audio/ (the one WAV
+    reader and writer, the one resampler)
+  1 client/, scenario/, speech/ (speech in: VAD, STT, WER, caller audio), speech_out/ (speech out: the TTS engines,
+    segmenting, the live and stoppable pipelines), line/ (the wire a caller and an agent speak)
+  2 server/, run/ (the run folder, and what every step and command gets: the step context, the shared flags)
   3 checks/, analysis/, report/
   4 lab/
   5 the capabilities (registry.CAPABILITIES): layers 0-4, and of another capability only its public face (the
@@ -22,12 +24,15 @@ no private name (a leading underscore) imported across modules; an import inside
 third-party code (never of voice_llm: a lazy import must not be how a cycle is dodged); sse.py, sentences.py
 and errors.py import only the standard library; no artifact file name spelled outside util/artifacts.py (the one
 table; sse.py, which stands alone, spells the two it writes and the table takes them from it); at most
-MAX_TOP_MODULES modules directly in src/voice_llm.
+MAX_TOP_MODULES modules directly in src/voice_llm; nothing in LAB_FREE reaches the lab, directly or through any
+module it imports (a capability it requires, a package ``__init__`` Python runs on the way): the agent and the
+dialer run without the lab's pipeline, and speech in and out and audio are engines under every capability.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -41,8 +46,8 @@ PACKAGE = "voice_llm"
 
 # The core's layers by package (or top-level module) name under voice_llm.
 CORE_LAYERS: dict[str, int] = {
-    "errors": 0, "sse": 0, "sentences": 0, "registry": 0, "util": 0,
-    "client": 1, "scenario": 1, "speech": 1, "line": 1,
+    "errors": 0, "sse": 0, "sentences": 0, "registry": 0, "util": 0, "audio": 0,
+    "client": 1, "scenario": 1, "speech": 1, "speech_out": 1, "line": 1,
     "server": 2, "run": 2,
     "checks": 3, "analysis": 3, "report": 3,
     "lab": 4,
@@ -66,12 +71,17 @@ HEAVY = frozenset({
     "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn", "loguru",
     "websockets",
 })
+# The packages that reach no module of the lab (the lab-free rule), by name under voice_llm. The core's layers 0-3
+# cannot import the lab at all (upward); the rule is for what a capability reaches through the capabilities it
+# requires (the agent and the dialer through tts) and for speech and audio, which every capability builds on.
+LAB_FREE = ("agent", "dial", "load", "speech", "speech_out", "audio")
+LAB = "lab"
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12
 
 
 # The rules, in the order the failure message lists them.
-RULES = ("cycle", "upward", "core-imports-capability", "capability", "private", "lazy", "stdlib-only",
+RULES = ("cycle", "upward", "core-imports-capability", "capability", "lab-free", "private", "lazy", "stdlib-only",
          "artifact-name", "layer", "top-level")
 
 
@@ -287,6 +297,63 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _under(name: str, short: str, package: str) -> bool:
+    return name == f"{package}.{short}" or name.startswith(f"{package}.{short}.")
+
+
+def _with_parents(name: str, package: str) -> list[str]:
+    """``name`` and the packages Python runs first to import it (``a.b.c``: ``a``, ``a.b``), the root left out."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts) + 1)] if name.startswith(package + ".") else [name]
+
+
+def path_to_lab(start: str, graph: dict[str, set[str]], package: str = PACKAGE) -> list[str] | None:
+    """The chain of imports from ``start`` to the first module of the lab it reaches (``start`` first), counting
+    the package ``__init__``s each import runs; None when it reaches none."""
+    before: dict[str, str | None] = {}
+    queue: list[str] = []
+
+    def reach(target: str, via: str | None) -> list[str] | None:
+        for name in reversed(_with_parents(target, package)):  # the module itself first: the chain names it
+            if name in before:
+                continue
+            before[name] = via
+            if _under(name, LAB, package):
+                chain = [name]
+                while before[chain[-1]] is not None:
+                    chain.append(before[chain[-1]])  # type: ignore[arg-type]
+                return chain[::-1]
+            queue.append(name)
+        return None
+
+    found = reach(start, None)
+    while found is None and queue:
+        node = queue.pop(0)
+        for target in sorted(graph.get(node, ())):
+            found = reach(target, node)
+            if found is not None:
+                break
+    return found
+
+
+def lab_free_violations(modules: dict[str, Module], graph: dict[str, set[str]], src: Path,
+                        package: str = PACKAGE) -> list[Violation]:
+    """Each import by a LAB_FREE module, out of LAB_FREE, that reaches the lab (one row per boundary crossed, not
+    one per module downstream of it)."""
+    found: list[Violation] = []
+    for module in modules.values():
+        if not any(_under(module.name, short, package) for short in LAB_FREE):
+            continue
+        for imp in imports_of(module, modules, package):
+            if not imp.internal or any(_under(imp.target, short, package) for short in LAB_FREE):
+                continue
+            chain = path_to_lab(imp.target, graph, package)
+            if chain is not None:
+                found.append(Violation("lab-free", f"{module.path.relative_to(src)}:{imp.line}",
+                                       f"{module.name} reaches the lab: {' -> '.join([module.name, *chain])}"))
+    return found
+
+
 def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
     """Every violation of the layering in the package under ``src``, in file order."""
     modules = read_modules(src, package)
@@ -367,6 +434,8 @@ def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
                 violations.append(Violation("artifact-name", where(module, node.lineno), f"{module.name} spells the "
                                             f"artifact name {node.value!r}: use voice_llm.util.artifacts' constant"))
 
+    violations.extend(lab_free_violations(modules, graph, src, package))
+
     for component in _cycles(graph):
         violations.append(Violation("cycle", component[0], "import cycle: " + " <-> ".join(component)))
 
@@ -430,7 +499,7 @@ CLEAN = {
     "sentences.py": "import re\n",
     "registry.py": """\
         from dataclasses import dataclass
-        CAPABILITIES: tuple[str, ...] = ("voice_llm.tts", "voice_llm.load")
+        CAPABILITIES: tuple[str, ...] = ("voice_llm.tts", "voice_llm.dial", "voice_llm.load")
 
         @dataclass(frozen=True)
         class Capability:
@@ -451,7 +520,17 @@ CLEAN = {
         CAPABILITY = Capability(name="tts")
         VOICE = "x"
         """,
-    "tts/engine.py": "from voice_llm.lab import pipeline\n",
+    "tts/engine.py": "from voice_llm.errors import VoiceLLMError\n",
+    "tts/step.py": "from voice_llm.lab import pipeline\n",
+    "run/__init__.py": "",
+    "run/context.py": "from voice_llm.client import api\n",
+    # a lab-free capability: it uses tts, whose face reaches no lab module (tts/step.py does, but the face
+    # does not import it), and the step context in run/
+    "dial/__init__.py": """\
+        from voice_llm.registry import Capability
+        CAPABILITY = Capability(name="dial", requires=("tts",))
+        """,
+    "dial/step.py": "from voice_llm.tts import VOICE\nfrom voice_llm.run import context\n",
     "load/__init__.py": """\
         from voice_llm.registry import Capability
         CAPABILITY = Capability(name="load", requires=("tts",))
@@ -501,6 +580,17 @@ def test_a_clean_fixture_tree_passes(tmp_path: Path) -> None:
     pytest.param({"checks/extra.py": "RAW = 'sse_raw.txt'\n"},
                  {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name-from-sse"),
     pytest.param({"style/__init__.py": ""}, {("layer", "voice_llm/style/__init__.py:1")}, id="no-layer"),
+    pytest.param({"dial/step.py": "from voice_llm.tts import VOICE\nfrom voice_llm.lab import pipeline\n"},
+                 {("lab-free", "voice_llm/dial/step.py:2")}, id="lab-free-direct"),
+    # the capability's face starts to import the module of it that uses the lab: the dialer and load reach the
+    # lab through tts, each row where its package leaves the lab-free ones
+    pytest.param({"tts/__init__.py": CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"},
+                 {("lab-free", "voice_llm/dial/step.py:1"), ("lab-free", "voice_llm/load/speech.py:1")},
+                 id="lab-free-through-a-capability"),
+    # speech in is core (layer 1): importing the lab is upward, and lab-free too
+    pytest.param({"speech/__init__.py": "", "speech/vad.py": "from voice_llm.lab import pipeline\n"},
+                 {("upward", "voice_llm/speech/vad.py:1"), ("lab-free", "voice_llm/speech/vad.py:1")},
+                 id="lab-free-core"),
     pytest.param({f"m{i}.py": "" for i in range(MAX_TOP_MODULES)},
                  {("top-level", "voice_llm")} | {("layer", f"voice_llm/m{i}.py:1") for i in range(MAX_TOP_MODULES)},
                  id="too-many-top"),
@@ -509,6 +599,33 @@ def test_the_scan_reports_a_deliberate_violation(tmp_path: Path, files: dict[str
                                                  expected: set[tuple[str, str]]) -> None:
     violations = scan(_write(tmp_path, {**CLEAN, **files}))
     assert _rules(violations) == expected, render(violations)
+
+
+def test_a_lab_free_row_names_the_whole_chain(tmp_path: Path) -> None:
+    """The row says how the lab is reached, module by module, so the import to cut is in the message."""
+    tts = CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"
+    message = render(scan(_write(tmp_path, {**CLEAN, "tts/__init__.py": tts})))
+    assert ("voice_llm/dial/step.py:1: voice_llm.dial.step reaches the lab: voice_llm.dial.step -> voice_llm.tts -> "
+            "voice_llm.tts.step -> voice_llm.lab.pipeline") in message
+
+
+def test_the_agent_and_the_dialer_load_no_lab_module() -> None:
+    """The lab-free rule as Python runs it: a fresh interpreter importing every module of the LAB_FREE packages
+    (the agent, the dialer, speech in and out, audio) has loaded no module of voice_llm.lab, and has loaded the
+    step context and flags they do use (run/), so the check is not empty."""
+    code = textwrap.dedent(f"""\
+        import importlib, pkgutil, sys
+        for short in {LAB_FREE!r}:
+            package = importlib.import_module("{PACKAGE}." + short)
+            for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+                importlib.import_module(info.name)
+        print(" ".join(sorted(m for m in sys.modules if m.startswith("{PACKAGE}."))))
+        """)
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            timeout=120).stdout.split()
+    assert not [m for m in loaded if m == f"{PACKAGE}.{LAB}" or m.startswith(f"{PACKAGE}.{LAB}.")]
+    assert {f"{PACKAGE}.agent.server", f"{PACKAGE}.dial.step", f"{PACKAGE}.run.context",
+            f"{PACKAGE}.run.flags"} <= set(loaded)
 
 
 def test_every_violation_is_reported_in_one_message(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from fakeshapes import VLLM, ShapedServer
 from voice_llm import registry
 from voice_llm.checks.core import FAIL
 from voice_llm.lab import LabSettings, run_lab
-from voice_llm.lab.context import StepOptions
+from voice_llm.run.context import StepOptions
 from voice_llm.lab.steps import lab_steps, steps
 
 

@@ -135,7 +135,7 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
 def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path, servers) -> None:
     from voice_llm.checks.core import run_checks
     from voice_llm.lab import LabSettings, run_steps
-    from voice_llm.lab.context import StepOptions
+    from voice_llm.run.context import StepOptions
 
     a, _ = servers
     result = run_steps(LabSettings(out=out_a, url=a.url, kb_dir=SHORT_KB, options=StepOptions(repeat=1)), ["cache"])

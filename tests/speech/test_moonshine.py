@@ -87,21 +87,11 @@ def test_onnxruntime_telemetry_is_off_for_every_process_voice_llm_starts() -> No
 
 def _through_the_line(samples: np.ndarray) -> np.ndarray:
     """16 kHz -> the Twilio line (8 kHz mu-law) -> 16 kHz, as the agent hears a caller."""
+    from voice_llm.audio.resampling import to_rate
     from voice_llm.line import wire
 
-    heard = wire.mulaw_decode(wire.mulaw_encode(_to_rate(samples, 16000, 8000)))
-    return _to_rate(heard, 8000, 16000)
-
-
-def _to_rate(samples: np.ndarray, rate: int, to: int) -> np.ndarray:
-    import av
-
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=to)
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.int16)[None, :], format="s16", layout="mono")
-    frame.sample_rate = rate
-    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-    out += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
-    return np.concatenate(out).astype(np.int16)
+    heard = wire.mulaw_decode(wire.mulaw_encode(to_rate(samples, 16000, 8000)))
+    return to_rate(heard, 8000, 16000)
 
 
 @pytest.mark.slow  # Moonshine and Whisper

@@ -10,7 +10,7 @@ from transcripts import assert_as_good
 
 from voice_llm.errors import ConfigError
 from voice_llm.speech import stt
-from voice_llm.speech.piper_threads import load_piper_voice, session_options
+from voice_llm.speech_out.piper_threads import load_piper_voice, session_options
 
 
 @pytest.mark.parametrize("chunk", [0, 31])
@@ -39,8 +39,8 @@ def test_a_piper_voice_with_one_thread_speaks_as_the_default_does() -> None:
     theirs = b"".join(c.audio_int16_bytes for c in PiperVoice.load(model, config_path=config)
                       .synthesize("Bring your card.", syn_config=quiet))
     assert len(ours) == len(theirs) > 0  # same graph, same config: the same length of audio
-    # the TTS engine the agent loads (tts.engines.load_engine, --tts-threads) gets the same session
-    from voice_llm.tts.engines import load_engine
+    # the TTS engine the agent loads (speech_out.engines.load_engine, --tts-threads) gets the same session
+    from voice_llm.speech_out.engines import load_engine
 
     engine = load_engine("piper", threads=1)
     assert engine._voice.session.get_session_options().intra_op_num_threads == 1

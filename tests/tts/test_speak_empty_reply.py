@@ -12,7 +12,8 @@ import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
 from voice_llm.errors import NothingToSpeakError
-from voice_llm.tts import AudioChunk, nothing_to_speak
+from voice_llm.speech_out.engine import AudioChunk
+from voice_llm.speech_out.live import nothing_to_speak
 from voice_llm.tts import step as speak
 
 

@@ -12,8 +12,9 @@ from fakeserver import FakeServer, Reply, at, llama_events
 
 from voice_llm.errors import NothingToSpeakError, SynthesisError
 from voice_llm.tts import step as speak
-from voice_llm.tts import AudioChunk, load_engine
-from voice_llm.tts.live import speak_live
+from voice_llm.speech_out.engine import AudioChunk
+from voice_llm.speech_out.engines import load_engine
+from voice_llm.speech_out.live import speak_live
 
 ANSWER = ["Fast", " for", " 8", " hours,", " drinking", " only", " water.", " Take", " your", " usual",
           " medicines.", " Arrive", " early."]
@@ -140,7 +141,7 @@ def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: di
     from clihelpers import assert_clean_failure, cli
     from fakeserver import unused_port
 
-    from voice_llm.lab.context import StepOptions
+    from voice_llm.run.context import StepOptions
 
     ctx = step_context(options=StepOptions(plugins={"tts": speak.TTSOptions(clause_words=7)}))
     assert speak.options_of(ctx).clause_words == 7

@@ -16,8 +16,8 @@ from clihelpers import LAB_REPEAT
 from voice_llm.util.artifacts import AUDIO, REPORT, REPORT_HTML
 from voice_llm.checks.core import FAIL, FINDING, PASS, run_checks
 from voice_llm.tts import CAPABILITY as TTS_CAPABILITY
-from voice_llm.tts.segmenting import STRATEGIES
-from voice_llm.tts.wav import read_wav
+from voice_llm.speech_out.segmenting import STRATEGIES
+from voice_llm.audio.wav import read_wav
 
 pytestmark = pytest.mark.server
 AUDIO_CHECKS = TTS_CAPABILITY.checks

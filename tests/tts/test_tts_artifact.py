@@ -6,8 +6,8 @@ import pytest
 
 from voice_llm.sse import Chunk, StreamResult
 from voice_llm.tts.artifact import heard_pcm, median_run, run_dict, spread, summary
-from voice_llm.tts.live import SpokenSegment, SpokenAnswer, pieces
-from voice_llm.tts.timeline import playback
+from voice_llm.speech_out.live import SpokenSegment, SpokenAnswer, pieces
+from voice_llm.speech_out.timeline import playback
 
 RATE = 1000  # one frame per ms keeps the arithmetic visible
 

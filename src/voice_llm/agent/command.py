@@ -19,12 +19,13 @@ from voice_llm.agent.settings import (DEFAULT_ENDPOINT_MS, DEFAULT_ENGINE, DEFAU
                                       DEFAULT_STT_WINDOW_S, DEFAULT_TTS_THREADS, ENGINES, TURNS, AgentSettings)
 from voice_llm.agent.turn import SMART_FALLBACK_MS, SMART_SILENCE_MS
 from voice_llm.errors import ConfigError
-from voice_llm.lab import flags
+from voice_llm.run import flags
 from voice_llm.line import wire
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE
 from voice_llm.server.config import DEFAULT_PORT as LLM_PORT, api_key_from_env
 from voice_llm.speech.stt import DEFAULT_STT, STT_CHOICES
-from voice_llm.tts import STRATEGIES, add_voice_flags
+from voice_llm.speech_out.segmenting import STRATEGIES
+from voice_llm.tts import add_voice_flags
 from voice_llm.util.progress import Progress
 
 PIPECAT_SERVE = "voice_llm.agent.pipecat_agent:serve"

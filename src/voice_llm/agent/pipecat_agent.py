@@ -46,7 +46,7 @@ from voice_llm.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.scenario.kb import default_kb_dir, load_kb
 from voice_llm.speech import moonshine
 from voice_llm.speech import stt as sttmod
-from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
+from voice_llm.speech_out.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
 from voice_llm.util.artifacts import write_bytes_atomic
 
 PIPECAT_PACKAGE = "pipecat-ai"

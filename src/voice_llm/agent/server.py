@@ -5,7 +5,7 @@ shared, each behind a lock. Inbound audio (Twilio: 8 kHz mu-law ``media``; PCM: 
 rate) is resampled to 16 kHz, cut into Silero's 512-sample frames and fed through the VAD and the endpointer
 (voice_llm.speech.vad). At the endpoint a turn thread transcribes the utterance (STT lock), streams the reply from
 the LLM server through the one reader (voice_llm.sse via voice_llm.client: cache_prompt on, the call's history) and
-speaks it with tts's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
+speaks it with speech out's stoppable pipeline (clauses); each piece of audio is resampled to the line's rate and sent in
 20 ms frames: on a Twilio line at once (the caller's playout paces it; a ``clear`` stops it), with a ``mark`` after
 each spoken segment; on a PCM line, which has neither marks nor clear, at most PCM_LEAD_S ahead of real time.
 
@@ -52,7 +52,8 @@ import numpy as np
 
 from voice_llm.agent import turn as turnmod
 from voice_llm.agent.echo import DEFAULT_WINDOW_S, EchoGate
-from voice_llm.agent.audio import Framer, Resampler
+from voice_llm.agent.audio import Framer
+from voice_llm.audio.resampling import Resampler
 from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
 from voice_llm.agent.otel import STREAM_SID, Clock, SpanExport
 from voice_llm.agent.settings import AgentSettings
@@ -67,7 +68,9 @@ from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
 from voice_llm.speech import moonshine
 from voice_llm.speech.stt import Transcriber, default_threads, load_transcriber
 from voice_llm.sse import Chunk, StreamCancel, StreamError, StreamResult
-from voice_llm.tts import AudioChunk, SpokenSegment, TTSEngine, load_engine, nothing_to_speak, speak_stoppable
+from voice_llm.speech_out.engine import AudioChunk, TTSEngine
+from voice_llm.speech_out.engines import load_engine
+from voice_llm.speech_out.live import SpokenSegment, nothing_to_speak, speak_stoppable
 from voice_llm.util.artifacts import write_bytes_atomic
 
 PRE_ROLL_FRAMES = 5  # frames kept before the VAD's speech start (its onset lags the true start by 24-110 ms)

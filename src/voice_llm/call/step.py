@@ -19,8 +19,8 @@ from voice_llm.util.stats import median
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, DEFAULT_DOCS, Dialogue, load_dialogue, system_prompt, time_turn
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import KBDoc, load_kb
-from voice_llm.lab import preflight
-from voice_llm.lab.context import LabContext
+from voice_llm.run import preflight
+from voice_llm.run.context import LabContext
 
 
 def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: bool,
@@ -49,7 +49,7 @@ def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: boo
 
 def check_call_fits(ctx: LabContext, dialogue: Dialogue, system: str, docs: list[KBDoc]) -> None:
     """Before the first turn: the call's last turn (the whole conversation and room for every answer) fits one
-    slot (the lab's preflight, voice_llm.lab.preflight). A server that does not say its context is not checked."""
+    slot (the lab's preflight, voice_llm.run.preflight). A server that does not say its context is not checked."""
     requests = preflight.call_requests(dialogue.name, system, dialogue.turns, dialogue.max_tokens, dialogue.history)
 
     def too_long(fit: preflight.ContextFit) -> str:

@@ -509,7 +509,7 @@ def leftover_partials(out: RunFolder | Path) -> list[CheckResult]:
 
 def _kept_streams(out: Path) -> list[Path]:
     """raw/<request>.sse.partial: the bytes of a request a step made, kept when it was stopped before its end
-    (voice_llm.lab.context); no other tool leaves them, so they make OUT a run folder."""
+    (voice_llm.run.context); no other tool leaves them, so they make OUT a run folder."""
     raw = out / names.RAW_DIR
     return [path for path in raw.glob("*.sse.partial") if path.is_file()] if raw.is_dir() and not raw.is_symlink() else []
 

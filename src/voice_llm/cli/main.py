@@ -13,8 +13,8 @@ from typing import TextIO
 
 from voice_llm import __version__, registry
 from voice_llm.server import lifecycle as server, provision
-from voice_llm.lab import flags
-from voice_llm.lab.flags import MAX_SECONDS, port_number, positive_int, seconds
+from voice_llm.run import flags
+from voice_llm.run.flags import MAX_SECONDS, port_number, positive_int, seconds
 from voice_llm.analysis import keynumbers, noise
 from voice_llm.analysis.compare import compare_runs, summary_lines
 from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
@@ -30,7 +30,7 @@ from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_e
 from voice_llm.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
                               EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, EXIT_USAGE, ArtifactError,
                               ConfigError, ReportIncompleteError, VoiceLLMError, exit_table_text)
-from voice_llm.lab.context import StepOptions
+from voice_llm.run.context import StepOptions
 from voice_llm.lab.steps import steps as registered_steps
 from voice_llm.run.lock import writer_of
 from voice_llm.util.progress import Progress, make_progress

@@ -30,7 +30,6 @@ import contextlib
 import ssl
 import time
 import urllib.parse
-import wave
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.frames import CloseCode
 
 from voice_llm import __version__
+from voice_llm.audio.wav import WavWriter
 from voice_llm.errors import VoiceLLMError
 from voice_llm.line import conditions, wire
 from voice_llm.line.framing import CLEAR, MARK, MEDIA
@@ -187,19 +187,16 @@ class ClockHolder:
 
 class LiveRecording:
     """dial/call.wav written as the call happens: stereo int16 at the line's rate, left sent, right heard, one
-    frame per tick. The header is fixed when the file is closed (Python's wave patches the sizes), so a call that
+    frame per tick (voice_llm.audio's one WAV writer). The header is fixed when the file is closed, so a call that
     failed still leaves a valid WAV of what happened until then."""
 
     def __init__(self, path: Path, rate: int) -> None:
         self.path = path
         self._file: BinaryIO = open(path, "xb")  # a new file: never through an existing name or link
-        self._wav = wave.open(self._file, "wb")
-        self._wav.setnchannels(2)
-        self._wav.setsampwidth(2)
-        self._wav.setframerate(rate)
+        self._wav = WavWriter(self._file, rate, channels=2)
 
     def write(self, left: np.ndarray, right: np.ndarray) -> None:
-        self._wav.writeframesraw(np.column_stack((left, right)).astype("<i2").tobytes())
+        self._wav.write(np.column_stack((left, right)).astype("<i2").tobytes())
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,6 +1,6 @@
 """The caller's lines as they go on the line: spoken by Piper (the clinic lines, as converse did) or the user's own
 recordings (``--caller-audio DIR`` through voice_llm.speech.caller), at 16 kHz first, then resampled to the line's
-rate with PyAV (libswresample, as voice_llm.speech.caller.resample) and passed through the line's codec once, so
+rate (voice_llm.audio.resampling, the resampler voice_llm.speech.caller.resample uses) and passed through the line's codec once, so
 what dial/caller-NN.wav holds, what the left channel of dial/call.wav holds and what the agent decodes are the
 same samples (mu-law is lossy: the samples sent are the decoded ones).
 
@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.audio.resampling import to_rate
 from voice_llm.dial.measure import caller_sound
 from voice_llm.errors import TTSUnavailableError
 from voice_llm.line import wire
 from voice_llm.speech import caller as speech_caller
 from voice_llm.speech.caller import (CALLER_LENGTH_SCALE, CALLER_NOISE_SCALE, CALLER_NOISE_W_SCALE, SAMPLE_RATE,
                                      CallerAudioError, Utterance, audible_span, noise_floor)
-from voice_llm.tts import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
+from voice_llm.speech_out.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
 
 
 @dataclass(frozen=True)
@@ -140,21 +141,6 @@ def load_lines(folder: Path) -> speech_caller.CallerAudio:
     """The user's own recordings, one per turn in name order, with the user's transcripts and barge-in plan if the
     folder has them (voice_llm.speech.caller.load_folder)."""
     return speech_caller.load_folder(folder)
-
-
-def to_rate(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
-    """Mono int16 from ``rate_in`` to ``rate_out`` with PyAV's resampler (libswresample), as speech.caller does."""
-    if rate_in == rate_out:
-        return samples.astype(np.int16)
-    import av
-
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples.astype(np.int16)).reshape(1, -1), format="s16",
-                                       layout="mono")
-    frame.sample_rate = rate_in
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate_out)
-    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-    out += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
-    return np.concatenate(out).astype(np.int16) if out else np.zeros(0, np.int16)
 
 
 @dataclass(frozen=True)

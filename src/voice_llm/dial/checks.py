@@ -16,11 +16,9 @@ with them are not checkable ("agent's own numbers not reported"), never a pass.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import stat
-import wave
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.audio.wav import decode_wav
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
@@ -195,18 +194,11 @@ class Recording:
         return min(max(0, math.ceil(t_ms * self.rate / 1000.0 - 1e-6)), self.frames)
 
 
-def _read_wav(data: bytes, name: str) -> tuple[tuple[int, int, int], bytes]:
-    """(channels, sample width, rate) and the frames of a WAV; an ArtifactError naming ``name`` when unreadable."""
-    try:
-        with wave.open(io.BytesIO(data), "rb") as wav:
-            return (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()), wav.readframes(wav.getnframes())
-    except (wave.Error, EOFError, OSError) as exc:
-        raise ArtifactError(f"{name} is not a readable WAV file: {exc}") from exc
-
-
 def decode_stereo(data: bytes, name: str) -> Recording:
-    """A stereo 16-bit WAV's two channels; an ArtifactError naming ``name`` for anything else."""
-    shape, pcm = _read_wav(data, name)
+    """A stereo 16-bit WAV's two channels (voice_llm.audio's one reader); an ArtifactError naming ``name`` for
+    anything else."""
+    info, pcm = decode_wav(data, name)
+    shape = (info.channels, info.sample_width, info.sample_rate)
     if shape[:2] != (2, 2):
         raise ArtifactError(f"{name}: {shape[0]} channel(s), {8 * shape[1]}-bit; expected stereo 16-bit")
     both = np.frombuffer(pcm[: len(pcm) // 4 * 4], dtype="<i2")
@@ -214,7 +206,8 @@ def decode_stereo(data: bytes, name: str) -> Recording:
 
 
 def decode_mono(data: bytes, name: str, rate: int) -> np.ndarray:
-    shape, pcm = _read_wav(data, name)
+    info, pcm = decode_wav(data, name)
+    shape = (info.channels, info.sample_width, info.sample_rate)
     _require(shape == (1, 2, rate), f"{name}: {shape[0]} ch, {8 * shape[1]}-bit, {shape[2]} Hz; expected mono "
                                     f"16-bit {rate} Hz (the line's rate)")
     return np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")

@@ -25,7 +25,7 @@ from typing import Any
 
 from voice_llm.dial.call import DialError
 from voice_llm.dial.step import (DIAL_DIR, NAME, DialOptions, Tracing, dial_step, options_of, prepare_call)
-from voice_llm.lab.context import LabContext, StepOptions
+from voice_llm.run.context import LabContext, StepOptions
 from voice_llm.line import wire
 from voice_llm.speech.stt import check_installed
 from voice_llm.util.artifacts import loads_json

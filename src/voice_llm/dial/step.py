@@ -16,13 +16,11 @@ dial.json and its files, which stay as they were; then the error, one line.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import secrets
 import sys
 import time
 import urllib.parse
-import wave
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,16 +29,18 @@ from typing import Any
 import numpy as np
 
 from voice_llm.errors import ArtifactError, ConfigError, OutputDirError
-from voice_llm.lab import flags
-from voice_llm.lab.context import LabContext
+from voice_llm.run import flags
+from voice_llm.run.context import LabContext
 from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.run.meta import SCHEMA_VERSION as RUN_SCHEMA_VERSION, OtherRunError
 from voice_llm.run.session import same_url
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
+from voice_llm.audio.resampling import to_rate
+from voice_llm.audio.wav import wav_bytes
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
-                                   synthesize_lines, synthesize_paused, to_rate)
+                                   synthesize_lines, synthesize_paused)
 from voice_llm.dial.measure import (BARGE_SILENCE_RULE, CUT_OFF_RULE, FALSE_BARGE_IN_RULE, FLOOR_RULE,
                                     LATE_TICK_RULE, SILENT_AFTER_MS, TALKED_OVER_RULE, Heard, at_sample,
                                     heard_channel, late_tick_frames, ms, near_late_tick, reply_silent_from,
@@ -49,7 +49,7 @@ from voice_llm.line.playout import jitter_frames
 from voice_llm.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.speech.caller import SAMPLE_RATE, select_turns
 from voice_llm.speech.wer import wer as word_errors
-from voice_llm.tts import STRATEGIES
+from voice_llm.speech_out.segmenting import STRATEGIES
 from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOICES, STT_CHOICES, STTError,
                                   canonical, default_threads, load_transcriber)
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
@@ -792,16 +792,6 @@ def refuse_another_call(out: Path, run: Mapping[str, Any] | None, url: str) -> N
                         f"call and mix the two agents in one run: dial into another folder (--out DIR)")
 
 
-def _mono_wav(samples: Any, rate: int) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes(samples.astype("<i2").tobytes())
-    return buffer.getvalue()
-
-
 @dataclass(frozen=True)
 class Prepared:
     """What a call needs before it is made: the caller's lines and the STT for the heard replies."""
@@ -950,7 +940,7 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
     doc["files"].update(more_files or {})
     if error is not None:
         return _keep_partial(ctx, live, log, doc, error)
-    written = [ctx.write_bytes(caller_wav_name(ln.index), _mono_wav(ln.samples, ln.rate)) for ln in caller.lines]
+    written = [ctx.write_bytes(caller_wav_name(ln.index), wav_bytes(ln.samples.astype("<i2").tobytes(), ln.rate)) for ln in caller.lines]
     written.append(ctx.write_bytes(EVENTS, jsonl_bytes(log.events)))
     final = ctx.path(CALL_WAV)
     os.replace(live, final)

@@ -15,7 +15,7 @@ from voice_llm.util import stats
 from voice_llm.util.artifacts import CACHE
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import load_kb
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, timing
 
 CASES = ("first", "second", "changed_suffix", "changed_prefix")

@@ -14,7 +14,7 @@ from voice_llm.client.api import JSONPoller
 from voice_llm.util.artifacts import CANCEL
 from voice_llm.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS, fetch, requests_in_flight
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import RAW_DIR, LabContext
+from voice_llm.run.context import RAW_DIR, LabContext
 from voice_llm.lab.evidence import Evidence
 
 MAX_TOKENS = brief.CANCEL_MAX_TOKENS

@@ -18,7 +18,7 @@ from voice_llm import sse
 from voice_llm.util.artifacts import HEALTH, PROPS
 from voice_llm.client.capabilities import fetch, model_ids
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 
 HEALTH_ROUTE = "/health"
 MODELS_ROUTE = "/v1/models"

@@ -23,8 +23,8 @@ from typing import Any
 from voice_llm.checks.core import CheckResult, run_checks
 from voice_llm.errors import ConfigError, VoiceLLMError
 from voice_llm.client.api import ServerClient
-from voice_llm.lab.context import LabContext, StepOptions
-from voice_llm.lab.preflight import check_context_fits
+from voice_llm.run.context import LabContext, StepOptions
+from voice_llm.run.preflight import check_context_fits
 from voice_llm.lab.steps import kb_steps, lab_steps, steps as registered_steps
 from voice_llm.report.page import render_report
 from voice_llm.run import meta as runmeta, session

@@ -15,7 +15,7 @@ from voice_llm.util import stats
 from voice_llm.util.artifacts import PREFILL
 from voice_llm.errors import MeasurementError
 from voice_llm.scenario.kb import KBDoc, load_kb
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.lab.evidence import SOURCE_TIMINGS, Evidence, prompt_tokens, timing
 
 DOC_COUNTS = brief.PREFILL_DOC_COUNTS

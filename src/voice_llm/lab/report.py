@@ -14,7 +14,7 @@ from voice_llm.run.folder import RunFolder
 from voice_llm.util.artifacts import CACHE, CANCEL, DIAL, PREFILL, REPORT, SENTENCE, TTFT
 from voice_llm.analysis.keynumbers import build_report
 from voice_llm.analysis.metrics import CACHE_NOT_DISABLED, cache_not_disabled
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.lab.steps import steps as registered_steps
 
 

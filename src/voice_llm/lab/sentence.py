@@ -15,7 +15,7 @@ from voice_llm.scenario import brief, prompts
 from voice_llm.util import stats
 from voice_llm.util.artifacts import SENTENCE
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.sentences import first_sentence_by_rule, first_sentence_by_splitter
 from voice_llm.sse import Chunk
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from voice_llm import sse
 from voice_llm.scenario import prompts
 from voice_llm.util.artifacts import CHUNKS, SSE_COPY, SSE_RAW, jsonl_bytes
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 
 
 def run(ctx: LabContext) -> list[Path]:

@@ -8,7 +8,7 @@ from voice_llm.scenario import brief, prompts
 from voice_llm.util.stats import median  # the brief's "third of the five sorted", the project's one rule
 from voice_llm.util.artifacts import RAW_DIR, TTFT
 from voice_llm.errors import MeasurementError
-from voice_llm.lab.context import LabContext
+from voice_llm.run.context import LabContext
 from voice_llm.lab.evidence import Evidence, generated_tokens
 
 RUNS = brief.TTFT_RUNS

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.errors import EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE
-from voice_llm.lab import flags
+from voice_llm.run import flags
 from voice_llm.load import stats, voice_caller_path
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,

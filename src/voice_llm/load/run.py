@@ -2,7 +2,7 @@
 
 ``run_load(LoadSettings)`` beside the lab's ``run_lab(LabSettings)``; its hooks into the session's phases:
 bring-up, the managed server once per ``--slots`` value (stopped after its sweep when this run started it) or the
---url given; preflight, the lab's context check (voice_llm.lab.preflight: the planned call's longest turn against
+--url given; preflight, the lab's context check (voice_llm.run.preflight: the planned call's longest turn against
 the context of one slot, and of the managed servers still to come) before any turn; the first server's probe and
 identity are the run's (load.json joins the lab's run when it is the same server, model and KB, and refuses to
 mix with another's unless --new-run); step, one sweep through the Locust master subprocess; close, however the
@@ -26,8 +26,7 @@ from voice_llm.analysis import noise
 from voice_llm.checks.core import run_checks
 from voice_llm.client.api import ServerClient
 from voice_llm.errors import ConfigError, ContextLimitError, VoiceLLMError
-from voice_llm.lab import preflight
-from voice_llm.lab.pipeline import render
+from voice_llm.run import preflight
 from voice_llm.load.document import load_document, sweep_document
 from voice_llm.load.settings import DEFAULT_SLOTS, LoadSettings
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
@@ -39,6 +38,7 @@ from voice_llm.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.load.samples import write_samples
 from voice_llm.load.speech import answer_speech_rate
 from voice_llm.load.stats import slots_label
+from voice_llm.report.page import render_report
 from voice_llm.run import meta as runmeta, session
 from voice_llm.scenario import dialogue as dialogues
 from voice_llm.scenario.kb import default_kb_dir, load_kb
@@ -265,7 +265,7 @@ def check_context(settings: LoadSettings, client: ServerClient, url: str, slots:
                   described: dict[str, Any], later: list[tuple[int, int]]) -> str | None:
     """Refuse (ContextLimitError) before any turn if the call's longest request does not fit one slot of the server
     ``client`` asks, or of a managed server still to come (``later``: its slots and context per slot, counted with
-    this server's tokenizer: the same model). The same check as the lab's (voice_llm.lab.preflight). Returns a note
+    this server's tokenizer: the same model). The same check as the lab's (voice_llm.run.preflight). Returns a note
     for the user when the context cannot be checked."""
     fit = preflight.longest_fit(client, planned_requests(caller, described))
     if fit is None:
@@ -465,4 +465,4 @@ def _kept(run: LoadRun, out: Path) -> str:
 
 def _render(out: Path) -> Path:
     """report.html again, with the load section (the lab's sections from the files already in OUT)."""
-    return render(out, run_checks(out))
+    return render_report(out, run_checks(out))

@@ -7,7 +7,7 @@ the hooks they give it (:class:`Hooks`):
 2. bring-up (``Hooks.servers``): the managed llama-server provisioned and started or found running
    (:func:`bring_up`), or the --url given; load brings up one per --slots value, in turn.
 3. connect and /props (:func:`connect`): whom to ask, what the server says of itself and of its start.
-4. preflight (``Hooks.preflight``): the command's context preflight (voice_llm.lab.preflight: its own longest
+4. preflight (``Hooks.preflight``): the command's context preflight (voice_llm.run.preflight: its own longest
    request against one slot), before any request that measures.
 5. probe (:func:`probe_server`): what the server exposes, once; part of the run's identity; the model name every
    request then carries (``Capabilities.request_options``).

@@ -2,7 +2,7 @@
 
 Two sources. By default the clinic call's caller lines are synthesized once per run with Piper (the capability
 that speaks them does it) and resampled here from Piper's 22.05 kHz to the 16 kHz that Silero and Whisper take
-(PyAV's resampler, a faster-whisper dependency). ``--caller-audio DIR`` takes the user's own recordings instead
+(voice_llm.audio's resampler, PyAV's libswresample). ``--caller-audio DIR`` takes the user's own recordings instead
 (:func:`load_folder`): one WAV per turn in name order, any format PyAV decodes (a file that is not 16-bit mono 16 kHz
 PCM is converted and the artifact says from what), with the user's own transcripts and barge-in plan beside them
 (``script.txt`` or a ``.txt`` per WAV; ``barge-in.txt``). Without transcripts the word error rate is not checkable:
@@ -29,10 +29,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from voice_llm.audio.resampling import Resampler, to_rate
 from voice_llm.errors import ConfigError
 
 SAMPLE_RATE = 16000  # Silero and Whisper both take 16 kHz mono
-SAMPLE_WIDTH = 2  # int16
 FRAME_SAMPLES = 512  # Silero's frame: 32 ms at 16 kHz
 LEAD_MS = 300  # silence before each utterance: the VAD sees silence first, as on a line that was quiet
 CALLER_LENGTH_SCALE = 1.1  # Piper's phoneme length factor for the caller: 10 % slower than the assistant (1.0)
@@ -151,24 +151,6 @@ def _check_rate(rate: int, what: str) -> None:
         raise CallerAudioError(f"{what} says its sample rate is {rate} Hz; a recording has {MIN_RATE}-{MAX_RATE} Hz")
 
 
-def _resampler() -> Any:
-    import av
-
-    return av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
-
-
-def _feed(resampler: Any, mono: np.ndarray | None, rate: int) -> list[np.ndarray]:
-    """``mono`` float32 at ``rate`` through ``resampler`` (None flushes it) -> 16 kHz int16 pieces."""
-    import av
-
-    frame = None
-    if mono is not None:
-        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(mono, np.float32).reshape(1, -1), format="flt",
-                                           layout="mono")
-        frame.sample_rate = rate
-    return [f.to_ndarray().reshape(-1).astype(np.int16) for f in resampler.resample(frame)]
-
-
 # Full scale of each sample format PyAV hands out (planar or packed): to float in [-1, 1] before the mix-down.
 _SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0, "flt": 1.0, "dbl": 1.0}
 
@@ -192,13 +174,11 @@ def mix_down(samples: np.ndarray, channels: int, fmt: str = "s16", planar: bool 
 
 def resample(samples: np.ndarray, rate: int, channels: int = 1, fmt: str = "s16") -> np.ndarray:
     """Interleaved ``samples`` (``fmt``: s16, s32, flt, u8, ...) at ``rate``, any channel count -> 16 kHz mono int16
-    (channels averaged, then PyAV's resampler, libswresample). ``rate`` outside MIN_RATE-MAX_RATE is refused."""
+    (channels averaged, then voice_llm.audio's resampler). ``rate`` outside MIN_RATE-MAX_RATE is refused."""
     if channels < 1:
         raise CallerAudioError(f"audio with {channels} channels")
     _check_rate(rate, "the audio")
-    resampler = _resampler()
-    out = _feed(resampler, mix_down(samples, channels, fmt), rate) + _feed(resampler, None, rate)
-    return np.concatenate(out) if out else np.zeros(0, np.int16)
+    return to_rate(mix_down(samples, channels, fmt), rate, SAMPLE_RATE)
 
 
 def utterance(index: int, script: str | None, speech: np.ndarray, source: str, converted_from: str | None,
@@ -318,7 +298,7 @@ def _decode(handle: BinaryIO, what: str) -> tuple[np.ndarray, str | None]:
                                        f"{MAX_UTTERANCE_S:.0f} s (Whisper's window)")
             as_is = (codec, rate, channels) == ("pcm_s16le", SAMPLE_RATE, 1)
             limit = int(MAX_UTTERANCE_S * rate)  # input samples: decoding stops past it, whatever the header said
-            resampler = None if as_is else _resampler()
+            resampler = None if as_is else Resampler(rate, SAMPLE_RATE)
             out: list[np.ndarray] = []
             taken = 0
             for frame in container.decode(stream):
@@ -334,9 +314,9 @@ def _decode(handle: BinaryIO, what: str) -> tuple[np.ndarray, str | None]:
                     out.append(data.reshape(-1).astype(np.int16))
                 else:
                     fmt = frame.format.name
-                    out += _feed(resampler, mix_down(data, channels, fmt, frame.format.is_planar), rate)
+                    out.append(resampler.push(mix_down(data, channels, fmt, frame.format.is_planar)))
             if resampler is not None:
-                out += _feed(resampler, None, rate)
+                out.append(resampler.flush())
     except CallerAudioError:
         raise
     except Exception as exc:  # av.error.* (InvalidDataError, ...) derive from Exception only

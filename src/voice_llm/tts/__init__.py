@@ -1,21 +1,18 @@
-"""Text to speech for the lab: one small interface (:mod:`voice_llm.tts.engine`) and one module per engine.
+"""The speak capability: the lab's step that speaks the answer while it streams (time to first audio per
+segmenting strategy), its artifact, checks, key numbers and charts, and the TTS flags.
 
-The engines' own libraries (piper, onnxruntime) are imported when a voice is loaded, so ``import voice_llm.tts``
-stays cheap and the CLI starts fast.
+The engine it speaks with is not here: speech out (Piper, espeak-ng, the segmenting strategies, the live and
+stoppable pipelines) is the core's voice_llm.speech_out, beside speech in (voice_llm.speech), and WAV I/O and
+resampling are voice_llm.audio. The agent and the dialer speak through those directly, so speaking pulls in
+neither this capability's step nor the lab.
 """
 
 from __future__ import annotations
 
 from voice_llm.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
-from voice_llm.tts.engine import AudioChunk, TTSEngine
-from voice_llm.tts.engines import DEFAULT_ENGINE, ENGINES, load_engine
-from voice_llm.tts.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, PiperEngine, default_voice
 
-__all__ = ["ENGINES", "DEFAULT_ENGINE", "AudioChunk", "TTSEngine", "load_engine", "SAMPLE_WIDTH", "speakable",
-           "SpokenSegment", "speak_stoppable", "nothing_to_speak", "DEFAULT_CLAUSE_WORDS", "STRATEGIES", "SpeakOptions", "add_voice_flags",
-           "engine_for", "options_from", "AudioPiece", "playback", "PiperEngine", "default_voice",
-           "DEFAULT_VOICE_PACKAGE", "PIPER_PACKAGE"]
+__all__ = ["CAPABILITY", "add_voice_flags"]
 
 
 # What this capability contributes to the core (voice_llm.registry).
@@ -48,10 +45,6 @@ CAPABILITY = Capability(
 )
 
 
-# The public face another capability may use (voice_llm.agent, which requires tts, speaks its replies with the
-# speak step's engine, strategies and stoppable pipeline). Imported last: these modules import the names above.
-from voice_llm.tts.engine import SAMPLE_WIDTH, speakable  # noqa: E402
-from voice_llm.tts.live import SpokenSegment, nothing_to_speak, speak_stoppable  # noqa: E402
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES  # noqa: E402
-from voice_llm.tts.step import SpeakOptions, add_voice_flags, engine_for, options_from  # noqa: E402
-from voice_llm.tts.timeline import AudioPiece, playback  # noqa: E402
+# The public face another capability may use: the speak step's flags (--tts, --voice, --clause-words), which
+# `voice-llm agent` offers too. Imported last: voice_llm.tts.step is loaded with this package.
+from voice_llm.tts.step import add_voice_flags  # noqa: E402

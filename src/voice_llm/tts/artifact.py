@@ -7,9 +7,9 @@ from typing import Any
 
 from voice_llm.util import stats as _stats
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
-from voice_llm.tts.live import SpokenAnswer
-from voice_llm.tts.timeline import Playback
-from voice_llm.tts.wav import silence
+from voice_llm.speech_out.live import SpokenAnswer
+from voice_llm.speech_out.timeline import Playback
+from voice_llm.audio.wav import silence
 
 __all__ = ["AUDIO", "AUDIO_DIR", "PLAYBACK_MODEL", "heard_pcm", "median_run", "run_dict", "spread", "summary", "wav_entry"]
 

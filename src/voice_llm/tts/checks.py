@@ -23,9 +23,9 @@ from voice_llm.errors import ArtifactError
 from voice_llm.run.folder import RunFolder
 from voice_llm.sse import DONE_DATA, SSEDecoder
 from voice_llm.tts.artifact import summary
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, segment_stream
-from voice_llm.tts.timeline import AudioPiece, playback
-from voice_llm.tts.wav import read_wav
+from voice_llm.speech_out.segmenting import DEFAULT_CLAUSE_WORDS, segment_stream
+from voice_llm.speech_out.timeline import AudioPiece, playback
+from voice_llm.audio.wav import read_wav
 
 TOLERANCE_MS = 1e-6  # numbers recomputed from the same floats
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from voice_llm.analysis.keynumbers import KeyNumber
 from voice_llm.analysis.metrics import Metric, number
-from voice_llm.tts.segmenting import STRATEGY_LABELS
+from voice_llm.speech_out.segmenting import STRATEGY_LABELS
 from voice_llm.util.artifacts import AUDIO
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from voice_llm.report import style
 from voice_llm.tts.artifact import AUDIO, median_run
-from voice_llm.tts.segmenting import STRATEGY_LABELS
+from voice_llm.speech_out.segmenting import STRATEGY_LABELS
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
     from matplotlib.axes import Axes

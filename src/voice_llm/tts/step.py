@@ -18,16 +18,15 @@ from typing import Any
 from voice_llm.scenario import brief, prompts
 from voice_llm.util.artifacts import AUDIO, AUDIO_DIR
 from voice_llm.errors import ConfigError, OutputDirError, TTSError
-from voice_llm.lab import flags
-from voice_llm.lab.context import RAW_DIR, LabContext, StepOptions
+from voice_llm.run import flags
+from voice_llm.run.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.sse import Chunk, StreamResult
-from voice_llm.tts.engine import TTSEngine
-from voice_llm.tts.engines import DEFAULT_ENGINE, ENGINES, load_engine
+from voice_llm.speech_out.engine import TTSEngine
+from voice_llm.speech_out.engines import DEFAULT_ENGINE, ENGINES, load_engine
 from voice_llm.tts.artifact import PLAYBACK_MODEL, heard_pcm, median_run, run_dict, summary, wav_entry
-from voice_llm.tts.engine import SAMPLE_WIDTH
-from voice_llm.tts.live import SpokenAnswer, first_audio_alone_ms, speak_live
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
-from voice_llm.tts.wav import wav_bytes
+from voice_llm.speech_out.live import SpokenAnswer, first_audio_alone_ms, speak_live
+from voice_llm.speech_out.segmenting import DEFAULT_CLAUSE_WORDS, STRATEGIES
+from voice_llm.audio.wav import SAMPLE_WIDTH, wav_bytes
 
 MAX_TOKENS = brief.SENTENCE_MAX_TOKENS  # the sentence step's request
 DEFAULT_REPEAT = 3
@@ -40,7 +39,7 @@ TTS_COMMANDS = frozenset({"lab", "speak"})
 class TTSOptions:
     """This capability's options (the CLI's --tts, --voice, --clause-words), kept in StepOptions.plugins["tts"]."""
 
-    engine: str = DEFAULT_ENGINE  # a voice_llm.tts engine ("piper", "espeak")
+    engine: str = DEFAULT_ENGINE  # a voice_llm.speech_out engine ("piper", "espeak")
     voice: str | None = None  # a Piper .onnx file or an espeak-ng voice name; None: the engine's default voice
     clause_words: int = DEFAULT_CLAUSE_WORDS  # strategy clauses: words before the first clause may end
 

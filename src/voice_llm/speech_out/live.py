@@ -23,9 +23,9 @@ from typing import Any
 from voice_llm.util.children import stop_all
 from voice_llm.errors import NothingToSpeakError, SynthesisError, TTSError
 from voice_llm.sse import Chunk, StreamResult
-from voice_llm.tts.engine import AudioChunk, TTSEngine, duration_ms, speakable
-from voice_llm.tts.segmenting import DEFAULT_CLAUSE_WORDS, Segment, make_segmenter
-from voice_llm.tts.timeline import AudioPiece, Playback, playback
+from voice_llm.speech_out.engine import AudioChunk, TTSEngine, duration_ms, speakable
+from voice_llm.speech_out.segmenting import DEFAULT_CLAUSE_WORDS, Segment, make_segmenter
+from voice_llm.speech_out.timeline import AudioPiece, Playback, playback
 
 StreamRequest = Callable[[Callable[[Chunk], None]], StreamResult]
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from voice_llm.errors import ConfigError
 from voice_llm.sentences import SentenceSplitter, first_sentence_end
-from voice_llm.tts.engine import speakable
+from voice_llm.speech_out.engine import speakable
 
 STRATEGIES = ("whole", "brief_rule", "sentences", "clauses")
 STRATEGY_LABELS = {

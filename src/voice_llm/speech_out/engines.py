@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from voice_llm.errors import ConfigError
-from voice_llm.tts.engine import TTSEngine
-from voice_llm.tts.espeak import EspeakEngine
-from voice_llm.tts.piper import PiperEngine  # piper itself is imported when a voice is loaded
+from voice_llm.speech_out.engine import TTSEngine
+from voice_llm.speech_out.espeak import EspeakEngine
+from voice_llm.speech_out.piper import PiperEngine  # piper itself is imported when a voice is loaded
 
 DEFAULT_ENGINE = "piper"
 ENGINES = ("piper", "espeak")

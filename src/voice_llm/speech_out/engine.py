@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-SAMPLE_WIDTH = 2  # bytes: signed 16-bit little-endian PCM, mono, for every engine
+from voice_llm.audio.wav import SAMPLE_WIDTH  # every engine's PCM: mono int16 little-endian
 
 _SPEAKABLE = re.compile(r"\w")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voice_llm.errors import ConfigError
-from voice_llm.tts.segmenting import STRATEGIES, Segment, clause_end, make_segmenter, segment_stream
+from voice_llm.speech_out.segmenting import STRATEGIES, Segment, clause_end, make_segmenter, segment_stream
 
 # A three-sentence answer streamed in tokens, one every 10 ms.
 TOKENS = ["Fast", " for", " 8", " to", " 12", " hours,", " drinking", " only", " water.", " Take", " your",

@@ -23,7 +23,8 @@ from typing import IO
 
 from voice_llm.util.children import running
 from voice_llm.errors import SynthesisError, SynthesisTimeoutError, TTSUnavailableError, VoiceFileError
-from voice_llm.tts.engine import SAMPLE_WIDTH, AudioChunk
+from voice_llm.audio.wav import SAMPLE_WIDTH
+from voice_llm.speech_out.engine import AudioChunk
 
 PROGRAM = "espeak-ng"
 DEFAULT_VOICE = "en-us"

@@ -3,8 +3,8 @@ core, which on 2 cores fights llama-server while the reply is still generating).
 
 Built as ``PiperVoice.load`` builds it (piper-tts 1.8: config from the .onnx.json, a CPU InferenceSession), with
 ``SessionOptions.intra_op_num_threads`` (the threads of one operator) and ``inter_op_num_threads`` = 1 (Piper's
-graph runs sequentially). The TTS capability's engine can load its voice through :func:`load_piper_voice`; the
-choice of thread count is measured in benchmarks/floor_bench.py.
+graph runs sequentially). The Piper engine (voice_llm.speech_out.piper) loads its voice through
+:func:`load_piper_voice`; the choice of thread count is measured in benchmarks/floor_bench.py.
 """
 
 from __future__ import annotations

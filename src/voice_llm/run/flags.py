@@ -12,7 +12,7 @@ import math
 import urllib.parse
 from pathlib import Path
 
-from voice_llm.lab.context import StepOptions
+from voice_llm.run.context import StepOptions
 from voice_llm.server.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, default_out_dir
 
 # The longest --timeout or --deadline: a day. Longer is a typo (and infinity overflows the socket's timeout).
