@@ -402,6 +402,11 @@ class Spread(Block):
     talked_over: int | None = _field(_whole)
     late_tick: int | None = _field(_whole)
 
+    def numbers(self) -> dict[str, float | int | None]:
+        """The block's numbers by their keys (check_summary compares them with the turns')."""
+        return {"median": self.median, "p90": self.p90, "n": self.n, "talked_over": self.talked_over,
+                "late_tick": self.late_tick}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Block):
