@@ -253,7 +253,7 @@ def measure(call: Recording, doc: DialDoc, lengths: Sequence[int],
     caller until the buffer runs dry or is cleared)."""
     heard = ear(call, doc)
     frame = round(_frame_ms(doc) * call.rate / 1000)
-    spans = []
+    spans: list[tuple[int, int] | None] = []
     for turn, length in zip(doc.turns, lengths):
         at = call.at(turn.caller.offset_ms)
         said = wavs[len(spans)] if wavs is not None and doc.line.echo_db is not None else \
@@ -529,7 +529,10 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     late_ticks = late_tick_frames(_events(folder, doc))
     frame = _frame_samples(doc)
     jitter = jitter_frames(doc.line.jitter_ms, _frame_ms(doc))
-    worst, gaps, talked, late_near = 0.0, [], [], []
+    worst = 0.0
+    gaps: list[float] = []
+    talked: list[str] = []
+    late_near: list[str] = []
     for turn, seen in zip(doc.turns, measured):
         where = turn.where
         heard = turn.heard or HeardDoc()
@@ -542,6 +545,7 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             continue
         _require(seen.first_sound is not None, f"{where}: dial.json hears the reply at {first:.1f} ms, call.wav's heard "
                                                "channel is silent after the caller's end")
+        assert seen.first_sound is not None
         over = bool(heard.talked_over)
         _require(over == seen.talked_over, f"{where}: talked_over {over} in {ARTIFACT}, call.wav's heard channel "
                                            f"{'sounds' if seen.talked_over else 'does not sound'} across the caller's "
@@ -567,12 +571,12 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             (talked if over else late_near).append(where)
             continue
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
-    over = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
-    over += f"; near a late tick (no gap): {', '.join(late_near)}" if late_near else ""
+    left_out = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
+    left_out += f"; near a late tick (no gap): {', '.join(late_near)}" if late_near else ""
     if not gaps:
-        raise NotCheckable(f"no turn's reply was heard: no gap to measure{over}")
+        raise NotCheckable(f"no turn's reply was heard: no gap to measure{left_out}")
     return (f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of "
-            f"{ARTIFACT}'s{over}")
+            f"{ARTIFACT}'s{left_out}")
 
 
 def check_barge_in(out: RunFolder | Any) -> str:
@@ -619,6 +623,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
             f"{[[round(call.ms(a), 3), round(call.ms(b), 3)] for a, b in resumed]} (settings.barge_silence_rule)")
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
+        assert silent is not None
         _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
                                                            f"call.wav, {stated:.1f} ms in {ARTIFACT} (more than {allowance})")
         cleared = barge.cleared_ms
@@ -746,7 +751,7 @@ def check_event_order(out: RunFolder | Any) -> str:
         _require(kind in known, f"events line {number}: {direction!r} {kind!r} is not an event of the contract")
         if direction == "up":
             _require(not up or up[-1] != "stop", f"events line {number}: {kind} sent after the stop")
-            up.append(kind)
+            up.append(str(kind))
     if doc.line.protocol == "twilio":
         _require(up[:2] == ["connected", "start"], f"the caller's side begins with {up[:2]}, not connected, start")
         _require(up[-1] == "stop", f"the caller's side ends with {up[-1]!r}, not stop")
@@ -895,7 +900,7 @@ def check_marks(out: RunFolder | Any) -> str:
             arrived_ms += _samples(row, f"events line {number} samples") * 1000.0 / rate
             arrivals.append((t, arrived_ms))
         elif direction == "down" and kind == "mark":
-            name = row.get("name")
+            name: Any = row.get("name")
             _require(isinstance(name, str), f"events line {number}: a mark without a name")
             sent.setdefault(name, deque()).append(t)
         elif direction == "down" and kind == "clear":
@@ -1019,13 +1024,14 @@ def check_agent_reported(out: RunFolder | Any) -> str:
     doc = _doc(out)
     jitter, frame = doc.line.jitter_ms, _frame_ms(doc)
     limit = jitter + LINE_SHARE_FRAMES * frame
-    shares, missed = [], []
+    shares: list[float] = []
+    missed: list[str] = []
     for turn in doc.turns:
         where, reported, gap, stated = turn.where, turn.reported_ms, turn.gap_ms, turn.heard_minus_reported_ms
         if reported is None or gap is None:
             _require(stated is None, f"{where}: heard_minus_reported_ms {stated} without a heard gap and a reported latency")
             continue
-        share = stated
+        share = _must(stated, f"{where} heard_minus_reported_ms")
         _require(abs(share - (gap - reported)) <= TOLERANCE_MS, f"{where}: heard_minus_reported_ms {share}, heard gap "
                                                                 f"{gap} - reported {reported} = {gap - reported}")
         shares.append(share)
@@ -1178,7 +1184,8 @@ def check_cut_offs(out: RunFolder | Any) -> str:
                  f"{where}: cut_off {flag!r} but cut_off_at {at!r}")
         _require(seen.speech_start is not None and seen.speech_end is not None,
                  f"{where}: no caller sound on call.wav in its line's span")
-        start, end = seen.speech_start, seen.speech_end  # type: ignore[assignment]
+        assert seen.speech_start is not None and seen.speech_end is not None
+        start, end = seen.speech_start, seen.speech_end
         looked_from, why = start, None
         previous = turns[position - 1] if position else None
         if previous is not None and previous.barge_in is not None:

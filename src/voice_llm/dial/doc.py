@@ -476,7 +476,7 @@ class DialDoc(Artifact, Block):
         if not isinstance(doc, Mapping):
             raise ArtifactError(f"{what} is not an object: {doc!r:.80}")
         version = doc.get("dial_schema_version")
-        if is_finite_number(version) and version > DIAL_SCHEMA_VERSION:
+        if isinstance(version, (int, float)) and not isinstance(version, bool) and version > DIAL_SCHEMA_VERSION:
             raise ArtifactError(f"{what} was written by a newer voice-llm (dial schema {version}; this one reads up "
                                 f"to {DIAL_SCHEMA_VERSION}): upgrade voice-llm to check or draw it")
         found = cls.read(doc, what)

@@ -367,7 +367,7 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         loss_pct=values.get("loss") or 0.0, seed=values["seed"] if values.get("seed") is not None else 1, echo_db=values.get("echo_db"),
         endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         reply_max_tokens=values.get("reply_max_tokens"),
-        jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
+        jitter_ms=values["jitter_ms"] if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
         caller_lines=values.get("caller_lines") or CLINIC_LINES,
         turns=values.get("turns") or DEFAULT_TURNS,
@@ -726,11 +726,13 @@ def turn_of(row: Mapping[str, Any]) -> Turn:
         agent_transcript=extras.get("agent_transcript"))
 
 
-def _spread(values: Sequence[float], p90: bool = True, **counts: int) -> Spread:
-    """summary_of's block; ``counts``: the turns it left out (heard_gap_ms: talked over, near a late tick)."""
+def _spread(values: Sequence[float], p90: bool = True, talked_over: int | None = None,
+            late_tick: int | None = None) -> Spread:
+    """summary_of's block; ``talked_over``, ``late_tick``: the turns heard_gap_ms left out (only it counts them)."""
     found = summary_of(values)
-    left_out = {"talked_over", "late_tick"} - set(counts)
-    return Spread(median=found["median"], p90=found["p90"] if p90 else None, n=int(found["n"] or 0), **counts,
+    left_out = {key for key, count in (("talked_over", talked_over), ("late_tick", late_tick)) if count is None}
+    return Spread(median=found["median"], p90=found["p90"] if p90 else None, n=int(found["n"] or 0),
+                  talked_over=talked_over, late_tick=late_tick,
                   absent=frozenset(left_out if p90 else {*left_out, "p90"}))
 
 
