@@ -354,3 +354,29 @@ def renumber(rows: list[dict[str, Any]]) -> None:
         if row.get("dir") == "up" and row["event"] != "connected":
             seq += 1
             row["seq"] = seq
+
+
+def heard(turn: Turn) -> Heard:
+    assert turn.heard is not None, turn.where
+    return turn.heard
+
+
+def barge_in(turn: Turn) -> BargeIn:
+    assert turn.barge_in is not None, turn.where
+    return turn.barge_in
+
+
+def summarized(doc: DialDoc) -> DialDoc:
+    """``doc`` with its summary's medians made its turns' again: an edit consistent on paper."""
+    assert doc.summary is not None and doc.summary.heard_gap_ms is not None
+    gaps = doc.heard_gaps()
+    barges = [b.heard_after_onset_ms for _, _, b in doc.barge_ins() if b.heard_after_onset_ms is not None]
+    minus = [d for t in doc.turns if (d := t.heard_minus_reported_ms) is not None]
+    return replace(doc, summary=replace(
+        doc.summary,
+        heard_gap_ms=replace(doc.summary.heard_gap_ms, median=stats.median(gaps), p90=stats.percentile(gaps, 90),
+                             n=len(gaps)),
+        barge_in_heard_after_onset_ms=Spread(median=stats.median(barges) if barges else None, n=len(barges),
+                                             absent=MEDIAN_ONLY),
+        heard_minus_reported_ms=Spread(median=stats.median(minus) if minus else None, n=len(minus),
+                                       absent=MEDIAN_ONLY)))
