@@ -132,6 +132,10 @@ def _field(read: Reader, *, key: str | None = None, required: bool = False, defa
     return field(default=default, metadata=meta)
 
 
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (tuple, Mapping)) and not value)
+
+
 def _write(value: Any) -> Any:
     if isinstance(value, Block):
         return value.as_dict()
@@ -145,7 +149,7 @@ def _write(value: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class Block:
     """One object of the file: its typed keys as fields, the rest in ``extra`` (kept, written back after them);
-    ``absent`` the typed keys the file did not have (left out again when written)."""
+    ``absent`` the typed keys the file did not have (left out again when written, unless given a value since)."""
 
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
@@ -186,8 +190,8 @@ class Block:
         found: dict[str, Any] = {}
         for name, key, meta in self._typed():
             value = getattr(self, name)
-            if key in self.absent or (meta["omit"] and value in (None, ())):
-                continue
+            if (key in self.absent or meta["omit"]) and _empty(value):
+                continue  # absent from the file read (and not set since), or a key written only when it has a value
             found[key] = _write(value)
         found.update(self.extra)
         return found
