@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The readers and writers of dial.json held to the type: the dialer's writer, the checks, the type itself, and the
 # tests' builder with the checks' tests.
 TYPED = ("src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py", "src/voice_llm/dial/step.py",
+         "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
          "tests/dial/dialfolder.py", "tests/dial/test_dial_checks.py")
 
 
