@@ -27,7 +27,7 @@ from voice_llm.util.artifacts import DIAL
 ROOT = Path(__file__).resolve().parents[2]
 # The readers and writers of dial.json held to the type: the dialer's writer, the checks, the type itself, and the
 # tests' builder with the checks' tests.
-TYPED = ("src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py", "src/voice_llm/dial/step.py",
+TYPED = ("src/voice_llm/run/blocks.py", "src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py", "src/voice_llm/dial/step.py",
          "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
          "tests/dial/dialfolder.py", "tests/dial/test_dial_checks.py")
 
@@ -166,8 +166,8 @@ def test_a_planted_rename_of_a_field_fails_the_type_check(tmp_path: Path) -> Non
     for name in ("dialhelpers.py", "fakeagent.py"):
         shutil.copy(ROOT / "tests" / "dial" / name, tmp_path / "tests" / "dial" / name)
     doc = tmp_path / "src" / "voice_llm" / "dial" / "doc.py"
-    planted = doc.read_text().replace("    gap_ms: float | None = _field(_number)\n",
-                                      "    gap_after_ms: float | None = _field(_number)\n")
+    planted = doc.read_text().replace("    gap_ms: float | None = typed(number)\n",
+                                      "    gap_after_ms: float | None = typed(number)\n")
     assert planted != doc.read_text()
     doc.write_text(planted)
     found = mypy(tmp_path)
