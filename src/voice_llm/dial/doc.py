@@ -21,13 +21,11 @@ keys, so that parse then :meth:`Block.as_dict` gives the document back, key for 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from voice_llm.errors import ArtifactError
-from voice_llm.run.artifacts import Artifact
-from voice_llm.run.blocks import (Block, as_is, block, flag, number, numbers, reasons, span, text, tuple_of, typed,
-                                  whole)
+from voice_llm.run.blocks import (Block, Document, as_is, block, flag, number, numbers, reasons, span, text, tuple_of,
+                                  typed, whole)
 from voice_llm.util.artifacts import DIAL, DIAL_PARTIAL
 
 __all__ = ["Agent", "AgentReported", "BargeIn", "CutOff", "DIAL_SCHEMA_VERSION", "DialDoc", "DialPartialDoc",
@@ -286,11 +284,12 @@ class Otlp(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DialDoc(Artifact, Block):
+class DialDoc(Document):
     """dial.json: one call as the caller heard it."""
 
     NAME: ClassVar[str] = DIAL
-    doc: Any = field(default=None, repr=False, compare=False)
+    SHAPE_KEY: ClassVar[str] = "dial_schema_version"
+    SHAPE: ClassVar[int] = DIAL_SCHEMA_VERSION
     schema_version: Any = typed(as_is)  # the run's stamp (the folder's rule reads it)
     dial_schema_version: int | None = typed(whole)  # None: version 1, from before it was stated
     agent: Agent | None = typed(block(Agent))
@@ -313,18 +312,6 @@ class DialDoc(Artifact, Block):
     def __post_init__(self) -> None:
         if self.unknown is None:  # an absent (or null) unknown is no reason for anything
             object.__setattr__(self, "unknown", {})
-
-    @classmethod
-    def _parse(cls, doc: Any, what: str) -> DialDoc:
-        if not isinstance(doc, Mapping):
-            raise ArtifactError(f"{what} is not an object: {doc!r:.80}")
-        version = doc.get("dial_schema_version")
-        if isinstance(version, (int, float)) and not isinstance(version, bool) and version > DIAL_SCHEMA_VERSION:
-            raise ArtifactError(f"{what} was written by a newer voice-llm (dial schema {version}; this one reads up "
-                                f"to {DIAL_SCHEMA_VERSION}): upgrade voice-llm to check or draw it")
-        found = cls.read(doc, what)
-        object.__setattr__(found, "doc", doc)
-        return found
 
     @property
     def version(self) -> int:

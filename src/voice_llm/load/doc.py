@@ -10,14 +10,12 @@ the code that walks them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from voice_llm.errors import ArtifactError
 from voice_llm.load.document import LOAD_SCHEMA_VERSION
 from voice_llm.load.stats import DIAL_METRIC, TEXT_METRIC
-from voice_llm.run.artifacts import Artifact
-from voice_llm.run.blocks import Block, as_is, flag, number, text, tuple_of, typed, whole
+from voice_llm.run.blocks import Document, as_is, flag, number, text, tuple_of, typed, whole
 from voice_llm.util.artifacts import LOAD
 
 __all__ = ["DIAL_MODE", "Judged", "LoadDoc", "TEXT_MODE", "judged_on"]
@@ -45,11 +43,12 @@ class Judged:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoadDoc(Artifact, Block):
+class LoadDoc(Document):
     """load.json: a load run's settings, its verdicts per sweep (``sweeps``, as the file holds them)."""
 
     NAME: ClassVar[str] = LOAD
-    doc: Any = field(default=None, repr=False, compare=False)
+    SHAPE_KEY: ClassVar[str] = "load_schema_version"
+    SHAPE: ClassVar[int] = LOAD_SCHEMA_VERSION
     load_schema_version: int | None = typed(whole)  # None: version 1, from before it was stated
     mode: str | None = typed(text)  # None: a file from before modes (text callers)
     metric: str | None = typed(text)
@@ -61,18 +60,6 @@ class LoadDoc(Artifact, Block):
     stop_on_budget: bool | None = typed(flag)  # None: a file from before --no-stop (it stopped on the budget)
     caller: Any = typed(as_is)
     sweeps: tuple[Any, ...] = typed(tuple_of(as_is), default=())
-
-    @classmethod
-    def _parse(cls, doc: Any, what: str) -> LoadDoc:
-        if not isinstance(doc, Mapping):
-            raise ArtifactError(f"{what} is not an object: {doc!r:.80}")
-        version = doc.get("load_schema_version")
-        if isinstance(version, int) and not isinstance(version, bool) and version > LOAD_SCHEMA_VERSION:
-            raise ArtifactError(f"{what} was written by a newer voice-llm (load schema {version}; this one reads up "
-                                f"to {LOAD_SCHEMA_VERSION}): upgrade voice-llm to check or draw it")
-        found = cls.read(doc, what)
-        object.__setattr__(found, "doc", doc)
-        return found
 
     @property
     def version(self) -> int:

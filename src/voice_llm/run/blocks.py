@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from voice_llm.errors import ArtifactError
-from voice_llm.run.artifacts import field_error, field_path, is_finite_number
+from voice_llm.run.artifacts import Artifact, field_error, field_path, is_finite_number
 
-__all__ = ["Block", "Reader", "as_is", "block", "flag", "json_list", "json_object", "number", "numbers", "reasons",
+__all__ = ["Block", "Document", "Reader", "as_is", "block", "flag", "json_list", "json_object", "number", "numbers", "reasons",
            "span", "text", "tuple_of", "typed", "whole"]
 
 B = TypeVar("B", bound="Block")
+D = TypeVar("D", bound="Document")
 Reader = Callable[[Any, str, str], Any]  # (the JSON value, the file's name, the field's path) -> the typed value
 
 
@@ -185,4 +186,27 @@ class Block:
                 continue  # absent from the file read (and not set since), or a key written only when it has a value
             found[key] = _write(value)
         found.update(self.extra)
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Document(Artifact, Block):
+    """A whole artifact made of blocks (dial.json, load.json): the run's ``schema_version`` by the folder's rule
+    (:meth:`Artifact.parse`), and its own shape's version at ``SHAPE_KEY`` refused when newer than ``SHAPE``, the
+    one this voice-llm writes. ``doc`` is the document parsed (None for one a writer built)."""
+
+    SHAPE_KEY: ClassVar[str] = ""
+    SHAPE: ClassVar[int] = 1
+    doc: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def _parse(cls: type[D], doc: Any, what: str) -> D:
+        if not isinstance(doc, Mapping):
+            raise ArtifactError(f"{what} is not an object: {doc!r:.80}")
+        version = doc.get(cls.SHAPE_KEY)
+        if isinstance(version, int) and not isinstance(version, bool) and version > cls.SHAPE:
+            raise ArtifactError(f"{what} was written by a newer voice-llm ({cls.SHAPE_KEY} {version}; this one reads "
+                                f"up to {cls.SHAPE}): upgrade voice-llm to check or draw it")
+        found = cls.read(doc, what)
+        object.__setattr__(found, "doc", doc)
         return found
