@@ -1,7 +1,7 @@
 """A dial run folder built in code from docs/line.md's contract, its dial.json built as the dialer builds it
-(voice_llm.dial.doc.DialDoc, the one type dial/step.py writes and the checks read): dial.json, dial/events.jsonl, dial/call.wav (stereo,
-8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer let them out) and
-dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
+(voice_llm.dial.doc.DialDoc, the one type dial/step.py writes and the checks read): dial.json, dial/events.jsonl,
+dial/call.wav (stereo, 8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer
+let them out) and dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
 the phone's ear on the tick grid (one 20 ms frame per tick) places each reply where a playout buffer with a 40 ms
 jitter delay would have played it, so the checks' re-measurements of the recording must agree with it.
 
@@ -273,7 +273,8 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         (out / "dial" / "otlp" / "0001.bin").write_bytes(b"\x0a\x00")
         otlp_files = ["dial/otlp/0001.bin"]
     gaps = [g for t in turns if (g := t.gap_ms) is not None]
-    barges = [b.heard_after_onset_ms for t in turns if (b := t.barge_in) is not None and b.heard_after_onset_ms is not None]
+    barges = [b.heard_after_onset_ms for t in turns
+              if (b := t.barge_in) is not None and b.heard_after_onset_ms is not None]
     minus = [d for t in turns if (d := t.heard_minus_reported_ms) is not None]
     doc = DialDoc(
         schema_version=1, dial_schema_version=DIAL_SCHEMA_VERSION,

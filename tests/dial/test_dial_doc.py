@@ -27,8 +27,9 @@ from voice_llm.util.artifacts import DIAL
 ROOT = Path(__file__).resolve().parents[2]
 # The readers and writers of dial.json held to the type: the dialer's writer, the checks, the type itself, and the
 # tests' builder with the checks' tests.
-TYPED = ("src/voice_llm/run/blocks.py", "src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py", "src/voice_llm/dial/step.py",
-         "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
+TYPED = ("src/voice_llm/run/blocks.py", "src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py",
+         "src/voice_llm/dial/step.py", "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
+         "src/voice_llm/load/doc.py", "src/voice_llm/load/dialing.py",
          "tests/dial/dialfolder.py", "tests/dial/test_dial_checks.py")
 
 
@@ -84,10 +85,13 @@ def test_the_folder_parses_it_once(call: Path) -> None:
 
 @pytest.mark.parametrize(("edit", "said"), [
     (lambda d: d["line"].update(rate=8000.5), "dial.json: line.rate is 8000.5, not a whole number"),
-    (lambda d: d["turns"][3]["heard"].update(talked_over="no"), "dial.json: turns[3].heard.talked_over is 'no', not true or false"),
-    (lambda d: d["turns"][2]["barge_in"].update(resumed_ms=[[1.0]]), "dial.json: turns[2].barge_in.resumed_ms[0] is [1.0], not [start_ms, end_ms]"),
+    (lambda d: d["turns"][3]["heard"].update(talked_over="no"),
+     "dial.json: turns[3].heard.talked_over is 'no', not true or false"),
+    (lambda d: d["turns"][2]["barge_in"].update(resumed_ms=[[1.0]]),
+     "dial.json: turns[2].barge_in.resumed_ms[0] is [1.0], not [start_ms, end_ms]"),
     (lambda d: d.pop("floor"), "dial.json has no field 'floor'"),
-    (lambda d: d["files"].update(caller_wavs="dial/caller-01.wav"), "dial.json: files.caller_wavs is 'dial/caller-01.wav', not a list"),
+    (lambda d: d["files"].update(caller_wavs="dial/caller-01.wav"),
+     "dial.json: files.caller_wavs is 'dial/caller-01.wav', not a list"),
     (lambda d: d.update(turns={}), "dial.json: turns is {}, not a list"),
 ])
 def test_a_malformed_field_is_one_line_naming_it(call: Path, edit: object, said: str) -> None:
@@ -101,7 +105,8 @@ def test_a_malformed_field_is_one_line_naming_it(call: Path, edit: object, said:
 def test_a_newer_dial_schema_or_run_schema_is_refused(call: Path) -> None:
     raw = load(call)
     raw["dial_schema_version"] = DIAL_SCHEMA_VERSION + 1
-    with pytest.raises(ArtifactError, match=r"written by a newer voice-llm \(dial_schema_version 5; this one reads up to 4\)"):
+    newer = r"written by a newer voice-llm \(dial_schema_version 5; this one reads up to 4\)"
+    with pytest.raises(ArtifactError, match=newer):
         DialDoc.parse(raw)
     raw = load(call)
     raw["schema_version"] = 99

@@ -80,5 +80,5 @@ CAPABILITY = Capability(
 )
 
 
-__all__ = ["CAPABILITY", "CONVERSE_STEP", "DialDoc", "DialPartialDoc", "OTLP_RUN_LIMITS", "OTLPReceiver", "OTLPSpan", "otlp_clock_for", "otlp_match",
-           "parse_otlp_listen"]
+__all__ = ["CAPABILITY", "CONVERSE_STEP", "DialDoc", "DialPartialDoc", "OTLP_RUN_LIMITS", "OTLPReceiver", "OTLPSpan",
+           "otlp_clock_for", "otlp_match", "parse_otlp_listen"]

@@ -619,7 +619,8 @@ def check_barge_in(out: RunFolder | Any) -> str:
         stated_resumed = barge.resumed_ms or ()
         _require(len(stated_resumed) == len(resumed) and all(
             all(abs(x - call.ms(y)) <= allowed for x, y in zip(p, pair)) for p, pair in zip(stated_resumed, resumed)),
-            f"{where}: barge_in.resumed_ms {[list(p) for p in stated_resumed]!r}, call.wav's heard channel resumes after "
+            f"{where}: barge_in.resumed_ms {[list(p) for p in stated_resumed]!r}, call.wav's heard channel resumes "
+            "after "
             f"{[[round(call.ms(a), 3), round(call.ms(b), 3)] for a, b in resumed]} (settings.barge_silence_rule)")
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")

@@ -39,8 +39,8 @@ from voice_llm.run.meta import SCHEMA_VERSION as RUN_SCHEMA_VERSION, OtherRunErr
 from voice_llm.run.session import same_url
 from voice_llm.dial import call as callmod, otlp
 from voice_llm.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, CutOff, DialDoc, DialerCost,
-                                FalseBargeIn, Files, Floor, Heard as HeardDoc, Line, Otlp, Playout, Settings, Spread, Summary, Turn,
-                                TurnCaller, Wer)
+                                FalseBargeIn, Files, Floor, Heard as HeardDoc, Line, Otlp, Playout, Settings, Spread,
+                                Summary, Turn, TurnCaller, Wer)
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.dial.caller import (LOAD_LINES, PAUSE_LINES, PAUSE_MS, CallerLine, CallerVoice, load_lines, on_line,
                                    synthesize_lines, synthesize_paused, to_rate)
@@ -771,7 +771,8 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         agent=Agent(url=settings.url, protocol=line.protocol, headers=log.headers,
                     identity=dict(identity) if identity is not None else None),
         line=Line(protocol=line.protocol, codec=line.codec, rate=line.rate, frame_ms=line.frame_ms,
-                  jitter_ms=settings.jitter_ms, loss_pct=settings.loss_pct, echo_db=settings.echo_db, seed=settings.seed,
+                  jitter_ms=settings.jitter_ms, loss_pct=settings.loss_pct, echo_db=settings.echo_db,
+                  seed=settings.seed,
                   echo_delay_ms=settings.echo_delay_ms if settings.echo_db is not None else None,
                   lost_up_frames=log.lost_up_frames, lost_down_frames=log.lost_down_frames,
                   conditions=LINE_CONDITIONS, cap_s=settings.cap_s, stream_sid=log.stream_sid,

@@ -152,7 +152,8 @@ def check_load_verdict(out: RunFolder | Path) -> str:
             _require(all(r is None for r in reasons[:-1]), f"slots {sweep['slots']}: the sweep went on after {reasons}")
         callers = [s["callers"] for s in sweep["steps"]]
         _require(callers == sorted(set(callers)), f"slots {sweep['slots']}: steps not strictly upward: {callers}")
-        slots = ("the agent" if judged_on(doc).dialing else "the server's slots") if sweep["slots"] is None else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}"
+        slots = (("the agent" if judged_on(doc).dialing else "the server's slots") if sweep["slots"] is None
+                 else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}")
         verdicts.append(f"{slots}: {'no verdict' if again['max_callers'] is None else again['max_callers']}")
     if empty:
         raise NotCheckable(f"no turn was measured in any step of {', '.join(empty)}: the verdict "

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, TypeVar
 from voice_llm.errors import ArtifactError
 from voice_llm.run.artifacts import Artifact, field_error, field_path, is_finite_number
 
-__all__ = ["Block", "Document", "Reader", "as_is", "block", "flag", "json_list", "json_object", "number", "numbers", "reasons",
-           "span", "text", "tuple_of", "typed", "whole"]
+__all__ = ["Block", "Document", "Reader", "as_is", "block", "flag", "json_list", "json_object", "number", "numbers",
+           "reasons", "span", "text", "tuple_of", "typed", "whole"]
 
 B = TypeVar("B", bound="Block")
 D = TypeVar("D", bound="Document")
