@@ -1,5 +1,8 @@
 """check relations for a dial run (dial.json, dial/events.jsonl, dial/call.wav, dial/caller-NN.wav) from the saved
 files alone, through the run folder's jail (voice_llm.run.folder.RunFolder: no link, no FIFO, no file outside OUT).
+dial.json is read as its type (voice_llm.dial.doc.DialDoc, parsed once per folder, the type dial/step.py writes it
+from): a field of the wrong type is that one line, the FAIL of every check; the checks read its fields and hold
+them to each other and to the recording.
 
 The recording is a recording now (the dialer appended each 20 ms frame as it was sent and as it left the playout
 buffer: docs/line.md "Clocks"), so measuring it again is an independent measurement, not a number compared with itself:
