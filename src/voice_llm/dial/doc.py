@@ -290,7 +290,7 @@ class DialDoc(Document):
     NAME: ClassVar[str] = DIAL
     SHAPE_KEY: ClassVar[str] = "dial_schema_version"
     SHAPE: ClassVar[int] = DIAL_SCHEMA_VERSION
-    schema_version: Any = typed(as_is)  # the run's stamp (the folder's rule reads it)
+    schema_version: Any = typed(as_is, omit=True)  # the run's stamp (the folder's rule reads it; null is refused)
     dial_schema_version: int | None = typed(whole)  # None: version 1, from before it was stated
     agent: Agent | None = typed(block(Agent))
     line: Line = typed(block(Line), required=True)

@@ -13,12 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from voice_llm.load.document import LOAD_SCHEMA_VERSION
 from voice_llm.load.stats import DIAL_METRIC, TEXT_METRIC
 from voice_llm.run.blocks import Document, as_is, flag, number, text, tuple_of, typed, whole
 from voice_llm.util.artifacts import LOAD
 
-__all__ = ["DIAL_MODE", "Judged", "LoadDoc", "TEXT_MODE", "judged_on"]
+__all__ = ["DIAL_MODE", "Judged", "LOAD_SCHEMA_VERSION", "LoadDoc", "TEXT_MODE", "judged_on"]
+
+# load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
+# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 3 the agent's stage
+# times; 4: text steps end at their 20th judged turn and fail early as dialing ones do (the verdict's failed_early),
+# window.ended/warmup_s; dialing steps keep the host CPU per process (``processes``: agent, server, workers, master)
+# with the sweep's ``processes_found``, and the call each caller makes (caller.lines, think_ms, think_share).
+LOAD_SCHEMA_VERSION = 4
 
 DIAL_MODE = "dial"  # load --dial: real calls on the line, each turn judged on the gap its caller heard
 TEXT_MODE = "text"  # LLM requests judged on the first sentence (a file from before modes says none: text)
@@ -54,11 +60,22 @@ class LoadDoc(Document):
     metric: str | None = typed(text)
     dial_url: str | None = typed(text)
     slo_heard_ms: float | None = typed(number)
+    late_frames_share: float | None = typed(number)
+    window_ends: str | None = typed(text)
+    warmup_ends: str | None = typed(text)
     slo_first_sentence_ms: float | None = typed(number)
     goodput_target: float | None = typed(number)
+    max_error_rate: float | None = typed(number)
+    generator_bound_share: float | None = typed(number)
     min_judged_turns: int | None = typed(whole)
+    step_s: float | None = typed(number)
+    warmup_s: float | None = typed(number)
+    callers: tuple[int, ...] = typed(tuple_of(whole), default=())
     stop_on_budget: bool | None = typed(flag)  # None: a file from before --no-stop (it stopped on the budget)
+    workers: Any = typed(as_is)  # how many local workers, or "remote"
     caller: Any = typed(as_is)
+    samples_csv: str | None = typed(text)
+    interrupted: str | None = typed(text)  # None: every planned sweep ran to its end
     sweeps: tuple[Any, ...] = typed(tuple_of(as_is), default=())
 
     @property
