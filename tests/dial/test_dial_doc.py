@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # tests' builder with the checks' tests.
 TYPED = ("src/voice_llm/run/blocks.py", "src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py",
          "src/voice_llm/dial/step.py", "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
-         "src/voice_llm/load/doc.py", "src/voice_llm/load/dialing.py",
+         "src/voice_llm/load/doc.py", "src/voice_llm/load/document.py", "src/voice_llm/load/dialing.py",
          "tests/dial/dialfolder.py", "tests/dial/test_dial_checks.py")
 
 

@@ -10,7 +10,8 @@ import pytest
 from voice_llm.errors import ArtifactError
 from voice_llm.load import checks, cli, compare, report, stats
 from voice_llm.load.doc import LoadDoc, judged_on
-from voice_llm.load.document import LOAD_SCHEMA_VERSION
+from voice_llm.load.document import LOAD_SCHEMA_VERSION, load_document
+from voice_llm.load.settings import LoadSettings
 
 
 def a_load(mode: str | None, **more: Any) -> dict[str, Any]:
@@ -67,3 +68,13 @@ def test_a_malformed_or_newer_load_json_is_one_line() -> None:
 def test_load_json_round_trips() -> None:
     doc = a_load("dial", sweeps=[{"slots": None, "steps": [{"callers": 1}]}], interrupted=None, caller={"turns": 4})
     assert LoadDoc.parse(doc).as_dict() == doc
+
+
+def test_the_writer_builds_load_json_as_the_type() -> None:
+    """load_document builds load.json through LoadDoc: read back, it is the same document, judged as it says."""
+    for settings, metric in ((LoadSettings(), stats.TEXT_METRIC),
+                             (LoadSettings(dial="ws://127.0.0.1:18591/", callers=(1, 2)), stats.DIAL_METRIC)):
+        doc = load_document(settings, {"turns": 4}, [{"slots": None, "steps": []}])
+        found = LoadDoc.parse(doc)
+        assert found.as_dict() == doc and list(found.as_dict()) == list(doc)
+        assert found.judged_on.metric == metric == found.metric and found.version == LOAD_SCHEMA_VERSION
