@@ -1,6 +1,7 @@
-"""A dial run folder built in code from LINE.md's contract: dial.json, dial/events.jsonl, dial/call.wav (stereo,
-8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer let them out) and
-dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
+"""A dial run folder built in code from docs/line.md's contract, its dial.json built as the dialer builds it
+(voice_llm.dial.doc.DialDoc, the one type dial/step.py writes and the checks read): dial.json, dial/events.jsonl,
+dial/call.wav (stereo, 8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer
+let them out) and dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
 the phone's ear on the tick grid (one 20 ms frame per tick) places each reply where a playout buffer with a 40 ms
 jitter delay would have played it, so the checks' re-measurements of the recording must agree with it.
 
@@ -17,16 +18,19 @@ import io
 import json
 import math
 import wave
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from voice_llm.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, DialDoc, DialerCost, Files, Floor,
+                                Heard, Line, Otlp, Playout, Settings, Spread, Summary, Turn, TurnCaller, Wer)
 from voice_llm.dial.measure import heard_channel
 from voice_llm.speech.caller import audible_span
 from voice_llm.speech.wer import wer
 from voice_llm.util import stats
+from voice_llm.util.artifacts import dumps_json
 
 RATE = 8000
 FRAME_MS = 20.0
@@ -41,6 +45,9 @@ HEARD = ("Sure, which day suits you?", "Tuesday at nine works.", "Yes, we accept
          "Wednesday at ten is free.")
 AGENT_HEARD = ("Hi, I'd like to book an appointment.", "Tuesday morning would be grand.",
                "Do you take Medicare?", "Actually, make it Wednesday please.")
+
+
+MEDIAN_ONLY = frozenset({"p90", "talked_over", "late_tick"})  # a summary block of a median and a count
 
 
 def ms(sample: int) -> float:
@@ -110,7 +117,7 @@ class Plan:
     transport_ms: float = 1.0
     otlp: bool = True  # the agent reported its own numbers (spans received)
     late_frames: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more top-level keys of dial.json (DialDoc.extra)
 
 
 def _breakdown(latency: float) -> dict[str, float]:
@@ -134,7 +141,7 @@ def build(out: Path, plan: Plan | None = None) -> Path:
 
     left_parts: list[tuple[int, np.ndarray]] = []
     right_parts: list[tuple[int, np.ndarray]] = []
-    turns: list[dict[str, Any]] = []
+    turns: list[Turn] = []
     offset = 500.0
     mark_no = 0
     pending_offset: float | None = None
@@ -198,35 +205,34 @@ def build(out: Path, plan: Plan | None = None) -> Path:
             event(heard_end + 0.2, event="playout_idle")
         gap = heard_start - end
         reported = latency if plan.otlp else None
-        heard_minus = None if reported is None else gap - reported
-        turn: dict[str, Any] = {
-            "index": index, "script": SCRIPTS[i % len(SCRIPTS)], "caller_wav": name,
-            "caller": {"offset_ms": offset, "speech_start_ms": start, "speech_end_ms": end, "floor": FLOOR,
-                       "source": "test tone", "converted_from": None},
-            "heard": {"first_sound_ms": heard_start, "gap_ms": gap, "last_sound_ms": heard_end,
-                      "transcript": HEARD[i % len(HEARD)]},
-            "barge_in": None,
-            "agent_reported": {"latency_ms": reported, "source": "voice-llm agent: vad_speech_end -> first_audio_sent"}
+        script = SCRIPTS[i % len(SCRIPTS)]
+        scored = wer(script, AGENT_HEARD[i % len(AGENT_HEARD)])
+        turns.append(Turn(
+            index=index, script=script, caller_wav=name,
+            caller=TurnCaller(offset_ms=offset, speech_start_ms=start, speech_end_ms=end, floor=FLOOR,
+                              source="test tone", converted_from=None),
+            heard=Heard(first_sound_ms=heard_start, gap_ms=gap, last_sound_ms=heard_end,
+                        transcript=HEARD[i % len(HEARD)], absent=frozenset({"talked_over", "late_tick"})),
+            barge_in=BargeIn(onset_ms=None, heard_silent_ms=heard_end, heard_after_onset_ms=None, cleared_ms=cleared,
+                             words_heard="Yes, we accept", words_heard_count=3, absent=frozenset({"resumed_ms"}))
+            if barge else None,
+            agent_reported=AgentReported(latency_ms=reported,
+                                         source="voice-llm agent: vad_speech_end -> first_audio_sent")
             if reported is not None else None,
-            "heard_minus_reported_ms": heard_minus,
-            "agent_breakdown": _breakdown(latency) if reported is not None else None,
-            "agent_transcript": AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
-            "wer": wer(SCRIPTS[i % len(SCRIPTS)], AGENT_HEARD[i % len(AGENT_HEARD)]).as_dict() if plan.otlp else None,
-            "false_barge_in": False, "false_barge_in_at": None,
-            "cut_off": False, "cut_off_at": None,
-        }
-        if barge:
-            turn["barge_in"] = {"onset_ms": None, "heard_silent_ms": heard_end, "heard_after_onset_ms": None,
-                                "cleared_ms": cleared, "words_heard": "Yes, we accept", "words_heard_count": 3}
-        turns.append(turn)
+            heard_minus_reported_ms=None if reported is None else gap - reported,
+            agent_breakdown=_breakdown(latency) if reported is not None else None,
+            agent_transcript=AGENT_HEARD[i % len(AGENT_HEARD)] if plan.otlp else None,
+            wer=Wer(errors=scored.errors, words=scored.words) if plan.otlp else None,
+            false_barge_in=False, false_barge_in_at=None, cut_off=False, cut_off_at=None))
         if not barge:
             pending_offset = next_tick(heard_end + 700.0 + 300.0)
     for i, turn in enumerate(turns):  # a barge-in's onset is the next line's true start
-        if turn["barge_in"] is not None:
-            onset = turns[i + 1]["caller"]["speech_start_ms"]
-            turn["barge_in"]["onset_ms"] = onset
-            turn["barge_in"]["heard_after_onset_ms"] = turn["barge_in"]["heard_silent_ms"] - onset
-    end_ms = next_tick(max(turns[-1]["heard"]["last_sound_ms"], ms(left_parts[-1][0] + len(left_parts[-1][1])))
+        if turn.barge_in is not None and turn.barge_in.heard_silent_ms is not None:
+            onset = turns[i + 1].caller.speech_start_ms
+            turns[i] = replace(turn, barge_in=replace(turn.barge_in, onset_ms=onset,
+                                                      heard_after_onset_ms=turn.barge_in.heard_silent_ms - onset))
+    last_heard = turns[-1].heard.last_sound_ms if turns[-1].heard is not None else None
+    end_ms = next_tick(max(last_heard or 0.0, ms(left_parts[-1][0] + len(left_parts[-1][1])))
                        + 1000.0)
     total = sample(end_ms)
     left = np.zeros(total, np.int16)
@@ -266,46 +272,68 @@ def build(out: Path, plan: Plan | None = None) -> Path:
         (out / "dial" / "otlp").mkdir(exist_ok=True)
         (out / "dial" / "otlp" / "0001.bin").write_bytes(b"\x0a\x00")
         otlp_files = ["dial/otlp/0001.bin"]
-    gaps = [t["heard"]["gap_ms"] for t in turns]
-    barges = [t["barge_in"]["heard_after_onset_ms"] for t in turns if t["barge_in"]]
-    minus = [t["heard_minus_reported_ms"] for t in turns if t["heard_minus_reported_ms"] is not None]
-    doc: dict[str, Any] = {
-        "schema_version": 1, "run_id": "run-dial-test",
-        "agent": {"url": "ws://127.0.0.1:18301/", "protocol": "twilio", "headers": {"server": "test"},
-                  "identity": {"engine": "builtin", "engines": {}, "versions": {}}},
-        "line": {"protocol": "twilio", "codec": "mulaw", "rate": RATE, "frame_ms": FRAME_MS, "jitter_ms": JITTER_MS,
-                 "loss_pct": 0, "echo_db": None, "seed": 1},
-        "clock": "ms since the call started: 0 is sample 0 of dial/call.wav (both channels)",
-        "t0_epoch_ns": 1733000000000000000,
-        "floor": {"rule": "a frame is sound when its peak |sample| > floor", "caller": FLOOR, "heard": heard_floor},
-        "caller": {"source": "synthesized", "voice": {}, "script": "clinic"},
-        "settings": {"turns": n_turns, "barge_in_turns": list(plan.barge_in_turns),
-                     "barge_in_after_ms": plan.barge_in_after_ms, "think_ms": 300, "reply_wait_s": 60,
-                     "reply_end_ms": 700.0, "silent_after_ms": 200.0, "lead_ms": LEAD_MS},
-        "turns": turns,
-        "playout": {"frames": n_frames, "late_frames": plan.late_frames, "underruns": n_turns, "max_buffered_ms": 3000.0,
-                    "dropped_ms": 0.0, "marks_returned": sum(1 for r in rows if r.get("dir") == "up"
-                                                             and r["event"] == "mark"),
-                    "clears": sum(1 for r in rows if r["event"] == "clear")},
-        "dialer_cost_ms": {"median": 0.4, "p90": 0.7, "frames": n_frames},
-        "summary": {"heard_gap_ms": {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": len(gaps)},
-                    "barge_in_heard_after_onset_ms": {"median": stats.median(barges) if barges else None,
-                                                      "n": len(barges)},
-                    "heard_minus_reported_ms": {"median": stats.median(minus) if minus else None, "n": len(minus)},
-                    "false_barge_ins": 0, "cut_offs": 0},
-        "files": {"call_wav": "dial/call.wav", "events": "dial/events.jsonl",
-                  "caller_wavs": [t["caller_wav"] for t in turns], "otlp": otlp_files},
-        "otlp": {"listen": "127.0.0.1:4318", "bodies": len(otlp_files), "spans": 4 * n_turns, "refused": [],
-                 "clock": "common"} if plan.otlp else None,
-        "unknown": {} if plan.otlp else {"agent_reported": "the agent sent no traces (no --otlp, or none received)"},
-        **plan.extra,
-    }
-    (out / "dial.json").write_text(json.dumps(doc, indent=1))
+    gaps = [g for t in turns if (g := t.gap_ms) is not None]
+    barges = [b.heard_after_onset_ms for t in turns
+              if (b := t.barge_in) is not None and b.heard_after_onset_ms is not None]
+    minus = [d for t in turns if (d := t.heard_minus_reported_ms) is not None]
+    doc = DialDoc(
+        schema_version=1, dial_schema_version=DIAL_SCHEMA_VERSION,
+        agent=Agent(url="ws://127.0.0.1:18301/", protocol="twilio", headers={"server": "test"},
+                    identity={"engine": "builtin", "engines": {}, "versions": {}}),
+        line=Line(protocol="twilio", codec="mulaw", rate=RATE, frame_ms=FRAME_MS, jitter_ms=JITTER_MS, loss_pct=0,
+                  echo_db=None, seed=1, absent=frozenset({"echo_delay_ms", "lost_up_frames", "lost_down_frames",
+                                                          "conditions", "cap_s", "stream_sid", "call_sid"})),
+        clock="ms since the call started: 0 is sample 0 of dial/call.wav (both channels)",
+        t0_epoch_ns=1733000000000000000,
+        floor=Floor(rule="a frame is sound when its peak |sample| > floor", caller=FLOOR, heard=heard_floor),
+        caller={"source": "synthesized", "voice": {}, "script": "clinic"},
+        settings=Settings(turns=n_turns, barge_in_turns=plan.barge_in_turns, barge_in_after_ms=plan.barge_in_after_ms,
+                          think_ms=300, reply_wait_s=60, reply_end_ms=700.0, silent_after_ms=200.0, lead_ms=LEAD_MS),
+        turns=tuple(turns),
+        playout=Playout(frames=n_frames, late_frames=plan.late_frames, underruns=n_turns, max_buffered_ms=3000.0,
+                        dropped_ms=0.0, marks_returned=sum(1 for r in rows if r.get("dir") == "up"
+                                                           and r["event"] == "mark"),
+                        clears=sum(1 for r in rows if r["event"] == "clear")),
+        dialer_cost_ms=DialerCost(median=0.4, p90=0.7, frames=n_frames),
+        summary=Summary(heard_gap_ms=Spread(median=stats.median(gaps), p90=stats.percentile(gaps, 90), n=len(gaps),
+                                            talked_over=0, late_tick=0),
+                        barge_in_heard_after_onset_ms=Spread(median=stats.median(barges) if barges else None,
+                                                             n=len(barges), absent=MEDIAN_ONLY),
+                        heard_minus_reported_ms=Spread(median=stats.median(minus) if minus else None, n=len(minus),
+                                                       absent=MEDIAN_ONLY),
+                        false_barge_ins=0, cut_offs=0),
+        files=Files(call_wav="dial/call.wav", events="dial/events.jsonl",
+                    caller_wavs=tuple(t.caller_wav for t in turns if t.caller_wav is not None), otlp=tuple(otlp_files)),
+        otlp=Otlp(bodies=len(otlp_files), extra={"listen": "127.0.0.1:4318", "spans": 4 * n_turns, "refused": [],
+                                                  "clock": "common"}) if plan.otlp else None,
+        unknown={} if plan.otlp else {"agent_reported": "the agent sent no traces (no --otlp, or none received)"},
+        extra={"run_id": "run-dial-test", **plan.extra},
+    )
+    save_doc(out, doc)
     return out
 
 
+def doc_of(out: Path) -> DialDoc:
+    """The folder's dial.json as its type (an edit is then ``dataclasses.replace``, type-checked)."""
+    return DialDoc.parse(load(out))
+
+
+def save_doc(out: Path, doc: DialDoc) -> None:
+    """Write ``doc`` as dial.json, as the dialer writes it (voice_llm.util.artifacts.dumps_json)."""
+    (out / "dial.json").write_text(dumps_json(doc.as_dict()))
+
+
+def with_turn(doc: DialDoc, position: int, turn: Turn) -> DialDoc:
+    """``doc`` with its turn at ``position`` replaced by ``turn``."""
+    turns = list(doc.turns)
+    turns[position] = turn
+    return replace(doc, turns=tuple(turns))
+
+
 def load(out: Path) -> dict[str, Any]:
-    return json.loads((out / "dial.json").read_text())
+    """dial.json as the file holds it: a hand edit of the file (a shape the type refuses too) is made on this."""
+    loaded: dict[str, Any] = json.loads((out / "dial.json").read_text())
+    return loaded
 
 
 def save(out: Path, doc: dict[str, Any]) -> None:
@@ -327,3 +355,29 @@ def renumber(rows: list[dict[str, Any]]) -> None:
         if row.get("dir") == "up" and row["event"] != "connected":
             seq += 1
             row["seq"] = seq
+
+
+def heard(turn: Turn) -> Heard:
+    assert turn.heard is not None, turn.where
+    return turn.heard
+
+
+def barge_in(turn: Turn) -> BargeIn:
+    assert turn.barge_in is not None, turn.where
+    return turn.barge_in
+
+
+def summarized(doc: DialDoc) -> DialDoc:
+    """``doc`` with its summary's medians made its turns' again: an edit consistent on paper."""
+    assert doc.summary is not None and doc.summary.heard_gap_ms is not None
+    gaps = doc.heard_gaps()
+    barges = [b.heard_after_onset_ms for _, _, b in doc.barge_ins() if b.heard_after_onset_ms is not None]
+    minus = [d for t in doc.turns if (d := t.heard_minus_reported_ms) is not None]
+    return replace(doc, summary=replace(
+        doc.summary,
+        heard_gap_ms=replace(doc.summary.heard_gap_ms, median=stats.median(gaps), p90=stats.percentile(gaps, 90),
+                             n=len(gaps)),
+        barge_in_heard_after_onset_ms=Spread(median=stats.median(barges) if barges else None, n=len(barges),
+                                             absent=MEDIAN_ONLY),
+        heard_minus_reported_ms=Spread(median=stats.median(minus) if minus else None, n=len(minus),
+                                       absent=MEDIAN_ONLY)))

@@ -1,30 +1,37 @@
-"""The dial checks on a call built from LINE.md's contract (tests/dial/dialfolder.py: stereo 8 kHz call.wav with
-the caller's tones on the left and the assistant's on the right at known times, events.jsonl, dial.json), and on
-tampered copies: each tamper must FAIL the check that guards it. No time is asserted: the numbers are built."""
+"""The dial checks on a call built from docs/line.md's contract (tests/dial/dialfolder.py: stereo 8 kHz call.wav with
+the caller's tones on the left and the assistant's on the right at known times, events.jsonl, dial.json built
+through voice_llm.dial.doc.DialDoc as the dialer builds it), and on tampered copies: each tamper must FAIL the check
+that guards it. A tamper that keeps the file's shape is made on the type (``dataclasses.replace``: type-checked, so a
+renamed field fails here, tests/dial/test_dial_doc.py); one that breaks the shape on the file itself. No time is
+asserted: the numbers are built."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from dialfolder import (FS, Plan, build, events, load, read_stereo, renumber, sample, save, save_events, stereo_wav,
-                        tone)
+from dataclasses import replace
+
+from dialfolder import (FS, Plan, barge_in, build, doc_of, events, heard, load, read_stereo, renumber, sample, save,
+                        save_doc, save_events, stereo_wav, summarized, tone, with_turn)
 
 from voice_llm.checks import core
 from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
 from voice_llm.dial import checks
+from voice_llm.dial.doc import DialDoc, FalseBargeIn
+from voice_llm.run.folder import RunFolder
+from voice_llm.util.artifacts import dumps_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")  # listed once, in the capability
-from voice_llm.run.folder import RunFolder
-from voice_llm.util import stats
 
 
 def results(out: Path) -> dict[str, CheckResult]:
     folder = RunFolder(out)  # each file read once, as `voice-llm check` does
-    return {c.function.rsplit(":", 1)[1]: core._result(c, folder) for c in DIAL_CHECKS}
+    return {str(c.function).rsplit(":", 1)[1]: core._result(c, folder) for c in DIAL_CHECKS}
 
 
 def failed(out: Path) -> dict[str, str]:
@@ -45,51 +52,39 @@ def test_a_consistent_call_passes_every_check(call: Path) -> None:
 
 def test_the_recording_measures_the_built_numbers(call: Path) -> None:
     """The re-measurement finds exactly the built times (cosines start and end on a sample)."""
-    doc = load(call)
     folder = RunFolder(call)
+    doc = folder.artifact(DialDoc)
     found = checks.measure(checks.recording(folder), doc, [len(w) for w in checks.caller_wavs(folder, doc)])
-    for turn, seen in zip(doc["turns"], found):
-        assert seen.speech_end / 8 == turn["caller"]["speech_end_ms"]
-        assert seen.first_sound / 8 == turn["heard"]["first_sound_ms"]
-        assert seen.last_sound / 8 == turn["heard"]["last_sound_ms"]
+    for turn, seen in zip(doc.turns, found):
+        assert seen.speech_end is not None and seen.first_sound is not None and seen.last_sound is not None
+        assert seen.speech_end / 8 == turn.caller.speech_end_ms
+        assert seen.first_sound / 8 == heard(turn).first_sound_ms
+        assert seen.last_sound / 8 == heard(turn).last_sound_ms
 
 
 # --- tampered copies ------------------------------------------------------------------------------------------
 
 
 def test_a_changed_gap_fails(call: Path) -> None:
-    doc = load(call)
-    turn = doc["turns"][1]
-    turn["heard"]["first_sound_ms"] += 100.0
-    turn["heard"]["gap_ms"] += 100.0
-    turn["heard_minus_reported_ms"] += 100.0
-    gaps = [t["heard"]["gap_ms"] for t in doc["turns"]]
-    doc["summary"]["heard_gap_ms"] = {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": 4}
-    minus = [t["heard_minus_reported_ms"] for t in doc["turns"]]
-    doc["summary"]["heard_minus_reported_ms"] = {"median": stats.median(minus), "n": 4}
-    save(call, doc)  # consistent on paper: only the recording disagrees
+    save_doc(call, _shift_heard(doc_of(call), 1, 100.0))  # consistent on paper: only the recording disagrees
     found = failed(call)
     assert set(found) == {"check_heard_gaps"}, found
     assert "turn 2: first heard sound 8380.0 ms on call.wav, 8480.0 ms in dial.json" in found["check_heard_gaps"] and "more than one sample" in found["check_heard_gaps"]
 
 
-def _shift_heard(doc: dict, turn: int, by: float) -> None:
+def _shift_heard(doc: DialDoc, position: int, by: float) -> DialDoc:
     """Move a turn's first heard sound (and its gap) by ``by`` ms in dial.json, the summary kept consistent."""
-    heard = doc["turns"][turn]["heard"]
-    heard["first_sound_ms"] += by
-    heard["gap_ms"] += by
-    doc["turns"][turn]["heard_minus_reported_ms"] += by
-    gaps = [t["heard"]["gap_ms"] for t in doc["turns"]]
-    doc["summary"]["heard_gap_ms"] = {"median": stats.median(gaps), "p90": stats.percentile(gaps, 90), "n": 4}
-    minus = [t["heard_minus_reported_ms"] for t in doc["turns"]]
-    doc["summary"]["heard_minus_reported_ms"] = {"median": stats.median(minus), "n": 4}
+    turn = doc.turns[position]
+    was = heard(turn)
+    assert was.first_sound_ms is not None and was.gap_ms is not None and turn.heard_minus_reported_ms is not None
+    moved = replace(turn, heard=replace(was, first_sound_ms=was.first_sound_ms + by, gap_ms=was.gap_ms + by),
+                    heard_minus_reported_ms=turn.heard_minus_reported_ms + by)
+    return summarized(with_turn(doc, position, moved))
 
 
 def test_a_heard_gap_edited_by_less_than_a_frame_fails(call: Path) -> None:
     """Issue 41 item 6: the re-measure is exact (the same samples), so a 19 ms edit (under the 20 ms frame) is one."""
-    doc = load(call)
-    _shift_heard(doc, 1, 19.0)
-    save(call, doc)
+    save_doc(call, _shift_heard(doc_of(call), 1, 19.0))
     found = failed(call)
     assert "check_heard_gaps" in found, found
     assert "first heard sound 8380.0 ms on call.wav, 8399.0 ms in dial.json" in found["check_heard_gaps"]
@@ -98,22 +93,30 @@ def test_a_heard_gap_edited_by_less_than_a_frame_fails(call: Path) -> None:
 
 def test_a_heard_gap_within_a_sample_passes(call: Path) -> None:
     """A sample's worth (what a stated time may lie between two samples) is no edit."""
-    doc = load(call)
-    _shift_heard(doc, 1, 0.1)
-    save(call, doc)
+    save_doc(call, _shift_heard(doc_of(call), 1, 0.1))
     assert "check_heard_gaps" not in failed(call)
 
 
 def test_a_barge_in_heard_silence_edited_by_less_than_a_frame_fails(call: Path) -> None:
-    doc = load(call)
-    barge = doc["turns"][2]["barge_in"]
-    barge["heard_silent_ms"] += 19.0
-    barge["heard_after_onset_ms"] += 19.0
-    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 19.0
-    save(call, doc)
+    save_doc(call, _shift_silence(doc_of(call), 2, 19.0))
     found = failed(call)
     assert "check_barge_in" in found, found
     assert "more than one sample (0.125 ms at 8000 Hz)" in found["check_barge_in"]
+
+
+def _shift_silence(doc: DialDoc, position: int, by: float, last_sound: bool = False) -> DialDoc:
+    """Move a barge-in's heard silence (and its heard-after-onset; ``last_sound``: the reply's last heard sound) by
+    ``by`` ms, the summary kept consistent."""
+    turn = doc.turns[position]
+    was = barge_in(turn)
+    assert was.heard_silent_ms is not None and was.heard_after_onset_ms is not None
+    moved = replace(turn, barge_in=replace(was, heard_silent_ms=was.heard_silent_ms + by,
+                                           heard_after_onset_ms=was.heard_after_onset_ms + by))
+    if last_sound:
+        last = heard(turn).last_sound_ms
+        assert last is not None
+        moved = replace(moved, heard=replace(heard(turn), last_sound_ms=last + by))
+    return summarized(with_turn(doc, position, moved))
 
 
 def test_the_re_measure_checks_name_one_sample() -> None:
@@ -122,17 +125,19 @@ def test_the_re_measure_checks_name_one_sample() -> None:
 
 
 def test_a_gap_that_is_not_first_sound_minus_speech_end_fails(call: Path) -> None:
-    doc = load(call)
-    doc["turns"][0]["heard"]["gap_ms"] -= 30.0
-    save(call, doc)
+    doc = doc_of(call)
+    turn = doc.turns[0]
+    gap = heard(turn).gap_ms
+    assert gap is not None
+    save_doc(call, with_turn(doc, 0, replace(turn, heard=replace(heard(turn), gap_ms=gap - 30.0))))
     found = failed(call)
     assert "gap_ms" in found["check_values"] and "check_heard_gaps" in found  # the median (upper middle) is another turn's
 
 
 def test_a_clear_not_honoured_fails(call: Path) -> None:
     """Audio heard after clear + 1 frame (and before new audio arrived): the buffer was not emptied."""
-    doc = load(call)
-    cleared = doc["turns"][2]["barge_in"]["cleared_ms"]
+    cleared = barge_in(doc_of(call).turns[2]).cleared_ms
+    assert cleared is not None
     left, right = read_stereo(call / "dial" / "call.wav")
     at = sample(cleared + 20.0) + 8  # one frame and one ms after the clear
     right[at:at + sample(30)] = tone(30, 5000, 400.0)
@@ -144,17 +149,14 @@ def test_a_clear_not_honoured_fails(call: Path) -> None:
 
 def test_audio_within_the_frame_after_a_clear_passes(call: Path) -> None:
     """What a real buffer may do: the frame being played when the clear arrived ends (within one frame)."""
-    doc = load(call)
-    barge = doc["turns"][2]["barge_in"]
+    doc = doc_of(call)
+    stated = barge_in(doc.turns[2]).heard_silent_ms
+    assert stated is not None
     left, right = read_stereo(call / "dial" / "call.wav")
-    silent = sample(barge["heard_silent_ms"])
+    silent = sample(stated)
     right[silent:silent + sample(5)] = tone(5, 5000, 400.0)  # 5 ms more, ending before clear + 20 ms
     (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
-    barge["heard_silent_ms"] += 5.0
-    barge["heard_after_onset_ms"] += 5.0
-    doc["turns"][2]["heard"]["last_sound_ms"] += 5.0
-    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 5.0
-    save(call, doc)
+    save_doc(call, _shift_silence(doc, 2, 5.0, last_sound=True))
     assert failed(call) == {}
 
 
@@ -233,18 +235,20 @@ def test_a_shifted_caller_channel_fails(call: Path) -> None:
 
 
 def test_a_changed_summary_median_fails(call: Path) -> None:
-    doc = load(call)
-    doc["summary"]["heard_gap_ms"]["median"] = 9432.0
-    save(call, doc)
+    doc = doc_of(call)
+    assert doc.summary is not None and doc.summary.heard_gap_ms is not None
+    save_doc(call, replace(doc, summary=replace(doc.summary, heard_gap_ms=replace(doc.summary.heard_gap_ms,
+                                                                                  median=9432.0))))
     found = failed(call)
     assert set(found) == {"check_summary"}, found
     assert "summary.heard_gap_ms.median 9432.0" in found["check_summary"]
 
 
 def test_a_changed_wer_fails(call: Path) -> None:
-    doc = load(call)
-    doc["turns"][1]["wer"]["errors"] = 0
-    save(call, doc)
+    doc = doc_of(call)
+    turn = doc.turns[1]
+    assert turn.wer is not None
+    save_doc(call, with_turn(doc, 1, replace(turn, wer=replace(turn.wer, errors=0))))
     found = failed(call)
     assert set(found) == {"check_wer"}, found
     assert "wer 0/5 stated, 1/5" in found["check_wer"]
@@ -259,7 +263,7 @@ def test_a_changed_wer_fails(call: Path) -> None:
     (("settings", "turns"), 0, "settings.turns 0 is impossible"),
     (("playout", "late_frames"), -1, "playout.late_frames -1 is impossible"),
     (("dialer_cost_ms", "median"), 9.0, "dialer_cost_ms median 9.0, p90 0.7"),
-    (("t0_epoch_ns",), True, "t0_epoch_ns is not an integer"),
+    (("t0_epoch_ns",), 0, "t0_epoch_ns 0 is impossible"),
 ])
 def test_impossible_values_fail(call: Path, path: tuple[str, ...], value: object, said: str) -> None:
     doc = load(call)
@@ -272,10 +276,32 @@ def test_impossible_values_fail(call: Path, path: tuple[str, ...], value: object
     assert "check_values" in found and said in found["check_values"], found
 
 
-def test_a_negative_breakdown_part_fails(call: Path) -> None:
+@pytest.mark.parametrize(("path", "value", "said"), [
+    (("t0_epoch_ns",), True, "dial.json: t0_epoch_ns is True, not a whole number"),
+    (("line", "rate"), "8000", "dial.json: line.rate is '8000', not a whole number"),
+    (("turns", 1, "heard", "gap_ms"), "x", "dial.json: turns[1].heard.gap_ms is 'x', not a finite number"),
+    (("turns", 0, "caller"), None, "dial.json: turns[0].caller is null"),
+    (("unknown", "agent_reported"), 3, "dial.json: unknown.agent_reported is 3, not a string"),
+])
+def test_a_field_of_the_wrong_type_fails_every_check_in_one_line(call: Path, path: tuple[str | int, ...],
+                                                                 value: object, said: str) -> None:
+    """The file's shape is DialDoc's, read by its one parse: a field of the wrong type is one line naming the file
+    and the field, the FAIL of every check (none can read the call), never a check's guess."""
     doc = load(call)
-    doc["turns"][0]["agent_breakdown"]["stt"] = -5.0
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
     save(call, doc)
+    found = results(call)
+    assert {r.status for r in found.values()} == {FAIL}
+    assert {r.detail for r in found.values()} == {f"cannot check: {said}"}
+
+
+def test_a_negative_breakdown_part_fails(call: Path) -> None:
+    doc = doc_of(call)
+    turn = doc.turns[0]
+    save_doc(call, with_turn(doc, 0, replace(turn, agent_breakdown={**(turn.agent_breakdown or {}), "stt": -5.0})))
     assert "agent_breakdown.stt -5.0 ms is negative" in failed(call)["check_values"]
 
 
@@ -296,18 +322,18 @@ def test_a_link_or_fifo_in_dial_fails(call: Path, tmp_path: Path) -> None:
 
 
 def test_a_named_file_outside_dial_fails(call: Path) -> None:
-    doc = load(call)
-    doc["files"]["events"] = "../events.jsonl"
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, replace(doc, files=replace(doc.files, events="../events.jsonl")))
     assert "check_files" in failed(call)
 
 
 def test_a_dropped_calls_partial_files_are_named_by_dial_partial(call: Path) -> None:
     (call / "dial" / "partial-call.wav").write_bytes((call / "dial" / "call.wav").read_bytes())
     assert "check_files" in failed(call)
-    partial = load(call)
-    partial["files"] = {"call_wav": "dial/partial-call.wav", "events": "dial/events.jsonl", "otlp": []}
-    (call / "dial-partial.json").write_text(__import__("json").dumps(partial))
+    doc = doc_of(call)
+    partial = replace(doc, files=replace(doc.files, call_wav="dial/partial-call.wav", caller_wavs=(), otlp=(),
+                                         absent=frozenset({"caller_wavs"})), error="the agent hung up")
+    (call / "dial-partial.json").write_text(dumps_json(partial.as_dict()))
     assert "check_files" not in failed(call)
 
 
@@ -327,36 +353,34 @@ def test_heard_audio_before_it_arrived_by_no_more_than_the_ticks_lateness_holds(
     at = sample(first - 10.0)
     right[at:at + 400] = tone(50, 3000, 440.0)  # 10 ms before the first arrival
     (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
-    doc = load(call)
-    doc["playout"]["max_late_ms"] = 5.0
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, replace(doc, playout=replace(doc.playout, max_late_ms=5.0)))
     assert "before any audio arrived" in failed(call)["check_clears"]
-    doc["playout"]["max_late_ms"] = 12.0
-    save(call, doc)
+    save_doc(call, replace(doc, playout=replace(doc.playout, max_late_ms=12.0)))
     assert "before any audio arrived" not in failed(call).get("check_clears", "")
 
 
 def test_a_clear_count_that_is_not_the_logs_fails(call: Path) -> None:
-    doc = load(call)
-    doc["playout"]["clears"] = 0
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, replace(doc, playout=replace(doc.playout, clears=0)))
     assert "playout.clears 0, the event log has 1" in failed(call)["check_clears"]
 
 
 def test_a_changed_line_share_fails(call: Path) -> None:
-    doc = load(call)
-    doc["turns"][0]["heard_minus_reported_ms"] = 10.0
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, with_turn(doc, 0, replace(doc.turns[0], heard_minus_reported_ms=10.0)))
     found = failed(call)
     assert set(found) == {"check_agent_reported"} and "heard gap 960.0 - reported 900.0" in found["check_agent_reported"]
 
 
 def test_a_moved_barge_in_onset_fails(call: Path) -> None:
-    doc = load(call)
-    doc["turns"][2]["barge_in"]["onset_ms"] -= 100.0
-    doc["turns"][2]["barge_in"]["heard_after_onset_ms"] += 100.0
-    doc["summary"]["barge_in_heard_after_onset_ms"]["median"] += 100.0
-    save(call, doc)
+    doc = doc_of(call)
+    turn = doc.turns[2]
+    was = barge_in(turn)
+    assert was.onset_ms is not None and was.heard_after_onset_ms is not None
+    moved = replace(turn, barge_in=replace(was, onset_ms=was.onset_ms - 100.0,
+                                           heard_after_onset_ms=was.heard_after_onset_ms + 100.0))
+    save_doc(call, summarized(with_turn(doc, 2, moved)))
     assert "the next line's speech starts" in failed(call)["check_barge_in"]
 
 
@@ -380,9 +404,8 @@ def test_late_frames_are_a_finding(tmp_path: Path) -> None:
 
 def test_late_frames_not_counted_fail(tmp_path: Path) -> None:
     out = build(tmp_path / "run", Plan(late_frames=3))
-    doc = load(out)
-    doc["playout"]["late_frames"] = 0
-    save(out, doc)
+    doc = doc_of(out)
+    save_doc(out, replace(doc, playout=replace(doc.playout, late_frames=0)))
     assert "more than two frames after their tick, playout.late_frames 0" in failed(out)["check_uplink"]
 
 
@@ -404,9 +427,7 @@ def test_an_agent_that_reports_nothing_is_not_checkable(tmp_path: Path) -> None:
 
 def test_a_null_agent_number_without_a_reason_fails(tmp_path: Path) -> None:
     out = build(tmp_path / "run", Plan(otlp=False))
-    doc = load(out)
-    doc["unknown"] = {}
-    save(out, doc)
+    save_doc(out, replace(doc_of(out), unknown={}))
     assert "unknown.agent_reported gives no reason" in failed(out)["check_values"]
 
 
@@ -455,27 +476,30 @@ def test_a_file_named_under_files_belongs(call: Path) -> None:
     """The lab's converse step keeps the agent's log as dial/agent.log: named in files, it is the step's."""
     (call / "dial" / "agent.log").write_text("ready\n")
     assert "dial/agent.log in dial/ but no artifact names it" in failed(call)["check_files"]
-    doc = load(call)
-    doc["files"]["agent_log"] = "dial/agent.log"
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, replace(doc, files=replace(doc.files, extra={**doc.files.extra, "agent_log": "dial/agent.log"})))
     assert "check_files" not in failed(call)
 
 
 def test_a_barge_in_off_schedule_or_unplanned_fails(call: Path) -> None:
-    doc = load(call)
-    doc["settings"]["barge_in_after_ms"] = 300.0  # the line cut in 500 ms after the first heard sound
-    save(call, doc)
+    doc = doc_of(call)
+    # the line cut in 500 ms after the first heard sound
+    save_doc(call, replace(doc, settings=replace(doc.settings, barge_in_after_ms=300.0)))
     assert "barge_in_after_ms 300" in failed(call)["check_schedule"]
-    doc["settings"]["barge_in_after_ms"] = 500.0
-    doc["settings"]["barge_in_turns"] = [2]
-    save(call, doc)
+    save_doc(call, replace(doc, settings=replace(doc.settings, barge_in_turns=(2,))))
     assert "a barge-in on a turn settings.barge_in_turns does not name" in failed(call)["check_schedule"]
 
 
+def _last_sound(doc: DialDoc, position: int, last_ms: float) -> DialDoc:
+    turn = doc.turns[position]
+    return with_turn(doc, position, replace(turn, heard=replace(heard(turn), last_sound_ms=last_ms)))
+
+
 def test_a_line_that_talks_over_the_reply_fails(call: Path) -> None:
-    doc = load(call)
-    doc["turns"][0]["heard"]["last_sound_ms"] += 500.0  # the reply (on paper) still playing when line 2 began
-    save(call, doc)
+    doc = doc_of(call)
+    last = heard(doc.turns[0]).last_sound_ms
+    assert last is not None
+    save_doc(call, _last_sound(doc, 0, last + 500.0))  # the reply (on paper) still playing when line 2 began
     found = failed(call)
     assert "before turn 1's reply ended" in found["check_schedule"] and "check_heard_gaps" in found
 
@@ -493,11 +517,10 @@ def _resume_turn_1_into_line_2(call: Path, at_ms: float, length_ms: float = 100.
 def test_a_reply_that_resumes_after_the_callers_wait_is_no_broken_schedule(call: Path) -> None:
     """A busy agent silent longer than reply_end_ms + think_ms mid-reply, then speaking on: the caller heard the
     reply end and spoke as its rule says; the later sound lies after its line began. PASS, and said."""
-    doc = load(call)
-    offset = doc["turns"][1]["caller"]["offset_ms"]
-    assert doc["turns"][1]["caller"]["speech_start_ms"] > offset + 200  # the line's lead silence holds the tone
-    doc["turns"][0]["heard"]["last_sound_ms"] = _resume_turn_1_into_line_2(call, offset + 60.0)
-    save(call, doc)
+    doc = doc_of(call)
+    offset = doc.turns[1].caller.offset_ms
+    assert doc.turns[1].caller.speech_start_ms > offset + 200  # the line's lead silence holds the tone
+    save_doc(call, _last_sound(doc, 0, _resume_turn_1_into_line_2(call, offset + 60.0)))
     found = results(call)
     assert found["check_schedule"].status == PASS, found["check_schedule"].detail
     assert "turn 1's reply resumed" in found["check_schedule"].detail and "into turn 2's line" in found["check_schedule"].detail
@@ -505,24 +528,23 @@ def test_a_reply_that_resumes_after_the_callers_wait_is_no_broken_schedule(call:
 
 
 def test_a_line_started_while_the_agent_was_still_heard_fails(call: Path) -> None:
-    doc = load(call)
-    offset = doc["turns"][1]["caller"]["offset_ms"]
-    wait = doc["settings"]["reply_end_ms"] + doc["settings"]["think_ms"]
+    doc = doc_of(call)
+    offset = doc.turns[1].caller.offset_ms
+    assert doc.settings.reply_end_ms is not None and doc.settings.think_ms is not None
+    wait = doc.settings.reply_end_ms + doc.settings.think_ms
     _resume_turn_1_into_line_2(call, offset - wait / 2)  # sound inside the quiet the caller had to wait for
-    doc["turns"][0]["heard"]["last_sound_ms"] = _resume_turn_1_into_line_2(call, offset + 60.0)
-    save(call, doc)
+    save_doc(call, _last_sound(doc, 0, _resume_turn_1_into_line_2(call, offset + 60.0)))
     detail = failed(call)["check_schedule"]
     assert "before turn 1's reply ended" in detail and "into that wait" in detail
 
 
 def test_a_false_barge_in_not_on_the_files_fails(call: Path) -> None:
     """A false barge-in stated for turn 1 by a clear the event log does not have; a count that is not the turns'."""
-    doc = load(call)
-    doc["turns"][0]["false_barge_in"] = True
-    doc["turns"][0]["false_barge_in_at"] = {"kind": "clear", "t_ms": 3000.0, "dropped_ms": 500.0}
-    doc["summary"]["false_barge_ins"] = 1
-    save(call, doc)
+    doc = doc_of(call)
+    assert doc.summary is not None
+    counted = replace(doc, summary=replace(doc.summary, false_barge_ins=1))
+    cut = FalseBargeIn(kind="clear", t_ms=3000.0, dropped_ms=500.0, absent=frozenset({"silent_ms", "resumed_ms"}))
+    save_doc(call, with_turn(counted, 0, replace(doc.turns[0], false_barge_in=True, false_barge_in_at=cut)))
     assert "no clear then cut the reply" in failed(call)["check_false_barge_ins"]
-    doc["turns"][0]["false_barge_in"], doc["turns"][0]["false_barge_in_at"] = False, None
-    save(call, doc)
+    save_doc(call, counted)
     assert "summary.false_barge_ins 1, the turns count 0" in failed(call)["check_false_barge_ins"]

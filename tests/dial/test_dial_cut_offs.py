@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dialfolder import FS, build, load, read_stereo, sample, save, stereo_wav, tone
+from dataclasses import replace
+
+from dialfolder import FS, build, doc_of, read_stereo, sample, save_doc, stereo_wav, tone, with_turn
 from dialhelpers import a_log, context, measured, tone_line
 from fakeagent import FakeAgent, Reply
 
@@ -18,6 +20,7 @@ from voice_llm.checks import core
 from voice_llm.checks.base import FAIL, FINDING, PASS, CheckResult
 from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
 from voice_llm.dial.caller import CallerLine, join_parts, on_line, quiet_run
+from voice_llm.dial.doc import CutOff, DialDoc
 from voice_llm.dial.measure import CUT_OFF_RULE, caller_sound
 from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, options_value
 from voice_llm.errors import ConfigError
@@ -170,21 +173,28 @@ def test_no_cut_off_passes_and_the_barge_in_line_is_not_one(call: Path) -> None:
 
 def _sound_in_turn_2(call: Path) -> float:
     """A 100 ms burst on the heard channel 300 ms into turn 2's speech: the agent talking over the caller."""
-    doc = load(call)
-    at = sample(doc["turns"][1]["caller"]["speech_start_ms"] + 300.0)
+    at = sample(doc_of(call).turns[1].caller.speech_start_ms + 300.0)
     left, right = read_stereo(call / "dial" / "call.wav")
     right[at:at + 800] = tone(100, 6000, 650.0)
     (call / "dial" / "call.wav").write_bytes(stereo_wav(left, right))
     return at / 8.0
 
 
+def _cut_off(doc: DialDoc, position: int, t: float | None, counted: int | None = 1) -> DialDoc:
+    """``doc`` stating a cut-off at ``t`` ms in the turn at ``position`` (None: cut_off true without where), the
+    summary counting ``counted``."""
+    turn = doc.turns[position]
+    at = None if t is None else CutOff(t_ms=t, caller_speech_left_ms=turn.caller.speech_end_ms - t)
+    assert doc.summary is not None
+    return with_turn(replace(doc, summary=replace(doc.summary, cut_offs=counted)), position,
+                     replace(turn, cut_off=True, cut_off_at=at))
+
+
 def test_a_cut_off_on_the_files_and_in_dial_json_is_a_finding(call: Path) -> None:
     t = _sound_in_turn_2(call)
-    doc = load(call)
-    end = doc["turns"][1]["caller"]["speech_end_ms"]
-    doc["turns"][1]["cut_off"], doc["turns"][1]["cut_off_at"] = True, {"t_ms": t, "caller_speech_left_ms": end - t}
-    doc["summary"]["cut_offs"] = 1
-    save(call, doc)
+    doc = doc_of(call)
+    end = doc.turns[1].caller.speech_end_ms
+    save_doc(call, _cut_off(doc, 1, t))
     found = results(call)
     assert found["check_cut_offs"].status == FINDING, found["check_cut_offs"].detail
     assert f"turn 2: the agent heard at {t:.0f} ms, {end - t:.0f} ms before the caller's speech end" in \
@@ -197,36 +207,36 @@ def test_a_cut_off_dial_json_leaves_out_fails(call: Path) -> None:
     assert "no cut-off in dial.json, call.wav's heard channel sounds at" in failed(call)["check_cut_offs"]
 
 
+def _summary_cut_offs(doc: DialDoc, counted: int) -> DialDoc:
+    assert doc.summary is not None
+    return replace(doc, summary=replace(doc.summary, cut_offs=counted))
+
+
 @pytest.mark.parametrize("tamper, said", [
-    (lambda d: d["turns"][0].update(cut_off=True, cut_off_at={"t_ms": 900.0, "caller_speech_left_ms": 1500.0}),
+    (lambda d: _cut_off(d, 0, d.turns[0].caller.speech_start_ms + 100.0, counted=0),
      "heard channel is silent within a frame of it"),
-    (lambda d: d["turns"][0].update(cut_off=True), "cut_off True but cut_off_at None"),
-    (lambda d: d["summary"].update(cut_offs=2), "summary.cut_offs 2, the turns count 0"),
-    (lambda d: d["turns"][3].update(cut_off=None), "cut_off is null, but call.wav shows the caller's span"),
+    (lambda d: _cut_off(d, 0, None, counted=0), "cut_off True but cut_off_at None"),
+    (lambda d: _summary_cut_offs(d, 2), "summary.cut_offs 2, the turns count 0"),
+    (lambda d: with_turn(d, 3, replace(d.turns[3], cut_off=None)),
+     "cut_off is null, but call.wav shows the caller's span"),
 ])
 def test_a_tampered_cut_off_fails(call: Path, tamper, said: str) -> None:
-    doc = load(call)
-    tamper(doc)
-    save(call, doc)
+    save_doc(call, tamper(doc_of(call)))
     assert said in failed(call)["check_cut_offs"]
 
 
 def test_the_barge_in_reply_stated_as_a_cut_off_fails(call: Path) -> None:
     """Turn 4's line starts under reply 3: calling that reply a cut-off is what the rule excludes."""
-    doc = load(call)
-    onset = doc["turns"][3]["caller"]["speech_start_ms"]
-    end = doc["turns"][3]["caller"]["speech_end_ms"]
-    doc["turns"][3].update(cut_off=True, cut_off_at={"t_ms": onset, "caller_speech_left_ms": end - onset})
-    doc["summary"]["cut_offs"] = 1
-    save(call, doc)
+    doc = doc_of(call)
+    save_doc(call, _cut_off(doc, 3, doc.turns[3].caller.speech_start_ms))
     assert "outside the caller's span" in failed(call)["check_cut_offs"]
 
 
 def test_an_older_dial_json_without_cut_offs_is_not_checkable(call: Path) -> None:
-    doc = load(call)
-    for turn in doc["turns"]:
-        del turn["cut_off"], turn["cut_off_at"]
-    save(call, doc)
+    doc = doc_of(call)  # the keys absent from the file, as in a dial.json from before cut-offs were counted
+    older = tuple(replace(t, cut_off=None, cut_off_at=None, absent=t.absent | {"cut_off", "cut_off_at"})
+                  for t in doc.turns)
+    save_doc(call, replace(doc, turns=older))
     assert results(call)["check_cut_offs"].label == "N/C"
 
 

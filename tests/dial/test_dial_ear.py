@@ -187,9 +187,10 @@ def test_the_caller_channel_takes_the_same_rule():
 
 
 def test_the_dial_report_says_how_many_turns_were_talked_over(talked_over):
+    from voice_llm.dial.doc import DialDoc
     from voice_llm.dial.report import summary_sentence
 
-    assert "1 turn talked over, left out" in summary_sentence(read_json(talked_over / "dial.json"))
+    assert "1 turn talked over, left out" in summary_sentence(DialDoc.parse(read_json(talked_over / "dial.json")))
 
 
 def test_a_dialing_load_caller_counts_the_talked_over_turn_apart_and_goes_on(talked_over):

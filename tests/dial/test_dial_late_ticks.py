@@ -75,9 +75,10 @@ def test_a_turn_near_a_late_tick_has_no_gap_and_says_why(late: Path) -> None:
     if second["heard"]["late_tick"] is False:  # the second turn (no tick held) keeps its gap
         assert second["heard"]["gap_ms"] > 150 and summary["median"] == second["heard"]["gap_ms"]
     assert "late_tick_rule" in doc["settings"]
+    from voice_llm.dial.doc import DialDoc
     from voice_llm.dial.report import summary_sentence
 
-    assert "near a late tick" in summary_sentence(doc)
+    assert "near a late tick" in summary_sentence(DialDoc.parse(doc))
 
 
 def test_check_applies_the_same_rule_and_refutes_an_edit(late: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.dial.doc import DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn, TurnCaller
 from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.load import checks, dialing, stats
 from voice_llm.load.document import load_document, sweep_document
@@ -23,20 +24,19 @@ REFUSAL = ("the agent refused the call before turn 1 (close code 1013 'voice-llm
            "(--max-calls)'): try again later (the call so far is in /tmp/x/dial-partial.json and /tmp/x/dial/p.wav)")
 
 
-def _turn(index: int, end_ms: float, gap_ms: float | None, barge: dict | None = None) -> dict:
-    return {"index": index, "script": f"line {index}", "caller_wav": f"dial/caller-{index:02d}.wav",
-            "caller": {"offset_ms": end_ms - 2000, "speech_start_ms": end_ms - 1500, "speech_end_ms": end_ms},
-            "heard": {"first_sound_ms": None if gap_ms is None else end_ms + gap_ms, "gap_ms": gap_ms,
-                      "last_sound_ms": None, "transcript": None},
-            "barge_in": barge, "agent_reported": None}
+def _turn(index: int, end_ms: float, gap_ms: float | None) -> Turn:
+    return Turn(index=index, script=f"line {index}", caller_wav=f"dial/caller-{index:02d}.wav",
+                caller=TurnCaller(offset_ms=end_ms - 2000, speech_start_ms=end_ms - 1500, speech_end_ms=end_ms),
+                heard=Heard(first_sound_ms=None if gap_ms is None else end_ms + gap_ms, gap_ms=gap_ms))
 
 
-def _dial_doc(turns: list[dict], late: int = 0, frames: int = 1500, error: str | None = None) -> dict:
-    doc = {"schema_version": 1, "t0_epoch_ns": int(T0 * 1e9), "turns": turns,
-           "playout": {"frames": frames, "late_frames": late}}
-    if error is not None:
-        doc["error"] = error
-    return doc
+def _dial_doc(turns: list[Turn], late: int = 0, frames: int = 1500, error: str | None = None) -> dict:
+    """A call's dial.json built as the dialer builds it (voice_llm.dial.doc.DialDoc), with what load reads."""
+    return DialDoc(schema_version=1, t0_epoch_ns=int(T0 * 1e9), turns=tuple(turns), error=error,
+                   line=Line(protocol="twilio", codec="mulaw", rate=8000, frame_ms=20.0, jitter_ms=40.0),
+                   floor=Floor(caller=100, heard=100), settings=Settings(turns=max(1, len(turns))),
+                   playout=Playout(frames=frames, late_frames=late),
+                   files=Files(caller_wavs=tuple(t.caller_wav for t in turns if t.caller_wav))).as_dict()
 
 
 def _clock(*phases: tuple[float, int, str]) -> dialing.PhaseClock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -220,14 +221,21 @@ def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
 
 
 def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_path: Path) -> None:
+    from voice_llm.dial.doc import (AgentReported, DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn,
+                                    TurnCaller)
     from voice_llm.load import dialing
 
-    turn = {"index": 1, "script": "hi", "caller_wav": "dial/caller-01.wav",
-            "caller": {"speech_end_ms": 3000.0}, "heard": {"first_sound_ms": 3900.0, "gap_ms": 900.0},
-            "barge_in": None, "agent_reported": {"latency_ms": 700.0}, "agent_breakdown": BASE}
-    doc = {"t0_epoch_ns": T0_NS, "line": {"stream_sid": "MZone"}, "turns": [turn, {**turn, "index": 2,
-           "agent_breakdown": None, "caller": {"speech_end_ms": 9000.0}}], "playout": {"frames": 500, "late_frames": 0}}
-    (tmp_path / "dial.json").write_text(json.dumps(doc))
+    turn = Turn(index=1, script="hi", caller_wav="dial/caller-01.wav",
+                caller=TurnCaller(offset_ms=2000.0, speech_start_ms=2200.0, speech_end_ms=3000.0),
+                heard=Heard(first_sound_ms=3900.0, gap_ms=900.0), agent_reported=AgentReported(latency_ms=700.0),
+                agent_breakdown=BASE)
+    later = replace(turn, index=2, agent_breakdown=None,
+                    caller=TurnCaller(offset_ms=8000.0, speech_start_ms=8200.0, speech_end_ms=9000.0))
+    doc = DialDoc(t0_epoch_ns=T0_NS, turns=(turn, later), playout=Playout(frames=500, late_frames=0),
+                  line=Line(protocol="twilio", codec="mulaw", rate=8000, frame_ms=20.0, jitter_ms=40.0,
+                            stream_sid="MZone"),
+                  floor=Floor(caller=100, heard=100), settings=Settings(turns=2), files=Files())
+    (tmp_path / "dial.json").write_text(json.dumps(doc.as_dict()))
     rows = dialing.call_samples(tmp_path, 0, "", dialing.CallId("w", "w/1", 1, T0_NS / 1e9), dialing.PhaseClock())
     assert [(r["stream_sid"], r["t0_epoch_ns"]) for r in rows] == [("MZone", T0_NS)] * 2
     assert rows[0]["agent_stt_ms"] == 200.0 and rows[1]["agent_stt_ms"] is None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 # The OTLP/HTTP trace receiver and its span-to-turn matching, for another capability that receives an agent's spans
 # for many calls at once (load --dial --otlp-listen): standard library only at import.
+# dial.json as one type, for another capability that reads a call's file (load --dial's callers)
+from voice_llm.dial.doc import DialDoc, DialPartialDoc
 from voice_llm.dial.otlp import RUN_LIMITS as OTLP_RUN_LIMITS, Receiver as OTLPReceiver, Span as OTLPSpan
 from voice_llm.dial.otlp import clock_for as otlp_clock_for
 from voice_llm.dial.otlp import match as otlp_match, parse_listen as parse_otlp_listen
@@ -78,5 +80,5 @@ CAPABILITY = Capability(
 )
 
 
-__all__ = ["CAPABILITY", "CONVERSE_STEP", "OTLP_RUN_LIMITS", "OTLPReceiver", "OTLPSpan", "otlp_clock_for", "otlp_match",
-           "parse_otlp_listen"]
+__all__ = ["CAPABILITY", "CONVERSE_STEP", "DialDoc", "DialPartialDoc", "OTLP_RUN_LIMITS", "OTLPReceiver", "OTLPSpan",
+           "otlp_clock_for", "otlp_match", "parse_otlp_listen"]

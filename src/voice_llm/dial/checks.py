@@ -1,5 +1,8 @@
 """check relations for a dial run (dial.json, dial/events.jsonl, dial/call.wav, dial/caller-NN.wav) from the saved
 files alone, through the run folder's jail (voice_llm.run.folder.RunFolder: no link, no FIFO, no file outside OUT).
+dial.json is read as its type (voice_llm.dial.doc.DialDoc, parsed once per folder, the type dial/step.py writes it
+from): a field of the wrong type is that one line, the FAIL of every check; the checks read its fields and hold
+them to each other and to the recording.
 
 The recording is a recording now (the dialer appended each 20 ms frame as it was sent and as it left the playout
 buffer: docs/line.md "Clocks"), so measuring it again is an independent measurement, not a number compared with itself:
@@ -23,7 +26,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +34,7 @@ from voice_llm.audio.wav import decode_wav
 from voice_llm.checks.base import CheckFailed, Finding, NotCheckable, expect, unless_missed
 from voice_llm.checks.base import finite_number as _num
 from voice_llm.checks.base import require as _require
+from voice_llm.dial.doc import DialDoc, DialPartialDoc, Heard as HeardDoc, Turn
 from voice_llm.dial.measure import (Heard, at_sample, caller_sound, heard_channel, late_tick_frames, near_late_tick,
                                     reply_silent_from)
 from voice_llm.line.playout import jitter_frames
@@ -69,56 +73,29 @@ NOT_REPORTED = "agent's own numbers not reported"
 # --- reading --------------------------------------------------------------------------------------------------
 
 
-def _doc(out: RunFolder | Any) -> Mapping[str, Any]:
-    doc = RunFolder.of(out).json(ARTIFACT)
-    _require(isinstance(doc, dict), f"{ARTIFACT} is not an object")
-    turns = doc.get("turns")
-    _require(isinstance(turns, list) and bool(turns), f"{ARTIFACT} has no turns: nothing was measured")
-    _require(all(isinstance(t, dict) for t in turns), f"{ARTIFACT}: a turn is not an object")
+def _doc(out: RunFolder | Any) -> DialDoc:
+    """dial.json as its type (voice_llm.dial.doc.DialDoc), parsed once per folder: a field of the wrong type is
+    one ArtifactError line naming it (the check's FAIL); a call with no turns measured nothing."""
+    doc = RunFolder.of(out).artifact(DialDoc)
+    _require(bool(doc.turns), f"{ARTIFACT} has no turns: nothing was measured")
     return doc
 
 
-def _obj(doc: Mapping[str, Any], key: str, where: str = ARTIFACT) -> Mapping[str, Any]:
-    value = doc.get(key)
-    _require(isinstance(value, dict), f"{where} has no {key} object")
-    return value
+T = TypeVar("T")
 
 
-def _opt(obj: Mapping[str, Any] | None, key: str, where: str) -> float | None:
-    if obj is None:
-        return None
-    value = obj.get(key)
-    return None if value is None else _num(value, f"{where}.{key}")
-
-
-def _must(obj: Mapping[str, Any], key: str, where: str) -> float:
-    value = _opt(obj, key, where)
-    _require(value is not None, f"{where}.{key} is missing")
+def _must(value: T | None, what: str) -> T:
+    """A field the relation needs, which an older (or edited) dial.json may leave null or out."""
+    _require(value is not None, f"{what} is missing")
     return value  # type: ignore[return-value]
 
 
-def _int(value: Any, what: str, low: int | None = 0) -> int:
-    _require(isinstance(value, int) and not isinstance(value, bool), f"{what} is not an integer: {value!r}")
-    _require(low is None or value >= low, f"{what} {value} is impossible (below {low})")
+def _int(value: int, what: str, low: int = 0) -> int:
+    _require(value >= low, f"{what} {value} is impossible (below {low})")
     return value
 
 
-def _turns(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for turn in doc["turns"]:
-        yield f"turn {turn.get('index')}", turn
-
-
-def _part(turn: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
-    value = turn.get(key)
-    _require(value is None or isinstance(value, dict), f"{where}: {key} is not an object")
-    return value
-
-
-def _line(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _obj(doc, "line")
-
-
-def _one_sample(doc: Mapping[str, Any]) -> tuple[float, str]:
+def _one_sample(doc: DialDoc) -> tuple[float, str]:
     """The re-measure checks' allowance, and its words: one sample at the line's rate (plus the artifact's 0.001 ms
     rounding). The dialer measured the same samples call.wav holds, so the numbers agree exactly; a sample is what
     a time stated between two samples may be off by, and a frame (20 ms) would pass an edited number."""
@@ -126,44 +103,36 @@ def _one_sample(doc: Mapping[str, Any]) -> tuple[float, str]:
     return 1000.0 / rate + TOLERANCE_MS, f"one sample ({1000.0 / rate:g} ms at {rate} Hz)"
 
 
-def _frame_ms(doc: Mapping[str, Any]) -> float:
-    frame = _num(_line(doc).get("frame_ms"), "line.frame_ms")
+def _frame_ms(doc: DialDoc) -> float:
+    frame = doc.line.frame_ms
     _require(frame > 0, f"line.frame_ms {frame} is impossible: a frame has a length")
     return frame
 
 
-def _rate(doc: Mapping[str, Any]) -> int:
-    return _int(_line(doc).get("rate"), "line.rate", 1)
+def _rate(doc: DialDoc) -> int:
+    return _int(doc.line.rate, "line.rate", 1)
 
 
-def _floors(doc: Mapping[str, Any]) -> tuple[int, int]:
-    floor = _obj(doc, "floor")
-    return (_int(floor.get("caller"), "floor.caller"), _int(floor.get("heard"), "floor.heard"))
-
-
-def line_floor(doc: Mapping[str, Any], turn: Mapping[str, Any], where: str) -> int:
+def line_floor(doc: DialDoc, turn: Turn) -> int:
     """The floor a caller line was measured with: its own (``caller.floor``, the dialer's per-line rule) or the
     caller channel's."""
-    caller = turn.get("caller") if isinstance(turn.get("caller"), dict) else {}
-    if caller.get("floor") is None:
-        return _floors(doc)[0]
-    floor = _int(caller.get("floor"), f"{where} caller.floor")
-    _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"{where}: caller.floor {floor} is outside the floor rule's "
+    floor = turn.caller.floor
+    if floor is None:
+        return doc.floor.caller
+    _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"{turn.where}: caller.floor {floor} is outside the floor rule's "
                                               f"{FLOOR_MIN}..{FLOOR_MAX}")
     return floor
 
 
-def _silent_run(doc: Mapping[str, Any]) -> float:
+def _silent_run(doc: DialDoc) -> float:
     """How long the heard channel must stay silent to count as a barge-in's heard silence (settings.silent_after_ms,
     docs/line.md's 200 ms when not stated)."""
-    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
-    value = settings.get("silent_after_ms")
-    return SILENT_RUN_MS if value is None else _num(value, "settings.silent_after_ms")
+    value = doc.settings.silent_after_ms
+    return SILENT_RUN_MS if value is None else value
 
 
-def _events(folder: RunFolder, doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    name = _obj(doc, "files").get("events")
-    _require(isinstance(name, str), "files.events names no file")
+def _events(folder: RunFolder, doc: DialDoc) -> list[Mapping[str, Any]]:
+    name = _must(doc.files.events, "files.events")
     rows = folder.jsonl(name)
     for number, row in enumerate(rows, 1):
         _require(isinstance(row, dict), f"{name} line {number} is not an object")
@@ -172,6 +141,16 @@ def _events(folder: RunFolder, doc: Mapping[str, Any]) -> list[Mapping[str, Any]
 
 def _t(row: Mapping[str, Any], number: int) -> float:
     return _num(row.get("t_ms"), f"events line {number} t_ms")
+
+
+def _event_int(value: Any, what: str) -> int:
+    """A whole number of the event log (a frame, a count of samples), not negative."""
+    _require(isinstance(value, int) and not isinstance(value, bool), f"{what} is not an integer: {value!r}")
+    return _int(value, what)
+
+
+def _samples(row: Mapping[str, Any], what: str) -> int:
+    return _event_int(row.get("samples"), what)
 
 
 @dataclass(frozen=True)
@@ -213,12 +192,11 @@ def decode_mono(data: bytes, name: str, rate: int) -> np.ndarray:
     return np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2")
 
 
-def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Recording:
+def recording(out: RunFolder | Any, doc: DialDoc | None = None) -> Recording:
     """dial/call.wav as dial.json names it, read through the jail, at the line's rate."""
     folder = RunFolder.of(out)
     doc = _doc(folder) if doc is None else doc
-    name = _obj(doc, "files").get("call_wav")
-    _require(isinstance(name, str), "files.call_wav names no file")
+    name = _must(doc.files.call_wav, "files.call_wav")
     call = decode_stereo(folder.bytes(name), name)
     _require(call.rate == _rate(doc), f"{name} is {call.rate} Hz, line.rate is {_rate(doc)}")
     return call
@@ -227,13 +205,13 @@ def recording(out: RunFolder | Any, doc: Mapping[str, Any] | None = None) -> Rec
 # --- measuring the recording (the rules of docs/line.md "What the dialer measures, only at the ear") -----------------
 
 
-def ear(call: Recording, doc: Mapping[str, Any]) -> Heard:
+def ear(call: Recording, doc: DialDoc) -> Heard:
     """call.wav's heard channel with the artifact's floor.heard, measured by the dialer's own sound rule
     (voice_llm.dial.measure.Heard: the one copy of it, so the re-measure is the same rule on the saved samples)."""
-    return Heard(call.right, call.rate, _floors(doc)[1], _frame_samples(doc))
+    return Heard(call.right, call.rate, doc.floor.heard, _frame_samples(doc))
 
 
-def _frame_samples(doc: Mapping[str, Any]) -> int:
+def _frame_samples(doc: DialDoc) -> int:
     return round(_frame_ms(doc) * _rate(doc) / 1000)
 
 
@@ -248,20 +226,20 @@ class Measured:
     talked_over: bool = False
 
 
-def clear_samples(folder: RunFolder, doc: Mapping[str, Any], rate: int) -> list[int]:
+def clear_samples(folder: RunFolder, doc: DialDoc, rate: int) -> list[int]:
     """The samples the event log's clears arrived at (a barged-in reply's silence rule: audio after a clear is new)."""
     return [at_sample(_t(r, n), rate) for n, r in enumerate(_events(folder, doc), 1)
             if r.get("dir") == "down" and r.get("event") == "clear"]
 
 
-def barge_silence(heard: Heard, doc: Mapping[str, Any], onset: int, line_end: int,
+def barge_silence(heard: Heard, doc: DialDoc, onset: int, line_end: int,
                   clears: Sequence[int]) -> tuple[int | None, tuple[tuple[int, int], ...]]:
     """A barged-in reply's heard silence on call.wav by the dialer's own rule (measure.BARGE_SILENCE_RULE)."""
     return reply_silent_from(heard, onset, line_end, round(_silent_run(doc) * heard.rate / 1000), clears,
                              round(_frame_ms(doc) * heard.rate / 1000))
 
 
-def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
+def measure(call: Recording, doc: DialDoc, lengths: Sequence[int],
             wavs: Sequence[np.ndarray] | None = None, clears: Sequence[int] = ()) -> list[Measured]:
     """Each turn on the recording: the caller's speech inside its WAV's span (offset .. offset + length) on the
     left (with an echo on the line the left channel also holds the heard audio: the speech is then the caller
@@ -271,16 +249,15 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
     caller until the buffer runs dry or is cleared)."""
     heard = ear(call, doc)
     frame = round(_frame_ms(doc) * call.rate / 1000)
-    spans = []
-    for (where, turn), length in zip(_turns(doc), lengths):
-        offset = _must(_obj(turn, "caller", where), "offset_ms", f"{where} caller")
-        at = call.at(offset)
-        said = wavs[len(spans)] if wavs is not None and _line(doc).get("echo_db") is not None else \
+    spans: list[tuple[int, int] | None] = []
+    for turn, length in zip(doc.turns, lengths):
+        at = call.at(turn.caller.offset_ms)
+        said = wavs[len(spans)] if wavs is not None and doc.line.echo_db is not None else \
             call.left[at:at + length]
-        span = audible_span(said, line_floor(doc, turn, where), frame)
+        span = audible_span(said, line_floor(doc, turn), frame)
         spans.append(None if span is None else (at + span[0], at + span[1]))
     found = []
-    for i, ((_, turn), span) in enumerate(zip(_turns(doc), spans)):
+    for i, (turn, span) in enumerate(zip(doc.turns, spans)):
         if span is None:
             found.append(Measured(None, None, None, None))
             continue
@@ -290,7 +267,7 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
         last = None
         if first is not None:
             until = limit
-            if turn.get("barge_in") is not None and following is not None and limit < call.frames:
+            if turn.barge_in is not None and following is not None and limit < call.frames:
                 until = barge_silence(heard, doc, limit, following[1], clears)[0] or call.frames
             last = heard.last_sound(first, until)
         found.append(Measured(span[0], span[1], first, last,
@@ -298,12 +275,11 @@ def measure(call: Recording, doc: Mapping[str, Any], lengths: Sequence[int],
     return found
 
 
-def caller_wavs(folder: RunFolder, doc: Mapping[str, Any]) -> list[np.ndarray]:
+def caller_wavs(folder: RunFolder, doc: DialDoc) -> list[np.ndarray]:
     rate = _rate(doc)
     wavs = []
-    for where, turn in _turns(doc):
-        name = turn.get("caller_wav")
-        _require(isinstance(name, str), f"{where}: caller_wav names no file")
+    for turn in doc.turns:
+        name = _must(turn.caller_wav, f"{turn.where}: caller_wav")
         wavs.append(decode_mono(folder.bytes(name), name, rate))
     return wavs
 
@@ -320,109 +296,94 @@ def check_values(out: RunFolder | Any) -> str:
     it began); every null agent number has its reason in ``unknown`` (docs/line.md: never 0, never silent). Impossible
     evidence is a FAIL, not a finding (issue 31 item 13)."""
     doc = _doc(out)
-    line = _line(doc)
-    protocol = line.get("protocol")
+    line = doc.line
+    protocol = line.protocol
     _require(protocol in PROTOCOLS, f"line.protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     codecs, fixed_rate = PROTOCOLS[protocol]
-    _require(line.get("codec") in codecs, f"line.codec {line.get('codec')!r} on a {protocol} line (it carries "
-                                          f"{' or '.join(codecs)})")
+    _require(line.codec in codecs, f"line.codec {line.codec!r} on a {protocol} line (it carries "
+                                   f"{' or '.join(codecs)})")
     rate, frame = _rate(doc), _frame_ms(doc)
     _require(fixed_rate is None or rate == fixed_rate, f"line.rate {rate} on a {protocol} line (it carries {fixed_rate} Hz)")
-    samples = rate * frame / 1000.0
+    samples = line.frame_samples
     _require(abs(samples - round(samples)) < 1e-9, f"line.frame_ms {frame} at {rate} Hz is {samples} samples: not whole")
-    jitter = _num(line.get("jitter_ms"), "line.jitter_ms")
+    jitter = line.jitter_ms
     _require(jitter >= 0, f"line.jitter_ms {jitter} is impossible: a delay cannot be negative")
-    loss = _num(line.get("loss_pct", 0), "line.loss_pct")
+    loss = line.loss
     _require(0 <= loss <= 100, f"line.loss_pct {loss} is not a share of frames (0..100)")
-    if line.get("echo_db") is not None:
-        echo = _num(line.get("echo_db"), "line.echo_db")
-        _require(echo <= 0, f"line.echo_db {echo} is a gain, not an echo's attenuation")
-        delay = _num(line.get("echo_delay_ms"), "line.echo_delay_ms")
+    if line.echo_db is not None:
+        _require(line.echo_db <= 0, f"line.echo_db {line.echo_db} is a gain, not an echo's attenuation")
+        delay = _must(line.echo_delay_ms, "line.echo_delay_ms")
         _require(delay >= frame, f"line.echo_delay_ms {delay}: an echo earlier than a frame is heard before it played")
-    for key in ("lost_up_frames", "lost_down_frames"):
-        if line.get(key) is not None:
-            lost = _int(line.get(key), f"line.{key}")
+    for key, counted in (("lost_up_frames", line.lost_up_frames), ("lost_down_frames", line.lost_down_frames)):
+        if counted is not None:
+            lost = _int(counted, f"line.{key}")
             _require(loss > 0 or lost == 0, f"line.{key} {lost} on a line without loss (loss_pct 0)")
-    for channel, floor in zip(("caller", "heard"), _floors(doc)):
+    for channel, floor in (("caller", doc.floor.caller), ("heard", doc.floor.heard)):
         _require(FLOOR_MIN <= floor <= FLOOR_MAX, f"floor.{channel} {floor} is outside the floor rule's "
                                                   f"{FLOOR_MIN}..{FLOOR_MAX} (speech.caller.noise_floor)")
-    epoch = doc.get("t0_epoch_ns")
-    _int(epoch, "t0_epoch_ns", 1)
-    settings = _obj(doc, "settings")
-    planned = _int(settings.get("turns"), "settings.turns", 1)
-    _require(len(doc["turns"]) <= planned, f"{len(doc['turns'])} turns, settings.turns {planned}")
-    barge_turns = settings.get("barge_in_turns", [])
-    _require(isinstance(barge_turns, list), "settings.barge_in_turns is not a list")
-    for turn_no in barge_turns:
+    _int(doc.t0_epoch_ns, "t0_epoch_ns", 1)
+    settings = doc.settings
+    planned = _int(settings.turns, "settings.turns", 1)
+    _require(len(doc.turns) <= planned, f"{len(doc.turns)} turns, settings.turns {planned}")
+    for turn_no in settings.barge_in_turns:
         _require(_int(turn_no, "settings.barge_in_turns[]", 1) <= planned,
                  f"settings.barge_in_turns names turn {turn_no} of {planned}")
-    for key in ("barge_in_after_ms", "think_ms"):
-        _require(_num(settings.get(key), f"settings.{key}") >= 0, f"settings.{key} {settings.get(key)} is negative")
-    _require(_num(settings.get("reply_wait_s"), "settings.reply_wait_s") > 0, "settings.reply_wait_s is not positive")
-    for key in ("silent_after_ms", "reply_end_ms", "deadline_s"):  # the dialer's own, where it states them
-        if settings.get(key) is not None:
-            _require(_num(settings[key], f"settings.{key}") > 0, f"settings.{key} {settings[key]} is impossible")
-    if settings.get("lead_ms") is not None:
-        _require(_num(settings["lead_ms"], "settings.lead_ms") >= 0, f"settings.lead_ms {settings['lead_ms']} is negative")
-    playout = _obj(doc, "playout")
-    frames = _int(playout.get("frames"), "playout.frames")
-    _require(_int(playout.get("late_frames"), "playout.late_frames") <= frames,
-             f"playout.late_frames {playout.get('late_frames')} of {frames} frames")
-    for key in ("underruns", "marks_returned", "clears"):
-        _int(playout.get(key), f"playout.{key}")
-    for key in ("max_buffered_ms", "dropped_ms"):
-        _require(_num(playout.get(key), f"playout.{key}") >= 0, f"playout.{key} {playout.get(key)} is negative")
-    cost = _obj(doc, "dialer_cost_ms")
-    median, p90 = _num(cost.get("median"), "dialer_cost_ms.median"), _num(cost.get("p90"), "dialer_cost_ms.p90")
+    for key, value in (("barge_in_after_ms", settings.barge_in_after_ms), ("think_ms", settings.think_ms)):
+        _require(_must(value, f"settings.{key}") >= 0, f"settings.{key} {value} is negative")
+    _require(_must(settings.reply_wait_s, "settings.reply_wait_s") > 0, "settings.reply_wait_s is not positive")
+    for key, value in (("silent_after_ms", settings.silent_after_ms), ("reply_end_ms", settings.reply_end_ms),
+                       ("deadline_s", settings.deadline_s)):  # the dialer's own, where it states them
+        _require(value is None or value > 0, f"settings.{key} {value} is impossible")
+    _require(settings.lead_ms is None or settings.lead_ms >= 0, f"settings.lead_ms {settings.lead_ms} is negative")
+    playout = doc.playout
+    frames = _int(playout.frames, "playout.frames")
+    _require(_int(playout.late_frames, "playout.late_frames") <= frames,
+             f"playout.late_frames {playout.late_frames} of {frames} frames")
+    for key, count in (("underruns", playout.underruns), ("marks_returned", playout.marks_returned),
+                       ("clears", playout.clears)):
+        _int(_must(count, f"playout.{key}"), f"playout.{key}")
+    for key, ms in (("max_buffered_ms", playout.max_buffered_ms), ("dropped_ms", playout.dropped_ms)):
+        _require(_must(ms, f"playout.{key}") >= 0, f"playout.{key} {ms} is negative")
+    cost = _must(doc.dialer_cost_ms, "dialer_cost_ms")
+    median, p90 = _must(cost.median, "dialer_cost_ms.median"), _must(cost.p90, "dialer_cost_ms.p90")
     _require(0 <= median <= p90, f"dialer_cost_ms median {median}, p90 {p90}: impossible")
-    unknown = doc.get("unknown") or {}
-    _require(isinstance(unknown, dict), "unknown is not an object")
-    for position, (where, turn) in enumerate(_turns(doc), 1):
-        _require(turn.get("index") == position, f"turn {position} has index {turn.get('index')!r}")
-        caller = _part(turn, "caller", where) or {}
-        offset, start, end = (_must(caller, k, f"{where} caller") for k in ("offset_ms", "speech_start_ms", "speech_end_ms"))
+    for position, turn in enumerate(doc.turns, 1):
+        where = turn.where
+        _require(turn.index == position, f"turn {position} has index {turn.index!r}")
+        offset, start, end = turn.caller.offset_ms, turn.caller.speech_start_ms, turn.caller.speech_end_ms
         _require(0 <= offset <= start < end, f"{where}: caller offset {offset}, speech {start}..{end} ms: impossible")
-        heard = _part(turn, "heard", where) or {}
-        first, gap, last = (_opt(heard, k, f"{where} heard") for k in ("first_sound_ms", "gap_ms", "last_sound_ms"))
-        over, late = heard.get("talked_over", False), heard.get("late_tick", False)
-        _require(isinstance(over, bool), f"{where}: heard.talked_over {over!r} is not true or false")
-        _require(isinstance(late, bool), f"{where}: heard.late_tick {late!r} is not true or false")
+        heard = turn.heard or HeardDoc()
+        first, gap, last = heard.first_sound_ms, heard.gap_ms, heard.last_sound_ms
+        over, late = bool(heard.talked_over), bool(heard.late_tick)
         _require((first is None) == (gap is None) or ((over or late) and first is not None),
                  f"{where}: heard first_sound_ms and gap_ms not both stated")
         for flag, what in ((over, "talked over"), (late, "near a late tick")):
-            _require(not flag or (gap is None and isinstance(unknown.get(f"turns[{position - 1}].heard.gap_ms"), str)),
+            _require(not flag or (gap is None and doc.reason(f"turns[{position - 1}].heard.gap_ms") is not None),
                      f"{where}: {what}, but its gap_ms is {gap!r} or has no reason in unknown")
         if first is not None:
             _require(first >= end, f"{where}: first heard sound at {first} ms, before the caller's speech end {end}")
             _require(gap is None or abs(gap - (first - end)) <= TOLERANCE_MS,
                      f"{where}: heard gap_ms {gap}, first_sound - speech_end = {first - end}")
             _require(last is None or last > first, f"{where}: last heard sound {last} ms, not after the first {first}")
-        reported = _part(turn, "agent_reported", where)
-        if reported is None or reported.get("latency_ms") is None:
-            _require(isinstance(unknown.get("agent_reported"), str) and bool(unknown["agent_reported"]),
+        reported = turn.reported_ms
+        if reported is None:
+            _require(bool(doc.reason("agent_reported")),
                      f"{where}: agent_reported is null but unknown.agent_reported gives no reason")
         else:
-            _require(_num(reported.get("latency_ms"), f"{where} agent_reported.latency_ms") >= 0,
-                     f"{where}: the agent reports a negative latency {reported.get('latency_ms')}")
-        breakdown = _part(turn, "agent_breakdown", where) or {}
-        for key, value in breakdown.items():
-            if value is not None:
-                _require(_num(value, f"{where} agent_breakdown.{key}") >= 0,
-                         f"{where}: agent_breakdown.{key} {value} ms is negative: impossible")
-    return (f"{protocol} line, {line.get('codec')} at {rate} Hz, {frame:g} ms frames, jitter {jitter:g} ms; "
-            f"{len(doc['turns'])} turns of {planned} planned; every value possible")
+            _require(reported >= 0, f"{where}: the agent reports a negative latency {reported}")
+        for key, value in (turn.agent_breakdown or {}).items():
+            _require(value is None or value >= 0, f"{where}: agent_breakdown.{key} {value} ms is negative: impossible")
+    return (f"{protocol} line, {line.codec} at {rate} Hz, {frame:g} ms frames, jitter {jitter:g} ms; "
+            f"{len(doc.turns)} turns of {planned} planned; every value possible")
 
 
-def _named(doc: Mapping[str, Any], source: str) -> set[str]:
-    files = _obj(doc, "files", source)
-    names: set[Any] = set()
-    for key, value in files.items():  # every path the artifact lists (call_wav, events, caller_wavs, otlp, agent_log)
-        listed = value if isinstance(value, list) else [value]
-        names.update(listed)
-    names.update(t.get("caller_wav") for t in doc.get("turns") or [] if isinstance(t, dict))
+def _named(doc: DialDoc, source: str) -> set[str]:
+    """Every path the artifact lists (call_wav, events, caller_wavs, otlp, agent_log) and its turns' caller WAVs."""
+    names: set[Any] = set(doc.files.named())
+    names.update(turn.caller_wav for turn in doc.turns)
     names.discard(None)
     _require(all(isinstance(n, str) for n in names), f"{source} names a file by something other than a path")
-    return names  # type: ignore[return-value]
+    return names
 
 
 def _walk(folder: RunFolder, rel: str) -> Iterator[tuple[str, os.stat_result]]:
@@ -449,18 +410,15 @@ def check_files(out: RunFolder | Any) -> str:
     named = _named(doc, ARTIFACT)
     if folder.is_file(DIAL_PARTIAL):
         try:
-            partial = folder.json(DIAL_PARTIAL)
-        except ArtifactError:
-            partial = None
-        if isinstance(partial, dict) and isinstance(partial.get("files"), dict):
-            named |= _named(partial, DIAL_PARTIAL)
+            named |= _named(folder.artifact(DialPartialDoc), DIAL_PARTIAL)
+        except (ArtifactError, CheckFailed):
+            pass  # a partial that does not parse names nothing: its files are then unnamed
     for name in sorted(named):
         _require(PurePosixPath(name).parts[:1] == (DIAL_DIR,), f"{ARTIFACT} names {name!r}, not a file of {DIAL_DIR}/")
         folder.bytes(name)  # inside OUT, no link, no FIFO, a regular file: else its one-line refusal
-    otlp = doc.get("otlp")
-    listed = _obj(doc, "files").get("otlp") or []
-    if isinstance(otlp, dict):
-        _require(otlp.get("bodies") == len(listed), f"otlp.bodies {otlp.get('bodies')} but files.otlp lists {len(listed)}")
+    listed = doc.files.otlp
+    if doc.otlp is not None:
+        _require(doc.otlp.bodies == len(listed), f"otlp.bodies {doc.otlp.bodies} but files.otlp lists {len(listed)}")
     _require(folder.path.joinpath(DIAL_DIR).is_dir() and not folder.path.joinpath(DIAL_DIR).is_symlink(),
              f"{DIAL_DIR}/ is not a folder of OUT")
     found = dict(_walk(folder, DIAL_DIR))
@@ -483,40 +441,40 @@ def check_recording(out: RunFolder | Any) -> str:
     call = recording(folder, doc)
     samples = round(_rate(doc) * _frame_ms(doc) / 1000.0)
     _require(call.frames % samples == 0, f"call.wav holds {call.frames} samples, not whole {samples}-sample frames")
-    frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
+    frames = _int(doc.playout.frames, "playout.frames")
     _require(call.frames // samples == frames, f"call.wav holds {call.frames // samples} frames, playout.frames {frames}")
-    heard_floor = _floors(doc)[1]
+    heard_floor = doc.floor.heard
     ruled = heard_channel(call.right, call.rate, _events(folder, doc), samples, _frame_ms(doc)).floor
     _require(heard_floor == ruled, f"floor.heard {heard_floor}, but the floor rule on call.wav's heard channel (over "
                                    f"the frames the event log says carried received audio) gives {ruled}")
     expected = np.zeros(call.frames, np.int16)
     covered = np.zeros(call.frames, bool)
-    for (where, turn), wav in zip(_turns(doc), caller_wavs(folder, doc)):
-        caller = _obj(turn, "caller", where)
-        at = call.at(_must(caller, "offset_ms", f"{where} caller"))
-        _require(abs(call.ms(at) - caller["offset_ms"]) <= SAMPLE_ROUNDING_MS,
-                 f"{where}: caller offset {caller['offset_ms']} ms is not on a sample")
-        _require(at + len(wav) <= call.frames, f"{where}: {turn['caller_wav']} at {caller['offset_ms']} ms runs past the "
+    for turn, wav in zip(doc.turns, caller_wavs(folder, doc)):
+        where, caller = turn.where, turn.caller
+        at = call.at(caller.offset_ms)
+        _require(abs(call.ms(at) - caller.offset_ms) <= SAMPLE_ROUNDING_MS,
+                 f"{where}: caller offset {caller.offset_ms} ms is not on a sample")
+        _require(at + len(wav) <= call.frames, f"{where}: {turn.caller_wav} at {caller.offset_ms} ms runs past the "
                                                "recording's end")
-        _require(not covered[at:at + len(wav)].any(), f"{where}: {turn['caller_wav']} overlaps the previous line")
+        _require(not covered[at:at + len(wav)].any(), f"{where}: {turn.caller_wav} overlaps the previous line")
         expected[at:at + len(wav)] = wav
         covered[at:at + len(wav)] = True
-        caller_floor = line_floor(doc, turn, where)
-        if caller.get("floor") is not None:  # the line's own floor: the rule on its samples as sent
+        caller_floor = line_floor(doc, turn)
+        if caller.floor is not None:  # the line's own floor: the rule on its samples as sent
             ruled = caller_sound(wav, call.rate, samples)[0]
             _require(caller_floor == ruled, f"{where}: caller.floor {caller_floor}, the floor rule on "
-                                            f"{turn['caller_wav']} gives {ruled}")
+                                            f"{turn.caller_wav} gives {ruled}")
         span = audible_span(wav, caller_floor, samples)
-        _require(span is not None, f"{where}: {turn['caller_wav']} holds no sample above its floor {caller_floor}")
-        for key, index in (("speech_start_ms", span[0]), ("speech_end_ms", span[1])):  # type: ignore[index]
-            stated = _must(caller, key, f"{where} caller")
+        _require(span is not None, f"{where}: {turn.caller_wav} holds no sample above its floor {caller_floor}")
+        assert span is not None
+        for key, stated, index in (("speech_start_ms", caller.speech_start_ms, span[0]),
+                                   ("speech_end_ms", caller.speech_end_ms, span[1])):
             _require(abs(stated - call.ms(at + index)) <= SAMPLE_ROUNDING_MS,
-                     f"{where}: caller.{key} {stated} ms, but {turn['caller_wav']}'s "
+                     f"{where}: caller.{key} {stated} ms, but {turn.caller_wav}'s "
                      f"{'first' if key == 'speech_start_ms' else 'last'} sample above the floor is at "
                      f"{call.ms(at + index):.3f} ms")
-    line = _line(doc)
     echo = None
-    if line.get("echo_db") is not None:
+    if doc.line.echo_db is not None:
         expected, echo = _with_echo(expected, call, doc)
     differ = np.flatnonzero(call.left != expected)
     if differ.size:
@@ -526,27 +484,27 @@ def check_recording(out: RunFolder | Any) -> str:
             which += f" plus the heard channel {echo}"
         raise CheckFailed(f"the caller channel of call.wav differs from {which} at {call.ms(first):.3f} ms "
                           f"({differ.size} samples differ)")
-    said = (f"the {len(doc['turns'])} caller WAVs at their offsets" if echo is None else
-            f"the {len(doc['turns'])} caller WAVs at their offsets plus the heard channel {echo}")
+    said = (f"the {len(doc.turns)} caller WAVs at their offsets" if echo is None else
+            f"the {len(doc.turns)} caller WAVs at their offsets plus the heard channel {echo}")
     return (f"{frames} frames of {samples} samples at {call.rate} Hz ({call.ms(call.frames) / 1000:.1f} s); caller "
             f"channel = {said}, sample for sample")
 
 
-def _with_echo(said: np.ndarray, call: Recording, doc: Mapping[str, Any]) -> tuple[np.ndarray, str]:
+def _with_echo(said: np.ndarray, call: Recording, doc: DialDoc) -> tuple[np.ndarray, str]:
     """What a speakerphone with no echo canceller sends (voice_llm.line.conditions, stated in dial.json's
     line.conditions): the caller's samples plus the heard channel ``echo_delay_ms`` earlier times 10^(echo_db/20),
     each echo sample rounded half to even, clipped to 16 bits, then through the line's codec once (mu-law: encoded
     and decoded, the samples the agent gets)."""
-    line = _line(doc)
-    db = _num(line.get("echo_db"), "line.echo_db")
-    delay_ms = _num(line.get("echo_delay_ms"), "line.echo_delay_ms")
+    line = doc.line
+    db = _must(line.echo_db, "line.echo_db")
+    delay_ms = _must(line.echo_delay_ms, "line.echo_delay_ms")
     delay = round(delay_ms * call.rate / 1000)
     _require(delay > 0, f"line.echo_delay_ms {delay_ms}: no delay")
     heard = np.zeros(call.frames, np.float64)
     heard[delay:] = call.right[:max(0, call.frames - delay)]
     echo = np.rint(heard * (10.0 ** (db / 20.0))).astype(np.int32)
     mixed = np.clip(said.astype(np.int32) + echo, -32768, 32767).astype(np.int16)
-    if line.get("codec") == wire.MULAW:
+    if line.codec == wire.MULAW:
         mixed = wire.mulaw_decode(wire.mulaw_encode(mixed))
     return mixed, f"{delay_ms:g} ms earlier at {db:g} dB (the echo)"
 
@@ -566,34 +524,39 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
     measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
     late_ticks = late_tick_frames(_events(folder, doc))
     frame = _frame_samples(doc)
-    jitter = jitter_frames(_num(_line(doc).get("jitter_ms"), "line.jitter_ms"), _frame_ms(doc))
-    worst, gaps, talked, late_near = 0.0, [], [], []
-    for (where, turn), seen in zip(_turns(doc), measured):
-        caller = _obj(turn, "caller", where)
-        heard = _part(turn, "heard", where) or {}
+    jitter = jitter_frames(doc.line.jitter_ms, _frame_ms(doc))
+    worst = 0.0
+    gaps: list[float] = []
+    talked: list[str] = []
+    late_near: list[str] = []
+    for turn, seen in zip(doc.turns, measured):
+        where = turn.where
+        heard = turn.heard or HeardDoc()
         _require(seen.speech_end is not None, f"{where}: no caller sound on call.wav's left channel in its line's span")
-        first = _opt(heard, "first_sound_ms", f"{where} heard")
+        assert seen.speech_end is not None
+        first = heard.first_sound_ms
         if first is None:
             _require(seen.first_sound is None, f"{where}: dial.json heard nothing, call.wav's heard channel sounds at "
                                                f"{call.ms(seen.first_sound or 0):.1f} ms after the caller's end")
             continue
         _require(seen.first_sound is not None, f"{where}: dial.json hears the reply at {first:.1f} ms, call.wav's heard "
                                                "channel is silent after the caller's end")
-        over = bool(heard.get("talked_over"))
+        assert seen.first_sound is not None
+        over = bool(heard.talked_over)
         _require(over == seen.talked_over, f"{where}: talked_over {over} in {ARTIFACT}, call.wav's heard channel "
                                            f"{'sounds' if seen.talked_over else 'does not sound'} across the caller's "
                                            "speech end (settings.talked_over_rule)")
         # measure.LATE_TICK_RULE on the event log's late ticks: near one the recording is not when things happened
         late = not seen.talked_over and near_late_tick(late_ticks, seen.speech_end, seen.first_sound, frame, jitter)
-        _require(bool(heard.get("late_tick")) == late,
-                 f"{where}: late_tick {bool(heard.get('late_tick'))} in {ARTIFACT}, the event log's late ticks "
+        _require(bool(heard.late_tick) == late,
+                 f"{where}: late_tick {bool(heard.late_tick)} in {ARTIFACT}, the event log's late ticks "
                  f"{'are' if late else 'are not'} near its speech end or first heard sound (settings.late_tick_rule)")
-        pairs = [("caller speech end", call.ms(seen.speech_end), _must(caller, "speech_end_ms", f"{where} caller")),
+        pairs = [("caller speech end", call.ms(seen.speech_end), turn.caller.speech_end_ms),
                  ("first heard sound", call.ms(seen.first_sound), first)]
         if not over and not late:  # a talked-over turn, or one near a late tick, has no gap (null, with why)
             pairs.append(("heard gap", call.ms(seen.first_sound - seen.speech_end),
-                          _must(heard, "gap_ms", f"{where} heard")))
-        last = _opt(heard, "last_sound_ms", f"{where} heard")
+                          _must(heard.gap_ms, f"{where} heard.gap_ms")))
+        last = heard.last_sound_ms
         if last is not None and seen.last_sound is not None:
             pairs.append(("last heard sound", call.ms(seen.last_sound), last))
         for what, on_file, stated in pairs:
@@ -604,21 +567,12 @@ def check_heard_gaps(out: RunFolder | Any) -> str:
             (talked if over else late_near).append(where)
             continue
         gaps.append(call.ms(seen.first_sound - seen.speech_end))
-    over = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
-    over += f"; near a late tick (no gap): {', '.join(late_near)}" if late_near else ""
+    left_out = f"; talked over (no gap): {', '.join(talked)}" if talked else ""
+    left_out += f"; near a late tick (no gap): {', '.join(late_near)}" if late_near else ""
     if not gaps:
-        raise NotCheckable(f"no turn's reply was heard: no gap to measure{over}")
+        raise NotCheckable(f"no turn's reply was heard: no gap to measure{left_out}")
     return (f"heard gaps on call.wav {', '.join(f'{g:.0f}' for g in gaps)} ms, each within {worst:.1f} ms of "
-            f"{ARTIFACT}'s{over}")
-
-
-def _barge_ins(doc: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]]]:
-    found = []
-    for position, (where, turn) in enumerate(_turns(doc)):
-        barge = _part(turn, "barge_in", where)
-        if barge is not None:
-            found.append((position, where, barge))
-    return found
+            f"{ARTIFACT}'s{left_out}")
 
 
 def check_barge_in(out: RunFolder | Any) -> str:
@@ -632,7 +586,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
     frame); the words heard are counted as stated."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
-    found = _barge_ins(doc)
+    found = doc.barge_ins()
     if not found:
         raise NotCheckable("no turn was barged in on")
     call = recording(folder, doc)
@@ -640,36 +594,36 @@ def check_barge_in(out: RunFolder | Any) -> str:
     allowed, allowance = _one_sample(doc)
     heard_ear = ear(call, doc)
     clears = [_t(r, n) for n, r in enumerate(_events(folder, doc), 1) if r.get("dir") == "down" and r.get("event") == "clear"]
-    turns = doc["turns"]
+    turns = doc.turns
     lines = []
-    for position, where, barge in found:
+    for position, turn, barge in found:
+        where = turn.where
         _require(position + 1 < len(turns), f"{where}: a barge-in on the last turn: no line cut in")
-        onset = _must(barge, "onset_ms", f"{where} barge_in")
-        following = _obj(turns[position + 1], "caller", f"turn {position + 2}")
-        _require(abs(onset - _must(following, "speech_start_ms", "caller")) <= TOLERANCE_MS,
-                 f"{where}: barge-in onset {onset} ms, the next line's speech starts at {following['speech_start_ms']} ms")
-        heard = _obj(turns[position], "heard", where)
-        first = _opt(heard, "first_sound_ms", f"{where} heard")
+        onset = _must(barge.onset_ms, f"{where} barge_in.onset_ms")
+        following = turns[position + 1].caller
+        _require(abs(onset - following.speech_start_ms) <= TOLERANCE_MS,
+                 f"{where}: barge-in onset {onset} ms, the next line's speech starts at {following.speech_start_ms} ms")
+        first = _must(turn.heard, f"{where} heard").first_sound_ms
         _require(first is not None and first <= onset, f"{where}: barge-in at {onset} ms, before the reply was heard ({first})")
-        stated = _must(barge, "heard_silent_ms", f"{where} barge_in")
-        after = _must(barge, "heard_after_onset_ms", f"{where} barge_in")
+        stated = _must(barge.heard_silent_ms, f"{where} barge_in.heard_silent_ms")
+        after = _must(barge.heard_after_onset_ms, f"{where} barge_in.heard_after_onset_ms")
         _require(abs(after - (stated - onset)) <= TOLERANCE_MS, f"{where}: heard_after_onset_ms {after}, heard_silent - "
                                                                 f"onset = {stated - onset}")
-        line_end = call.at(_must(following, "speech_end_ms", "caller"))
+        line_end = call.at(following.speech_end_ms)
         silent, resumed = barge_silence(heard_ear, doc, call.at(onset), line_end,
                                         [at_sample(t, call.rate) for t in clears])
-        stated_resumed = barge.get("resumed_ms", [])
-        _require(isinstance(stated_resumed, list) and len(stated_resumed) == len(resumed) and all(
-            isinstance(p, list) and len(p) == 2 and all(abs(_num(x, f"{where} barge_in.resumed_ms") - call.ms(y))
-                                                        <= allowed for x, y in zip(p, pair))
-            for p, pair in zip(stated_resumed, resumed)),
-            f"{where}: barge_in.resumed_ms {stated_resumed!r}, call.wav's heard channel resumes after "
+        stated_resumed = barge.resumed_ms or ()
+        _require(len(stated_resumed) == len(resumed) and all(
+            all(abs(x - call.ms(y)) <= allowed for x, y in zip(p, pair)) for p, pair in zip(stated_resumed, resumed)),
+            f"{where}: barge_in.resumed_ms {[list(p) for p in stated_resumed]!r}, call.wav's heard channel resumes "
+            "after "
             f"{[[round(call.ms(a), 3), round(call.ms(b), 3)] for a, b in resumed]} (settings.barge_silence_rule)")
         _require(silent is not None, f"{where}: call.wav's heard channel never stays silent for {_silent_run(doc):g} ms "
                                      f"after the barge-in at {onset:.0f} ms")
+        assert silent is not None
         _require(abs(call.ms(silent) - stated) <= allowed, f"{where}: heard silent at {call.ms(silent):.1f} ms on "
                                                            f"call.wav, {stated:.1f} ms in {ARTIFACT} (more than {allowance})")
-        cleared = _opt(barge, "cleared_ms", f"{where} barge_in")
+        cleared = barge.cleared_ms
         window = [t for t in clears if onset - frame <= t <= stated + frame]
         if cleared is None:
             _require(not window, f"{where}: cleared_ms is null, the event log has a clear at {window[:1]} ms")
@@ -680,12 +634,13 @@ def check_barge_in(out: RunFolder | Any) -> str:
             # before the onset); the heard silence comes at the latest one frame after the clear (honoured).
             _require(onset - frame <= cleared and stated <= cleared + frame,
                      f"{where}: clear at {cleared:.1f} ms, onset {onset:.1f}, heard silent {stated:.1f}: not in that order")
-            following_first = _opt(_part(turns[position + 1], "heard", f"turn {position + 2}"), "first_sound_ms", "heard")
+            following_heard = turns[position + 1].heard
+            following_first = following_heard.first_sound_ms if following_heard is not None else None
             _require(following_first is None or cleared <= following_first,
                      f"{where}: cleared_ms {cleared:.1f} is after the next reply was heard ({following_first:.1f} ms): "
                      "another reply's clear")
-        words, count = barge.get("words_heard"), barge.get("words_heard_count")
-        _require(words is None or (isinstance(words, str) and count == len(words.split())),
+        words, count = barge.words_heard, barge.words_heard_count
+        _require(words is None or count == len(words.split()),
                  f"{where}: words_heard {words!r} counted as {count!r}")
         lines.append(f"{where}: heard {call.ms(silent) - onset:.0f} ms after the onset"
                      f"{'' if cleared is None else f', clear at +{cleared - onset:.0f} ms'}")
@@ -707,27 +662,27 @@ def check_schedule(out: RunFolder | Any) -> str:
     the call), so a click or comfort noise under the final floor may start its count."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
-    settings, frame = _obj(doc, "settings"), _frame_ms(doc)
-    think = _num(settings.get("think_ms"), "settings.think_ms")
-    reply_end = settings.get("reply_end_ms")
-    planned = set(settings.get("barge_in_turns") or [])
-    after = _num(settings.get("barge_in_after_ms"), "settings.barge_in_after_ms")
-    turns = doc["turns"]
+    settings, frame = doc.settings, _frame_ms(doc)
+    think = _must(settings.think_ms, "settings.think_ms")
+    reply_end = settings.reply_end_ms
+    planned = set(settings.barge_in_turns)
+    after = _must(settings.barge_in_after_ms, "settings.barge_in_after_ms")
+    turns = doc.turns
     lines = 0
     resumed: list[str] = []
     call: Recording | None = None  # read only when a reply resumed after the caller's line started
     heard_ear: Heard | None = None
-    for position, (where, turn) in enumerate(_turns(doc)):
-        barge = _part(turn, "barge_in", where)
-        _require(barge is None or turn.get("index") in planned,
+    for position, turn in enumerate(turns):
+        where, barge = turn.where, turn.barge_in
+        _require(barge is None or turn.index in planned,
                  f"{where}: a barge-in on a turn settings.barge_in_turns does not name ({sorted(planned)})")
         if position + 1 >= len(turns):
             continue
-        following = _obj(turns[position + 1], "caller", f"turn {position + 2}")
-        heard = _part(turn, "heard", where) or {}
-        first, last = _opt(heard, "first_sound_ms", f"{where} heard"), _opt(heard, "last_sound_ms", f"{where} heard")
+        following = turns[position + 1].caller
+        heard = turn.heard or HeardDoc()
+        first, last = heard.first_sound_ms, heard.last_sound_ms
         if barge is not None:
-            start = _must(following, "speech_start_ms", "caller")
+            start = following.speech_start_ms
             on_time = first is not None and abs(start - (first + after)) <= frame
             if not on_time:
                 # the caller went by what it could judge live: the first frame after its line whose peak is above
@@ -739,8 +694,8 @@ def check_schedule(out: RunFolder | Any) -> str:
             _require(on_time, f"{where}: the barge-in line's speech starts at {start:.1f} ms, the reply was first "
                               f"heard at {first} ms + barge_in_after_ms {after:g}")
         elif last is not None and reply_end is not None:
-            offset = _must(following, "offset_ms", "caller")
-            wait = _num(reply_end, "settings.reply_end_ms") + think
+            offset = following.offset_ms
+            wait = reply_end + think
             earliest = last + wait
             if offset < earliest - frame:
                 call = call or recording(folder, doc)
@@ -761,11 +716,11 @@ def check_schedule(out: RunFolder | Any) -> str:
             + (f"; the agent paused past the caller's reply end and spoke on: {'; '.join(resumed)}" if resumed else ""))
 
 
-def _live_first_sound(call: Recording, doc: Mapping[str, Any], turn: Mapping[str, Any], length: int) -> int | None:
+def _live_first_sound(call: Recording, doc: DialDoc, turn: Turn, length: int) -> int | None:
     """Where the caller judged a reply first heard while calling (dial.call's schedule): the first 20 ms frame
     after the line's last frame sent whose peak is above FLOOR_MIN; its first sample, or None."""
     fs = _frame_samples(doc)
-    at = call.at(_must(_obj(turn, "caller", "turn"), "offset_ms", "caller"))
+    at = call.at(turn.caller.offset_ms)
     k = (at + length + fs - 1) // fs
     peaks = np.abs(call.right[k * fs:call.frames // fs * fs].astype(np.int32)).reshape(-1, fs).max(axis=1)
     loud = np.flatnonzero(peaks > FLOOR_MIN)
@@ -793,17 +748,17 @@ def check_event_order(out: RunFolder | Any) -> str:
         _require(kind in known, f"events line {number}: {direction!r} {kind!r} is not an event of the contract")
         if direction == "up":
             _require(not up or up[-1] != "stop", f"events line {number}: {kind} sent after the stop")
-            up.append(kind)
-    if _line(doc).get("protocol") == "twilio":
+            up.append(str(kind))
+    if doc.line.protocol == "twilio":
         _require(up[:2] == ["connected", "start"], f"the caller's side begins with {up[:2]}, not connected, start")
         _require(up[-1] == "stop", f"the caller's side ends with {up[-1]!r}, not stop")
     frame = _frame_ms(doc)
-    offsets = {turn.get("index"): (_obj(turn, "caller", where).get("offset_ms"), where) for where, turn in _turns(doc)}
+    offsets = {turn.index: (turn.caller.offset_ms, turn.where) for turn in doc.turns}
     for number, row in enumerate(rows, 1):
         if row.get("event") != "caller_line" or row.get("turn") not in offsets:
             continue
         offset, where = offsets[row["turn"]]
-        tick = _int(row.get("frame"), f"events line {number} frame") * frame
+        tick = _event_int(row.get("frame"), f"events line {number} frame") * frame
         _require(offset == tick, f"events line {number}: {where}'s line started at frame {row['frame']} ({tick:g} ms), "
                                  f"its caller.offset_ms is {offset}")
     return f"{len(rows)} events in order over {previous / 1000:.1f} s"
@@ -823,9 +778,9 @@ def check_uplink(out: RunFolder | Any) -> str:
     doc = _doc(folder)
     rows = _events(folder, doc)
     frame = _frame_ms(doc)
-    line = _line(doc)
-    twilio = line.get("protocol") == "twilio"
-    loss = _num(line.get("loss_pct", 0), "line.loss_pct")
+    line = doc.line
+    twilio = line.protocol == "twilio"
+    loss = line.loss
     seq, media, overdue, lost = 0, 0, 0, 0
     for number, row in enumerate(rows, 1):
         if row.get("dir") != "up" or row.get("event") == "connected":
@@ -851,18 +806,18 @@ def check_uplink(out: RunFolder | Any) -> str:
                                  f"{due:g} ms (sent at tick {media + 1})")
         overdue += t > due + 2 * frame
         media += 1
-    frames = _int(_obj(doc, "playout").get("frames"), "playout.frames")
+    frames = _int(doc.playout.frames, "playout.frames")
     # a call that failed never hung up, so its last captured frame was never sent
-    unsent = 1 if doc.get("error") is not None and media == frames - 1 else 0
+    unsent = 1 if doc.error is not None and media == frames - 1 else 0
     _require(media + unsent == frames, f"{media} media frames sent or lost, playout.frames {frames} (one per tick"
-                                       f"{'' if doc.get('error') is None else ', the last one unsent when the call failed'})")
-    stated_lost = line.get("lost_up_frames")
+                                       f"{'' if doc.error is None else ', the last one unsent when the call failed'})")
+    stated_lost = line.lost_up_frames
     _require(stated_lost is None or stated_lost == lost, f"line.lost_up_frames {stated_lost}, the event log loses {lost}")
-    late = _int(_obj(doc, "playout").get("late_frames"), "playout.late_frames")
+    late = _int(doc.playout.late_frames, "playout.late_frames")
     _require(overdue <= late, f"{overdue} frames sent more than two frames after their tick, playout.late_frames {late}")
     logged = sum(1 for row in rows if row.get("event") == "late_tick")
     # every late tick is logged as it happens (measure.LATE_TICK_RULE), since dial_schema_version 3
-    _require(logged == late or (not logged and _int(doc.get("dial_schema_version", 1), "dial_schema_version") < 3),
+    _require(logged == late or (not logged and doc.version < 3),
              f"{logged} late ticks in the event log, playout.late_frames {late}")
     gaps = f" but for the {lost} frames the log records lost" if lost else ""
     return f"{media} frames, sequence numbers{', chunks and timestamps' if twilio else ''} continuous{gaps}"
@@ -886,14 +841,13 @@ def check_clears(out: RunFolder | Any) -> str:
     down = _down(rows)
     media = [(t, r) for t, r in down if r.get("event") == "media"]
     lost = [r for _, r in down if r.get("event") == "lost"]
-    loss = _num(_line(doc).get("loss_pct", 0), "line.loss_pct")
-    _require(loss > 0 or not lost, "the event log removes received audio (down 'lost') on a line without loss")
-    removed = sum(_int(r.get("samples"), "down lost samples") for r in lost)
-    stated = _obj(doc, "playout").get("lost_ms")
-    _require(stated is None or abs(_num(stated, "playout.lost_ms") - removed * 1000.0 / _rate(doc)) <= TOLERANCE_MS,
-             f"playout.lost_ms {stated}, the event log removes {removed * 1000.0 / _rate(doc):.3f} ms")
+    _require(doc.line.loss > 0 or not lost, "the event log removes received audio (down 'lost') on a line without loss")
+    removed = sum(_samples(r, "down lost samples") for r in lost)
+    stated_lost = doc.playout.lost_ms
+    _require(stated_lost is None or abs(stated_lost - removed * 1000.0 / _rate(doc)) <= TOLERANCE_MS,
+             f"playout.lost_ms {stated_lost}, the event log removes {removed * 1000.0 / _rate(doc):.3f} ms")
     # the playout buffer received what arrived minus what the line lost
-    received = sum(_int(r.get("samples"), "down media samples") for _, r in media) - removed
+    received = sum(_samples(r, "down media samples") for _, r in media) - removed
     loud = heard_ear.mask
     heard = int(loud.sum())
     _require(heard <= received, f"the heard channel sounds for {heard} samples, only {received} samples arrived")
@@ -902,14 +856,14 @@ def check_clears(out: RunFolder | Any) -> str:
         # A frame sits in call.wav at its tick's time, but a tick that ran late popped it late, after audio that
         # arrived in between (seen: heard 4 ms before the first arrival, the ticks up to a frame late): the slack is
         # the lateness the dialer measured (playout.max_late_ms), never more.
-        late = _obj(doc, "playout").get("max_late_ms")
-        slack = max(0.0, _num(late, "playout.max_late_ms")) if late is not None else 0.0
+        late_ms = doc.playout.max_late_ms
+        slack = max(0.0, late_ms) if late_ms is not None else 0.0
         _require(bool(media) and call.ms(int(first_loud[0])) >= media[0][0] - slack,
                  f"the heard channel sounds at {call.ms(int(first_loud[0])):.1f} ms, before any audio arrived "
                  f"({media[0][0] if media else 'none'}; ticks at most {slack:.1f} ms late)")
     clears = [t for t, r in down if r.get("event") == "clear"]
-    stated = _int(_obj(doc, "playout").get("clears"), "playout.clears")
-    _require(stated == len(clears), f"playout.clears {stated}, the event log has {len(clears)} clears")
+    stated_clears = _int(_must(doc.playout.clears, "playout.clears"), "playout.clears")
+    _require(stated_clears == len(clears), f"playout.clears {stated_clears}, the event log has {len(clears)} clears")
     if not clears:
         raise NotCheckable(f"no clear was received ({len(media)} frames of audio arrived; nothing heard before its arrival)")
     for t in clears:
@@ -940,10 +894,10 @@ def check_marks(out: RunFolder | Any) -> str:
     for number, row in enumerate(rows, 1):
         t, kind, direction = _t(row, number), row.get("event"), row.get("dir")
         if direction == "down" and kind == "media":
-            arrived_ms += _int(row.get("samples"), f"events line {number} samples") * 1000.0 / rate
+            arrived_ms += _samples(row, f"events line {number} samples") * 1000.0 / rate
             arrivals.append((t, arrived_ms))
         elif direction == "down" and kind == "mark":
-            name = row.get("name")
+            name: Any = row.get("name")
             _require(isinstance(name, str), f"events line {number}: a mark without a name")
             sent.setdefault(name, deque()).append(t)
         elif direction == "down" and kind == "clear":
@@ -965,10 +919,10 @@ def check_marks(out: RunFolder | Any) -> str:
                      f"events line {number}: mark {name!r} echoed at {t:.1f} ms, before its audio played out "
                      f"(queued {queued:.1f} ms + {ahead:.0f} ms ahead) and not at a clear")
             echoed += 1
-    stated = _int(_obj(doc, "playout").get("marks_returned"), "playout.marks_returned")
+    stated = _int(_must(doc.playout.marks_returned, "playout.marks_returned"), "playout.marks_returned")
     _require(stated == echoed, f"playout.marks_returned {stated}, the event log echoes {echoed}")
     if not echoed:
-        raise NotCheckable("the agent sent no mark" + (" (a pcm line has none)" if _line(doc).get("protocol") == "pcm" else ""))
+        raise NotCheckable("the agent sent no mark" + (" (a pcm line has none)" if doc.line.protocol == "pcm" else ""))
     left = sum(len(arrivals) for arrivals in sent.values())
     pending = f"; {left} never echoed (the call ended first)" if left else ""
     return f"{echoed} marks echoed after their audio played or at a clear{pending}"
@@ -982,35 +936,25 @@ def _median_block(values: Sequence[float], p90: bool = True) -> dict[str, Any]:
     return block
 
 
-def heard_gaps(doc: Mapping[str, Any]) -> list[float]:
+def heard_gaps(doc: DialDoc) -> list[float]:
     """Every heard turn's gap, in turn order (what the summary and compare's samples are made of)."""
-    found = []
-    for where, turn in _turns(doc):
-        gap = _opt(_part(turn, "heard", where), "gap_ms", f"{where} heard")
-        if gap is not None:
-            found.append(gap)
-    return found
+    return doc.heard_gaps()
 
 
-def barge_in_after_onset(doc: Mapping[str, Any]) -> list[float]:
-    return [_must(b, "heard_after_onset_ms", f"{w} barge_in") for _, w, b in _barge_ins(doc)]
+def barge_in_after_onset(doc: DialDoc) -> list[float]:
+    return [_must(b.heard_after_onset_ms, f"{turn.where} barge_in.heard_after_onset_ms")
+            for _, turn, b in doc.barge_ins()]
 
 
-def heard_minus_reported(doc: Mapping[str, Any]) -> list[float]:
-    found = []
-    for where, turn in _turns(doc):
-        value = turn.get("heard_minus_reported_ms")
-        if value is not None:
-            found.append(_num(value, f"{where} heard_minus_reported_ms"))
-    return found
+def heard_minus_reported(doc: DialDoc) -> list[float]:
+    return [turn.heard_minus_reported_ms for turn in doc.turns if turn.heard_minus_reported_ms is not None]
 
 
-def summary_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+def summary_of(doc: DialDoc) -> dict[str, Any]:
     """dial.json's summary as its turns give it (the one median rule, nearest-rank p90)."""
     gaps = _median_block(heard_gaps(doc))
-    for flag in ("talked_over", "late_tick"):
-        gaps[flag] = sum(1 for _, turn in _turns(doc) if isinstance(turn.get("heard"), dict)
-                         and turn["heard"].get(flag) is True)
+    gaps["talked_over"] = sum(1 for turn in doc.turns if turn.heard is not None and turn.heard.talked_over is True)
+    gaps["late_tick"] = sum(1 for turn in doc.turns if turn.heard is not None and turn.heard.late_tick is True)
     return {"heard_gap_ms": gaps,
             "barge_in_heard_after_onset_ms": _median_block(barge_in_after_onset(doc), p90=False),
             "heard_minus_reported_ms": _median_block(heard_minus_reported(doc), p90=False)}
@@ -1022,17 +966,22 @@ def check_summary(out: RunFolder | Any) -> str:
     over the turns that have them (a summary of none: {"median": null, "n": 0}; heard_minus_reported_ms may be null,
     as docs/line.md allows)."""
     doc = _doc(out)
-    summary = _obj(doc, "summary")
+    summary = _must(doc.summary, "summary")
     again = summary_of(doc)
+    stated_blocks = {"heard_gap_ms": summary.heard_gap_ms,
+                     "barge_in_heard_after_onset_ms": summary.barge_in_heard_after_onset_ms,
+                     "heard_minus_reported_ms": summary.heard_minus_reported_ms}
     for key, block in again.items():
-        stated = summary.get(key)
+        stated = stated_blocks[key]
         if stated is None and key == "heard_minus_reported_ms" and not block["n"]:
             continue  # docs/line.md: null when no turn's agent number was reported
-        _require(isinstance(stated, dict), f"summary.{key} is {stated!r}, the turns give {block}")
+        _require(stated is not None, f"summary.{key} is None, the turns give {block}")
+        assert stated is not None
+        said = stated.numbers()
         for field, value in block.items():
-            if field in ("talked_over", "late_tick") and field not in stated and not value:
+            if field in ("talked_over", "late_tick") and field in stated.absent and not value:
                 continue  # a dial.json from before such turns were told apart (dial_schema_version 1, 2)
-            _require(stated.get(field) == value, f"summary.{key}.{field} {stated.get(field)}, the turns give {value}")
+            _require(said[field] == value, f"summary.{key}.{field} {said[field]}, the turns give {value}")
     gap = again["heard_gap_ms"]
     if not gap["n"]:
         return "no turn's reply was heard; the summary says so"
@@ -1045,18 +994,17 @@ def check_wer(out: RunFolder | Any) -> str:
     caller's own business is the heard transcript; this scores the agent's recognition when it reported it."""
     doc = _doc(out)
     scored = []
-    for where, turn in _turns(doc):
-        stated = _part(turn, "wer", where)
-        transcript = turn.get("agent_transcript")
+    for turn in doc.turns:
+        where, stated, transcript, script = turn.where, turn.wer, turn.agent_transcript, turn.script
         if stated is None:
             _require(transcript is None, f"{where}: the agent's transcript is there, its word errors are not")
             continue
-        script = turn.get("script")
-        _require(isinstance(script, str) and isinstance(transcript, str),
+        _require(script is not None and transcript is not None,
                  f"{where}: wer stated without the script and the transcript it scores")
+        assert script is not None and transcript is not None
         again = word_errors(script, transcript)
-        _require((stated.get("errors"), stated.get("words")) == (again.errors, again.words),
-                 f"{where}: wer {stated.get('errors')}/{stated.get('words')} stated, {again.errors}/{again.words} from "
+        _require((stated.errors, stated.words) == (again.errors, again.words),
+                 f"{where}: wer {stated.errors}/{stated.words} stated, {again.errors}/{again.words} from "
                  f"{transcript[:60]!r} against {script[:60]!r}")
         scored.append(again)
     if not scored:
@@ -1071,17 +1019,16 @@ def check_agent_reported(out: RunFolder | Any) -> str:
     above the line's jitter + 2 frames, or below zero (the agent claims more silence than the caller heard: its
     clock starts before the caller's true end): the agent's number does not predict what its caller hears."""
     doc = _doc(out)
-    jitter, frame = _num(_line(doc).get("jitter_ms"), "line.jitter_ms"), _frame_ms(doc)
+    jitter, frame = doc.line.jitter_ms, _frame_ms(doc)
     limit = jitter + LINE_SHARE_FRAMES * frame
-    shares, missed = [], []
-    for where, turn in _turns(doc):
-        reported = _opt(_part(turn, "agent_reported", where), "latency_ms", f"{where} agent_reported")
-        gap = _opt(_part(turn, "heard", where), "gap_ms", f"{where} heard")
-        stated = turn.get("heard_minus_reported_ms")
+    shares: list[float] = []
+    missed: list[str] = []
+    for turn in doc.turns:
+        where, reported, gap, stated = turn.where, turn.reported_ms, turn.gap_ms, turn.heard_minus_reported_ms
         if reported is None or gap is None:
             _require(stated is None, f"{where}: heard_minus_reported_ms {stated} without a heard gap and a reported latency")
             continue
-        share = _num(stated, f"{where} heard_minus_reported_ms")
+        share = _must(stated, f"{where} heard_minus_reported_ms")
         _require(abs(share - (gap - reported)) <= TOLERANCE_MS, f"{where}: heard_minus_reported_ms {share}, heard gap "
                                                                 f"{gap} - reported {reported} = {gap - reported}")
         shares.append(share)
@@ -1099,10 +1046,10 @@ def check_real_time(out: RunFolder | Any) -> str:
     late, issue 27 at one caller), its own cost per frame at most 2 ms median, no audio dropped at the playout
     cap. Lateness and cost are facts about this machine's load."""
     doc = _doc(out)
-    playout, cost = _obj(doc, "playout"), _obj(doc, "dialer_cost_ms")
-    late, frames = _int(playout.get("late_frames"), "playout.late_frames"), _int(playout.get("frames"), "playout.frames")
-    median = _num(cost.get("median"), "dialer_cost_ms.median")
-    dropped = _num(playout.get("dropped_ms"), "playout.dropped_ms")
+    playout, cost = doc.playout, _must(doc.dialer_cost_ms, "dialer_cost_ms")
+    late, frames = _int(playout.late_frames, "playout.late_frames"), _int(playout.frames, "playout.frames")
+    median = _must(cost.median, "dialer_cost_ms.median")
+    dropped = _must(playout.dropped_ms, "playout.dropped_ms")
     missed: list[str] = []
     expect(late == 0, f"{late} late frames of {frames}", missed)
     expect(median <= DIALER_COST_MS, f"the dialer's cost {median:.2f} ms per frame (median), above {DIALER_COST_MS:g} ms",
@@ -1136,21 +1083,20 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
     the turns. The caller's speech is its lines' true spans (caller.speech_start_ms .. speech_end_ms)."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
-    turns = doc["turns"]
-    if not any("false_barge_in" in t for t in turns):
+    turns = doc.turns
+    if all("false_barge_in" in t.absent for t in turns):
         raise NotCheckable("dial.json counts no false barge-ins (written before line conditions)")
     rows = _events(folder, doc)
     frame = _frame_ms(doc)
     arrivals = [_t(r, n) for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "media"]
     clears = [(_t(r, n), _num(r.get("dropped_ms", 0), f"events line {n} dropped_ms"))
               for n, r in enumerate(rows, 1) if r.get("dir") == "down" and r.get("event") == "clear"]
-    spans = [(_must(_obj(t, "caller", w), "speech_start_ms", f"{w} caller"),
-              _must(_obj(t, "caller", w), "speech_end_ms", f"{w} caller")) for w, t in _turns(doc)]
+    spans = [(t.caller.speech_start_ms, t.caller.speech_end_ms) for t in turns]
     call = None
     counted, lines = 0, []
-    for position, (where, turn) in enumerate(_turns(doc)):
-        flag, at = turn.get("false_barge_in"), _part(turn, "false_barge_in_at", where)
-        _require(isinstance(flag, bool) and flag == (at is not None),
+    for position, turn in enumerate(turns):
+        where, flag, at = turn.where, turn.false_barge_in, turn.false_barge_in_at
+        _require(flag is not None and flag == (at is not None),
                  f"{where}: false_barge_in {flag!r} but false_barge_in_at {at!r}")
         end = spans[position][1]
         limit = spans[position + 1][0] if position + 1 < len(spans) else math.inf
@@ -1162,22 +1108,23 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
                                  "audio with no caller speech, and dial.json counts no false barge-in")
             continue
         counted += 1
-        kind = at.get("kind")
+        assert at is not None
+        kind = at.kind
         if kind == "clear":
-            t = _must(at, "t_ms", f"{where} false_barge_in_at")
+            t = _must(at.t_ms, f"{where} false_barge_in_at.t_ms")
             _require(any(abs(t - c) <= TOLERANCE_MS for _, c in silent),
                      f"{where}: a false barge-in by a clear at {t} ms, no clear then cut the reply with the caller silent")
         elif kind == "stopped":
             call = call or recording(folder, doc)
-            stop = _must(at, "silent_ms", f"{where} false_barge_in_at")
-            resumed = _must(at, "resumed_ms", f"{where} false_barge_in_at")
+            stop = _must(at.silent_ms, f"{where} false_barge_in_at.silent_ms")
+            resumed = _must(at.resumed_ms, f"{where} false_barge_in_at.resumed_ms")
             _require(resumed - stop >= _silent_run(doc) - frame and resumed < limit,
                      f"{where}: heard silent {stop}..{resumed} ms: not a {_silent_run(doc):g} ms stop inside the reply")
             again = ear(call, doc).first_sound(call.at(stop), call.frames)
             _require(again is not None and abs(call.ms(again) - resumed) <= frame,
                      f"{where}: the reply resumes at {resumed} ms in {ARTIFACT}, call.wav's heard channel at "
                      f"{call.ms(again) if again is not None else 'never'}")
-            idles = [_int(r["frame"], f"events line {n} frame") * frame if "frame" in r else _t(r, n)
+            idles = [_event_int(r["frame"], f"events line {n} frame") * frame if "frame" in r else _t(r, n)
                      for n, r in enumerate(rows, 1) if r.get("event") == "playout_idle"]
             _require(any(stop - frame - TOLERANCE_MS <= t <= resumed for t in idles),
                      f"{where}: a stop at {stop} ms, but the playout buffer did not run dry then (a pause inside the "
@@ -1186,22 +1133,19 @@ def check_false_barge_ins(out: RunFolder | Any) -> str:
                      f"{where}: a stop at {stop} ms while the caller spoke: no false barge-in")
         else:
             raise CheckFailed(f"{where}: false_barge_in_at.kind {kind!r} is neither 'clear' nor 'stopped'")
-        lines.append(f"{where}: {kind} at {at.get('t_ms', at.get('silent_ms'))} ms")
-    summary = _obj(doc, "summary")
-    _require(summary.get("false_barge_ins") == counted,
-             f"summary.false_barge_ins {summary.get('false_barge_ins')!r}, the turns count {counted}")
+        lines.append(f"{where}: {kind} at {at.t_ms if at.t_ms is not None else at.silent_ms} ms")
+    stated = _must(doc.summary, "summary").false_barge_ins
+    _require(stated == counted, f"summary.false_barge_ins {stated!r}, the turns count {counted}")
     if not counted:
         return f"no false barge-in: {len(clears)} clear{'s' if len(clears) != 1 else ''}, none cut a reply with the caller silent"
     return f"{counted} false barge-in{'s' if counted != 1 else ''}: {'; '.join(lines)}"
 
 
-def _pause_of(turn: Mapping[str, Any], t_ms: float) -> str:
+def _pause_of(turn: Turn, t_ms: float) -> str:
     """", inside its planned pause A..B ms" when ``t_ms`` falls in one of the turn's pauses (turns[].caller)."""
-    caller = turn.get("caller") if isinstance(turn.get("caller"), dict) else {}
-    for pause in caller.get("pauses_ms") or []:
-        if isinstance(pause, list) and len(pause) == 2 and all(isinstance(x, (int, float)) for x in pause) \
-                and pause[0] <= t_ms < pause[1]:
-            return f", inside its planned pause {pause[0]:.0f}..{pause[1]:.0f} ms"
+    for start, end in turn.caller.pauses_ms:
+        if start <= t_ms < end:
+            return f", inside its planned pause {start:.0f}..{end:.0f} ms"
     return ""
 
 
@@ -1220,8 +1164,8 @@ def check_cut_offs(out: RunFolder | Any) -> str:
     the agent's behaviour (its endpoint shorter than the caller's pause), never a failure: a FINDING."""
     folder = RunFolder.of(out)
     doc = _doc(folder)
-    turns = doc["turns"]
-    if not any("cut_off" in t for t in turns):
+    turns = doc.turns
+    if all("cut_off" in t.absent for t in turns):
         raise NotCheckable("dial.json counts no cut-offs (written before they were measured)")
     call = recording(folder, doc)
     frame_ms = _frame_ms(doc)
@@ -1230,18 +1174,18 @@ def check_cut_offs(out: RunFolder | Any) -> str:
     measured = measure(call, doc, [len(w) for w in wavs], wavs, clear_samples(folder, doc, call.rate))
     heard_ear = ear(call, doc)
     clears = clear_samples(folder, doc, call.rate)
-    unknown = doc.get("unknown") if isinstance(doc.get("unknown"), dict) else {}
     counted, known, cut = 0, 0, []
-    for position, ((where, turn), seen) in enumerate(zip(_turns(doc), measured)):
-        flag, at = turn.get("cut_off"), _part(turn, "cut_off_at", where)
-        _require(flag in (True, False, None) and (flag is True) == (at is not None),
+    for position, (turn, seen) in enumerate(zip(turns, measured)):
+        where, flag, at = turn.where, turn.cut_off, turn.cut_off_at
+        _require((flag is True) == (at is not None),
                  f"{where}: cut_off {flag!r} but cut_off_at {at!r}")
         _require(seen.speech_start is not None and seen.speech_end is not None,
                  f"{where}: no caller sound on call.wav in its line's span")
-        start, end = seen.speech_start, seen.speech_end  # type: ignore[assignment]
+        assert seen.speech_start is not None and seen.speech_end is not None
+        start, end = seen.speech_start, seen.speech_end
         looked_from, why = start, None
         previous = turns[position - 1] if position else None
-        if previous is not None and _part(previous, "barge_in", f"turn {position}") is not None:
+        if previous is not None and previous.barge_in is not None:
             silent = barge_silence(heard_ear, doc, start, end, clears)[0]
             if silent is None:
                 why = "the reply cut into never goes silent on call.wav"
@@ -1253,7 +1197,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
             why = "call.wav ends before the caller's line"
         if why is not None:
             _require(flag is None, f"{where}: cut_off {flag!r}, but {why}: the heard channel cannot show it")
-            _require(isinstance(unknown.get(f"turns[{position}].cut_off"), str),
+            _require(doc.reason(f"turns[{position}].cut_off") is not None,
                      f"{where}: cut_off is null without its reason in unknown")
             continue
         _require(flag is not None, f"{where}: cut_off is null, but call.wav shows the caller's span "
@@ -1265,9 +1209,10 @@ def check_cut_offs(out: RunFolder | Any) -> str:
                                     f"{call.ms(sound or 0):.1f} ms, {call.ms(end - (sound or 0)):.0f} ms before the "
                                     "caller's speech end")
             continue
-        t = _must(at, "t_ms", f"{where} cut_off_at")
-        left = _must(at, "caller_speech_left_ms", f"{where} cut_off_at")
-        stated_end = _must(_obj(turn, "caller", where), "speech_end_ms", f"{where} caller")
+        assert at is not None
+        t = _must(at.t_ms, f"{where} cut_off_at.t_ms")
+        left = _must(at.caller_speech_left_ms, f"{where} cut_off_at.caller_speech_left_ms")
+        stated_end = turn.caller.speech_end_ms
         _require(abs(left - (stated_end - t)) <= TOLERANCE_MS,
                  f"{where}: caller_speech_left_ms {left}, speech_end {stated_end} - t {t} = {stated_end - t}")
         sample = call.at(t)
@@ -1282,7 +1227,7 @@ def check_cut_offs(out: RunFolder | Any) -> str:
         counted += 1
         cut.append(f"{where}: the agent heard at {t:.0f} ms, {left:.0f} ms before the caller's speech end"
                    f"{_pause_of(turn, t)}")
-    stated = _obj(doc, "summary").get("cut_offs")
+    stated = _must(doc.summary, "summary").cut_offs
     _require(stated == (counted if known else None),
              f"summary.cut_offs {stated!r}, the turns count {counted if known else None} (of {known} that can show it)")
     if not known:

@@ -15,11 +15,11 @@ the metric as measured in one run only, and ``check`` fails the file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from voice_llm.analysis.keynumbers import KeyNumber
 from voice_llm.analysis.metrics import Metric, number
+from voice_llm.dial.doc import DialDoc, Spread
 from voice_llm.errors import ArtifactError
 from voice_llm.util import stats
 from voice_llm.util.artifacts import DIAL
@@ -29,36 +29,30 @@ BARGE_KEY = "barge_in_heard_after_onset_ms"
 CUT_OFFS_KEY = "cut_offs"
 
 
-def _turns(doc: Any) -> list[Mapping[str, Any]]:
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("turns"), list):
-        raise ArtifactError(f"{DIAL} has no turns")
-    return [t for t in doc["turns"] if isinstance(t, Mapping)]
-
-
-def _stated(doc: Mapping[str, Any], key: str, samples: list[float]) -> float:
+def _stated(block: Spread | None, key: str, samples: list[float]) -> float:
     """The summary's median of ``key``, which must be the median of ``samples`` (the one median rule)."""
-    block = (doc.get("summary") or {}).get(key)
-    if not isinstance(block, Mapping) or block.get("median") is None or not samples:
+    if block is None or block.median is None or not samples:
         raise ArtifactError(f"{DIAL} has no {key} median to compare")
-    median = number(block["median"])
+    median = number(block.median)
     if median != stats.median(samples):
         raise ArtifactError(f"{DIAL} summary.{key}.median {median:g} is not the median of its turns "
                             f"({stats.median(samples):g}): `voice-llm check` fails it; not compared")
     return median
 
 
-def read_heard(doc: Any) -> tuple[float, list[float]]:
+def read_heard(raw: Any) -> tuple[float, list[float]]:
     """(the summary's median heard gap, every heard turn's gap): one sample per heard turn."""
-    samples = [number(t["heard"]["gap_ms"]) for t in _turns(doc)
-               if isinstance(t.get("heard"), Mapping) and t["heard"].get("gap_ms") is not None]
-    return _stated(doc, "heard_gap_ms", samples), samples
+    doc = DialDoc.parse(raw)
+    samples = doc.heard_gaps()
+    return _stated(doc.summary.heard_gap_ms if doc.summary else None, "heard_gap_ms", samples), samples
 
 
-def read_barge_in(doc: Any) -> tuple[float, list[float]]:
+def read_barge_in(raw: Any) -> tuple[float, list[float]]:
     """(the summary's median heard-after-onset, every barge-in's): one sample per barged-in turn."""
-    samples = [number(t["barge_in"]["heard_after_onset_ms"]) for t in _turns(doc)
-               if isinstance(t.get("barge_in"), Mapping) and t["barge_in"].get("heard_after_onset_ms") is not None]
-    return _stated(doc, "barge_in_heard_after_onset_ms", samples), samples
+    doc = DialDoc.parse(raw)
+    samples = [b.heard_after_onset_ms for _, _, b in doc.barge_ins() if b.heard_after_onset_ms is not None]
+    return _stated(doc.summary.barge_in_heard_after_onset_ms if doc.summary else None,
+                   "barge_in_heard_after_onset_ms", samples), samples
 
 
 def metrics() -> tuple[Metric, ...]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from voice_llm.dial import checks
+from voice_llm.dial.doc import DialDoc, Spread, Turn
 from voice_llm.errors import ArtifactError
 from voice_llm.report import style
 from voice_llm.run.folder import RunFolder
@@ -52,43 +53,45 @@ _OTHER_PART = (style.GREY, 0.6)
 _SUM_TOLERANCE_MS = 1.0  # parts that sum to the reported latency within this are stacked as its breakdown
 
 
-def _turns(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    turns = style.rows(doc.get("turns"), f"{DIAL} turns")
-    return [style.mapping(turn, f"{DIAL} turns[{i}]") for i, turn in enumerate(turns)]
+def as_doc(doc: DialDoc | Mapping[str, Any]) -> DialDoc:
+    """dial.json as its type: the section is handed the file's document (voice_llm.report.page), the waveform the
+    folder's parsed value."""
+    return doc if isinstance(doc, DialDoc) else DialDoc.parse(doc)
 
 
-def _sub(turn: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
-    value = turn.get(key)
-    return None if value is None else style.mapping(value, f"{where} {key}")
+def _spread(doc: DialDoc, key: str) -> Spread | None:
+    summary = doc.summary
+    if summary is None:
+        raise ArtifactError(f"{DIAL} has no summary")
+    return {"heard_gap_ms": summary.heard_gap_ms, "heard_minus_reported_ms": summary.heard_minus_reported_ms,
+            "barge_in_heard_after_onset_ms": summary.barge_in_heard_after_onset_ms}[key]
 
 
-def heard_numbers(doc: Mapping[str, Any]) -> tuple[float, float, int]:
+def heard_numbers(doc: DialDoc) -> tuple[float, float, int]:
     """(median, p90, turns) of the summary's heard gap."""
-    where = f"{DIAL} summary heard_gap_ms"
-    found = style.mapping(style.mapping(doc.get("summary"), f"{DIAL} summary").get("heard_gap_ms"), where)
-    return style.number(found, "median", where), style.number(found, "p90", where), int(style.number(found, "n", where))
+    found = _spread(doc, "heard_gap_ms")
+    if found is None or found.median is None or found.p90 is None:
+        raise style.NoDataError(f"{DIAL} summary heard_gap_ms has no median: no turn's reply was heard")
+    return found.median, found.p90, found.n or 0
 
 
-def talked_over(doc: Mapping[str, Any], flag: str = "talked_over") -> int:
+def talked_over(doc: DialDoc, flag: str = "talked_over") -> int:
     """The turns the heard gap's summary left out as talked over (dial.json's settings.talked_over_rule), or with
     ``flag="late_tick"`` as near a late tick (settings.late_tick_rule); 0 in a dial.json from before they were told
     apart."""
-    block = style.mapping(doc.get("summary"), f"{DIAL} summary").get("heard_gap_ms")
-    value = block.get(flag) if isinstance(block, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    block = _spread(doc, "heard_gap_ms")
+    value = None if block is None else block.talked_over if flag == "talked_over" else block.late_tick
+    return value if value is not None and value > 0 else 0
 
 
-def _median_of(doc: Mapping[str, Any], key: str) -> tuple[float | None, int]:
-    summary = style.mapping(doc.get("summary"), f"{DIAL} summary")
-    block = summary.get(key)
+def _median_of(doc: DialDoc, key: str) -> tuple[float | None, int]:
+    block = _spread(doc, key)
     if block is None:
         return None, 0
-    block = style.mapping(block, f"{DIAL} summary {key}")
-    n = style.optional_number(block, "n", f"{DIAL} summary {key}")
-    return style.optional_number(block, "median", f"{DIAL} summary {key}"), int(n or 0)
+    return block.median, block.n or 0
 
 
-def summary_sentence(doc: Mapping[str, Any]) -> str:
+def summary_sentence(doc: DialDoc) -> str:
     """The section's sentence: what the caller hears, then what the agent says of itself and the line's share."""
     median, p90, n = heard_numbers(doc)
     over, late = talked_over(doc), talked_over(doc, "late_tick")
@@ -109,7 +112,7 @@ def summary_sentence(doc: Mapping[str, Any]) -> str:
     return text
 
 
-def summary_row_html(doc: Mapping[str, Any]) -> str:
+def summary_row_html(doc: DialDoc) -> str:
     median, p90, n = heard_numbers(doc)
     share, _ = _median_of(doc, "heard_minus_reported_ms")
     barge, _ = _median_of(doc, "barge_in_heard_after_onset_ms")
@@ -127,22 +130,20 @@ def summary_row_html(doc: Mapping[str, Any]) -> str:
 class _Row:
     """One turn's numbers for the chart (validated once)."""
 
-    def __init__(self, turn: Mapping[str, Any]) -> None:
-        where = f"{DIAL} turn {turn.get('index')}"
-        self.index = turn.get("index")
-        heard = _sub(turn, "heard", where) or {}
-        self.gap = style.optional_number(heard, "gap_ms", f"{where} heard")
-        reported = _sub(turn, "agent_reported", where)
-        self.reported = style.optional_number(reported, "latency_ms", f"{where} agent_reported") if reported else None
-        breakdown = _sub(turn, "agent_breakdown", where) or {}
-        self.parts = [(key, style.optional_number(breakdown, key, f"{where} agent_breakdown")) for key in breakdown]
-        barge = _sub(turn, "barge_in", where)
-        self.barge = None
+    def __init__(self, turn: Turn) -> None:
+        self.index = turn.index
+        self.heard = turn.gap_ms is not None  # a turn whose reply was not heard is not drawn
+        self.gap = turn.gap_ms if turn.gap_ms is not None else 0.0
+        self.reported = turn.reported_ms
+        self.parts = list((turn.agent_breakdown or {}).items())
+        barge = turn.barge_in
+        self.barge: tuple[float | None, float | None, str | None] | None = None
         if barge is not None:
-            onset = style.number(barge, "onset_ms", f"{where} barge_in")
-            after = style.optional_number(barge, "heard_after_onset_ms", f"{where} barge_in")
-            cleared = style.optional_number(barge, "cleared_ms", f"{where} barge_in")
-            self.barge = (after, None if cleared is None else cleared - onset, barge.get("words_heard"))
+            if barge.onset_ms is None:
+                raise ArtifactError(f"{DIAL} turn {turn.index} barge_in has no onset_ms")
+            cleared = barge.cleared_ms
+            self.barge = (barge.heard_after_onset_ms, None if cleared is None else cleared - barge.onset_ms,
+                          barge.words_heard)
 
     def stacked(self) -> list[tuple[str, float]] | None:
         """The agent's parts when they add up to what it reported (else None: drawn as one bar)."""
@@ -153,11 +154,12 @@ class _Row:
         return sorted(known, key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
 
 
-def _rows(doc: Mapping[str, Any]) -> tuple[list[_Row], list[str]]:
-    rows, silent = [], []
-    for turn in _turns(doc):
+def _rows(doc: DialDoc) -> tuple[list[_Row], list[str]]:
+    rows: list[_Row] = []
+    silent: list[_Row] = []
+    for turn in doc.turns:
         row = _Row(turn)
-        (rows if row.gap is not None else silent).append(row)
+        (rows if row.heard else silent).append(row)
     if not rows:
         raise style.NoDataError(f"{DIAL}: no turn's reply was heard (turns {', '.join(str(r.index) for r in silent)})")
     return rows, [str(r.index) for r in silent]
@@ -173,7 +175,9 @@ def _gap_axes(ax: Axes, rows: Sequence[_Row]) -> float:
         marked.add(label)
         return label
 
-    right, ticks, names = 0.0, [], []
+    right = 0.0
+    ticks: list[float] = []
+    names: list[str] = []
     for i, row in enumerate(rows):
         y = 2 * (len(rows) - i)
         ax.broken_barh([(0, row.gap)], (y - 0.35, 0.7), facecolors=style.RED, alpha=0.85,
@@ -234,9 +238,9 @@ def _barge_axes(ax: Axes, rows: Sequence[_Row]) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
-def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
+def heard_chart(raw: DialDoc | Mapping[str, Any]) -> style.Chart:
     """Per turn the heard gap with the agent's own breakdown under it and the line's share; barge-ins below."""
-    doc = style.mapping(doc, DIAL)
+    doc = as_doc(raw)
     rows, silent = _rows(doc)
     barges = [r for r in rows if r.barge is not None]
     height = 0.9 * len(rows) + 2.2 + (0.5 * len(barges) + 1.2 if barges else 0.0)
@@ -251,25 +255,24 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 if barges else -0.28), ncol=3, fontsize=8, frameon=False)
     if lower is not None:
         _barge_axes(lower, rows)
-    line = style.mapping(doc.get("line"), f"{DIAL} line")
-    agent = doc.get("agent") if isinstance(doc.get("agent"), Mapping) else {}
+    line, summary = doc.line, doc.summary
     conditions = ""
-    if line.get("loss_pct"):
-        conditions += (f", {line.get('loss_pct'):g} % of frames lost both ways (seed {line.get('seed')}: "
-                       f"{line.get('lost_up_frames')} up, {line.get('lost_down_frames')} down)")
-    if line.get("echo_db") is not None:
-        conditions += f", speakerphone echo at {line.get('echo_db'):g} dB after {line.get('echo_delay_ms'):g} ms"
-    summary = doc.get("summary") if isinstance(doc.get("summary"), Mapping) else {}
-    if summary.get("false_barge_ins"):
-        conditions += f"; {summary['false_barge_ins']} false barge-in(s): the agent cut its own reply, the caller silent"
-    if summary.get("cut_offs"):
-        conditions += (f"; {summary['cut_offs']} cut-off(s): the agent was heard inside the caller's line "
+    if line.loss:
+        conditions += (f", {line.loss:g} % of frames lost both ways (seed {line.seed}: "
+                       f"{line.lost_up_frames} up, {line.lost_down_frames} down)")
+    if line.echo_db is not None:
+        conditions += f", speakerphone echo at {line.echo_db:g} dB after {line.echo_delay_ms or 0.0:g} ms"
+    if summary is not None and summary.false_barge_ins:
+        conditions += f"; {summary.false_barge_ins} false barge-in(s): the agent cut its own reply, the caller silent"
+    if summary is not None and summary.cut_offs:
+        conditions += (f"; {summary.cut_offs} cut-off(s): the agent was heard inside the caller's line "
                        f"({_cut_offs(doc)})")
-    elif "cut_offs" in summary:
-        conditions += ("; cut-offs: not measurable (see dial.json unknown)" if summary["cut_offs"] is None
+    elif summary is not None and "cut_offs" not in summary.absent:
+        conditions += ("; cut-offs: not measurable (see dial.json unknown)" if summary.cut_offs is None
                        else "; no cut-off (nothing heard inside the caller's speech)")
-    setup = (f"{line.get('protocol')} line, {line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
-             f"{line.get('jitter_ms')} ms{conditions}; agent {agent.get('url', 'unknown')}")
+    url = doc.agent.url if doc.agent is not None and doc.agent.url is not None else "unknown"
+    setup = (f"{line.protocol} line, {line.codec} at {line.rate} Hz, phone jitter delay "
+             f"{line.jitter_ms} ms{conditions}; agent {url}")
     parts = _median_parts(rows)
     caption = (
         f"{summary_sentence(doc)} Each turn: the red bar is the silence the caller heard, measured at their ear (the "
@@ -284,22 +287,18 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
     return style.Chart(fig, caption, summary_row_html(doc))
 
 
-def _cut_offs(doc: Mapping[str, Any]) -> str:
+def _cut_offs(doc: DialDoc) -> str:
     """"turn 1 at 2,510 ms, 1,480 ms before the caller's end (in its planned pause)", for each cut-off turn."""
     found = []
-    for turn in _turns(doc):
-        at = turn.get("cut_off_at") if isinstance(turn.get("cut_off_at"), Mapping) else None
-        if not turn.get("cut_off") or at is None:
+    for turn in doc.turns:
+        at = turn.cut_off_at
+        if not turn.cut_off or at is None:
             continue
-        t = style.optional_number(at, "t_ms", f"{DIAL} turn {turn.get('index')} cut_off_at")
-        left = style.optional_number(at, "caller_speech_left_ms", f"{DIAL} turn {turn.get('index')} cut_off_at")
-        caller = turn.get("caller") if isinstance(turn.get("caller"), Mapping) else {}
-        paused = t is not None and any(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float)
-                                                                                   for x in p) and p[0] <= t < p[1]
-                                       for p in caller.get("pauses_ms") or [])
-        found.append(f"turn {turn.get('index')} at {style.ms(t)} ms, {style.ms(left)} ms before the caller's end"
+        t, left = at.t_ms, at.caller_speech_left_ms
+        paused = t is not None and any(start <= t < end for start, end in turn.caller.pauses_ms)
+        found.append(f"turn {turn.index} at {style.ms(t)} ms, {style.ms(left)} ms before the caller's end"
                      + (" (in its planned pause)" if paused else "") if t is not None and left is not None
-                     else f"turn {turn.get('index')}")
+                     else f"turn {turn.index}")
     return "; ".join(found)
 
 
@@ -325,12 +324,10 @@ def _envelope(samples: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray, n
     return np.arange(count) * block / rate, blocks.min(axis=1), blocks.max(axis=1)
 
 
-def waveform_chart(doc: Mapping[str, Any], call: checks.Recording, measured: Sequence[checks.Measured]) -> style.Chart:
+def waveform_chart(doc: DialDoc, call: checks.Recording, measured: Sequence[checks.Measured]) -> style.Chart:
     """The stereo recording, caller above and heard below on the call clock; each turn's heard gap shaded (caller's
     speech end -> first heard sound, as dial.json states it), barge-ins marked (onset solid on the caller, heard
     silence dashed and clear dotted on the heard channel)."""
-    doc = style.mapping(doc, DIAL)
-    turns = _turns(doc)
     fig = style.figure((10.0, 3.8))
     top, bottom = fig.subplots(2, 1, sharex=True)
     for ax, samples, label, color in ((top, call.left, "caller (left)", style.GREY),
@@ -340,19 +337,17 @@ def waveform_chart(doc: Mapping[str, Any], call: checks.Recording, measured: Seq
         ax.set_ylim(-1.0, 1.0)
         ax.set_ylabel(label)
         ax.set_yticks([])
-    for turn in turns:
-        where = f"{DIAL} turn {turn.get('index')}"
-        caller, heard = _sub(turn, "caller", where) or {}, _sub(turn, "heard", where) or {}
-        end = style.optional_number(caller, "speech_end_ms", f"{where} caller")
-        first = style.optional_number(heard, "first_sound_ms", f"{where} heard")
-        if end is not None and first is not None:
+    for turn in doc.turns:
+        end = turn.caller.speech_end_ms
+        first = turn.heard.first_sound_ms if turn.heard is not None else None
+        if first is not None:
             for ax in (top, bottom):
                 ax.axvspan(end / 1000, first / 1000, color=style.ORANGE, alpha=0.3, linewidth=0)
             bottom.annotate(f"{style.ms(first - end)} ms", ((end + first) / 2000, 0.72), ha="center", fontsize=8)
-        barge = _sub(turn, "barge_in", where)
+        barge = turn.barge_in
         if barge is not None:
-            for key, ax, dash in (("onset_ms", top, "-"), ("heard_silent_ms", bottom, "--"), ("cleared_ms", bottom, ":")):
-                value = style.optional_number(barge, key, f"{where} barge_in")
+            for value, ax, dash in ((barge.onset_ms, top, "-"), (barge.heard_silent_ms, bottom, "--"),
+                                    (barge.cleared_ms, bottom, ":")):
                 if value is not None:
                     ax.axvline(value / 1000, color=style.RED, linewidth=1.2, linestyle=dash)
     bottom.set_xlim(0, call.frames / call.rate)
@@ -376,7 +371,7 @@ def waveform_section(folder: RunFolder) -> style.Chart | str:
     folder = RunFolder.of(folder)
     if not folder.exists(DIAL) or not folder.membership().belongs(DIAL):
         return ""
-    doc = style.mapping(folder.json(DIAL), DIAL)
+    doc = folder.artifact(DialDoc)
     try:
         call = checks.recording(folder, doc)
         lengths = [len(w) for w in checks.caller_wavs(folder, doc)]

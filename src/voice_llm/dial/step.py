@@ -36,6 +36,9 @@ from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.run.meta import SCHEMA_VERSION as RUN_SCHEMA_VERSION, OtherRunError
 from voice_llm.run.session import same_url
 from voice_llm.dial import call as callmod, otlp
+from voice_llm.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, CutOff, DialDoc, DialerCost,
+                                FalseBargeIn, Files, Floor, Heard as HeardDoc, Line, Otlp, Playout, Settings, Spread,
+                                Summary, Turn, TurnCaller, Wer)
 from voice_llm.dial.call import CallLog, CallSettings, DialError, LiveRecording, run_call
 from voice_llm.audio.resampling import to_rate
 from voice_llm.audio.wav import wav_bytes
@@ -55,7 +58,6 @@ from voice_llm.speech.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOI
 from voice_llm.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
-SCHEMA_VERSION = 4  # dial.json's own shape (dial_schema_version; schema_version is the run's stamp)
 DEFAULT_TURNS = 4
 CALL_WAV = f"{DIAL_DIR}/call.wav"
 PARTIAL_CALL_WAV = f"{DIAL_DIR}/partial-call.wav"
@@ -365,7 +367,7 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
         loss_pct=values.get("loss") or 0.0, seed=values["seed"] if values.get("seed") is not None else 1, echo_db=values.get("echo_db"),
         endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
         reply_max_tokens=values.get("reply_max_tokens"),
-        jitter_ms=values.get("jitter_ms") if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
+        jitter_ms=values["jitter_ms"] if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
         caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
         caller_lines=values.get("caller_lines") or CLINIC_LINES,
         turns=values.get("turns") or DEFAULT_TURNS,
@@ -681,16 +683,71 @@ def cut_offs(rows: Sequence[Mapping[str, Any]], unknown: _Unknown) -> int | None
     return sum(1 for row in known if row["cut_off"]) if known else None
 
 
+def _spans(pairs: Any) -> tuple[tuple[float, float], ...]:
+    return tuple((a, b) for a, b in pairs or ())
+
+
+def _block(kind: type[Any], found: Mapping[str, Any] | None, *typed: str) -> Any:
+    """A block of dial.json built from the measured ``found``: its typed keys by name (one it lacks is left out of the
+    file), the rest kept in ``extra``."""
+    if found is None:
+        return None
+    return kind(**{key: found[key] for key in typed if key in found},
+                extra={k: v for k, v in found.items() if k not in typed},
+                absent=frozenset(key for key in typed if key not in found))
+
+
+def turn_of(row: Mapping[str, Any]) -> Turn:
+    """One measured turn (measure_turns' row, the agent's numbers applied) as dial.json's typed turn."""
+    caller, heard, barge = row["caller"], row["heard"], row["barge_in"]
+    agent = row["agent_reported"]
+    extras = {key: row[key] for key in ("agent_stages", "agent_preemptive", "agent_transcript") if key in row}
+    return Turn(
+        index=row["index"], script=row["script"], caller_wav=row["caller_wav"],
+        caller=TurnCaller(offset_ms=caller["offset_ms"], speech_start_ms=caller["speech_start_ms"],
+                          speech_end_ms=caller["speech_end_ms"], floor=caller["floor"], source=caller["source"],
+                          converted_from=caller["converted_from"], pauses_ms=_spans(caller.get("pauses_ms"))),
+        heard=HeardDoc(first_sound_ms=heard["first_sound_ms"], gap_ms=heard["gap_ms"], talked_over=heard["talked_over"],
+                       late_tick=heard["late_tick"], last_sound_ms=heard["last_sound_ms"],
+                       transcript=heard["transcript"]),
+        barge_in=None if barge is None else BargeIn(
+            onset_ms=barge["onset_ms"], heard_silent_ms=barge["heard_silent_ms"],
+            heard_after_onset_ms=barge["heard_after_onset_ms"], cleared_ms=barge["cleared_ms"],
+            resumed_ms=_spans(barge["resumed_ms"]), words_heard=barge["words_heard"],
+            words_heard_count=barge["words_heard_count"]),
+        agent_reported=_block(AgentReported, agent, "latency_ms", "source"),
+        heard_minus_reported_ms=row["heard_minus_reported_ms"], agent_breakdown=row["agent_breakdown"],
+        wer=None if row["wer"] is None else Wer(errors=row["wer"]["errors"], words=row["wer"]["words"]),
+        false_barge_in_at=_block(FalseBargeIn, row["false_barge_in_at"], "kind", "t_ms", "silent_ms", "resumed_ms",
+                                 "dropped_ms"),
+        false_barge_in=row["false_barge_in"],
+        cut_off_at=_block(CutOff, row["cut_off_at"], "t_ms", "caller_speech_left_ms"), cut_off=row["cut_off"],
+        agent_stages=extras.get("agent_stages"), agent_preemptive=extras.get("agent_preemptive"),
+        agent_transcript=extras.get("agent_transcript"))
+
+
+def _spread(values: Sequence[float], p90: bool = True, talked_over: int | None = None,
+            late_tick: int | None = None) -> Spread:
+    """summary_of's block; ``talked_over``, ``late_tick``: the turns heard_gap_ms left out (only it counts them)."""
+    found = summary_of(values)
+    left_out = {key for key, count in (("talked_over", talked_over), ("late_tick", late_tick)) if count is None}
+    return Spread(median=found["median"], p90=found["p90"] if p90 else None, n=int(found["n"] or 0),
+                  talked_over=talked_over, late_tick=late_tick,
+                  absent=frozenset(left_out if p90 else {*left_out, "p90"}))
+
+
 def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict[str, Any]],
              unknown: _Unknown, identity: Mapping[str, Any] | None, stt_info: Mapping[str, Any] | None,
-             otlp_block: Mapping[str, Any] | None, otlp_files: Sequence[str]) -> dict[str, Any]:
+             otlp_block: Mapping[str, Any] | None, otlp_files: Sequence[str]) -> DialDoc:
+    """dial.json of the call, built as its type (voice_llm.dial.doc.DialDoc): the one shape check reads back."""
     line = log.settings.line
     heard = heard_channel(log.channel("right"), line.rate, log.events, line.frame_samples, line.frame_ms)
-    gaps = [row["heard"]["gap_ms"] for row in rows if row["heard"]["gap_ms"] is not None]
-    barge = [row["barge_in"]["heard_after_onset_ms"] for row in rows
-             if row["barge_in"] and row["barge_in"]["heard_after_onset_ms"] is not None]
-    diffs = [row["heard_minus_reported_ms"] for row in rows if row["heard_minus_reported_ms"] is not None]
-    missing = [str(row["index"]) for row in rows if not row["agent_reported"]]
+    turns = tuple(turn_of(row) for row in rows)
+    gaps = [gap for turn in turns if (gap := turn.gap_ms) is not None]
+    barge = [turn.barge_in.heard_after_onset_ms for turn in turns
+             if turn.barge_in is not None and turn.barge_in.heard_after_onset_ms is not None]
+    diffs = [t.heard_minus_reported_ms for t in turns if t.heard_minus_reported_ms is not None]
+    missing = [str(turn.index) for turn in turns if turn.agent_reported is None]
     refused = otlp_block.get("refused_values", 0) if otlp_block is not None else 0
     # the agent's numbers refused at the receiver (NaN, Inf, negative: voice_llm.dial.otlp) leave their turn not
     # reported, with this reason, never a FAIL: a turn without a reason is what check_values refuses
@@ -706,51 +763,51 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
         unknown("agent.identity", "the agent said nothing of itself (a foreign agent; voice-llm's own agent's "
                                   "identity comes from its ready line)")
     costs = log.cost_ms
-    return {
-        "schema_version": RUN_SCHEMA_VERSION,  # the run's stamp: an artifact newer than the run's is refused
-        "dial_schema_version": SCHEMA_VERSION,
-        "agent": {"url": log.settings.url, "protocol": line.protocol, "headers": log.headers,
-                  "identity": dict(identity) if identity is not None else None},
-        "line": {**line.as_dict(), "jitter_ms": log.settings.jitter_ms, "loss_pct": log.settings.loss_pct,
-                 "echo_db": log.settings.echo_db, "seed": log.settings.seed,
-                 "echo_delay_ms": log.settings.echo_delay_ms if log.settings.echo_db is not None else None,
-                 "lost_up_frames": log.lost_up_frames, "lost_down_frames": log.lost_down_frames,
-                 "conditions": LINE_CONDITIONS,
-                 "cap_s": log.settings.cap_s, "stream_sid": log.stream_sid, "call_sid": log.call_sid},
-        "clock": CLOCK,
-        "t0_epoch_ns": log.t0_epoch_ns,
-        "floor": {"rule": FLOOR_RULE, "caller": max((ln.floor for ln in caller.lines), default=None),
-                  "heard": heard.floor},
-        "caller": caller.as_dict(),
-        "settings": {"turns": len(caller.lines), "barge_in_turns": list(log.settings.barge_in_turns),
-                     "barge_in_after_ms": log.settings.barge_in_after_ms, "think_ms": log.settings.think_ms,
-                     "think_share": log.settings.think_share,
-                     "reply_wait_s": log.settings.reply_wait, "deadline_s": log.settings.deadline_s,
-                     "lead_ms": log.settings.lead_ms, "reply_end_ms": log.settings.reply_end_ms,
-                     "silent_after_ms": SILENT_AFTER_MS, "false_barge_in_rule": FALSE_BARGE_IN_RULE,
-                     "cut_off_rule": CUT_OFF_RULE, "talked_over_rule": TALKED_OVER_RULE,
-                     "late_tick_rule": LATE_TICK_RULE,
-                     "barge_silence_rule": BARGE_SILENCE_RULE,
-                     "stt": options.heard_stt, "stt_engine": stt_info},
-        "turns": rows,
-        "playout": log.playout,
-        "dialer_cost_ms": {**{k: v for k, v in summary_of(costs).items() if k != "n"}, "frames": len(costs),
-                           "max": round(max(costs), 3) if costs else None,
-                           "what": "per 20 ms frame: encode + send + playout pop + record + mark echoes + schedule, "
-                                   "plus the receive work (decode, push) since the previous tick"},
-        "summary": {"heard_gap_ms": {**summary_of(gaps),
-                                     "talked_over": sum(1 for row in rows if row["heard"]["talked_over"]),
-                                     "late_tick": sum(1 for row in rows if row["heard"]["late_tick"])},
-                    "barge_in_heard_after_onset_ms": {k: v for k, v in summary_of(barge).items() if k != "p90"},
-                    "heard_minus_reported_ms": summary_of(diffs) if diffs else None,
-                    "false_barge_ins": sum(1 for row in rows if row.get("false_barge_in")),
-                    "cut_offs": cut_offs(rows, unknown)},
-        "files": {"call_wav": CALL_WAV, "events": EVENTS, "caller_wavs": [caller_wav_name(r["index"]) for r in rows],
-                  "otlp": list(otlp_files)},
-        "otlp": dict(otlp_block) if otlp_block is not None else None,
-        "unknown": unknown.reasons,
-        "load_average": list(os.getloadavg()),
-    }
+    settings = log.settings
+    cost = summary_of(costs)
+    return DialDoc(
+        schema_version=RUN_SCHEMA_VERSION,  # the run's stamp: an artifact newer than the run's is refused
+        dial_schema_version=DIAL_SCHEMA_VERSION,
+        agent=Agent(url=settings.url, protocol=line.protocol, headers=log.headers,
+                    identity=dict(identity) if identity is not None else None),
+        line=Line(protocol=line.protocol, codec=line.codec, rate=line.rate, frame_ms=line.frame_ms,
+                  jitter_ms=settings.jitter_ms, loss_pct=settings.loss_pct, echo_db=settings.echo_db,
+                  seed=settings.seed,
+                  echo_delay_ms=settings.echo_delay_ms if settings.echo_db is not None else None,
+                  lost_up_frames=log.lost_up_frames, lost_down_frames=log.lost_down_frames,
+                  conditions=LINE_CONDITIONS, cap_s=settings.cap_s, stream_sid=log.stream_sid,
+                  call_sid=log.call_sid),
+        clock=CLOCK,
+        t0_epoch_ns=log.t0_epoch_ns,
+        floor=Floor(rule=FLOOR_RULE, caller=max(ln.floor for ln in caller.lines), heard=heard.floor),
+        caller=caller.as_dict(),
+        settings=Settings(turns=len(caller.lines), barge_in_turns=tuple(settings.barge_in_turns),
+                          barge_in_after_ms=settings.barge_in_after_ms, think_ms=settings.think_ms,
+                          think_share=settings.think_share, reply_wait_s=settings.reply_wait,
+                          deadline_s=settings.deadline_s, lead_ms=settings.lead_ms,
+                          reply_end_ms=settings.reply_end_ms, silent_after_ms=SILENT_AFTER_MS,
+                          false_barge_in_rule=FALSE_BARGE_IN_RULE, cut_off_rule=CUT_OFF_RULE,
+                          talked_over_rule=TALKED_OVER_RULE, late_tick_rule=LATE_TICK_RULE,
+                          barge_silence_rule=BARGE_SILENCE_RULE, stt=options.heard_stt, stt_engine=stt_info),
+        turns=turns,
+        playout=_block(Playout, log.playout, "frames", "late_frames", "underruns", "marks_returned", "clears",
+                       "max_buffered_ms", "dropped_ms", "lost_ms", "max_late_ms"),
+        dialer_cost_ms=DialerCost(median=cost["median"], p90=cost["p90"],
+                                  max=round(max(costs), 3) if costs else None, frames=len(costs),
+                                  what="per 20 ms frame: encode + send + playout pop + record + mark echoes + "
+                                       "schedule, plus the receive work (decode, push) since the previous tick"),
+        summary=Summary(heard_gap_ms=_spread(gaps, talked_over=sum(1 for t in turns if t.heard and t.heard.talked_over),
+                                             late_tick=sum(1 for t in turns if t.heard and t.heard.late_tick)),
+                        barge_in_heard_after_onset_ms=_spread(barge, p90=False),
+                        heard_minus_reported_ms=_spread(diffs) if diffs else None,
+                        false_barge_ins=sum(1 for turn in turns if turn.false_barge_in),
+                        cut_offs=cut_offs(rows, unknown)),
+        files=Files(call_wav=CALL_WAV, events=EVENTS, caller_wavs=tuple(caller_wav_name(t.index) for t in turns),
+                    otlp=tuple(otlp_files)),
+        otlp=_block(Otlp, otlp_block, "bodies"),
+        unknown=unknown.reasons,
+        load_average=list(os.getloadavg()),
+    )
 
 
 # --- the step -----------------------------------------------------------------------------------------------------
@@ -780,10 +837,10 @@ def refuse_another_call(out: Path, run: Mapping[str, Any] | None, url: str) -> N
     if run is None or DIAL not in (run.get("artifacts") or {}):
         return
     try:
-        agent = read_json(out / DIAL).get("agent") or {}
-    except (ArtifactError, AttributeError):
-        agent = {}
-    other = agent.get("url") if isinstance(agent, Mapping) else None
+        agent = DialDoc.parse(read_json(out / DIAL)).agent
+    except ArtifactError:
+        agent = None
+    other = agent.url if agent is not None else None
     if isinstance(other, str) and same_url(other, url):
         return
     made = (f"its call was made to {other}" if isinstance(other, str)
@@ -937,7 +994,7 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
         otlp_block = _apply_otlp(rows, receiver, log.t0_epoch_ns, otlp_address, unknown,
                                  log.frames * log.settings.line.frame_ms)
     doc = document(log, options, caller, rows, unknown, identity, stt_info, otlp_block, otlp_files)
-    doc["files"].update(more_files or {})
+    doc = replace(doc, files=replace(doc.files, extra={**doc.files.extra, **(more_files or {})}))
     if error is not None:
         return _keep_partial(ctx, live, log, doc, error)
     written = [ctx.write_bytes(caller_wav_name(ln.index), wav_bytes(ln.samples.astype("<i2").tobytes(), ln.rate)) for ln in caller.lines]
@@ -946,18 +1003,17 @@ def dial_step(ctx: LabContext, options: DialOptions, url: str, identity: Mapping
     os.replace(live, final)
     ctx.record(final)
     written.append(final)
-    return [ctx.write_json(DIAL, doc), *written]
+    return [ctx.write_json(DIAL, doc.as_dict()), *written]
 
 
-def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: dict[str, Any], error: Exception) -> list[Path]:
+def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: DialDoc, error: Exception) -> list[Path]:
     """A failed call: what was sent and heard until then beside the earlier artifacts, then the error."""
-    doc["error"] = str(error)
     partial = ctx.path(PARTIAL_CALL_WAV)
     os.replace(live, partial)
     ctx.record(partial)  # the run's manifest changes: run.json is saved with the failed step
     write_bytes_atomic(ctx.path(PARTIAL_EVENTS), jsonl_bytes(log.events), ctx.out)
-    doc["files"] = {**doc["files"], "call_wav": PARTIAL_CALL_WAV, "events": PARTIAL_EVENTS}
-    write_json(ctx.path(DIAL_PARTIAL), doc, ctx.out)
+    doc = replace(doc, error=str(error), files=replace(doc.files, call_wav=PARTIAL_CALL_WAV, events=PARTIAL_EVENTS))
+    write_json(ctx.path(DIAL_PARTIAL), doc.as_dict(), ctx.out)
     if log.interrupted:
         raise KeyboardInterrupt
     if isinstance(error, DialError):

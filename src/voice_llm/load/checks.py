@@ -17,6 +17,7 @@ from typing import Any
 from voice_llm.util.artifacts import LOAD, LOAD_SAMPLES
 from voice_llm.checks.base import CheckFailed, NotCheckable, finite_number, require
 from voice_llm.load import stats
+from voice_llm.load.doc import LoadDoc, judged_on
 from voice_llm.load.samples import read_samples
 from voice_llm.run.folder import RunFolder
 
@@ -114,12 +115,13 @@ def _schema(doc: Mapping[str, Any]) -> int:
 
 
 def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float]:
-    """The metric load.json's turns are judged on and its budget: the first sentence (text callers; a file from
-    before load_schema_version 2 says no mode) or the heard gap (mode dial)."""
-    if doc.get("mode") == "dial":
-        _require(doc.get("metric") == stats.DIAL_METRIC, f"{LOAD}: mode dial judged on {doc.get('metric')!r}")
-        return stats.DIAL_METRIC, finite_number(doc.get("slo_heard_ms"), f"{LOAD} slo_heard_ms")
-    return stats.TEXT_METRIC, finite_number(doc.get("slo_first_sentence_ms"), f"{LOAD} slo_first_sentence_ms")
+    """The metric load.json's turns are judged on and its budget (LoadDoc.judged_on: the first sentence, or the
+    heard gap of mode dial), which must be the metric the file names and a number."""
+    found = LoadDoc.parse(doc)
+    judged = found.judged_on
+    if found.dialing:
+        _require(found.metric == judged.metric, f"{LOAD}: mode dial judged on {found.metric!r}")
+    return judged.metric, finite_number(judged.slo_ms, f"{LOAD} {judged.budget_key}")
 
 
 def check_load_verdict(out: RunFolder | Path) -> str:
@@ -135,7 +137,7 @@ def check_load_verdict(out: RunFolder | Path) -> str:
         if not any(turns):
             empty.append(f"slots {sweep['slots']}")
         # text steps fail early as dialing ones do since load_schema_version 4 (voice_llm.load.document)
-        again = stats.verdict(sweep["steps"], sweep["slots"], early=doc.get("mode") == "dial" or _schema(doc) >= 4)
+        again = stats.verdict(sweep["steps"], sweep["slots"], early=judged_on(doc).dialing or _schema(doc) >= 4)
         if _schema(doc) < 3:
             again.pop("saturating_stage", None)  # added in load_schema_version 3
         if _schema(doc) == 3 and again.get("max_callers") == 0:
@@ -150,7 +152,8 @@ def check_load_verdict(out: RunFolder | Path) -> str:
             _require(all(r is None for r in reasons[:-1]), f"slots {sweep['slots']}: the sweep went on after {reasons}")
         callers = [s["callers"] for s in sweep["steps"]]
         _require(callers == sorted(set(callers)), f"slots {sweep['slots']}: steps not strictly upward: {callers}")
-        slots = ("the agent" if doc.get("mode") == "dial" else "the server's slots") if sweep["slots"] is None else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}"
+        slots = (("the agent" if judged_on(doc).dialing else "the server's slots") if sweep["slots"] is None
+                 else f"{sweep['slots']} slot{'' if sweep['slots'] == 1 else 's'}")
         verdicts.append(f"{slots}: {'no verdict' if again['max_callers'] is None else again['max_callers']}")
     if empty:
         raise NotCheckable(f"no turn was measured in any step of {', '.join(empty)}: the verdict "
@@ -181,7 +184,7 @@ def check_load_turn_order(out: RunFolder | Path) -> str:
     """Invariant: the times of one turn on one clock: ttft <= first sentence <= end (text callers); the heard gap
     is first sound - speech end, and a failed turn has none (dialing callers: :func:`_heard_order`)."""
     doc, samples = _evidence(out)
-    if doc.get("mode") == "dial":
+    if judged_on(doc).dialing:
         return _heard_order(samples)
     timed = [s for s in samples if s["ttft_ms"] is not None]
     for s in timed:

@@ -23,6 +23,7 @@ from typing import Any
 from voice_llm.errors import EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE
 from voice_llm.run import flags
 from voice_llm.load import stats, voice_caller_path
+from voice_llm.load.doc import judged_on
 from voice_llm.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
                                  DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,
                                  DIAL_CALLERS, DIAL_DEADLINE_S, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
@@ -188,7 +189,8 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     """The verdict of one sweep, with the turns it rests on; or why there is none and how to get one."""
     verdict = sweep["verdict"]
     where = slots_label(sweep["slots"]) if sweep["slots"] is not None else sweep["url"]
-    if doc.get("mode") == "dial":
+    judged = judged_on(doc)
+    if judged.dialing:
         where = f"the agent at {sweep['url']}"
     minimum = verdict.get("min_judged_turns", stats.MIN_JUDGED_TURNS)
     if verdict["max_callers"] is None:
@@ -202,8 +204,7 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
         limit += stats.largest_stage_words(sweep["steps"])
     rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
              else _none_passed(sweep, minimum))
-    budget = (f"heard gap <= {doc['slo_heard_ms']:.0f} ms" if doc.get("mode") == "dial"
-              else f"first sentence <= {doc['slo_first_sentence_ms']:.0f} ms")
+    budget = f"{judged.name} <= {judged.slo_ms or 0.0:.0f} ms"
     return (f"{where}: max callers = {verdict['max_callers']} ({budget} "
             f"for >= {100 * verdict['goodput_target']:.0f} % of turns; {rests}; tested up to "
             f"{verdict['tested_up_to']}{limit})")
@@ -237,7 +238,7 @@ def _more_turns(doc: dict[str, Any], sweep: dict[str, Any], minimum: int) -> str
              if s["judged"] and s["window"]["end"] > s["window"]["start"]]
     # at the slowest step's rate, with a fifth to spare, rounded up to 30 s
     longer = f"--step-s {30 * math.ceil(1.2 * minimum / min(rates) / 30)}" if rates else "a longer --step-s"
-    if doc.get("mode") == "dial":
+    if judged_on(doc).dialing:
         return f"lengthen the measured window ({longer}, now {doc['step_s']:g} s)"
     think = (doc.get("caller") or {}).get("think", {}).get("think_scale", 1.0)
     return (f"lengthen the measured window ({longer}, now {doc['step_s']:g} s) or let the callers think less "

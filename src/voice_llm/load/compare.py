@@ -29,6 +29,7 @@ from voice_llm.analysis.metrics import Measured, Metric
 from voice_llm.errors import ArtifactError
 from voice_llm.load import stats
 from voice_llm.load.checks import read_load
+from voice_llm.load.doc import judged_on
 from voice_llm.load.stats import STAGE_LABELS, slots_label
 from voice_llm.run.folder import RunFolder
 from voice_llm.util import stats as ustats
@@ -38,9 +39,8 @@ KIND = "load"
 
 
 def _judged(doc: Mapping[str, Any]) -> tuple[str, float | None, str]:
-    if doc.get("mode") == "dial":
-        return stats.DIAL_METRIC, doc.get("slo_heard_ms"), "heard gap"
-    return stats.TEXT_METRIC, doc.get("slo_first_sentence_ms"), "first sentence"
+    judged = judged_on(doc)
+    return judged.metric, judged.slo_ms, judged.name
 
 
 def _times(samples: Sequence[Mapping[str, Any]], slots: Any, step: int, metric: str) -> tuple[float, ...]:
@@ -107,7 +107,7 @@ def _step_summary(step: Mapping[str, Any], metric: str) -> dict[str, Any]:
 
 
 def _sweep_name(doc: Mapping[str, Any], sweep: Mapping[str, Any]) -> str:
-    return "the agent" if doc.get("mode") == "dial" else slots_label(sweep.get("slots"))
+    return "the agent" if judged_on(doc).dialing else slots_label(sweep.get("slots"))
 
 
 def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:

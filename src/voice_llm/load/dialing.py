@@ -26,11 +26,11 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from voice_llm.dial import DialDoc, DialPartialDoc
 from voice_llm.errors import ArtifactError
 from voice_llm.load.plan import DialConfig
 from voice_llm.load.stats import AGENT_STAGES, SAMPLE_FIELDS, stage_column
@@ -122,18 +122,17 @@ def keep_lines(call_out: Path, lines: Path) -> bool:
     if lines.exists():
         return False
     try:
-        doc = read_json(call_out / DIAL_JSON)
+        doc = DialDoc.parse(read_json(call_out / DIAL_JSON))
     except ArtifactError:
         return False
-    if not isinstance(doc, dict):
-        return False
-    names = [row.get("caller_wav") for row in doc.get("turns") or []]
-    scripts = [row.get("script") for row in doc.get("turns") or []]
-    if not names or not all(isinstance(n, str) for n in names) or not all(isinstance(s, str) for s in scripts):
+    names = [turn.caller_wav for turn in doc.turns]
+    scripts = [turn.script for turn in doc.turns]
+    if not names or any(n is None for n in names) or any(s is None for s in scripts):
         return False
     tmp = Path(tempfile.mkdtemp(prefix=".lines-", dir=lines.parent))
     try:
         for name in names:
+            assert name is not None
             shutil.copyfile(call_out / name, tmp / Path(name).name)  # caller-01.wav, ...: turn order = name order
         (tmp / "script.txt").write_text("".join(f"{s}\n" for s in scripts), encoding="utf-8")
         os.replace(tmp, lines)
@@ -176,38 +175,29 @@ def _blank(call: CallId, turn: int, start: float, phase: Phase) -> dict[str, Any
     return sample
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error: str | None) -> list[dict[str, Any]]:
+def _turn_samples(doc: DialDoc | None, call: CallId, clock: PhaseClock, error: str | None) -> list[dict[str, Any]]:
     """One sample per turn the call measured a heard gap for; a call that failed (``error``) adds one error sample
     for the turn it failed in (the first without a heard gap), and nothing after it."""
-    t0 = _number(doc.get("t0_epoch_ns"))
-    line = doc.get("line") if isinstance(doc.get("line"), Mapping) else {}
-    sid = line.get("stream_sid") if isinstance(line.get("stream_sid"), str) and line.get("stream_sid") else None
-    t0_ns = doc.get("t0_epoch_ns") if isinstance(doc.get("t0_epoch_ns"), int) else None
-    playout = doc.get("playout") or {}
-    frames, late = playout.get("frames"), playout.get("late_frames")
     rows: list[dict[str, Any]] = []
-    for position, turn in enumerate(doc.get("turns") or [], start=1):
-        caller, heard = turn.get("caller") or {}, turn.get("heard") or {}
-        end, gap = _number(caller.get("speech_end_ms")), _number(heard.get("gap_ms"))
+    for turn in doc.turns if doc is not None else ():
+        assert doc is not None
+        heard = turn.heard
+        end, gap = turn.caller.speech_end_ms, turn.gap_ms
         # A turn starts when the caller stops speaking: the heard gap's clock starts there (as a text turn's
         # starts at its request); on the master's clock through the call's t0 (time.time_ns at sample 0).
-        start = t0 / 1e9 + end / 1000.0 if t0 is not None and end is not None else call.placed
-        sample = _blank(call, int(turn.get("index") or position), start, clock.at(start))
-        sample.update({"call_frames": frames if isinstance(frames, int) else None,
-                       "late_frames": late if isinstance(late, int) else None,
-                       "speech_end_ms": end, "first_sound_ms": _number(heard.get("first_sound_ms")),
-                       "stream_sid": sid, "t0_epoch_ns": t0_ns})
-        if gap is None and heard.get("talked_over") is True:
+        start = doc.t0_epoch_ns / 1e9 + end / 1000.0
+        sample = _blank(call, turn.index, start, clock.at(start))
+        sid = doc.line.stream_sid
+        sample.update({"call_frames": doc.playout.frames, "late_frames": doc.playout.late_frames,
+                       "speech_end_ms": end, "first_sound_ms": heard.first_sound_ms if heard is not None else None,
+                       "stream_sid": sid if isinstance(sid, str) and sid else None, "t0_epoch_ns": doc.t0_epoch_ns})
+        if gap is None and heard is not None and heard.talked_over is True:
             # dial's TALKED_OVER_RULE: the agent's audio still played at the caller's end, no reply to time; the
             # call goes on, so its later turns are still counted
             sample["error"] = "talked over: the agent's audio still playing at the caller's speech end"
             rows.append(sample)
             continue
-        if gap is None and heard.get("late_tick") is True:
+        if gap is None and heard is not None and heard.late_tick is True:
             # dial's LATE_TICK_RULE: the caller's own tick ran late there, so the recording cannot time it; the
             # reply was heard and the call goes on
             sample["error"] = "a late tick: the dialer ran late near the speech end or the reply's first sound"
@@ -218,16 +208,14 @@ def _turn_samples(doc: Mapping[str, Any], call: CallId, clock: PhaseClock, error
             rows.append(sample)
             return rows
         sample["heard_gap_ms"] = gap
-        barge = turn.get("barge_in")
-        if isinstance(barge, Mapping):
+        if turn.barge_in is not None:
             sample["barge_in"] = True
-            sample["barge_in_heard_after_onset_ms"] = _number(barge.get("heard_after_onset_ms"))
-        reported = turn.get("agent_reported")
-        if isinstance(reported, Mapping):
-            sample["agent_reported_ms"] = _number(reported.get("latency_ms"))
-        breakdown = turn.get("agent_breakdown")  # when the call itself received the agent's spans (dial --otlp)
-        if isinstance(breakdown, Mapping):
-            sample.update({stage_column(stage): _number(breakdown.get(stage)) for stage in AGENT_STAGES})
+            sample["barge_in_heard_after_onset_ms"] = turn.barge_in.heard_after_onset_ms
+        if turn.agent_reported is not None:
+            sample["agent_reported_ms"] = turn.agent_reported.latency_ms
+        breakdown = turn.agent_breakdown  # when the call itself received the agent's spans (dial --otlp)
+        if breakdown is not None:
+            sample.update({stage_column(stage): breakdown.get(stage) for stage in AGENT_STAGES})
         rows.append(sample)
     if error is not None:  # failed after its last measured turn (e.g. the hang-up): the next turn is the miss
         sample = _blank(call, len(rows) + 1, call.placed if not rows else rows[-1]["start"], clock.at(
@@ -243,21 +231,20 @@ def call_samples(out: Path, returncode: int | None, stderr: str, call: CallId, c
     for the call (nothing written: it never got to the agent). A refusal (close code 1013) is an error whose text
     names the code and the agent's reason, with ``refused`` set: never a slow turn."""
     whole, partial = out / DIAL_JSON, out / DIAL_PARTIAL_JSON
-    doc: Any = None
+    doc: DialDoc | None = None
     error: str | None = None
     try:
         if returncode == 0 and whole.is_file():
-            doc = read_json(whole)
+            doc = DialDoc.parse(read_json(whole), DIAL_JSON)
         elif partial.is_file():
-            doc = read_json(partial)
-            error = str(doc.get("error") or "") if isinstance(doc, dict) else ""
+            doc = DialPartialDoc.parse(read_json(partial), DIAL_PARTIAL_JSON)
+            error = doc.error or ""
     except ArtifactError as exc:
         error = f"the call's {exc}"
     last_line = next((line for line in reversed(stderr.strip().splitlines()) if line.strip()), "")
-    if doc is None or not isinstance(doc, dict):
+    if doc is None:
         why = error or last_line or "no output"
         error = f"dial exited with status {returncode}: {why}"
-        doc = {}
     elif returncode != 0 and not error:
         error = f"dial exited with status {returncode}: {last_line or 'no output'}"
     refused = refusal(error or "") or (refusal(last_line) if error else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from voice_llm.load import stats
+from voice_llm.load.doc import DIAL_MODE, LOAD_SCHEMA_VERSION, TEXT_MODE, LoadDoc
 from voice_llm.load.plan import SweepPlan
 from voice_llm.load.settings import LoadSettings
 from voice_llm.util.artifacts import LOAD_SAMPLES
@@ -33,44 +34,40 @@ def sweep_document(plan: SweepPlan, result: dict[str, Any], slots: int | None, u
     return doc, samples
 
 
-# load.json's own shape (beside the run's schema_version that run.meta.stamp adds): 2 added the dialing callers
-# (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 3 the agent's stage
-# times; 4: text steps end at their 20th judged turn and fail early as dialing ones do (the verdict's failed_early),
-# window.ended/warmup_s; dialing steps keep the host CPU per process (``processes``: agent, server, workers, master)
-# with the sweep's ``processes_found``, and the call each caller makes (caller.lines, think_ms, think_share).
-LOAD_SCHEMA_VERSION = 4
 
 
 def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: list[dict[str, Any]],
                   interrupted: str | None = None) -> dict[str, Any]:
+    """load.json, built as its type (voice_llm.load.doc.LoadDoc: what its sweeps are judged on is read back from
+    the same fields)."""
     dial = settings.dial is not None
-    return {
-        "load_schema_version": LOAD_SCHEMA_VERSION,
+    return LoadDoc(
+        load_schema_version=LOAD_SCHEMA_VERSION,
         # text: callers are LLM requests judged on the first sentence; dial: real calls on the line to the agent
         # at dial_url, judged on the gap each caller heard (metric: the samples' column a turn is judged on)
-        "mode": "dial" if dial else "text",
-        "metric": stats.DIAL_METRIC if dial else stats.TEXT_METRIC,
-        "dial_url": settings.dial,
-        "slo_heard_ms": settings.slo_heard_ms if dial else None,
-        "late_frames_share": stats.LATE_FRAMES_SHARE if dial else None,
+        mode=DIAL_MODE if dial else TEXT_MODE,
+        metric=stats.DIAL_METRIC if dial else stats.TEXT_METRIC,
+        dial_url=settings.dial,
+        slo_heard_ms=settings.slo_heard_ms if dial else None,
+        late_frames_share=stats.LATE_FRAMES_SHARE if dial else None,
         # when a measured window ends (both modes): once min_judged_turns judged turns of it were reported, once
         # more missed than the target allows, or at step_s (the longest), whichever comes first;
         # each step's window.ended says which ("judged", "failed early", "step_s")
-        "window_ends": ("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
-                        "target allows in min_judged_turns (the step then fails early)"),
+        window_ends=("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
+                     "target allows in min_judged_turns (the step then fails early)"),
         # text callers: the warm-up lasts warmup_s, and then until each caller's first turn of the step is done
-        "warmup_ends": None if dial else "after warmup_s, once each caller finished a turn (at most step_s more)",
-        "slo_first_sentence_ms": settings.slo_first_sentence_ms,
-        "goodput_target": stats.GOODPUT_TARGET,
-        "max_error_rate": stats.MAX_ERROR_RATE,
-        "generator_bound_share": stats.GENERATOR_BOUND_SHARE,
-        "min_judged_turns": stats.MIN_JUDGED_TURNS,
-        "step_s": settings.step_s, "warmup_s": settings.warmup_s, "callers": list(settings.callers),
-        "stop_on_budget": settings.stop_on_budget,
-        "workers": "remote" if settings.master else settings.workers,
-        "caller": described,
-        "samples_csv": LOAD_SAMPLES,
+        warmup_ends=None if dial else "after warmup_s, once each caller finished a turn (at most step_s more)",
+        slo_first_sentence_ms=settings.slo_first_sentence_ms,
+        goodput_target=stats.GOODPUT_TARGET,
+        max_error_rate=stats.MAX_ERROR_RATE,
+        generator_bound_share=stats.GENERATOR_BOUND_SHARE,
+        min_judged_turns=stats.MIN_JUDGED_TURNS,
+        step_s=settings.step_s, warmup_s=settings.warmup_s, callers=tuple(settings.callers),
+        stop_on_budget=settings.stop_on_budget,
+        workers="remote" if settings.master else settings.workers,
+        caller=described,
+        samples_csv=LOAD_SAMPLES,
         # null: every planned sweep ran to its end; else why it ended early (the sweeps and steps here are complete)
-        "interrupted": interrupted,
-        "sweeps": sweeps,
-    }
+        interrupted=interrupted,
+        sweeps=tuple(sweeps),
+    ).as_dict()

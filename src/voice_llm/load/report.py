@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from voice_llm.analysis.keynumbers import Headline
 from voice_llm.errors import ArtifactError
+from voice_llm.load.doc import judged_on
 from voice_llm.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage_words, slots_label
 from voice_llm.report import style
 from voice_llm.report.style import GREY, RED, SERIES, mapping
@@ -39,7 +40,7 @@ def headline(folder: RunFolder) -> Headline | None:
         doc = mapping(folder.json(LOAD), LOAD)
     except ArtifactError as exc:
         return Headline(LOAD, missing=f"cannot be read: {exc}")
-    if doc.get("mode") != "dial":
+    if not judged_on(doc).dialing:
         return None
     for sweep in doc.get("sweeps") or []:
         for step in (sweep or {}).get("steps") or []:
@@ -62,7 +63,7 @@ def load_section(doc: Any) -> str:
     stages = stages_chart(doc)
     if stages is not None:
         charts.append(("loadstages", style.Chart(*stages)))
-    elif doc.get("mode") == "dial":
+    elif judged_on(doc).dialing:
         tables = f'<p class="notrun">{html.escape(no_stages_reason(doc))}</p>\n' + tables
     last_name, last = charts[-1]
     charts[-1] = (last_name, style.Chart(last.figure, last.caption, tables))  # the tables after the last chart
@@ -135,11 +136,11 @@ def _no_data(ax: Any, text: str) -> None:
 
 
 def _judged_on(doc: Mapping[str, Any]) -> tuple[str, float, str]:
-    """The metric the turns are judged on, its budget and its name: the heard gap of dialing callers (mode dial),
-    else the first sentence."""
-    if doc.get("mode") == "dial":
-        return "heard_gap_ms", float(doc["slo_heard_ms"]), "heard gap"
-    return "first_sentence_ms", float(doc["slo_first_sentence_ms"]), "first sentence"
+    """The metric the turns are judged on, its budget and its name (LoadDoc.judged_on)."""
+    judged = judged_on(doc)
+    if judged.slo_ms is None:
+        raise ArtifactError(f"{LOAD} has no {judged.budget_key}: no budget to draw")
+    return judged.metric, judged.slo_ms, judged.name
 
 
 def callers_axis(ax: Any, callers: Sequence[int]) -> None:
@@ -172,7 +173,7 @@ def time_scale(ax: Any, shown: Sequence[float], slo: float) -> None:
 def _why_caption(doc: Mapping[str, Any], what: str, slo: float, target: float) -> str:
     """What the chart shows and why it matters, in the words of the rule (docs/load.md "Calls under load")."""
     judged = ("the gap each caller heard, from the end of their speech to the first sound of the reply, at their ear"
-              if doc.get("mode") == "dial" else
+              if judged_on(doc).dialing else
               "the time to the first whole sentence (when a voice assistant could start speaking)")
     return (f"Left: per step, {judged}: p50 (dashed) and p90 (solid) against the {slo:.0f} ms budget (dotted). "
             f"Right: goodput, the share of judged turns within the budget (an error or refused call counts as a "
@@ -218,7 +219,7 @@ def load_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     caller = doc.get("caller", {})
     ended = f" The run ended early: {doc['interrupted']}." if doc.get("interrupted") else ""
     why = f" {_why_caption(doc, what, slo, target)}" if drawn and shown else ""
-    if doc.get("mode") == "dial":
+    if judged_on(doc).dialing:
         caption = (f"{verdicts}. Each caller dials the agent at {doc.get('dial_url')}: {caller.get('turns', '?')}-line "
                    f"calls in real time (voice-llm dial), one after another; the heard gap is measured at the "
                    f"caller's ear, from the end of their speech to the first sound heard. Steps of {doc['step_s']:g} s "
@@ -359,7 +360,7 @@ def _dial_row(s: Mapping[str, Any]) -> list[str]:
 
 
 def _load_tables(doc: Mapping[str, Any]) -> str:
-    dial = doc.get("mode") == "dial"
+    dial = judged_on(doc).dialing
     header = ["callers", "turns (judged)", "heard gap p50/p90/p99", "goodput", "errors", "refused", "late frames",
               "barge-ins honoured", "host load"] if dial else ["callers", "turns", "ttft p50/p90", "1st sentence p50/p90/p99", "token gap p50", "goodput",
               "good turns/s", "errors", "cancelled", "worker CPU", "host load"]

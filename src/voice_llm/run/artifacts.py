@@ -29,7 +29,7 @@ from voice_llm.run.folder import refuse_unknown
 from voice_llm.util import artifacts as names
 
 __all__ = ["Artifact", "Cache", "CacheCase", "Cancel", "Chunk", "Health", "Prefill", "PrefillRow", "Props",
-           "Report", "Sentence", "TYPED", "Ttft", "TtftRun"]
+           "Report", "Sentence", "TYPED", "Ttft", "TtftRun", "field_error", "field_path", "is_finite_number"]
 
 A = TypeVar("A", bound="Artifact")
 
@@ -126,6 +126,13 @@ def _unknown(doc: Mapping[str, Any], what: str) -> Mapping[str, str]:
     if found is None:
         return {}
     return {str(k): str(v) for k, v in _obj(found, what, "unknown").items()}
+
+
+# The same rules' words for a capability's own typed artifact (voice_llm.dial.doc): one way to name a field and
+# to say that its value is wrong.
+field_error = _fail
+field_path = _at
+is_finite_number = _is_number
 
 
 # --- the artifacts -------------------------------------------------------------------------------------------------
