@@ -65,6 +65,8 @@ HEAVY = frozenset({
     # and pipecat's logger (loguru, turned off for pipecat before it is imported: the agent's log is its own)
     "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn", "loguru",
     "websockets",
+    # aiortc (and its PyAV, already above): only with dial --protocol webrtc, the optional extra `webrtc`
+    "aiortc",
 })
 # Modules directly in src/voice_llm, not counting its __init__.py.
 MAX_TOP_MODULES = 12
