@@ -44,6 +44,9 @@ EPS_MS = 3.0  # scheduling slack of two event loops on one loaded machine, beyon
 
 
 def slack(doc: dict) -> float:
+    """Either side of the rules: the event loops' slack and how late the dialer's ticks ran (a tick up to a frame
+    late pops audio that arrived after its nominal time: heard sooner after its arrival than the jitter delay, by as
+    much as the tick was late; check_clears allows the same)."""
     return EPS_MS + doc["playout"]["max_late_ms"]
 
 
@@ -129,7 +132,7 @@ def test_heard_gaps_are_the_agents_delays_plus_the_jitter_buffer_and_the_codec(c
         expected = wait + up + sent.delay_ms + down + JITTER_MS + onset
         assert abs(turn["heard"]["gap_ms"] - expected) <= FRAME_MS + slack(doc), (turn["index"], turn["heard"],
                                                                                    expected)
-        assert turn["heard"]["gap_ms"] >= expected - EPS_MS, (turn["index"], turn["heard"], expected)
+        assert turn["heard"]["gap_ms"] >= expected - slack(doc), (turn["index"], turn["heard"], expected)
     assert doc["summary"]["heard_gap_ms"]["n"] == 3
 
 
@@ -143,7 +146,7 @@ def test_a_reply_is_first_heard_the_jitter_delay_after_its_first_packet_arrived(
     for turn, sent in zip(doc["turns"], agent.sent):
         _, _, down = transit_ms(doc, rows, sent, agent)
         after = turn["heard"]["first_sound_ms"] - (call_ms(doc, sent.sent) + down)
-        assert JITTER_MS + onset - EPS_MS <= after <= JITTER_MS + onset + FRAME_MS + slack(doc), (turn["index"], after)
+        assert JITTER_MS + onset - slack(doc) <= after <= JITTER_MS + onset + FRAME_MS + slack(doc), (turn["index"], after)
 
 
 def test_a_burst_paced_in_real_time_is_heard_over_its_length(call):
@@ -169,7 +172,7 @@ def test_barge_in_is_heard_as_silence_once_the_agent_stopped_sending(call):
     # its audio's end: it arrived (decoded) a few ms after it left, is heard the jitter delay after that (rounded up
     # to a frame) for a frame, and the codec rings on after it
     expected = arrival_ms(events(out), agent, last) + FRAME_MS + JITTER_MS + end
-    assert expected - EPS_MS <= barge["heard_silent_ms"] <= expected + FRAME_MS + slack(doc), (barge, expected)
+    assert expected - slack(doc) <= barge["heard_silent_ms"] <= expected + FRAME_MS + slack(doc), (barge, expected)
     assert barge["onset_ms"] <= call_ms(doc, stop)  # the agent heard the caller after the caller spoke
     heard = doc["turns"][1]["heard"]
     assert heard["last_sound_ms"] - heard["first_sound_ms"] < REPLIES[1].burst_ms - 500
@@ -222,7 +225,7 @@ def test_an_agent_that_sends_nothing_when_idle(tmp_path):
     onset, _ = opus_delays(doc["floor"]["heard"])
     wait, up, down = transit_ms(doc, events(tmp_path), agent.sent[0], agent)
     expected = wait + up + agent.sent[0].delay_ms + down + JITTER_MS + onset
-    assert expected - EPS_MS <= doc["turns"][0]["heard"]["gap_ms"] <= expected + FRAME_MS + slack(doc)
+    assert expected - slack(doc) <= doc["turns"][0]["heard"]["gap_ms"] <= expected + FRAME_MS + slack(doc)
     assert doc["line"]["webrtc"]["rtp_received"]["packets"] < doc["playout"]["frames"] // 2
     assert doc["playout"]["underruns"] >= 1
 
