@@ -133,3 +133,68 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
     assert barge is not None and barge["heard_silent_ms"] is not None, barge
     check = cli("check", str(out), env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_dial_calls_pipecat_over_webrtc_with_its_own_smallwebrtc_transport(
+        shared_server: RunningServer, tmp_path: Path) -> None:
+    """Issue 40 item 2, against a third party's code: `voice-llm agent --engine pipecat --protocol webrtc` serves
+    pipecat on its own SmallWebRTC transport (its SmallWebRTCRequestHandler answers the offer on /api/offer), and
+    `voice-llm dial --protocol webrtc` calls it on aiortc: the reply heard at the ear, the codec as negotiated and the
+    RTP as received in line.webrtc, pipecat's own latency beside the heard gap with its stage breakdown adding up to
+    it, its spans attributed to the call by the stream id the offer carried, and `voice-llm check` finds nothing
+    inconsistent."""
+    pytest.importorskip("aiortc", reason="the webrtc extra is not installed (make test installs it)")
+    port, otlp_port = free_port(), free_port()
+    ready_file, out = tmp_path / "ready.json", tmp_path / "out"
+    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    agent = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--protocol", "webrtc",
+         "--listen", f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
+         "--ready-file", str(ready_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent on webrtc")
+        assert ready["protocol"] == "webrtc" and ready["listen"] == f"http://127.0.0.1:{port}/api/offer", ready
+        assert ready["engines"]["transport"].startswith("SmallWebRTCTransport"), ready["engines"]
+        dial = cli("dial", ready["listen"], "--protocol", "webrtc", "--out", str(out), "--turns", "2",
+                   "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
+                   env=env, timeout=900)
+        assert dial.returncode == 0, dial.stderr
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            _, err = agent.communicate()
+    assert "Traceback" not in err, err[-2000:]
+    doc = json.loads((out / "dial.json").read_text())
+    line = doc["line"]
+    assert (line["protocol"], line["codec"], line["rate"]) == ("webrtc", "pcm16", 48000)
+    webrtc = line["webrtc"]
+    assert webrtc["codec"]["name"] == "audio/opus" and webrtc["pc_id"], webrtc
+    # pipecat sends 10 ms of audio (silence when idle) all the time: about two packets a 20 ms frame
+    assert webrtc["rtp_received"]["packets"] > doc["playout"]["frames"] and webrtc["rtp_received"]["jitter_ms"] >= 0
+    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
+    assert answered, doc["turns"]
+    reported = [t for t in answered if t["agent_reported"]]
+    assert reported, "pipecat's tracing reported no turn"
+    for turn in reported:
+        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
+        parts = turn["agent_breakdown"]
+        assert parts is not None and parts["endpoint_wait"] is None, parts
+        known = [v for k, v in parts.items() if v is not None]
+        assert all(v >= 0 for v in known)
+        if len(known) == len(parts) - 1:  # the stages add up to pipecat's own latency (the mapping's 1 ms slack)
+            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
+    from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
+
+    spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
+        decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]
+    assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {line["stream_sid"]}
+    barge = doc["turns"][0]["barge_in"]
+    assert barge is not None and barge["heard_silent_ms"] is not None and barge["cleared_ms"] is None, barge
+    check = cli("check", str(out), env=env, timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:]

@@ -314,3 +314,19 @@ def test_without_the_extra_one_line_says_how_to_install_it(tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert status != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "pip install 'voice-llm[webrtc]'" in err and not (tmp_path / "out" / "dial-partial.json").exists()
+
+
+def test_cli_dial_then_check_on_webrtc(tmp_path, capsys):
+    """The command as a user runs it (the caller's own 16 kHz WAVs, put on the 48 kHz line), then `voice-llm check`
+    on what it wrote: every law of the files holds on a WebRTC call."""
+    from dialhelpers import write_tone_wavs
+
+    out = tmp_path / "out"
+    with WebRtcAgent([Reply(150, 300), Reply(150, 300)]) as agent:
+        status = main(["dial", agent.url, "--protocol", "webrtc", "--out", str(out), "--caller-audio",
+                       str(write_tone_wavs(tmp_path / "wavs", 2)), "--turns", "2", "--barge-in-turns", "none",
+                       "--stt", "none", "--deadline", "10", "--reply-end-ms", "300", "--think-ms", "100", "--quiet"])
+    assert status == 0, capsys.readouterr().err
+    doc = read_json(out / "dial.json")
+    assert doc["line"]["protocol"] == "webrtc" and all(t["heard"]["gap_ms"] is not None for t in doc["turns"])
+    assert main(["check", str(out)]) == 0, capsys.readouterr().out

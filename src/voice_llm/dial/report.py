@@ -268,7 +268,10 @@ def heard_chart(doc: Mapping[str, Any]) -> style.Chart:
     elif "cut_offs" in summary:
         conditions += ("; cut-offs: not measurable (see dial.json unknown)" if summary["cut_offs"] is None
                        else "; no cut-off (nothing heard inside the caller's speech)")
-    setup = (f"{line.get('protocol')} line, {line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
+    webrtc = line.get("webrtc") if isinstance(line.get("webrtc"), Mapping) else None
+    codec = webrtc.get("codec") if webrtc is not None and isinstance(webrtc.get("codec"), Mapping) else {}
+    negotiated = f"{codec.get('name', 'a codec')} as negotiated, decoded to " if webrtc is not None else ""
+    setup = (f"{line.get('protocol')} line, {negotiated}{line.get('codec')} at {line.get('rate')} Hz, phone jitter delay "
              f"{line.get('jitter_ms')} ms{conditions}; agent {agent.get('url', 'unknown')}")
     parts = _median_parts(rows)
     caption = (

@@ -26,11 +26,3 @@ class PcmFraming(Framing):
             raise wire.LineError(f"a text frame on a PCM line (binary 16-bit frames expected): {_short(message)}")
         return Received(MEDIA, message)
 
-
-@register
-class WebRtcFraming(PcmFraming):
-    """A WebRTC line's audio as the dialer's call loop sees it: the transport (voice_llm.dial.webrtc) hands it the
-    frames decoded from the RTP that arrived, 16-bit PCM at 48 kHz, and sends the caller's frames as PCM to its
-    Opus encoder; nothing else travels (no marks, no clear: a barge-in is measured as heard silence alone)."""
-
-    protocol = wire.WEBRTC
