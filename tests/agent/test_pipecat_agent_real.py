@@ -88,16 +88,10 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert check.returncode == 0, check.stdout[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.server
-@pytest.mark.parametrize("protocol", ["telnyx", "plivo", "exotel", "vonage"])
-def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
-        shared_server: RunningServer, tmp_path: Path, protocol: str) -> None:
-    """Issue 40 item 1, proven against a third party's code: `voice-llm agent --engine pipecat --protocol X` serves
-    pipecat with pipecat's own serializer for X (TelnyxFrameSerializer, PlivoFrameSerializer, ExotelFrameSerializer,
-    VonageFrameSerializer; its runner's parse_telephony_websocket reads the start), and dial's framing of X calls it:
-    the reply heard at the ear, pipecat's own latency beside it, a barge-in answered by pipecat's clear, and
-    `voice-llm check` finds nothing inconsistent in the files."""
+def _two_turns_with_a_barge_in(shared_server: RunningServer, tmp_path: Path,
+                               protocol: str) -> tuple[dict, dict, Path, dict]:
+    """`voice-llm agent --engine pipecat --protocol X` started, dialled on X for two turns with a barge-in on the
+    first (its OTLP to the dialer), stopped by SIGTERM with no traceback: its ready line, dial.json, OUT, the env."""
     port, otlp_port = free_port(), free_port()
     ready_file, out = tmp_path / "ready.json", tmp_path / "out"
     env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
@@ -108,7 +102,6 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         ready = wait_for_ready(agent, ready_file, 300, what=f"the pipecat agent on {protocol}")
-        assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
         dial = cli("dial", ready["listen"], "--protocol", protocol, "--out", str(out), "--turns", "2",
                    "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
                    env=env, timeout=900)
@@ -121,7 +114,21 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
             os.killpg(agent.pid, signal.SIGKILL)
             _, err = agent.communicate()
     assert "Traceback" not in err, err[-2000:]
-    doc = json.loads((out / "dial.json").read_text())
+    return ready, json.loads((out / "dial.json").read_text()), out, env
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["telnyx", "plivo", "exotel", "vonage"])
+def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
+        shared_server: RunningServer, tmp_path: Path, protocol: str) -> None:
+    """Issue 40 item 1, proven against a third party's code: `voice-llm agent --engine pipecat --protocol X` serves
+    pipecat with pipecat's own serializer for X (TelnyxFrameSerializer, PlivoFrameSerializer, ExotelFrameSerializer,
+    VonageFrameSerializer; its runner's parse_telephony_websocket reads the start), and dial's framing of X calls it:
+    the reply heard at the ear, pipecat's own latency beside it, a barge-in answered by pipecat's clear, and
+    `voice-llm check` finds nothing inconsistent in the files."""
+    ready, doc, out, env = _two_turns_with_a_barge_in(shared_server, tmp_path, protocol)
+    assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
     from voice_llm.line import wire
 
     assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
@@ -146,37 +153,16 @@ def test_dial_calls_pipecat_over_webrtc_with_its_own_smallwebrtc_transport(
     it, its spans attributed to the call by the stream id the offer carried, and `voice-llm check` finds nothing
     inconsistent."""
     pytest.importorskip("aiortc", reason="the webrtc extra is not installed (make test installs it)")
-    port, otlp_port = free_port(), free_port()
-    ready_file, out = tmp_path / "ready.json", tmp_path / "out"
-    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
-    agent = subprocess.Popen(
-        ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--protocol", "webrtc",
-         "--listen", f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
-         "--ready-file", str(ready_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent on webrtc")
-        assert ready["protocol"] == "webrtc" and ready["listen"] == f"http://127.0.0.1:{port}/api/offer", ready
-        assert ready["engines"]["transport"].startswith("SmallWebRTCTransport"), ready["engines"]
-        dial = cli("dial", ready["listen"], "--protocol", "webrtc", "--out", str(out), "--turns", "2",
-                   "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
-                   env=env, timeout=900)
-        assert dial.returncode == 0, dial.stderr
-    finally:
-        os.killpg(agent.pid, signal.SIGTERM)
-        try:
-            _, err = agent.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(agent.pid, signal.SIGKILL)
-            _, err = agent.communicate()
-    assert "Traceback" not in err, err[-2000:]
-    doc = json.loads((out / "dial.json").read_text())
+    ready, doc, out, env = _two_turns_with_a_barge_in(shared_server, tmp_path, "webrtc")
+    assert ready["protocol"] == "webrtc" and ready["listen"].startswith("http://127.0.0.1:"), ready
+    assert ready["listen"].endswith("/api/offer") and ready["engines"]["transport"].startswith("SmallWebRTCTransport")
     line = doc["line"]
     assert (line["protocol"], line["codec"], line["rate"]) == ("webrtc", "pcm16", 48000)
     webrtc = line["webrtc"]
     assert webrtc["codec"]["name"] == "audio/opus" and webrtc["pc_id"], webrtc
-    # pipecat sends 10 ms of audio (silence when idle) all the time: about two packets a 20 ms frame
-    assert webrtc["rtp_received"]["packets"] > doc["playout"]["frames"] and webrtc["rtp_received"]["jitter_ms"] >= 0
+    # pipecat sends audio all the time (10 ms silence frames when idle): packets through the whole call, none dry
+    received = webrtc["rtp_received"]
+    assert received["packets"] > doc["playout"]["frames"] // 2 and received["jitter_ms"] >= 0, received
     answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
     assert answered, doc["turns"]
     reported = [t for t in answered if t["agent_reported"]]

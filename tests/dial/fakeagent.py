@@ -154,15 +154,9 @@ class FakeAgent:
                 await asyncio.wait_for(self._server.wait_closed(), 3)
             except asyncio.TimeoutError:
                 pass
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for other in others:  # a handler still sending to a caller that left: ended, not left pending
-                other.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            await cancel_the_rest()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+        stop_loop(self._loop, self._thread, stop())
 
     @property
     def url(self) -> str:
@@ -324,6 +318,22 @@ class FakeAgent:
             await self.ws.send(self._clear())
             self.clears.append(time.perf_counter())
             self.pending_marks.clear()
+
+
+async def cancel_the_rest() -> None:
+    """Every other task of the running loop ended, not left pending (a handler still sending to a caller that left)."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for other in others:
+        other.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+def stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, stopping: object, timeout_s: float = 5) -> None:
+    """Run ``stopping`` (a coroutine) on a fake agent's loop in its thread, then stop and close both."""
+    asyncio.run_coroutine_threadsafe(stopping, loop).result(timeout_s)  # type: ignore[arg-type]
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
 
 
 def _epoch_ns(perf: float) -> int:

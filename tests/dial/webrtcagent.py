@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from fakeagent import LOUD, Reply, Sent, square
+from fakeagent import LOUD, Reply, Sent, cancel_the_rest, square, stop_loop
 
 RATE = 48000
 FRAME = 960  # 20 ms at 48 kHz
@@ -75,15 +75,9 @@ class WebRtcAgent:
             for pc in self._pcs:
                 await pc.close()
             self._server.close()
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for other in others:
-                other.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            await cancel_the_rest()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+        stop_loop(self._loop, self._thread, stop(), 10)
 
     @property
     def url(self) -> str:
