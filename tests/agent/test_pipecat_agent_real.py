@@ -61,23 +61,9 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert "Traceback" not in err, err[-2000:]
     doc = json.loads((out / "dial.json").read_text())
     assert doc["line"]["protocol"] == "twilio" and doc["otlp"]["spans"] > 0 and not doc["otlp"]["refused"]
-    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
-    assert answered, doc["turns"]
-    reported = [t for t in answered if t["agent_reported"]]
-    assert reported, "pipecat's tracing reported no turn"
-    for turn in reported:
-        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
-        assert turn["heard_minus_reported_ms"] == pytest.approx(
-            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
-        # pipecat's stages from its stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn
-        # wait null with its reason, the rest adding up to pipecat's own latency when every one is known
+    for turn in pipecats_own_numbers(doc):
         parts = turn["agent_breakdown"]
-        assert parts is not None and parts["endpoint_wait"] is None, parts
         assert parts["stt"] is not None and parts["request_to_first_token"] is not None, (parts, doc["unknown"])
-        known = [v for k, v in parts.items() if v is not None]
-        assert all(v >= 0 for v in known)
-        if len(known) == len(parts) - 1:
-            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
     # every span names the call it belongs to, as the built-in agent's do (load --dial attributes them by it)
     from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 
@@ -86,6 +72,27 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {doc["line"]["stream_sid"]}
     check = cli("check", str(out), env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]
+
+
+def pipecats_own_numbers(doc: dict) -> list[dict]:
+    """The answered turns pipecat reported, each with its own latency beside the heard gap and its stages from its
+    stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn wait null with its reason, the
+    rest adding up to pipecat's own latency when every one is known (the mapping's 1 ms slack)."""
+    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
+    assert answered, doc["turns"]
+    reported = [t for t in answered if t["agent_reported"]]
+    assert reported, "pipecat's tracing reported no turn"
+    for turn in reported:
+        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
+        assert turn["heard_minus_reported_ms"] == pytest.approx(
+            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        parts = turn["agent_breakdown"]
+        assert parts is not None and parts["endpoint_wait"] is None, parts
+        known = [v for k, v in parts.items() if v is not None]
+        assert all(v >= 0 for v in known)
+        if len(known) == len(parts) - 1:
+            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
+    return reported
 
 
 def _two_turns_with_a_barge_in(shared_server: RunningServer, tmp_path: Path,
@@ -163,18 +170,7 @@ def test_dial_calls_pipecat_over_webrtc_with_its_own_smallwebrtc_transport(
     # pipecat sends audio all the time (10 ms silence frames when idle): packets through the whole call, none dry
     received = webrtc["rtp_received"]
     assert received["packets"] > doc["playout"]["frames"] // 2 and received["jitter_ms"] >= 0, received
-    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
-    assert answered, doc["turns"]
-    reported = [t for t in answered if t["agent_reported"]]
-    assert reported, "pipecat's tracing reported no turn"
-    for turn in reported:
-        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
-        parts = turn["agent_breakdown"]
-        assert parts is not None and parts["endpoint_wait"] is None, parts
-        known = [v for k, v in parts.items() if v is not None]
-        assert all(v >= 0 for v in known)
-        if len(known) == len(parts) - 1:  # the stages add up to pipecat's own latency (the mapping's 1 ms slack)
-            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
+    pipecats_own_numbers(doc)
     from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 
     spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(

@@ -26,6 +26,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -245,21 +246,12 @@ class FakeAgent:
             await self.ws.close(1000, "bye")
             return
         loud = int(np.abs(samples.astype(np.int32)).max()) > self.loud
-        if loud:
-            if not self.speaking and self.pending_marks and self._has_marks:
-                # the caller talks over audio that may still be playing: clear it (barge-in)
-                await self.ws.send(self._clear())
-                self.clears.append(time.perf_counter())
-                self.pending_marks.clear()
-            if not self.speaking and self.task is not None and not self.task.done():
-                self.task.cancel()
-            self.speaking = True
-            self.last_loud = now
-        elif self.speaking and (now - self.last_loud) * 1000.0 >= self.endpoint_ms:
-            self.speaking = False
-            self.turn += 1
-            if self.mode != "silent":
-                self.task = asyncio.ensure_future(self._reply(self.turn, self.last_loud))
+        if loud and not self.speaking and self.pending_marks and self._has_marks:
+            # the caller talks over audio that may still be playing: clear it (barge-in)
+            await self.ws.send(self._clear())
+            self.clears.append(time.perf_counter())
+            self.pending_marks.clear()
+        take_turns(self, now, loud)
 
     def _export(self, turn: int, start: float, end: float) -> None:
         assert self.otlp is not None
@@ -318,6 +310,21 @@ class FakeAgent:
             await self.ws.send(self._clear())
             self.clears.append(time.perf_counter())
             self.pending_marks.clear()
+
+
+def take_turns(agent: Any, now: float, loud: bool) -> None:
+    """A fake agent's turn-taking on one caller frame heard at ``now``: the caller speaking cancels a reply still
+    being made; ``endpoint_ms`` after its last loud frame the turn is the agent's, and it replies (``_reply``)."""
+    if loud:
+        if not agent.speaking and agent.task is not None and not agent.task.done():
+            agent.task.cancel()
+        agent.speaking = True
+        agent.last_loud = now
+    elif agent.speaking and (now - agent.last_loud) * 1000.0 >= agent.endpoint_ms:
+        agent.speaking = False
+        agent.turn += 1
+        if agent.mode != "silent":
+            agent.task = asyncio.ensure_future(agent._reply(agent.turn, agent.last_loud))
 
 
 async def cancel_the_rest() -> None:

@@ -25,6 +25,7 @@ pytest.importorskip("aiortc")
 from dialhelpers import context, tones  # noqa: E402
 from fakeagent import Reply, square  # noqa: E402
 from fakeserver import free_port  # noqa: E402
+from test_dial_call import EPS_MS, FRAME_MS, JITTER_MS, fast_options, slack  # noqa: E402
 from webrtcagent import RATE, WebRtcAgent  # noqa: E402
 
 from voice_llm.checks.base import NotCheckable  # noqa: E402
@@ -36,18 +37,11 @@ from voice_llm.errors import ConfigError  # noqa: E402
 from voice_llm.util.artifacts import read_json  # noqa: E402
 from voice_llm.util.clocks import epoch_ns_of  # noqa: E402
 
-FRAME_MS = 20.0
-JITTER_MS = 40.0
 LINE_MS = 200.0  # 40 ms lead + 200 ms: a line ends on a frame's end, as the Twilio test's lines do
 REPLIES = [Reply(150, 400), Reply(200, 1200), Reply(120, 300)]
-EPS_MS = 3.0  # scheduling slack of two event loops on one loaded machine, beyond the one frame the rules allow
-
-
-def slack(doc: dict) -> float:
-    """Either side of the rules: the event loops' slack and how late the dialer's ticks ran (a tick up to a frame
-    late pops audio that arrived after its nominal time: heard sooner after its arrival than the jitter delay, by as
-    much as the tick was late; check_clears allows the same)."""
-    return EPS_MS + doc["playout"]["max_late_ms"]
+# slack (test_dial_call's): the event loops' slack and how late the dialer's ticks ran, either side of the rules here
+# (a tick up to a frame late pops audio that arrived after its nominal time: heard sooner after its arrival than the
+# jitter delay, by as much as the tick was late; check_clears allows the same)
 
 
 def call_ms(doc: dict, perf: float) -> float:
@@ -78,18 +72,16 @@ def opus_delays(floor: int, burst_ms: float = 400.0) -> tuple[float, float]:
     return (loud[0] - lead) * 1000.0 / RATE, (loud[-1] + 1 - lead - len(burst)) * 1000.0 / RATE
 
 
-def fast_options(**extra: object) -> DialOptions:
-    values = dict(protocol="webrtc", stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0,
-                  barge_in_turns=(2,), barge_in_after_ms=300.0, deadline_s=10.0)
-    values.update(extra)
-    return DialOptions(**values)  # type: ignore[arg-type]
+def webrtc_options(**extra: object) -> DialOptions:
+    """test_dial_call's call (3 lines, a barge-in on turn 2, short waits) on a WebRTC line."""
+    return fast_options(protocol="webrtc", **extra)
 
 
 @pytest.fixture(scope="module")
 def call(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, WebRtcAgent, Path]:
     out = tmp_path_factory.mktemp("webrtc")
     with WebRtcAgent(REPLIES) as agent:
-        dial_step(context(out), fast_options(), agent.url, caller=tones(3, LINE_MS, rate=RATE))
+        dial_step(context(out), webrtc_options(), agent.url, caller=tones(3, LINE_MS, rate=RATE))
     return read_json(out / "dial.json"), agent, out
 
 
@@ -220,7 +212,7 @@ def test_the_checks_hold_on_a_webrtc_call(call):
 def test_an_agent_that_sends_nothing_when_idle(tmp_path):
     """An agent that stops sending between replies (no silence frames): the buffer runs dry, the same ear."""
     with WebRtcAgent([Reply(150, 300)], mode="dtx") as agent:
-        dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(1, LINE_MS, rate=RATE))
+        dial_step(context(tmp_path), webrtc_options(barge_in_turns=()), agent.url, caller=tones(1, LINE_MS, rate=RATE))
     doc = read_json(tmp_path / "dial.json")
     onset, _ = opus_delays(doc["floor"]["heard"])
     wait, up, down = transit_ms(doc, events(tmp_path), agent.sent[0], agent)
@@ -234,7 +226,7 @@ def test_an_agent_that_sends_nothing_when_idle(tmp_path):
 
 
 def failing(out: Path, url: str, *needles: str, **extra: object) -> tuple[dict, float]:
-    options = fast_options(barge_in_turns=(), deadline_s=3.0, **extra)
+    options = webrtc_options(barge_in_turns=(), deadline_s=3.0, **extra)
     started = time.perf_counter()
     with pytest.raises(DialError) as caught:
         dial_step(context(out), options, url, caller=tones(1, LINE_MS, rate=RATE))

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from fakeagent import LOUD, Reply, Sent, cancel_the_rest, square, stop_loop
+from fakeagent import LOUD, Reply, Sent, cancel_the_rest, square, stop_loop, take_turns
 
 RATE = 48000
 FRAME = 960  # 20 ms at 48 kHz
@@ -158,19 +158,10 @@ class WebRtcAgent:
             peak = int(np.abs(samples.astype(np.int32)).max())
             self.heard.append((now, peak))
             loud = peak > self.loud
-            if loud:
-                if not self.speaking and self.out.playing():  # the caller talks over the reply: stop sending
-                    self.out.stop()
-                    self.stops.append(now)
-                if not self.speaking and self.task is not None and not self.task.done():
-                    self.task.cancel()
-                self.speaking = True
-                self.last_loud = now
-            elif self.speaking and (now - self.last_loud) * 1000.0 >= self.endpoint_ms:
-                self.speaking = False
-                self.turn += 1
-                if self.mode != "silent":
-                    self.task = asyncio.ensure_future(self._reply(self.turn, self.last_loud))
+            if loud and not self.speaking and self.out.playing():  # the caller talks over the reply: stop sending
+                self.out.stop()
+                self.stops.append(now)
+            take_turns(self, now, loud)
 
     async def _reply(self, turn: int, last_loud: float) -> None:
         reply = self.replies[min(turn, len(self.replies)) - 1]
