@@ -322,3 +322,18 @@ def test_cli_dial_then_check_on_webrtc(tmp_path, capsys):
     doc = read_json(out / "dial.json")
     assert doc["line"]["protocol"] == "webrtc" and all(t["heard"]["gap_ms"] is not None for t in doc["turns"])
     assert main(["check", str(out)]) == 0, capsys.readouterr().out
+
+
+def test_line_conditions_on_webrtc(tmp_path):
+    """--loss and --echo-db apply on WebRTC as on every line (the decoded audio down, the caller's frames up): lost
+    uplink frames are logged in their place and never reach the encoder; lost downlink audio never reaches the ear;
+    the checks hold the files to it."""
+    with WebRtcAgent([Reply(150, 600)]) as agent:
+        dial_step(context(tmp_path), webrtc_options(barge_in_turns=(), loss_pct=20.0, seed=3, echo_db=-20.0),
+                  agent.url, caller=tones(1, LINE_MS, rate=RATE))
+    doc = read_json(tmp_path / "dial.json")
+    line = doc["line"]
+    assert line["lost_up_frames"] > 0 and line["lost_down_frames"] > 0 and line["echo_db"] == -20.0
+    assert line["webrtc"]["frames_encoded"] <= doc["playout"]["frames"] - line["lost_up_frames"]
+    for check in (checks.check_values, checks.check_uplink, checks.check_heard_gaps, checks.check_recording):
+        check(tmp_path)
