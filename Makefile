@@ -38,7 +38,8 @@ lab: install
 
 # llama-cpp-python (the second backend the tests run the lab against) is sdist-only: its wheel is built once
 # (~3 min on 2 cores) into ~/.cache/voice-llm and installed from there.
-# The tests also run the pipecat agent for real (the optional extra `pipecat`; `make lab` does not need it).
+# The tests also run the pipecat agent for real (the optional extra `pipecat`; `make lab` does not need it), and
+# calls over WebRTC (the extra `webrtc`: aiortc, pinned; neither `make lab` nor `make install` installs it).
 # Two runs, every test once: the fast tier on FAST_JOBS workers (its tests share nothing, and most of its time is
 # waiting: subprocesses, fake servers trickling, deadlines), then the slow tier in one process (its session lab and
 # server are started once, and its llama-servers get the cores to themselves: two of them on 2 cores, each spinning
@@ -46,10 +47,10 @@ lab: install
 # one; the fast tier run beside the slow tier: 1185 s against 1175 s for the whole .ci/run, the slow tier
 # 885 -> 1058 s). Both run even if the first fails; either failing fails `make test` (pytest's exit 5, no test collected,
 # included).
-# Two pip runs (.[test] with the venv, then .[test,pipecat]): one run with both extras was measured slower on a
+# Two pip runs (.[test] with the venv, then .[test,pipecat,webrtc]): one run with both extras was measured slower on a
 # fresh venv (81-86 s against 78 s, 2026-12-02; pip resolves the larger set at once).
 test: install
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat,webrtc]'
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
 	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
 	fast=0; $(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS) || fast=$$?; \

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import line_matrix  # noqa: E402  (a sibling script, not a package)
 
 CELLS = ("builtin:twilio", "builtin:pcm", "pipecat:twilio", "pipecat:pcm", "pipecat:telnyx", "pipecat:plivo",
-         "pipecat:exotel", "pipecat:vonage")
+         "pipecat:exotel", "pipecat:vonage", "pipecat:webrtc")  # webrtc: pipecat's SmallWebRTC (the webrtc extra)
 
 
 def words_heard(doc_path: str | None) -> str | None:

@@ -61,23 +61,9 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert "Traceback" not in err, err[-2000:]
     doc = json.loads((out / "dial.json").read_text())
     assert doc["line"]["protocol"] == "twilio" and doc["otlp"]["spans"] > 0 and not doc["otlp"]["refused"]
-    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
-    assert answered, doc["turns"]
-    reported = [t for t in answered if t["agent_reported"]]
-    assert reported, "pipecat's tracing reported no turn"
-    for turn in reported:
-        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
-        assert turn["heard_minus_reported_ms"] == pytest.approx(
-            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
-        # pipecat's stages from its stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn
-        # wait null with its reason, the rest adding up to pipecat's own latency when every one is known
+    for turn in pipecats_own_numbers(doc):
         parts = turn["agent_breakdown"]
-        assert parts is not None and parts["endpoint_wait"] is None, parts
         assert parts["stt"] is not None and parts["request_to_first_token"] is not None, (parts, doc["unknown"])
-        known = [v for k, v in parts.items() if v is not None]
-        assert all(v >= 0 for v in known)
-        if len(known) == len(parts) - 1:
-            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
     # every span names the call it belongs to, as the built-in agent's do (load --dial attributes them by it)
     from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 
@@ -88,16 +74,31 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert check.returncode == 0, check.stdout[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.server
-@pytest.mark.parametrize("protocol", ["telnyx", "plivo", "exotel", "vonage"])
-def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
-        shared_server: RunningServer, tmp_path: Path, protocol: str) -> None:
-    """Issue 40 item 1, proven against a third party's code: `voice-llm agent --engine pipecat --protocol X` serves
-    pipecat with pipecat's own serializer for X (TelnyxFrameSerializer, PlivoFrameSerializer, ExotelFrameSerializer,
-    VonageFrameSerializer; its runner's parse_telephony_websocket reads the start), and dial's framing of X calls it:
-    the reply heard at the ear, pipecat's own latency beside it, a barge-in answered by pipecat's clear, and
-    `voice-llm check` finds nothing inconsistent in the files."""
+def pipecats_own_numbers(doc: dict) -> list[dict]:
+    """The answered turns pipecat reported, each with its own latency beside the heard gap and its stages from its
+    stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn wait null with its reason, the
+    rest adding up to pipecat's own latency when every one is known (the mapping's 1 ms slack)."""
+    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
+    assert answered, doc["turns"]
+    reported = [t for t in answered if t["agent_reported"]]
+    assert reported, "pipecat's tracing reported no turn"
+    for turn in reported:
+        assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
+        assert turn["heard_minus_reported_ms"] == pytest.approx(
+            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        parts = turn["agent_breakdown"]
+        assert parts is not None and parts["endpoint_wait"] is None, parts
+        known = [v for k, v in parts.items() if v is not None]
+        assert all(v >= 0 for v in known)
+        if len(known) == len(parts) - 1:
+            assert sum(known) == pytest.approx(turn["agent_reported"]["latency_ms"], abs=1.0)
+    return reported
+
+
+def _two_turns_with_a_barge_in(shared_server: RunningServer, tmp_path: Path,
+                               protocol: str) -> tuple[dict, dict, Path, dict]:
+    """`voice-llm agent --engine pipecat --protocol X` started, dialled on X for two turns with a barge-in on the
+    first (its OTLP to the dialer), stopped by SIGTERM with no traceback: its ready line, dial.json, OUT, the env."""
     port, otlp_port = free_port(), free_port()
     ready_file, out = tmp_path / "ready.json", tmp_path / "out"
     env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
@@ -108,7 +109,6 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         ready = wait_for_ready(agent, ready_file, 300, what=f"the pipecat agent on {protocol}")
-        assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
         dial = cli("dial", ready["listen"], "--protocol", protocol, "--out", str(out), "--turns", "2",
                    "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
                    env=env, timeout=900)
@@ -121,7 +121,21 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
             os.killpg(agent.pid, signal.SIGKILL)
             _, err = agent.communicate()
     assert "Traceback" not in err, err[-2000:]
-    doc = json.loads((out / "dial.json").read_text())
+    return ready, json.loads((out / "dial.json").read_text()), out, env
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["telnyx", "plivo", "exotel", "vonage"])
+def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
+        shared_server: RunningServer, tmp_path: Path, protocol: str) -> None:
+    """Issue 40 item 1, proven against a third party's code: `voice-llm agent --engine pipecat --protocol X` serves
+    pipecat with pipecat's own serializer for X (TelnyxFrameSerializer, PlivoFrameSerializer, ExotelFrameSerializer,
+    VonageFrameSerializer; its runner's parse_telephony_websocket reads the start), and dial's framing of X calls it:
+    the reply heard at the ear, pipecat's own latency beside it, a barge-in answered by pipecat's clear, and
+    `voice-llm check` finds nothing inconsistent in the files."""
+    ready, doc, out, env = _two_turns_with_a_barge_in(shared_server, tmp_path, protocol)
+    assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
     from voice_llm.line import wire
 
     assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
@@ -131,5 +145,38 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
     assert any(t["agent_reported"] for t in answered), "pipecat's tracing reported no turn"
     barge = doc["turns"][0]["barge_in"]
     assert barge is not None and barge["heard_silent_ms"] is not None, barge
+    check = cli("check", str(out), env=env, timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_dial_calls_pipecat_over_webrtc_with_its_own_smallwebrtc_transport(
+        shared_server: RunningServer, tmp_path: Path) -> None:
+    """Issue 40 item 2, against a third party's code: `voice-llm agent --engine pipecat --protocol webrtc` serves
+    pipecat on its own SmallWebRTC transport (its SmallWebRTCRequestHandler answers the offer on /api/offer), and
+    `voice-llm dial --protocol webrtc` calls it on aiortc: the reply heard at the ear, the codec as negotiated and the
+    RTP as received in line.webrtc, pipecat's own latency beside the heard gap with its stage breakdown adding up to
+    it, its spans attributed to the call by the stream id the offer carried, and `voice-llm check` finds nothing
+    inconsistent."""
+    pytest.importorskip("aiortc", reason="the webrtc extra is not installed (make test installs it)")
+    ready, doc, out, env = _two_turns_with_a_barge_in(shared_server, tmp_path, "webrtc")
+    assert ready["protocol"] == "webrtc" and ready["listen"].startswith("http://127.0.0.1:"), ready
+    assert ready["listen"].endswith("/api/offer") and ready["engines"]["transport"].startswith("SmallWebRTCTransport")
+    line = doc["line"]
+    assert (line["protocol"], line["codec"], line["rate"]) == ("webrtc", "pcm16", 48000)
+    webrtc = line["webrtc"]
+    assert webrtc["codec"]["name"] == "audio/opus" and webrtc["pc_id"], webrtc
+    # pipecat sends audio all the time (10 ms silence frames when idle): packets through the whole call, none dry
+    received = webrtc["rtp_received"]
+    assert received["packets"] > doc["playout"]["frames"] // 2 and received["jitter_ms"] >= 0, received
+    pipecats_own_numbers(doc)
+    from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
+
+    spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
+        decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]
+    assert spans and {span.attributes.get("voice_llm.call.stream_sid") for span in spans} == {line["stream_sid"]}
+    barge = doc["turns"][0]["barge_in"]
+    assert barge is not None and barge["heard_silent_ms"] is not None and barge["cleared_ms"] is None, barge
     check = cli("check", str(out), env=env, timeout=300)
     assert check.returncode == 0, check.stdout[-3000:]

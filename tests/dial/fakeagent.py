@@ -26,6 +26,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -154,15 +155,9 @@ class FakeAgent:
                 await asyncio.wait_for(self._server.wait_closed(), 3)
             except asyncio.TimeoutError:
                 pass
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for other in others:  # a handler still sending to a caller that left: ended, not left pending
-                other.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            await cancel_the_rest()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+        stop_loop(self._loop, self._thread, stop())
 
     @property
     def url(self) -> str:
@@ -251,21 +246,12 @@ class FakeAgent:
             await self.ws.close(1000, "bye")
             return
         loud = int(np.abs(samples.astype(np.int32)).max()) > self.loud
-        if loud:
-            if not self.speaking and self.pending_marks and self._has_marks:
-                # the caller talks over audio that may still be playing: clear it (barge-in)
-                await self.ws.send(self._clear())
-                self.clears.append(time.perf_counter())
-                self.pending_marks.clear()
-            if not self.speaking and self.task is not None and not self.task.done():
-                self.task.cancel()
-            self.speaking = True
-            self.last_loud = now
-        elif self.speaking and (now - self.last_loud) * 1000.0 >= self.endpoint_ms:
-            self.speaking = False
-            self.turn += 1
-            if self.mode != "silent":
-                self.task = asyncio.ensure_future(self._reply(self.turn, self.last_loud))
+        if loud and not self.speaking and self.pending_marks and self._has_marks:
+            # the caller talks over audio that may still be playing: clear it (barge-in)
+            await self.ws.send(self._clear())
+            self.clears.append(time.perf_counter())
+            self.pending_marks.clear()
+        take_turns(self, now, loud)
 
     def _export(self, turn: int, start: float, end: float) -> None:
         assert self.otlp is not None
@@ -324,6 +310,37 @@ class FakeAgent:
             await self.ws.send(self._clear())
             self.clears.append(time.perf_counter())
             self.pending_marks.clear()
+
+
+def take_turns(agent: Any, now: float, loud: bool) -> None:
+    """A fake agent's turn-taking on one caller frame heard at ``now``: the caller speaking cancels a reply still
+    being made; ``endpoint_ms`` after its last loud frame the turn is the agent's, and it replies (``_reply``)."""
+    if loud:
+        if not agent.speaking and agent.task is not None and not agent.task.done():
+            agent.task.cancel()
+        agent.speaking = True
+        agent.last_loud = now
+    elif agent.speaking and (now - agent.last_loud) * 1000.0 >= agent.endpoint_ms:
+        agent.speaking = False
+        agent.turn += 1
+        if agent.mode != "silent":
+            agent.task = asyncio.ensure_future(agent._reply(agent.turn, agent.last_loud))
+
+
+async def cancel_the_rest() -> None:
+    """Every other task of the running loop ended, not left pending (a handler still sending to a caller that left)."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for other in others:
+        other.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+def stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, stopping: object, timeout_s: float = 5) -> None:
+    """Run ``stopping`` (a coroutine) on a fake agent's loop in its thread, then stop and close both."""
+    asyncio.run_coroutine_threadsafe(stopping, loop).result(timeout_s)  # type: ignore[arg-type]
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
 
 
 def _epoch_ns(perf: float) -> int:

@@ -126,5 +126,5 @@ def test_every_protocol_has_one_framing_module_on_the_one_interface():
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in protocols.MODULES) == sorted(wire.PROTOCOLS)
     for protocol, cls in FRAMINGS.items():
         assert issubclass(cls, Framing) and cls.__module__ == f"voice_llm.line.{protocol}"
-    # a line without marks or clear says so (docs/line.md "The bridges"): raw PCM alone
-    assert [p for p in wire.PROTOCOLS if not all(protocols.capabilities(p).values())] == [wire.PCM]
+    # a line without marks or clear says so (docs/line.md "The bridges", "WebRTC"): raw PCM and WebRTC
+    assert [p for p in wire.PROTOCOLS if not all(protocols.capabilities(p).values())] == [wire.PCM, wire.WEBRTC]

@@ -70,6 +70,8 @@ HEAVY = frozenset({
     # and pipecat's logger (loguru, turned off for pipecat before it is imported: the agent's log is its own)
     "opentelemetry", "google", "pipecat", "fastapi", "starlette", "uvicorn", "loguru",
     "websockets",
+    # aiortc (and its PyAV, already above): only with dial --protocol webrtc, the optional extra `webrtc`
+    "aiortc",
 })
 # The packages that reach no module of the lab (the lab-free rule), by name under voice_llm. The core's layers 0-3
 # cannot import the lab at all (upward); the rule is for what a capability reaches through the capabilities it

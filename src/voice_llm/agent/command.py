@@ -66,7 +66,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
                    help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate "
                         "(the built-in engine); telnyx, plivo, exotel, vonage: the phone bridges, with pipecat's own "
-                        "serializer (--engine pipecat)")
+                        "serializer (--engine pipecat); webrtc: pipecat's SmallWebRTC transport, its offer at "
+                        "http://HOST:PORT/api/offer (--engine pipecat, the extras voice-llm[pipecat,webrtc])")
     p.add_argument("--rate", type=flags.positive_int, default=wire.DEFAULT_PCM_RATE, metavar="HZ",
                    help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; Twilio is 8000 always)")
     flags.request_options(p, url_help=f"the LLM server the agent asks (default: {DEFAULT_LLM_URL}, the managed "

@@ -8,7 +8,9 @@ and LLM as voice-llm's built-in agent, so the two agents are compared on one lin
     the turn) -> OpenAILLMService (the server under test) -> PiperTTSService (the cached joe voice, in-process)
     -> transport output -> assistant aggregator
 
-served by uvicorn on ``--listen``. With ``--otlp`` pipecat's own tracing (``PipelineTask(enable_tracing=True)``)
+served by uvicorn on ``--listen``. ``--protocol webrtc`` serves the same pipeline on pipecat's SmallWebRTC transport
+instead (issue 40 item 2): an SDP offer POSTed to ``http://HOST:PORT/api/offer`` (PATCH: trickle ICE) through
+pipecat's own SmallWebRTCRequestHandler, as its runner serves it; the output at 48 kHz (Opus's rate). With ``--otlp`` pipecat's own tracing (``PipelineTask(enable_tracing=True)``)
 exports its ``conversation`` -> ``turn`` -> ``stt``/``llm``/``tts`` spans, with ``turn.user_bot_latency_seconds``,
 to that OTLP/HTTP endpoint (the dialer's receiver): the agent's self-reported latency, put beside what the caller
 heard. Every span of a call carries the call's Twilio streamSid (``voice_llm.call.stream_sid``, as the built-in
@@ -16,7 +18,8 @@ agent's do: agent/otel.py), so one receiver for many concurrent calls (``voice-l
 attribute them: :class:`CallTagger`. Nothing is downloaded: Whisper loads from a path, Piper finds its voice file in ``download_dir``, the
 smart-turn weights ship in the pipecat wheel.
 
-pipecat is an optional extra (``pip install 'voice-llm[pipecat]'``): it is imported only here, only when chosen.
+pipecat is an optional extra (``pip install 'voice-llm[pipecat]'``; WebRTC also needs ``webrtc``, aiortc): it is
+imported only here, only when chosen.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ VAD_STOP_S = 0.2
 SMART_VAD_STOP_S = 0.2
 EXPORT_TIMEOUT_S = 3.0  # one OTLP export, retries included
 BATCH_DELAY_MS = 200  # the span processor's export delay (OTEL_BSP_SCHEDULE_DELAY), unless the user set one
+WEBRTC_OFFER_PATH = "/api/offer"  # pipecat's runner's path for the SmallWebRTC offer (pipecat.runner.run)
 
 
 # pipecat 1.14's own serializer per line (pipecat.serializers.<protocol>): the third party's framing, against which
@@ -90,15 +94,15 @@ class PipecatSettings:
     max_tokens: int = 48
     stt: str = sttmod.DEFAULT_STT  # moonshine (the built-in agent's sessions, as a pipecat service) or faster-whisper
     stt_threads: int | None = None
-    protocol: str = wire.TWILIO  # twilio or a phone bridge: pipecat's serializer for it (SERIALIZERS)
+    protocol: str = wire.TWILIO  # twilio or a phone bridge: pipecat's serializer for it (SERIALIZERS); or webrtc
 
     @property
     def line(self) -> wire.LineFormat:
         return wire.line_for(self.protocol)
 
     def __post_init__(self) -> None:
-        if self.protocol not in SERIALIZERS:
-            raise ConfigError(f"--protocol for the pipecat agent is one of {', '.join(SERIALIZERS)}, not "
+        if self.protocol not in (*SERIALIZERS, wire.WEBRTC):
+            raise ConfigError(f"--protocol for the pipecat agent is one of {', '.join(SERIALIZERS)}, webrtc, not "
                               f"{self.protocol!r}")
         if self.turn not in TURNS:
             raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
@@ -107,8 +111,8 @@ class PipecatSettings:
                               f"(pipecat's VAD stop), not {self.endpoint_ms:g}")
 
 
-def require_pipecat() -> str:
-    """pipecat's version, or one line saying how to install it."""
+def require_pipecat(protocol: str = wire.TWILIO) -> str:
+    """pipecat's version, or one line saying how to install it (with aiortc, the webrtc extra, for webrtc)."""
     try:
         version = importlib.metadata.version(PIPECAT_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -119,13 +123,20 @@ def require_pipecat() -> str:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"--engine pipecat: {exc.name or exc} is missing: {EXTRA_LINE}") from None
+    if protocol == wire.WEBRTC:
+        try:
+            import aiortc  # noqa: F401
+            import pipecat.transports.smallwebrtc.transport  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"--engine pipecat --protocol webrtc: {exc.name or exc} is missing: pip install "
+                              f"'voice-llm[pipecat,webrtc]'") from None
     return version
 
 
 def _versions() -> dict[str, str]:
     found = {}
     for package in (PIPECAT_PACKAGE, "faster-whisper", sttmod.MODEL_PACKAGE, moonshine.PACKAGE, PIPER_PACKAGE, DEFAULT_VOICE_PACKAGE,
-                    "onnxruntime", "fastapi", "uvicorn", "opentelemetry-sdk"):
+                    "onnxruntime", "fastapi", "uvicorn", "opentelemetry-sdk", "aiortc"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -138,9 +149,15 @@ def identity(settings: PipecatSettings) -> dict[str, Any]:
     stop = (f"silence: VAD stop {VAD_STOP_S:g} s + speech timeout {settings.endpoint_ms / 1000 - VAD_STOP_S:g} s"
             if settings.turn == "silence" else f"smart-turn v3.2 after a VAD stop of {SMART_VAD_STOP_S:g} s")
     line = settings.line
-    return {"listen": f"ws://{settings.host}:{settings.port}/", "protocol": line.protocol, "rate": line.rate,
+    webrtc = line.protocol == wire.WEBRTC
+    listen = f"http://{settings.host}:{settings.port}{WEBRTC_OFFER_PATH}" if webrtc \
+        else f"ws://{settings.host}:{settings.port}/"
+    transport = ("SmallWebRTCTransport (pipecat's SmallWebRTCRequestHandler; Opus as negotiated, 10 ms silence "
+                 "frames when idle)" if webrtc
+                 else f"FastAPIWebsocketTransport + {SERIALIZERS[line.protocol]} (auto_hang_up off)")
+    return {"listen": listen, "protocol": line.protocol, "rate": line.rate,
             "codec": line.codec, "engine": "pipecat", "pid": os.getpid(),
-            "engines": {"transport": f"FastAPIWebsocketTransport + {SERIALIZERS[line.protocol]} (auto_hang_up off)",
+            "engines": {"transport": transport,
                         "vad": "SileroVADAnalyzer", "turn": stop,
                         "stt": (f"MoonshineSTTService {moonshine.MODEL} ({moonshine.PACKAGE}=={moonshine.PACKAGE_VERSION}"
                                 f", voice_llm.speech.moonshine), cpu, "
@@ -342,22 +359,38 @@ def _serializer(protocol: str, call_data: Any) -> Any:
     return cls(params=params)
 
 
-def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system: str, engines: _Engines) -> Any:
-    """One call's pipeline worker."""
+def _websocket_transport(websocket: Any, call_data: Any, settings: PipecatSettings) -> Any:
+    """pipecat's WebSocket transport with its serializer for the line."""
+    from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
+
+    return FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
+        audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False,
+        serializer=_serializer(settings.protocol, call_data)))
+
+
+def _webrtc_transport(connection: Any) -> Any:
+    """pipecat's SmallWebRTC transport on the call's peer connection, as its examples build it (audio both ways;
+    its output track sends 10 ms of silence when the pipeline has nothing to say: audio_out_auto_silence)."""
+    from pipecat.transports.base_transport import TransportParams
+    from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
+
+    return SmallWebRTCTransport(webrtc_connection=connection,
+                                params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
+
+
+def _pipeline(transport: Any, conversation_id: str | None, settings: PipecatSettings, system: str,
+              engines: _Engines) -> Any:
+    """One call's pipeline worker on ``transport`` (pipecat's WebSocket or SmallWebRTC transport)."""
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.aggregators.llm_response_universal import (LLMContextAggregatorPair,
                                                                        LLMUserAggregatorParams)
     from pipecat.services.openai.llm import OpenAILLMService
-    from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
     from pipecat.turns.user_stop.speech_timeout_user_turn_stop_strategy import SpeechTimeoutUserTurnStopStrategy
     from pipecat.turns.user_stop.turn_analyzer_user_turn_stop_strategy import TurnAnalyzerUserTurnStopStrategy
     from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-    serializer = _serializer(settings.protocol, call_data)
-    transport = FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
-        audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer))
     llm_settings: dict[str, Any] = {"max_tokens": settings.max_tokens}
     if settings.model:
         llm_settings["model"] = settings.model
@@ -376,12 +409,13 @@ def _pipeline(websocket: Any, call_data: Any, settings: PipecatSettings, system:
     # The pipeline's input at 16 kHz: the Twilio serializer resamples the line's 8 kHz up to it, and pipecat's
     # WhisperSTTService hands its buffer to faster-whisper as a 16 kHz array whatever the pipeline's rate (at 8000 the
     # caller reached Whisper at twice its speed: 16 word errors in 18 and a 15 s decode). Silero and smart-turn v3
-    # take 16 kHz too. The output stays at the line's 8 kHz (Piper's audio resampled once, by the TTS service).
+    # take 16 kHz too. The output stays at the line's rate, 8 kHz (WebRTC: 48 kHz, Opus's; Piper's audio resampled
+    # once, by the TTS service).
     worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
                                                             audio_out_sample_rate=settings.line.rate,
                                                             enable_metrics=True),
                             enable_tracing=bool(settings.otlp),
-                            conversation_id=str(call_data.get("call_id") or "") or None, idle_timeout_secs=None)
+                            conversation_id=conversation_id, idle_timeout_secs=None)
 
     @transport.event_handler("on_client_disconnected")
     async def _disconnected(_transport: Any, _client: Any) -> None:
@@ -402,7 +436,7 @@ async def _vonage_start(websocket: Any) -> tuple[str, dict[str, Any]]:
 
 
 def app_for(settings: PipecatSettings) -> Any:
-    """The ASGI app: one pipeline per WebSocket call on any path."""
+    """The ASGI app: one pipeline per WebSocket call on any path (WebRTC: per offer on /api/offer)."""
     from pipecat.workers.runner import WorkerRunner
     from starlette.applications import Starlette
     from starlette.routing import WebSocketRoute
@@ -411,6 +445,21 @@ def app_for(settings: PipecatSettings) -> Any:
     system = _system(settings)
     prime(settings, system)
     ready = {"engines": _engines(settings)}  # the next call's engines, built before it comes
+
+    async def run(transport: Any, conversation_id: str | None, stream_id: str) -> None:
+        engines = ready.pop("engines", None) or await asyncio.to_thread(_engines, settings)
+        CALL_SID.set(stream_id)  # this call's task only: its pipeline's spans carry it
+        worker = _pipeline(transport, conversation_id, settings, system, engines)
+        runner = WorkerRunner(handle_sigint=False, handle_sigterm=False)
+        await runner.add_workers(worker)
+        following = asyncio.create_task(asyncio.to_thread(_engines, settings))  # the next caller's, meanwhile
+        try:
+            await runner.run()
+        finally:
+            ready["engines"] = await following
+
+    if settings.protocol == wire.WEBRTC:
+        return _webrtc_app(run)
 
     async def call(websocket: Any) -> None:  # starlette's WebSocket, which FastAPI's is
         await websocket.accept()
@@ -426,26 +475,68 @@ def app_for(settings: PipecatSettings) -> Any:
         if kind != protocol:
             await websocket.close(code=1003, reason=f"this pipecat agent serves {protocol}, not {kind}")
             return
-        engines = ready.pop("engines", None) or await asyncio.to_thread(_engines, settings)
-        CALL_SID.set(str(call_data["stream_id"]))  # this call's task only: its pipeline's spans carry it
-        worker = _pipeline(websocket, call_data, settings, system, engines)
-        runner = WorkerRunner(handle_sigint=False, handle_sigterm=False)
-        await runner.add_workers(worker)
-        following = asyncio.create_task(asyncio.to_thread(_engines, settings))  # the next caller's, meanwhile
-        try:
-            await runner.run()
-        finally:
-            ready["engines"] = await following
+        await run(_websocket_transport(websocket, call_data, settings), str(call_data.get("call_id") or "") or None,
+                  str(call_data["stream_id"]))
 
     # Plain starlette routes (FastAPI's own decorator resolves the endpoint's annotations by name, which a nested
     # function under postponed annotations does not allow).
     return Starlette(routes=[WebSocketRoute("/", call), WebSocketRoute("/{path:path}", call)])
 
 
+def _webrtc_app(run: Any) -> Any:
+    """SmallWebRTC's signalling as pipecat's runner serves it (pipecat.runner.run: POST /api/offer answers the offer
+    through SmallWebRTCRequestHandler and runs the bot in the background; PATCH /api/offer adds trickled ICE
+    candidates), on plain starlette routes. The call's stream id is the caller's ``request_data.stream_sid`` when
+    it sends one (voice-llm dial does: dial.json line.stream_sid attributes the spans), else pipecat's pc_id."""
+    from fastapi import HTTPException
+    from pipecat.transports.smallwebrtc.request_handler import (IceCandidate, SmallWebRTCPatchRequest,
+                                                                SmallWebRTCRequest, SmallWebRTCRequestHandler)
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    handler = SmallWebRTCRequestHandler()
+    calls: set[asyncio.Task[None]] = set()  # held: a task only the loop refers to may be collected mid-call
+
+    async def offer(request: Any) -> Any:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            if request.method == "PATCH":
+                patch = SmallWebRTCPatchRequest(pc_id=body["pc_id"], candidates=[
+                    IceCandidate(**candidate) for candidate in body.get("candidates") or []])
+                await handler.handle_patch_request(patch)
+                return JSONResponse({"status": "success"})
+            webrtc_request = SmallWebRTCRequest.from_dict(body)
+        except HTTPException as exc:
+            return JSONResponse({"detail": exc.detail}, exc.status_code)
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"detail": f"not a SmallWebRTC offer: {str(exc)[:120]}"}, 400)
+        data = webrtc_request.request_data if isinstance(webrtc_request.request_data, dict) else {}
+
+        async def connected(connection: Any) -> None:
+            stream_id = str(data.get("stream_sid") or connection.pc_id)
+            call_id = str(data.get("call_sid") or "") or None
+            task = asyncio.create_task(run(_webrtc_transport(connection), call_id, stream_id))
+            calls.add(task)
+            task.add_done_callback(calls.discard)
+
+        try:
+            answer = await handler.handle_web_request(webrtc_request, connected)
+        except HTTPException as exc:
+            return JSONResponse({"detail": exc.detail}, exc.status_code)
+        except Exception as exc:  # an SDP aiortc cannot take: the caller is told, the agent goes on serving
+            return JSONResponse({"detail": f"the offer was refused: {str(exc)[:160]}"}, 400)
+        return JSONResponse(answer)
+
+    return Starlette(routes=[Route(WEBRTC_OFFER_PATH, offer, methods=["POST", "PATCH"])])
+
+
 def serve(settings: PipecatSettings) -> int:
     """Serve calls until SIGTERM/SIGINT; 0 on a clean stop. The ready line goes to stdout (and --ready-file) once
     the port listens."""
-    require_pipecat()
+    require_pipecat(settings.protocol)
     import uvicorn
 
     provider = _setup_tracing(settings)
@@ -503,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kb", type=Path)
     parser.add_argument("--max-tokens", type=int, default=PipecatSettings.max_tokens)
     parser.add_argument("--stt", choices=(sttmod.MOONSHINE, sttmod.WHISPER, "whisper"), default=sttmod.DEFAULT_STT)
-    parser.add_argument("--protocol", choices=tuple(SERIALIZERS), default=wire.TWILIO)
+    parser.add_argument("--protocol", choices=(*SERIALIZERS, wire.WEBRTC), default=wire.TWILIO)
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,

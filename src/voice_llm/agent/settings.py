@@ -13,7 +13,8 @@ from voice_llm.line import wire
 from voice_llm.speech import stt
 
 ENGINES = ("builtin", "pipecat")
-PIPECAT_PROTOCOLS = (wire.TWILIO, *wire.BRIDGES)  # pipecat 1.14's serializers: voice_llm.agent.pipecat_agent
+# pipecat 1.14's serializers, and its SmallWebRTC transport (webrtc): voice_llm.agent.pipecat_agent
+PIPECAT_PROTOCOLS = (wire.TWILIO, *wire.BRIDGES, wire.WEBRTC)
 DEFAULT_ENGINE = "builtin"
 TURNS = ("silence", "smart")
 DEFAULT_HOST = "127.0.0.1"
@@ -109,7 +110,7 @@ class AgentSettings:
         if self.engine not in ENGINES:
             raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         # voice-llm's own agent serves Twilio and PCM; pipecat's serves Twilio and the phone bridges, each with
-        # pipecat's own serializer (it has none for raw PCM frames)
+        # pipecat's own serializer (it has none for raw PCM frames), and WebRTC with its SmallWebRTC transport
         served = wire.AGENT_PROTOCOLS if self.engine == "builtin" else PIPECAT_PROTOCOLS
         if self.protocol not in served:
             raise ConfigError(f"--protocol {self.protocol!r}: the {self.engine} agent serves "

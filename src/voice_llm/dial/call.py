@@ -1,4 +1,4 @@
-"""The call in real time: voice-llm as the caller on a WebSocket, one 20 ms tick at a time.
+"""The call in real time: voice-llm as the caller on a line (a WebSocket, or WebRTC), one 20 ms tick at a time.
 
 Why asyncio (websockets' asyncio client) and not its sync client with threads: the call is one clock and one
 state (the playout buffer, the turn schedule, the recording, the events), touched by two things, the tick and
@@ -18,18 +18,19 @@ counted; no frame of the recording is ever skipped. The dialer's own cost per fr
 receive work since the last tick: decode, playout push, mark handling) is measured on perf_counter.
 
 Every way a call can go wrong ends it with a :class:`DialError` naming what happened and when, with what was
-recorded so far kept (:class:`CallLog` is returned with ``error`` set, never lost): a URL that is not a WebSocket,
-an agent that hangs up, never answers (no reply within N s in turn K), floods the line, sends garbage or audio
-that is not its codec.
+recorded so far kept (:class:`CallLog` is returned with ``error`` set, never lost): a URL that is not a WebSocket
+(or, on WebRTC, not an agent's offer URL), an agent that hangs up, never answers (no reply within N s in turn K),
+floods the line, sends garbage or audio that is not its codec.
+
+What carries the messages is a :class:`voice_llm.dial.transport.Transport` (the WebSocket, or
+voice_llm.dial.webrtc's peer connection): the call loop is the same on every line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
-import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,19 +38,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-from websockets.frames import CloseCode
 
-from voice_llm import __version__
 from voice_llm.audio.wav import WavWriter
-from voice_llm.errors import VoiceLLMError
 from voice_llm.line import conditions, wire
 from voice_llm.line.framing import CLEAR, MARK, MEDIA
 from voice_llm.line.protocols import framing_for
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS, Playout
 from voice_llm.dial.caller import CallerLine
 from voice_llm.dial.measure import SILENT_AFTER_MS as BARGE_SILENT_MS
+from voice_llm.dial import webrtc
+# DialError and NotAWebSocketError live with the transports; imported from here as they always were
+from voice_llm.dial.transport import CLOSE_TIMEOUT_S, DialError, Hangup, NotAWebSocketError, Transport, connect_websocket
 from voice_llm.speech.caller import FLOOR_MIN
 from voice_llm.util.clocks import perf_and_epoch_ns
 
@@ -59,8 +58,6 @@ REPLY_END_MS = 700.0  # the heard channel silent this long (after sounding) and 
 BARGE_IN_AFTER_MS = 500.0  # the barge-in line starts this long after the first heard sound of the reply
 DEFAULT_BARGE_IN_TURNS = (3,)
 DEFAULT_DEADLINE_S = 60.0
-CONNECT_TIMEOUT_S = 10.0
-CLOSE_TIMEOUT_S = 2.0
 # A flood of small messages (issue 41 item 12: a mark flood took the dialer 75 -> 768 MB in 30 s with 1.1M events;
 # empty-media and 1-byte floods 341 and 521 MB). Audio is bounded already (cap_s buffered ahead of playout); what is
 # bounded here is the messages that carry next to no audio: a mark, a clear, an event the line does not take count 1
@@ -74,16 +71,6 @@ FLOOD_AUDIO_MS = 5.0
 FLOOD_PER_WINDOW = 500
 FLOOD_CALL_BASE = 5_000
 FLOOD_CALL_PER_S = 100
-HANDSHAKE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept", "sec-websocket-extensions",
-                               "sec-websocket-protocol"})
-
-
-class DialError(VoiceLLMError):
-    """The call could not be made or did not finish; the message says what happened, in which turn, when."""
-
-
-class NotAWebSocketError(DialError):
-    """The URL answers, but not as a WebSocket (an HTTP server, a wrong path), or nothing answers there."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +152,7 @@ class CallLog:
     lost_up_frames: int = 0  # uplink frames lost in transit (numbered, never sent)
     lost_down_frames: int = 0  # 20 ms units of received audio removed before the playout buffer
     lost_down_samples: int = 0
+    line_extra: dict[str, Any] = field(default_factory=dict)  # the transport's own block of dial.json's line
     error: DialError | None = None
     hung_up_by_caller: bool = False
     interrupted: bool = False  # Ctrl-C or SIGTERM: the step keeps the partial call, then stops as interrupted
@@ -217,7 +205,7 @@ class _Call:
         self.playout = Playout(self.frame_samples, self.line.rate, settings.jitter_ms, settings.cap_s)
         self.log = CallLog(settings, self.lines)
         self.t0 = 0.0
-        self.ws: Any = None
+        self.transport: Transport | None = None
         self.rx_cost = 0.0
         self.done = False
         # the protocol's messages (voice_llm.line.framing): one interface for Twilio, PCM and the phone bridges
@@ -304,7 +292,8 @@ class _Call:
     # --- sending ---------------------------------------------------------------------------------------------------
 
     async def send_text(self, text: str | bytes) -> None:
-        await self.ws.send(text)
+        assert self.transport is not None
+        await self.transport.send(text)
 
     async def send_media(self, frame: np.ndarray, index: int) -> None:
         """Uplink frame ``index`` (the audio of [index, index + 1) on the call clock), sent at tick index + 1."""
@@ -316,7 +305,7 @@ class _Call:
             self.log.lost_up_frames += 1
         sent = self.framing.media(index, payload)  # numbered even when lost: the agent sees the gap
         if not lost:
-            await self.ws.send(sent.message)
+            await self.send_text(sent.message)
         self.event(dir="up", event="lost" if lost else "media", **sent.fields)
 
     async def send_captured(self) -> None:
@@ -337,15 +326,16 @@ class _Call:
             sent = self.framing.mark_played(name)
             if sent is None:  # a line without marks never queues one (framing.marks)
                 continue
-            await self.ws.send(sent.message)
+            await self.send_text(sent.message)
             self.event(dir="up", event="mark", **sent.fields, name=name, queued_ms=queued_ms,
                        audio_before_ms=before_ms)
 
     # --- receiving -------------------------------------------------------------------------------------------------
 
     async def receive(self) -> None:
+        assert self.transport is not None
         try:
-            async for message in self.ws:
+            async for message in self.transport.receive():
                 started = time.perf_counter()
                 try:
                     await self.take(message)
@@ -356,37 +346,22 @@ class _Call:
                 if self.done:
                     return
                 await asyncio.sleep(0)  # a flood of messages must not starve the tick
-        except ConnectionClosed as exc:
-            self.closed_by_agent(exc)
+        except Exception as exc:
+            hangup = self.transport.closed(exc)
+            if hangup is None:
+                raise
+            self.closed_by_agent(hangup)
             return
         if not self.done:
-            self.closed_by_agent(None)
+            hangup = self.transport.closed(None)
+            if hangup is not None:
+                self.closed_by_agent(hangup)
 
-    def closed_by_agent(self, exc: Any) -> None:
+    def closed_by_agent(self, hangup: Hangup) -> None:
         if self.done:
             return
-        sent = getattr(exc, "sent", None)
-        if sent is not None and not getattr(exc, "rcvd_then_sent", False):
-            # The dialer's own websockets closed the line first (the call had not ended): a message over our
-            # max_size (1009), or one that broke the protocol (1002, 1007). Not the agent hanging up: the close
-            # code the agent "sent" is then 1006 only because no close frame came back.
-            self.event(dir="up", event="closed", how=f"close code {sent.code} {sent.reason[:120]!r}")
-            if sent.code == CloseCode.MESSAGE_TOO_BIG:
-                self.fail(f"the agent sent a message over the dialer's {_size(wire.MAX_MESSAGE_BYTES)} cap "
-                          f"({sent.code}) {self.where()}; the call kept up to it")
-            else:
-                self.fail(f"the agent broke the WebSocket protocol {self.where()}: the dialer closed the line "
-                          f"({sent.code} {sent.reason[:120]!r}); the call kept up to it")
-            return
-        received = getattr(exc, "rcvd", None)
-        code = received.code if received is not None else getattr(self.ws, "close_code", None)
-        reason = received.reason if received is not None else getattr(self.ws, "close_reason", None)
-        how = f"close code {code}{' ' + repr(reason) if reason else ''}" if code is not None else "no close frame"
-        self.event(dir="down", event="closed", how=how)
-        if code == 1013:  # "try again later" (RFC 6455 7.4.1): an agent at its call limit says so in the reason
-            self.fail(f"the agent refused the call {self.where()} ({how}): try again later")
-        else:
-            self.fail(f"the agent hung up mid-call {self.where()} ({how})")
+        self.event(dir=hangup.direction, event="closed", how=hangup.how)
+        self.fail(f"{hangup.before} {self.where()}{hangup.after}")
 
     async def take(self, message: str | bytes) -> None:
         received = self.framing.parse(message)  # a wire.LineError when the line does not carry it
@@ -415,7 +390,7 @@ class _Call:
             await self.echo_marks(cleared.marks, self.queued)
             answer = self.framing.cleared()  # Plivo's clearedAudio, Vonage's websocket:cleared
             if answer is not None:
-                await self.ws.send(answer.message)
+                await self.send_text(answer.message)
                 self.event(dir="up", event=answer.event, **answer.fields)
         else:
             # The bridges' side ignores what it does not know; the events keep it so a check can see it.
@@ -497,7 +472,9 @@ class _Call:
                 self.barge_watch = (turn.index, (tick + 1) * ms + onset)
                 return
             quiet_ms = (tick - (self.last_sound_tick or tick)) * ms
-            if quiet_ms >= s.reply_end_ms and self.playout.idle:
+            # the buffer idle, or holding only silence (a line that carries audio all the time: WebRTC's agents
+            # send silence when they have nothing to say, so its buffer never runs dry; docs/line.md "WebRTC")
+            if quiet_ms >= s.reply_end_ms and (self.playout.idle or not self.playout.holds_sound(s.live_floor)):
                 self.state = "thinking"
                 self._turn_ended(turn)
                 heard_ms = ((self.last_sound_tick or tick) - turn.first_sound_tick + 1) * ms
@@ -566,16 +543,14 @@ class _Call:
     async def run(self) -> CallLog:
         self.queued: dict[str, deque[tuple[float, float]]] = {}  # per mark name, its pending sendings in order
         try:
-            self.ws = await _connect(self.s)
+            self.transport = await connect_line(self.s, self.framing.ids)
         except DialError as exc:
             self.log.error = exc
             self.count_playout()
             return self.log
+        transport = self.transport
         try:
-            response = getattr(self.ws, "response", None)
-            if response is not None:
-                self.log.headers = {k.lower(): v for k, v in response.headers.raw_items()
-                                    if k.lower() not in HANDSHAKE_HEADERS}
+            self.log.headers = dict(transport.headers)
             # one instant on both clocks (voice_llm.util.clocks: two reads a thread switch apart made a span offset)
             self.t0, self.log.t0_epoch_ns = perf_and_epoch_ns()
             if self.clock is not None:
@@ -600,18 +575,20 @@ class _Call:
                     await receiver
             if self.log.error is None:
                 await self.hang_up()
-        except Exception as exc:  # the socket failed under us (ConnectionClosed while sending, an OS error)
-            if isinstance(exc, ConnectionClosed):
+        except Exception as exc:  # the line failed under us (closed while sending, an OS error)
+            hangup = transport.closed(exc)
+            if hangup is not None:
                 # A send that met the close after the receiver had already said why the call ended (under load the
                 # tick can be mid-send when the close is read) adds nothing: the first account stands, once.
                 if self.log.error is None:
                     self.done = False
-                    self.closed_by_agent(exc)
+                    self.closed_by_agent(hangup)
             else:
                 self.fail(f"the call failed {self.where()}: {type(exc).__name__}: {exc}")
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.ws.close(), CLOSE_TIMEOUT_S)
+                self.log.line_extra = await asyncio.wait_for(transport.describe(), CLOSE_TIMEOUT_S)
+            await transport.close()
             self.count_playout()
         return self.log
 
@@ -672,53 +649,11 @@ class _FloodGauge:
         return None
 
 
-def _size(count: int) -> str:
-    """A byte count as people say it: 1 MiB, 64 KiB, 300 bytes."""
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if count >= 1 << shift and count % (1 << shift) == 0:
-            return f"{count >> shift} {unit}"
-    return f"{count} bytes"
-
-
-async def _connect(settings: CallSettings) -> Any:
-    url = settings.url
-    try:
-        return await asyncio.wait_for(
-            connect(url, open_timeout=min(CONNECT_TIMEOUT_S, settings.deadline_s), ping_interval=None,
-                    max_size=wire.MAX_MESSAGE_BYTES, compression=None, proxy=None,
-                    close_timeout=CLOSE_TIMEOUT_S, user_agent_header=f"voice-llm/{__version__} dial"),
-            min(CONNECT_TIMEOUT_S, settings.deadline_s) + 1.0)
-    except InvalidURI as exc:
-        raise NotAWebSocketError(f"{url} is not a ws:// or wss:// URL ({exc})") from exc
-    except InvalidHandshake as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        said = f"HTTP {status}" if status is not None else str(exc)
-        if status is None and exc.__cause__ is not None:  # InvalidMessage: why the answer was not HTTP/1.1
-            said += f": {str(exc.__cause__)[:120]}"
-        raise NotAWebSocketError(f"{url} does not answer as a WebSocket ({said}): is it the agent's stream URL?") \
-            from exc
-    except (TimeoutError, asyncio.TimeoutError) as exc:
-        raise NotAWebSocketError(f"{url}: no WebSocket handshake within "
-                                 f"{min(CONNECT_TIMEOUT_S, settings.deadline_s):g} s") from exc
-    except ssl.SSLCertVerificationError as exc:
-        raise NotAWebSocketError(f"{url}: the agent speaks TLS, but its certificate is not trusted "
-                                 f"({exc.verify_message or _why(exc)})") from exc
-    except OSError as exc:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme == "wss" and isinstance(exc, (ssl.SSLError, ConnectionResetError, ConnectionAbortedError)):
-            # Something answered, but not TLS: a plain websockets agent resets the ClientHello (a
-            # ConnectionResetError without any text, which read "(HOST:PORT: )"), anything else answers bytes
-            # that are no TLS record (an SSLError)
-            plain = urllib.parse.urlunsplit(parts._replace(scheme="ws"))
-            raise NotAWebSocketError(f"{url}: the TLS handshake failed ({_why(exc)}): the agent does not speak TLS "
-                                     f"there (a plain agent is {plain})") from exc
-        raise NotAWebSocketError(f"nothing answers at {url} ({parts.netloc}: {_why(exc)})") from exc
-
-
-def _why(exc: BaseException) -> str:
-    """An exception as a reason: its class and its text (some, a reset connection's, have no text at all)."""
-    text = getattr(exc, "strerror", None) or str(exc)
-    return f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__}, no reason given"
+async def connect_line(settings: CallSettings, ids: Any) -> Transport:
+    """The call's transport to the agent: WebRTC (an SDP offer POSTed to the URL) or the WebSocket at the URL."""
+    if settings.line.protocol == wire.WEBRTC:
+        return await webrtc.connect(settings.url, settings.deadline_s, ids, settings.line)
+    return await connect_websocket(settings.url, settings.deadline_s)
 
 
 async def _quietly(call: _Call) -> None:

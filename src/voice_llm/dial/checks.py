@@ -60,7 +60,9 @@ LINE_SHARE_FRAMES = 2  # the line's share may exceed the jitter delay by this ma
 PROTOCOLS = {"twilio": (("mulaw",), 8000), "pcm": (("pcm16", "mulaw"), None),
              # the phone bridges' one format each (voice_llm.line.wire.FIXED_FORMATS)
              "telnyx": (("mulaw",), 8000), "plivo": (("mulaw",), 8000), "exotel": (("pcm16",), 8000),
-             "vonage": (("pcm16",), 16000)}
+             "vonage": (("pcm16",), 16000),
+             # WebRTC: the frames decoded from the RTP received (Opus as negotiated: line.webrtc.codec), 48 kHz
+             "webrtc": (("pcm16",), 48000)}
 # lost: a frame numbered, lost in transit; cleared: a bridge's answer to a clear (Plivo's clearedAudio, Vonage's
 # websocket:cleared)
 UP_EVENTS = {"connected", "start", "media", "lost", "mark", "stop", "cleared"}

@@ -271,7 +271,10 @@ def heard_chart(raw: DialDoc | Mapping[str, Any]) -> style.Chart:
         conditions += ("; cut-offs: not measurable (see dial.json unknown)" if summary.cut_offs is None
                        else "; no cut-off (nothing heard inside the caller's speech)")
     url = doc.agent.url if doc.agent is not None and doc.agent.url is not None else "unknown"
-    setup = (f"{line.protocol} line, {line.codec} at {line.rate} Hz, phone jitter delay "
+    webrtc = line.extra.get("webrtc") if isinstance(line.extra.get("webrtc"), Mapping) else None
+    codec = webrtc.get("codec") if webrtc is not None and isinstance(webrtc.get("codec"), Mapping) else {}
+    negotiated = f"{codec.get('name', 'a codec')} as negotiated, decoded to " if webrtc is not None else ""
+    setup = (f"{line.protocol} line, {negotiated}{line.codec} at {line.rate} Hz, phone jitter delay "
              f"{line.jitter_ms} ms{conditions}; agent {url}")
     parts = _median_parts(rows)
     caption = (

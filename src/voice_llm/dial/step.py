@@ -35,7 +35,7 @@ from voice_llm.line import wire
 from voice_llm.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
 from voice_llm.run.meta import SCHEMA_VERSION as RUN_SCHEMA_VERSION, OtherRunError
 from voice_llm.run.session import same_url
-from voice_llm.dial import call as callmod, otlp
+from voice_llm.dial import call as callmod, otlp, webrtc
 from voice_llm.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, CutOff, DialDoc, DialerCost,
                                 FalseBargeIn, Files, Floor, Heard as HeardDoc, Line, Otlp, Playout, Settings, Spread,
                                 Summary, Turn, TurnCaller, Wer)
@@ -131,10 +131,11 @@ class DialOptions:
         if self.protocol == wire.TWILIO and self.rate not in (None, wire.TWILIO_RATE):
             raise ConfigError(f"a Twilio line carries {wire.TWILIO_RATE} Hz mu-law; --rate {self.rate} is for "
                               "--protocol pcm")
-        if self.protocol in wire.BRIDGES and (self.rate, self.codec) != (None, None):
+        if self.protocol in (*wire.BRIDGES, wire.WEBRTC) and (self.rate, self.codec) != (None, None):
             codec, rate = wire.FIXED_FORMATS[self.protocol]
-            raise ConfigError(f"a {self.protocol} line carries {codec} at {rate} Hz; --rate and --codec are for "
-                              "--protocol pcm")
+            carries = (f"Opus (as negotiated), played as {codec} at {rate} Hz" if self.protocol == wire.WEBRTC
+                       else f"{codec} at {rate} Hz")
+            raise ConfigError(f"a {self.protocol} line carries {carries}; --rate and --codec are for --protocol pcm")
         if self.codec is not None and self.codec not in wire.CODECS:
             raise ConfigError(f"--codec must be one of {', '.join(wire.CODECS)}, not {self.codec!r}")
         if self.protocol == wire.TWILIO and self.codec not in (None, wire.MULAW):
@@ -168,8 +169,12 @@ class DialOptions:
                                   "longest wait for anything)")
         if self.url is not None:
             parts = urllib.parse.urlsplit(self.url)
-            if parts.scheme.lower() not in ("ws", "wss"):
-                raise ConfigError(f"the agent's URL must be ws:// or wss://, not {self.url!r}")
+            if self.protocol == wire.WEBRTC:
+                webrtc.check_url(self.url)
+            elif parts.scheme.lower() not in ("ws", "wss"):
+                more = " (an http:// offer URL is for --protocol webrtc)" if parts.scheme.lower() in ("http", "https") \
+                    else ""
+                raise ConfigError(f"the agent's URL must be ws:// or wss://, not {self.url!r}{more}")
             try:
                 port = parts.port
             except ValueError:
@@ -332,11 +337,14 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
         return
     if command != "dial":
         return
-    parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://)")
+    parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://); for "
+                                                   "--protocol webrtc its offer URL, http://HOST:PORT/api/offer")
     parser.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
                         help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate; "
                              "the phone bridges: telnyx and plivo (JSON, 8 kHz mu-law), exotel (JSON, 8 kHz 16-bit "
-                             "PCM), vonage (binary 16 kHz 16-bit PCM, JSON actions): docs/line.md \"The bridges\"")
+                             "PCM), vonage (binary 16 kHz 16-bit PCM, JSON actions): docs/line.md \"The bridges\"; "
+                             "webrtc: an SDP offer POSTed to URL (pipecat's SmallWebRTC), Opus as negotiated "
+                             "(the webrtc extra): docs/line.md \"WebRTC\"")
     parser.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
                         help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
     parser.add_argument("--codec", choices=wire.CODECS, default=None,
@@ -776,10 +784,11 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                   echo_delay_ms=settings.echo_delay_ms if settings.echo_db is not None else None,
                   lost_up_frames=log.lost_up_frames, lost_down_frames=log.lost_down_frames,
                   conditions=LINE_CONDITIONS, cap_s=settings.cap_s, stream_sid=log.stream_sid,
-                  call_sid=log.call_sid),
+                  call_sid=log.call_sid,
+                  extra=dict(log.line_extra)),  # what the transport adds (WebRTC: line.webrtc)
         clock=CLOCK,
         t0_epoch_ns=log.t0_epoch_ns,
-        floor=Floor(rule=FLOOR_RULE, caller=max(ln.floor for ln in caller.lines), heard=heard.floor),
+        floor=Floor(rule=FLOOR_RULE, caller=max((ln.floor for ln in caller.lines), default=None), heard=heard.floor),
         caller=caller.as_dict(),
         settings=Settings(turns=len(caller.lines), barge_in_turns=tuple(settings.barge_in_turns),
                           barge_in_after_ms=settings.barge_in_after_ms, think_ms=settings.think_ms,
@@ -818,6 +827,8 @@ def prepare(step_options: Any) -> None:
     options = step_options.plugin(NAME, None)
     if options is None or options.url is None:
         raise ConfigError("dial needs the agent's URL: voice-llm dial ws://HOST:PORT/PATH")
+    if options.protocol == wire.WEBRTC:
+        webrtc.require()  # without the extra: one line, before OUT is opened or anything is synthesized
 
 
 def run(ctx: LabContext) -> list[Path]:

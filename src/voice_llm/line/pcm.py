@@ -25,3 +25,4 @@ class PcmFraming(Framing):
         if isinstance(message, str):
             raise wire.LineError(f"a text frame on a PCM line (binary 16-bit frames expected): {_short(message)}")
         return Received(MEDIA, message)
+

@@ -209,6 +209,18 @@ class Playout:
     def idle(self) -> bool:
         return self._state == IDLE
 
+    def holds_sound(self, floor: int) -> bool:
+        """Whether any buffered sample is above ``floor``: a buffer of silence is no reply still to be heard (a
+        WebRTC agent, pipecat's SmallWebRTC, sends silence when it has nothing to say, so its buffer never runs
+        dry). Scans the buffer: called only once the heard channel has been quiet a reply's end."""
+        first = True
+        for chunk in self._chunks:
+            part = chunk[self._head:] if first else chunk
+            first = False
+            if part.size and int(np.abs(part.astype(np.int32)).max()) > floor:
+                return True
+        return False
+
     @property
     def buffered_samples(self) -> int:
         return self._buffered

@@ -3,10 +3,10 @@ them all, so their registrations are made, and makes a call's framing."""
 
 from __future__ import annotations
 
-from voice_llm.line import exotel, pcm, plivo, telnyx, twilio, vonage, wire
+from voice_llm.line import exotel, pcm, plivo, telnyx, twilio, vonage, webrtc, wire
 from voice_llm.line.framing import FRAMINGS, CallIds, Framing
 
-MODULES = (twilio, pcm, telnyx, plivo, exotel, vonage)  # imported for their register(): one per wire.PROTOCOLS
+MODULES = (twilio, pcm, telnyx, plivo, exotel, vonage, webrtc)  # imported for their register(): one per wire.PROTOCOLS
 
 
 def framing_for(line: wire.LineFormat, ids: CallIds | None = None) -> Framing:

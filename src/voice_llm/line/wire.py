@@ -33,7 +33,14 @@ PLIVO = "plivo"
 EXOTEL = "exotel"
 VONAGE = "vonage"
 BRIDGES = (TELNYX, PLIVO, EXOTEL, VONAGE)
-PROTOCOLS = (TWILIO, PCM, *BRIDGES)  # what the dialer speaks
+# issue 40 item 2: WebRTC (an SDP offer POSTed to the agent's HTTP URL, pipecat SmallWebRTC's /api/offer; audio as
+# RTP, Opus as negotiated). Not a WebSocket: voice_llm.dial.webrtc is its transport; what the caller's ear plays is
+# the decoded audio, 16-bit PCM at 48 kHz (Opus's own rate, RFC 7587 section 4.1: the RTP clock is 48000 whatever
+# the encoder's rate), so the line's codec and rate are those of the frames decoded from what arrives.
+WEBRTC = "webrtc"
+WEBRTC_RATE = 48000
+WEBSOCKET_PROTOCOLS = (TWILIO, PCM, *BRIDGES)  # the lines carried over a WebSocket (voice_llm.dial.transport)
+PROTOCOLS = (*WEBSOCKET_PROTOCOLS, WEBRTC)  # what the dialer speaks
 AGENT_PROTOCOLS = (TWILIO, PCM)  # what voice-llm's own agent serves (pipecat's: voice_llm.agent.pipecat_agent)
 MULAW = "mulaw"
 PCM16 = "pcm16"
@@ -53,7 +60,8 @@ MAX_MESSAGE_BYTES = 1 << 20  # a text or binary frame larger than this is not a 
 # Exotel https://support.exotel.com/support/solutions/articles/3000108630 (raw/slin: 16-bit PCM, 8 kHz, base64);
 # Vonage https://developer.vonage.com/en/voice/voice-api/concepts/websockets (audio/l16;rate=16000, binary frames).
 FIXED_FORMATS: dict[str, tuple[str, int]] = {TWILIO: (MULAW, 8000), TELNYX: (MULAW, 8000), PLIVO: (MULAW, 8000),
-                                             EXOTEL: (PCM16, 8000), VONAGE: (PCM16, 16000)}
+                                             EXOTEL: (PCM16, 8000), VONAGE: (PCM16, 16000),
+                                             WEBRTC: (PCM16, WEBRTC_RATE)}
 
 
 class LineError(VoiceLLMError):
@@ -82,7 +90,7 @@ class LineFormat:
             raise ValueError(f"Twilio Media Streams carry mu-law only, not {self.codec} (--codec is for --protocol pcm)")
         if self.protocol == TWILIO and self.rate != TWILIO_RATE:
             raise ValueError(f"Twilio Media Streams carry mu-law at {TWILIO_RATE} Hz, not {self.rate}")
-        if self.protocol in BRIDGES and (self.codec, self.rate) != FIXED_FORMATS[self.protocol]:
+        if self.protocol in (*BRIDGES, WEBRTC) and (self.codec, self.rate) != FIXED_FORMATS[self.protocol]:
             codec, rate = FIXED_FORMATS[self.protocol]
             raise ValueError(f"a {self.protocol} line carries {codec} at {rate} Hz, not {self.codec} at {self.rate} "
                              "(--codec and --rate are for --protocol pcm)")
