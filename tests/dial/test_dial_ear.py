@@ -199,7 +199,9 @@ def test_a_dialing_load_caller_counts_the_talked_over_turn_apart_and_goes_on(tal
 
     doc = read_json(talked_over / "dial.json")
     doc["turns"].append({**doc["turns"][0], "index": 3})  # a third turn after it, heard as turn 1 was
-    samples = _turn_samples(doc, CallId("w1", "c1", 1, 0.0), PhaseClock(), None)
+    from voice_llm.dial.doc import DialDoc
+
+    samples = _turn_samples(DialDoc.parse(doc), CallId("w1", "c1", 1, 0.0), PhaseClock(), None)
     assert [s["heard_gap_ms"] for s in samples] == [doc["turns"][0]["heard"]["gap_ms"], None,
                                                      doc["turns"][0]["heard"]["gap_ms"]]
     assert samples[1]["error"].startswith("talked over")

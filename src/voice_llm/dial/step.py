@@ -788,7 +788,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                   extra=dict(log.line_extra)),  # what the transport adds (WebRTC: line.webrtc)
         clock=CLOCK,
         t0_epoch_ns=log.t0_epoch_ns,
-        floor=Floor(rule=FLOOR_RULE, caller=max((ln.floor for ln in caller.lines), default=None), heard=heard.floor),
+        floor=Floor(rule=FLOOR_RULE, caller=max(ln.floor for ln in caller.lines), heard=heard.floor),
         caller=caller.as_dict(),
         settings=Settings(turns=len(caller.lines), barge_in_turns=tuple(settings.barge_in_turns),
                           barge_in_after_ms=settings.barge_in_after_ms, think_ms=settings.think_ms,
