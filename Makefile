@@ -52,7 +52,7 @@ lab: install
 test: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,pipecat,webrtc]'
 	sh scripts/ensure-apt.sh chromium:chromium espeak-ng:espeak-ng
-	$(BIN)/python -m voice_llm.server.backends.llama_cpp_python
+	$(BIN)/python -m voice_llm.core.server.backends.llama_cpp_python
 	fast=0; $(BIN)/python -m pytest -m "not slow" -n $(FAST_JOBS) $(PYTEST_ARGS) || fast=$$?; \
 	slow=0; $(BIN)/python -m pytest -m slow $(PYTEST_ARGS) || slow=$$?; \
 	echo "make test: fast tier exit $$fast, slow tier exit $$slow"; test $$fast -eq 0 && test $$slow -eq 0

@@ -6,13 +6,13 @@
 
 Phases (see BENCHMARKS.md for what each number means):
 
-1. Client overhead, real server: the same cached streaming request timed by a raw-socket floor, voice_llm.sse.stream
+1. Client overhead, real server: the same cached streaming request timed by a raw-socket floor, voice_llm.core.sse.stream
    and the peers (openai, httpx, requests, aiohttp), round-robin with the order rotated each round; each client's
    times minus the floor's times in the same round.
 2. Intrinsic delay, replay: a loopback server (benchmarks/replay.py) replays the recorded answer with fixed gaps
    and knows when it sent each chunk, so every client's lateness is measured against the true send time. A
    control run with a close-delimited body shows what a buffering reader looks like.
-3. Cancellation: voice_llm.lab.cancel.run repeated; slot_idle_after_ms vs predicted_per_token_ms of an
+3. Cancellation: voice_llm.core.lab.cancel.run repeated; slot_idle_after_ms vs predicted_per_token_ms of an
    uncancelled identical request.
 4. Lab efficiency: `voice-llm lab` wall time vs the server's prompt_ms + predicted_ms (its run.json).
 
@@ -42,9 +42,9 @@ if str(HERE) not in sys.path:
 
 import clients as clients_mod  # noqa: E402
 from voice_llm import sse  # noqa: E402
-from voice_llm.client.api import ServerClient  # noqa: E402
-from voice_llm.util.children import stop_child  # noqa: E402
-from voice_llm.load.stats import percentile  # noqa: E402
+from voice_llm.core.client.api import ServerClient  # noqa: E402
+from voice_llm.core.util.children import stop_child  # noqa: E402
+from voice_llm.capabilities.load.stats import percentile  # noqa: E402
 
 MESSAGES = list(sse.STEP2_MESSAGES)
 MAX_TOKENS = 64
@@ -308,7 +308,7 @@ def wire_unavailable(url: str) -> str | None:
 
     import wire
 
-    from voice_llm.server.config import is_loopback
+    from voice_llm.core.server.config import is_loopback
 
     host = urllib.parse.urlsplit(url).hostname or ""
     if not is_loopback(host):
@@ -322,10 +322,10 @@ def wire_unavailable(url: str) -> str | None:
 
 
 def cancel_phase(url: str, runs: int, server_log: Path | None, work: Path, log: Any) -> dict[str, Any]:
-    from voice_llm.scenario import prompts
-    from voice_llm.scenario.kb import default_kb_dir
-    from voice_llm.lab import cancel
-    from voice_llm.run.context import LabContext
+    from voice_llm.core.scenario import prompts
+    from voice_llm.core.scenario.kb import default_kb_dir
+    from voice_llm.core.lab import cancel
+    from voice_llm.core.run.context import LabContext
 
     client = ServerClient(url)
     messages = prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.CANCEL_REQUEST)
@@ -396,8 +396,8 @@ def lab_phase(url: str, work: Path, log: Any) -> dict[str, Any]:
 
 def start_managed_server(state: Path, threads: int | None, log: Any) -> tuple[str, int, Path]:
     os.environ["VOICE_LLM_STATE"] = str(state)
-    from voice_llm.server import lifecycle as server, provision
-    from voice_llm.server.config import ServerSettings
+    from voice_llm.core.server import lifecycle as server, provision
+    from voice_llm.core.server.config import ServerSettings
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
                 phase_load["after lab"] = load_avg()
         finally:
             if port is not None:
-                from voice_llm.server import lifecycle as server
+                from voice_llm.core.server import lifecycle as server
 
                 log(server.down(port))
     result["meta"] = {

@@ -3,7 +3,7 @@
 Every client sends the identical request and records, for each content chunk (a ``data:`` event whose
 ``choices[0].delta.content`` is non-empty), the ``time.perf_counter()`` at which its API handed that chunk to the
 caller. Its clock starts just before it sends the request, on a connection that is already open — as
-``voice_llm.sse`` does (it connects first, then starts the clock) — so connect time is counted by no one:
+``voice_llm.core.sse`` does (it connects first, then starts the clock) — so connect time is counted by no one:
 
 * raw floor and voice_llm open a fresh TCP connection before the clock starts;
 * the pooled peers (openai, httpx, requests, aiohttp) first send ``GET /health`` on their pool, so the timed
@@ -21,7 +21,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from voice_llm import sse
+from voice_llm.core import sse
 
 HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 CHAT_PATH = sse.CHAT_PATH
@@ -238,7 +238,7 @@ class RawClient(Client):
 
 class VoiceLLMClient(Client):
     name = "voice_llm"
-    label = "voice_llm.sse.stream (its t_ms)"
+    label = "voice_llm.core.sse.stream (its t_ms)"
     on_chunk_name = "voice_llm_on_chunk"
     on_chunk_label = "voice_llm on_chunk callback"
     note = ("t_ms is what voice_llm reports; on_chunk is when the callback ran (after JSON parse). "

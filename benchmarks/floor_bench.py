@@ -9,7 +9,7 @@ Stages (each alone, the CPU otherwise as the machine has it; the load average is
 1. **VAD**: Silero's compute per 32 ms frame over every caller line (lead silence, the line, 1 s of silence), and
    where the endpointer fires on those probabilities: endpoint - true end of speech, on the audio clock (frames,
    not wall time: the same on any machine).
-2. **STT**: Moonshine tiny (the agent's default, speech/moonshine.py) per onnxruntime thread count, and
+2. **STT**: Moonshine tiny (the agent's default, engines/speech_in/moonshine.py) per onnxruntime thread count, and
    faster-whisper tiny.en (int8, greedy) on each clinic caller line, per CTranslate2 ``cpu_threads`` and per
    encoder window (speech.stt's chunk_s: 30 s is Whisper's own and faster-whisper's only one, since it pads every
    segment to 3000 frames; a shorter window is CTranslate2 on fewer frames): time, process CPU, and the word errors
@@ -53,18 +53,18 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.client.api import ServerClient
-from voice_llm.scenario.dialogue import load_dialogue, system_prompt
-from voice_llm.scenario.kb import default_kb_dir, load_kb
-from voice_llm.speech import caller as callermod
-from voice_llm.speech import vad as vadmod
-from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
-from voice_llm.speech_out.piper_threads import load_piper_voice
-from voice_llm.audio.resampling import to_rate
-from voice_llm.line import wire
-from voice_llm.speech import stt as sttmod
-from voice_llm.speech.wer import total, wer
-from voice_llm.speech_out.segmenting import make_segmenter
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.scenario.dialogue import load_dialogue, system_prompt
+from voice_llm.core.scenario.kb import default_kb_dir, load_kb
+from voice_llm.engines.speech_in import caller_audio as callermod
+from voice_llm.engines.speech_in import vad as vadmod
+from voice_llm.engines.speech_in.caller_audio import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.engines.speech_out.piper_threads import load_piper_voice
+from voice_llm.engines.audio.resampling import to_rate
+from voice_llm.engines.line import wire
+from voice_llm.engines.speech_in import stt as sttmod
+from voice_llm.engines.speech_in.wer import total, wer
+from voice_llm.engines.speech_out.segmenting import make_segmenter
 
 MAX_TOKENS = 24  # the agent's reply length (docs/line.md)
 DOCS = 4  # the clinic system prompt's documents, as converse and the agent use

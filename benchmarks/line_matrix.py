@@ -50,7 +50,7 @@ AGENTS = ("builtin", "pipecat")
 TURN_MODES = ("silence", "smart")
 READY_S = 300.0  # an agent's start: Whisper, Piper (and pipecat's imports) loaded, the prompt primed
 DIAL_TIMEOUT_S = 900.0
-PAUSE_LAST_WORD = "anything"  # "... next Tuesday afternoon, if you have anything." (voice_llm.dial.caller.PAUSE_LINES)
+PAUSE_LAST_WORD = "anything"  # "... next Tuesday afternoon, if you have anything." (voice_llm.capabilities.dial.caller_lines.PAUSE_LINES)
 
 
 def free_port() -> int:

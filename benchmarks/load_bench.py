@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/load_bench.py capacity [--slots 1,4] [--callers 1,2,4,8] [--step-s 60] [--warmup-s 15]
 
 overhead  Concurrency 1, the same cached streaming request, round-robin: the raw-socket floor (benchmarks/clients.py)
-          and voice_llm.sse (the reader the Locust caller uses), both inside a process that imported locust first
+          and voice_llm.core.sse (the reader the Locust caller uses), both inside a process that imported locust first
           (so gevent has patched socket and http.client, as in a worker), and once more in a plain process.
           Prints each one's first-token time minus the floor's in the same round. Then the whole Locust path at
           1 caller (`voice-llm load --dialogue lab-ttft --callers 1`) beside `voice-llm ttft` on the same server.
@@ -160,7 +160,7 @@ def _ms(v: float | None) -> str:
 
 
 def print_capacity(result: dict[str, Any]) -> None:
-    from voice_llm.load.stats import slots_label
+    from voice_llm.capabilities.load.stats import slots_label
 
     doc = result["load"]
     sweeps = doc["sweeps"]

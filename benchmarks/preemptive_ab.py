@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import read_json, write_json
-from voice_llm.util.stats import median, percentile
+from voice_llm.core.util.artifacts import read_json, write_json
+from voice_llm.core.util.stats import median, percentile
 
 ARMS = ("plain", "preemptive")  # the default pair; --a-args/--b-args name theirs a and b
 

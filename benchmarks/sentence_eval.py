@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from voice_llm.sentences import SentenceSplitter, first_sentence_end
+from voice_llm.core.sentences import SentenceSplitter, first_sentence_end
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CASES = HERE / "sentence_cases.jsonl"

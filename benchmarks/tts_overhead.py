@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voice_llm.util.artifacts import SENTENCE, read_json
-from voice_llm.server.config import default_out_dir
-from voice_llm.sse import Chunk, StreamResult
-from voice_llm.speech_out.engines import load_engine
-from voice_llm.tts.artifact import AUDIO
-from voice_llm.speech_out.live import speak_live
+from voice_llm.core.util.artifacts import SENTENCE, read_json
+from voice_llm.core.server.config import default_out_dir
+from voice_llm.core.sse import Chunk, StreamResult
+from voice_llm.engines.speech_out.engines import load_engine
+from voice_llm.capabilities.speak.artifact import AUDIO
+from voice_llm.engines.speech_out.live import speak_live
 
 
 def spread(values: Sequence[float]) -> str:

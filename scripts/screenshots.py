@@ -45,19 +45,19 @@ REMEDY = "run `make screenshots`"
 PROGRESS_PNG, SUMMARY_PNG, REPORT_PNG = "terminal-progress.png", "terminal-summary.png", "report.png"
 
 # What draws each screenshot: "path" (the whole file) or "path:function" (one top-level function of it).
-_TERMINAL = ("src/voice_llm/util/progress.py",)
+_TERMINAL = ("src/voice_llm/core/util/progress.py",)
 SOURCES: dict[str, tuple[str, ...]] = {
-    PROGRESS_PNG: _TERMINAL + ("src/voice_llm/dial/step.py:LiveLines",),  # the call's turns above the live bar
+    PROGRESS_PNG: _TERMINAL + ("src/voice_llm/capabilities/dial/step.py:LiveLines",),  # the call's turns above the live bar
     SUMMARY_PNG: _TERMINAL + (
         "src/voice_llm/cli/main.py:cmd_lab", "src/voice_llm/cli/main.py:_print_findings",
         "src/voice_llm/cli/main.py:_caller_sentence", "src/voice_llm/cli/main.py:_print_checks",
         "src/voice_llm/cli/main.py:_print_noise",
-        "src/voice_llm/lab/report.py",  # the summary table's rows and their meanings
-        "src/voice_llm/analysis/keynumbers.py",  # the caller's sentence above the table, the key numbers' labels
-        "src/voice_llm/checks/core.py:counts",  # the result line
+        "src/voice_llm/core/lab/report.py",  # the summary table's rows and their meanings
+        "src/voice_llm/core/analysis/keynumbers.py",  # the caller's sentence above the table, the key numbers' labels
+        "src/voice_llm/core/checks/core.py:counts",  # the result line
     ),
-    REPORT_PNG: ("src/voice_llm/report/page.py", "src/voice_llm/report/charts.py", "src/voice_llm/report/style.py",
-                 "src/voice_llm/report/capability_table.py", "src/voice_llm/report/spread.py"),
+    REPORT_PNG: ("src/voice_llm/core/report/page.py", "src/voice_llm/core/report/charts.py", "src/voice_llm/core/report/style.py",
+                 "src/voice_llm/core/report/capability_table.py", "src/voice_llm/core/report/spread.py"),
 }
 
 
@@ -74,7 +74,7 @@ def _source_text(root: Path, entry: str) -> str:
 
 def plan() -> list[str]:
     """The lab's steps, in its order, from the step registry of the code at ``ROOT``."""
-    from voice_llm.lab.steps import lab_steps
+    from voice_llm.core.lab.steps import lab_steps
 
     return list(lab_steps())
 

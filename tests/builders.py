@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.settings import LoadSettings
-from voice_llm.load.plan import CallerConfig, SweepPlan
-from voice_llm.load.samples import write_samples
-from voice_llm.scenario.kb import default_kb_dir
+from voice_llm.capabilities.load.document import load_document, sweep_document
+from voice_llm.capabilities.load.settings import LoadSettings
+from voice_llm.capabilities.load.plan import CallerConfig, SweepPlan
+from voice_llm.capabilities.load.samples import write_samples
+from voice_llm.core.scenario.kb import default_kb_dir
 
 SLO = 1000.0
 

@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from voice_llm.tts.artifact import summary
-from voice_llm.speech_out.timeline import AudioPiece, playback
+from voice_llm.capabilities.speak.artifact import summary
+from voice_llm.engines.speech_out.timeline import AudioPiece, playback
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE_RUN = FIXTURES / "sample_run"  # a real lab run's files (its raw/ folder not kept)
 SAMPLE_AUDIO = FIXTURES / "sample_audio" / "audio.json"  # a real speak step's audio.json (no raw/, no WAVs)
-SSE_MODULE = Path(__file__).parents[1] / "src" / "voice_llm" / "sse.py"
+SSE_MODULE = Path(__file__).parents[1] / "src" / "voice_llm" / "core" / "sse.py"
 
 
 def sha256(path: Path) -> str:
@@ -82,7 +82,7 @@ def whole_heard_first(doc: dict[str, Any]) -> float:
 
 def planned_by_step(out: Path) -> None:
     """run.json as the current lab writes it: which step leaves which file (the saved sample predates it)."""
-    from voice_llm.lab.steps import CORE_STEPS
+    from voice_llm.core.lab.steps import CORE_STEPS
 
     run = read(out, "run.json")
     run["artifacts_by_step"] = {step.name: list(step.artifacts) for step in CORE_STEPS}
@@ -94,7 +94,7 @@ def dial_alone(out: Path) -> Path:
     from sample_out: `voice-llm converse --out TMP` on a real llama-server with SmolLM2-135M, dial against
     voice-llm's agent on loopback; its files copied, its run_id dropped as sample_out's files have none), and a
     run.json that plans converse, the one step that ran (a step alone plans itself: issue 41 item 25)."""
-    from voice_llm.lab.steps import steps
+    from voice_llm.core.lab.steps import steps
 
     sample_out = FIXTURES / "sample_out"
     out.mkdir()

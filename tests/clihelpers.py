@@ -118,7 +118,7 @@ def _forget_what_a_new_process_would_not_know() -> None:
     """The TTS engine the speak step loads once per process, found on an earlier command's PATH: a command run here
     with espeak-ng off its PATH must find it missing, as a new process would (CI ran such a test after one that had
     loaded espeak-ng, and it went on to ask the server)."""
-    from voice_llm.tts import step as tts_step
+    from voice_llm.capabilities.speak import step as tts_step
 
     tts_step.forget_loaded_engines()
 

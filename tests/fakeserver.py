@@ -270,8 +270,8 @@ PROPS_NOT_FOUND = Reply.json(404, {"error": {"code": 404, "message": "File Not F
 
 
 def _is_capability_probe(record: Recorded) -> bool:
-    """A request of voice_llm.client.capabilities.probe: its GETs carry a header, its one stream a fixed tiny prompt."""
-    from voice_llm.client.capabilities import PROBE_HEADER, PROBE_MAX_TOKENS, PROBE_MESSAGES
+    """A request of voice_llm.core.client.capabilities.probe: its GETs carry a header, its one stream a fixed tiny prompt."""
+    from voice_llm.core.client.capabilities import PROBE_HEADER, PROBE_MAX_TOKENS, PROBE_MESSAGES
 
     if record.headers.get(PROBE_HEADER[0].lower()) == PROBE_HEADER[1]:
         return True

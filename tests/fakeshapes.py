@@ -7,7 +7,7 @@ real servers do, and generate a plausible stream for every chat request:
   the previous prompt (one KV state, like a single-slot server, kept whatever ``cache_prompt`` says: only
   llama-server knows that field), so documents cost time and a repeated prompt is fast;
 * then one token every ``token_s``, up to ``max_tokens``: one sentence, three sentences, or the numbers the
-  cancel step asks for, after the system and user prompts of voice_llm.scenario.prompts;
+  cancel step asks for, after the system and user prompts of voice_llm.core.scenario.prompts;
 * no ``timings``; ``usage`` only when the request asks for it with ``stream_options.include_usage``.
 
 Shapes (what the real servers answered; vLLM 0.6+ and Ollama 0.5+ documentation and sources):
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from voice_llm.scenario import prompts
+from voice_llm.core.scenario import prompts
 
 MAX_WAIT_S = 10.0
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.agent.server import Agent, Engines, LockedSTT, LockedTTS, run_agent
-from voice_llm.agent.settings import AgentSettings
-from voice_llm.line import wire
-from voice_llm.speech.stt import ScriptTranscriber
-from voice_llm.speech_out.engine import AudioChunk
+from voice_llm.capabilities.agent.server import Agent, Engines, LockedSTT, LockedTTS, run_agent
+from voice_llm.capabilities.agent.settings import AgentSettings
+from voice_llm.engines.line import wire
+from voice_llm.engines.speech_in.stt import ScriptTranscriber
+from voice_llm.engines.speech_out.engine import AudioChunk
 
 TONE_RATE = 16000
 MS_PER_CHAR = 20  # the fake TTS: 20 ms of tone per character of its text

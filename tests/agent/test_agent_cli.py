@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from voice_llm.agent import command
-from voice_llm.agent import settings as settings_module
-from voice_llm.agent.settings import AgentSettings
+from voice_llm.capabilities.agent import command
+from voice_llm.capabilities.agent import settings as settings_module
+from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.cli.main import main
 
 
@@ -51,7 +51,7 @@ def test_engine_pipecat_runs_its_serve_with_the_settings(monkeypatch: pytest.Mon
     assert main(["agent", "--engine", "pipecat", "--turn", "smart", "--listen", "127.0.0.1:0", "--protocol", "twilio",
                  "--otlp", "http://127.0.0.1:4318/v1/traces", "--max-calls", "3"]) == 0
     (reference, settings), = seen
-    assert reference == "voice_llm.agent.pipecat_agent:serve"
+    assert reference == "voice_llm.capabilities.agent.pipecat_agent:serve"
     assert (settings.engine, settings.turn, settings.port, settings.max_calls) == ("pipecat", "smart", 0, 3)
     assert settings.otlp == "http://127.0.0.1:4318"  # the base: the exporter adds /v1/traces
 

@@ -12,10 +12,10 @@ import pytest
 
 from agentkit import ToneTTS, TwilioCaller, dial, fake_engines, serving, settings, silence, speech, wait_for
 from fakeserver import FakeServer, Reply, at, llama_events
-from voice_llm.agent.echo import EchoGate, rms
-from voice_llm.agent.settings import AgentSettings
-from voice_llm.errors import ConfigError
-from voice_llm.line import wire
+from voice_llm.capabilities.agent.echo import EchoGate, rms
+from voice_llm.capabilities.agent.settings import AgentSettings
+from voice_llm.core.errors import ConfigError
+from voice_llm.engines.line import wire
 
 RATE = 8000
 FRAME = 160  # 20 ms at 8 kHz

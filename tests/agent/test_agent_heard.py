@@ -1,10 +1,10 @@
-"""What the agent takes as heard (voice_llm.agent.heard): pure, on a clock the test sets."""
+"""What the agent takes as heard (voice_llm.capabilities.agent.heard): pure, on a clock the test sets."""
 
 from __future__ import annotations
 
 import pytest
 
-from voice_llm.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
+from voice_llm.capabilities.agent.heard import SentSegment, heard_prefix, played_s, playing_until, words_heard
 
 
 def test_segments_play_one_after_another_from_their_first_frame() -> None:

@@ -16,9 +16,9 @@ from websockets.exceptions import ConnectionClosed
 from agentkit import (MS_PER_CHAR, Collector, ToneTTS, TwilioCaller, agent_threads, collector, dial, fake_engines, serving,
                       settings, silence, speech, wait_for)
 from fakeserver import FakeServer, Reply, at, free_port, llama_events
-from voice_llm.agent import server
-from voice_llm.agent.server import PCM_LEAD_S, AgentError
-from voice_llm.line import wire
+from voice_llm.capabilities.agent import server
+from voice_llm.capabilities.agent.server import PCM_LEAD_S, AgentError
+from voice_llm.engines.line import wire
 
 REPLY = ["Sure, I can ", "help you with that. ", "Anything ", "else today?"]
 SPOKEN = "".join(REPLY)

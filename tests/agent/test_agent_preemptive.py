@@ -19,8 +19,8 @@ import pytest
 from agentkit import (LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech,
                       wait_for)
 from fakeserver import FakeServer, Reply, at, chunk_payload, event, llama_events
-from voice_llm.agent.server import Engines, LockedSTT, LockedTTS
-from voice_llm.line import wire
+from voice_llm.capabilities.agent.server import Engines, LockedSTT, LockedTTS
+from voice_llm.engines.line import wire
 
 ENDPOINT_MS = 300.0
 HELD = "This reply is held back. "  # the preemptive reply's first clause: made (synthesized) before the endpoint

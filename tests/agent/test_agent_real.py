@@ -18,7 +18,7 @@ import pytest
 
 from agentkit import decode_spans
 from clihelpers import LAB_REPLY_TOKENS
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.util.artifacts import read_json
 
 ORDER = ["vad_speech_end", "endpoint", "stt_start", "stt_end", "request_sent", "first_token", "first_segment_text",
          "first_audio_ready", "first_audio_sent"]

@@ -18,7 +18,7 @@ import pytest
 from agentkit import ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech
 from fakeserver import FakeServer, Reply, at, llama_events
 from transcripts import assert_as_good
-from voice_llm.agent.server import Engines, LockedSTT, LockedTTS
+from voice_llm.capabilities.agent.server import Engines, LockedSTT, LockedTTS
 
 DECODE_S = 0.25  # the fake decode's time: under the 300 ms endpoint, as tiny.en is not but a short line may be
 
@@ -143,10 +143,10 @@ def test_on_real_speech_the_speculative_transcript_is_as_good_as_the_plain_one(c
     decode at the last speech end before the endpoint (what --speculative-stt commits) and the decode at the endpoint
     (the plain path, 300 ms more silence) are as good a transcript of the line (tests/transcripts.py's rule)."""
     pytest.importorskip("faster_whisper")
-    from voice_llm.agent.server import PRE_ROLL_FRAMES
-    from voice_llm.speech import caller as c
-    from voice_llm.speech import stt as sttmod
-    from voice_llm.speech import vad as vadmod
+    from voice_llm.capabilities.agent.server import PRE_ROLL_FRAMES
+    from voice_llm.engines.speech_in import caller_audio as c
+    from voice_llm.engines.speech_in import stt as sttmod
+    from voice_llm.engines.speech_in import vad as vadmod
 
     whisper = sttmod.load_transcriber("faster-whisper", 1)
     scored: list[tuple[str, str, str]] = []

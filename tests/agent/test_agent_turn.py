@@ -1,4 +1,4 @@
-"""`voice-llm agent --turn silence|smart`, the decision (voice_llm.agent.turn.TurnTaker): VAD probabilities in
+"""`voice-llm agent --turn silence|smart`, the decision (voice_llm.capabilities.agent.turn.TurnTaker): VAD probabilities in
 frames, the model's verdict injected as a function of the CHECK (the logic under test is what the agent does with a
 verdict, not the model), delivered a set number of frames after it was asked for, as the agent's model thread
 delivers it while frames keep coming. Everything is counted in 32 ms frames: deterministic, no clock. The agent's
@@ -16,10 +16,10 @@ import pytest
 
 from agentkit import TwilioCaller, collector, dial, fake_engines, serving, settings, silence, speech, wait_for
 from fakeserver import FakeServer, Reply, at, llama_events
-from voice_llm.agent import turn as turnmod
-from voice_llm.agent.turn import CHECK, RULE_COMPLETE, RULE_FALLBACK, RULE_SILENCE, TurnTaker, Verdict
+from voice_llm.capabilities.agent import turn as turnmod
+from voice_llm.capabilities.agent.turn import CHECK, RULE_COMPLETE, RULE_FALLBACK, RULE_SILENCE, TurnTaker, Verdict
 from voice_llm.cli.main import main
-from voice_llm.speech import vad as vadmod
+from voice_llm.engines.speech_in import vad as vadmod
 
 FRAME_MS = vadmod.FRAME_MS
 CHECK_FRAMES = math.ceil(turnmod.SMART_SILENCE_MS / FRAME_MS)  # 7: the CHECK is the 7th silent frame

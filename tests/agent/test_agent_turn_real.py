@@ -1,6 +1,6 @@
 """`voice-llm agent --turn smart` with the REAL smart-turn v3.2 model (pipecat's, from the optional extra).
 
-1. The model as the agent asks it: caller lines synthesized by Piper (voice_llm.dial.caller.synthesize_lines, the
+1. The model as the agent asks it: caller lines synthesized by Piper (voice_llm.capabilities.dial.caller_lines.synthesize_lines, the
    dialer's own caller voice), Silero frame by frame through the agent's TurnTaker, the model run at the CHECK on
    the utterance so far. What it really does (measured first, 16 kHz): a complete line is complete (P 0.98 for "I'd
    like to move my appointment to Friday."); the same line cut before its last word is still judged complete here
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from clihelpers import SHORT_KB
 
-from voice_llm.agent import turn as turnmod
-from voice_llm.agent.turn import CHECK, TurnTaker, Verdict
-from voice_llm.speech import vad as vadmod
-from voice_llm.speech.caller import FRAME_SAMPLES, SAMPLE_RATE
+from voice_llm.capabilities.agent import turn as turnmod
+from voice_llm.capabilities.agent.turn import CHECK, TurnTaker, Verdict
+from voice_llm.engines.speech_in import vad as vadmod
+from voice_llm.engines.speech_in.caller_audio import FRAME_SAMPLES, SAMPLE_RATE
 
 pytest.importorskip("pipecat.audio.turn.smart_turn.local_smart_turn_v3",
                     reason="the pipecat extra is not installed (make test installs it)")
@@ -61,7 +61,7 @@ def judged_at_the_end(model: turnmod.SmartTurnModel, samples: np.ndarray) -> Ver
 
 @pytest.mark.slow
 def test_the_real_model_judges_a_complete_line_complete_and_a_cut_one_lower(model: turnmod.SmartTurnModel) -> None:
-    from voice_llm.dial.caller import synthesize_lines
+    from voice_llm.capabilities.dial.caller_lines import synthesize_lines
 
     utterances, _ = synthesize_lines([COMPLETE, CUT, TRAILING])
     complete, cut, trailing = (judged_at_the_end(model, u.samples) for u in utterances)
@@ -77,11 +77,11 @@ def test_the_real_model_judges_a_complete_line_complete_and_a_cut_one_lower(mode
 @pytest.mark.slow
 @pytest.mark.server
 def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_server, tmp_path: Path) -> None:
-    from voice_llm.client.api import ServerClient
-    from voice_llm.dial import converse, otlp
-    from voice_llm.dial.step import DialOptions, Tracing, dial_step, options_of, prepare_call
-    from voice_llm.run.context import LabContext, StepOptions
-    from voice_llm.util.artifacts import read_json
+    from voice_llm.core.client.api import ServerClient
+    from voice_llm.capabilities.dial import converse, otlp
+    from voice_llm.capabilities.dial.step import DialOptions, Tracing, dial_step, options_of, prepare_call
+    from voice_llm.core.run.context import LabContext, StepOptions
+    from voice_llm.core.util.artifacts import read_json
 
     # two clinic lines: each turn proves the same thing (answered, smart in its record, span and the agent block)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,

@@ -65,7 +65,7 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
         parts = turn["agent_breakdown"]
         assert parts["stt"] is not None and parts["request_to_first_token"] is not None, (parts, doc["unknown"])
     # every span names the call it belongs to, as the built-in agent's do (load --dial attributes them by it)
-    from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
+    from voice_llm.capabilities.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 
     spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
         decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]
@@ -136,7 +136,7 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
     `voice-llm check` finds nothing inconsistent in the files."""
     ready, doc, out, env = _two_turns_with_a_barge_in(shared_server, tmp_path, protocol)
     assert ready["protocol"] == protocol and protocol.capitalize() in ready["engines"]["transport"], ready
-    from voice_llm.line import wire
+    from voice_llm.engines.line import wire
 
     assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
         protocol, *wire.FIXED_FORMATS[protocol])
@@ -171,7 +171,7 @@ def test_dial_calls_pipecat_over_webrtc_with_its_own_smallwebrtc_transport(
     received = webrtc["rtp_received"]
     assert received["packets"] > doc["playout"]["frames"] // 2 and received["jitter_ms"] >= 0, received
     pipecats_own_numbers(doc)
-    from voice_llm.dial.otlp import JSON, PROTOBUF, decode_request, flatten
+    from voice_llm.capabilities.dial.otlp import JSON, PROTOBUF, decode_request, flatten
 
     spans = [span for i, name in enumerate(doc["files"]["otlp"], 1) for span in flatten(
         decode_request((out / name).read_bytes(), JSON if name.endswith(".json") else PROTOBUF), i, 0.0)]

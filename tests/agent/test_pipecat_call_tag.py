@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from voice_llm.agent import pipecat_agent
-from voice_llm.agent.otel import STREAM_SID
+from voice_llm.capabilities.agent import pipecat_agent
+from voice_llm.capabilities.agent.otel import STREAM_SID
 
 
 def _provider() -> tuple[TracerProvider, InMemorySpanExporter]:

@@ -1,4 +1,4 @@
-"""One WAV writer, one WAV reader and one resampler (voice_llm.audio) in place of the three writers (tts/wav.py,
+"""One WAV writer, one WAV reader and one resampler (voice_llm.engines.audio) in place of the three writers (tts/wav.py,
 dial/step.py's caller WAVs, dial/call.py's live recording), the two readers (tts/wav.py, dial/checks.py) and the
 three resamplers (agent/audio.py, speech/caller.py, dial/caller.py) they replaced (issue 42 item 2).
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_llm.audio.resampling import Resampler, to_rate
-from voice_llm.audio.wav import WavWriter, decode_wav, read_wav, silence, wav_bytes
-from voice_llm.dial.call import LiveRecording
-from voice_llm.errors import ArtifactError
-from voice_llm.speech import caller as speech_caller
+from voice_llm.engines.audio.resampling import Resampler, to_rate
+from voice_llm.engines.audio.wav import WavWriter, decode_wav, read_wav, silence, wav_bytes
+from voice_llm.capabilities.dial.call import LiveRecording
+from voice_llm.core.errors import ArtifactError
+from voice_llm.engines.speech_in import caller_audio as speech_caller
 
 # sha256 of each old function's output on the signals below (the replaced code, run before the change)
 BEFORE = {

@@ -12,7 +12,7 @@ import pytest
 
 from checkfolders import clean_run
 
-from voice_llm.checks.core import run_checks
+from voice_llm.core.checks.core import run_checks
 
 
 def edit(name: str, change: Callable[[object], None]) -> Callable[[Path], None]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.checks import core as check
+from voice_llm.core.checks import core as check
 
 SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 

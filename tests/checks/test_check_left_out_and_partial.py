@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from checkfolders import FIXTURES, SAMPLE_AUDIO, clean_run, dial_alone, planned_by_step, read, reseal, write
 
-from voice_llm import registry
-from voice_llm.checks.base import FAIL, NOT_CHECKABLE, PASS
-from voice_llm.checks.core import run_checks
+from voice_llm.core import registry
+from voice_llm.core.checks.base import FAIL, NOT_CHECKABLE, PASS
+from voice_llm.core.checks.core import run_checks
 from voice_llm.cli import main as cli
-from voice_llm.dial import CAPABILITY as DIAL
-from voice_llm.errors import ArtifactError
-from voice_llm.tts import CAPABILITY as TTS
+from voice_llm.capabilities.dial import CAPABILITY as DIAL
+from voice_llm.core.errors import ArtifactError
+from voice_llm.capabilities.speak import CAPABILITY as TTS
 
 SAMPLE_OUT = FIXTURES / "sample_out"
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from checkfolders import clean_run, read, write
 
-from voice_llm.analysis import compare
-from voice_llm.checks.base import FAIL
-from voice_llm.checks.core import run_checks
+from voice_llm.core.analysis import compare
+from voice_llm.core.checks.base import FAIL
+from voice_llm.core.checks.core import run_checks
 from voice_llm.cli import main as cli
-from voice_llm.errors import ArtifactError
-from voice_llm.report.page import render_report
-from voice_llm.run import meta as runmeta
-from voice_llm.run.folder import RunFolder, UnknownSchemaError, schema_of
+from voice_llm.core.errors import ArtifactError
+from voice_llm.core.report.page import render_report
+from voice_llm.core.run import meta as runmeta
+from voice_llm.core.run.folder import RunFolder, UnknownSchemaError, schema_of
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_a_version_that_is_no_version_is_refused(lab: Path, version: object) -> 
 
 
 def test_each_file_is_read_once(lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from voice_llm.run import folder as folder_module
+    from voice_llm.core.run import folder as folder_module
 
     reads: list[str] = []
     real = folder_module.read_artifact_bytes

@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from checkfolders import SAMPLE_AUDIO, clean_run, read, reseal, whole_heard_first, write
 
-from voice_llm.checks import core as check
-from voice_llm.run import meta as runmeta
-from voice_llm.util.artifacts import AUDIO
-from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
-from voice_llm.lab.steps import STEPS
-from voice_llm import registry
-from voice_llm.call import CAPABILITY as CALL_CAPABILITY
-from voice_llm.call import checks as call_checks
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import stats
-from voice_llm.tts import checks as audio_checks
+from voice_llm.core.checks import core as check
+from voice_llm.core.run import meta as runmeta
+from voice_llm.core.util.artifacts import AUDIO
+from voice_llm.core.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckFailed, CheckResult, Finding
+from voice_llm.core.lab.steps import STEPS
+from voice_llm.core import registry
+from voice_llm.capabilities.conversation import CAPABILITY as CALL_CAPABILITY
+from voice_llm.capabilities.conversation import checks as call_checks
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import stats
+from voice_llm.capabilities.speak import checks as audio_checks
 
 
 def by_name(out: Path) -> dict[str, CheckResult]:
@@ -393,7 +393,7 @@ def test_a_call_json_without_turns_fails(tmp_path: Path) -> None:
 
 
 def test_load_and_call_checks_raise_checks_own_exceptions() -> None:
-    from voice_llm.load import checks as load_checks
+    from voice_llm.capabilities.load import checks as load_checks
 
     for module in (call_checks, load_checks):
         assert module.CheckFailed is check.CheckFailed and module.NotCheckable is check.NotCheckable

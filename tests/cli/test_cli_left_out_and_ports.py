@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import registry
+from voice_llm.core import registry
 from voice_llm.cli import main as cli
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import errors
+from voice_llm.core import errors
 from voice_llm.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_no_module_defines_exit_codes_of_its_own() -> None:
     found = [str(path.relative_to(ROOT)) for path in (ROOT / "src" / "voice_llm").rglob("*.py")
              if path.name != "errors.py" and own.search(path.read_text(encoding="utf-8"))]
     assert found == []
-    from voice_llm.load import cli as load_cli
+    from voice_llm.capabilities.load import cli as load_cli
 
     assert load_cli.EXIT_NO_VERDICT is errors.EXIT_NO_VERDICT
     assert cli.EXIT_REPORT_INCOMPLETE is errors.EXIT_REPORT_INCOMPLETE

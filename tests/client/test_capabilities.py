@@ -11,11 +11,11 @@ from pathlib import Path
 
 from fakeserver import FakeServer, Reply, event, llama_events
 
-from voice_llm.client import capabilities
-from voice_llm.client.api import ServerClient
-from voice_llm.client.capabilities import SOURCE_CLIENT, SOURCE_METRICS, SOURCE_SLOTS, SOURCE_TIMINGS, SOURCE_USAGE, probe
-from voice_llm.lab.evidence import Evidence, generated_tokens, prompt_tokens
-from voice_llm.sse import Chunk, StreamResult
+from voice_llm.core.client import capabilities
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.client.capabilities import SOURCE_CLIENT, SOURCE_METRICS, SOURCE_SLOTS, SOURCE_TIMINGS, SOURCE_USAGE, probe
+from voice_llm.core.lab.evidence import Evidence, generated_tokens, prompt_tokens
+from voice_llm.core.sse import Chunk, StreamResult
 
 NOT_FOUND = Reply.json(404, {"detail": "Not Found"})
 MODELS = Reply.json(200, {"object": "list", "data": [{"id": "smol", "object": "model", "owned_by": "me"},
@@ -157,7 +157,7 @@ def test_each_count_names_its_source() -> None:
 
 
 def test_every_lab_request_names_the_model_and_asks_for_usage_where_timings_are_missing(tmp_path: Path, step_context) -> None:
-    from voice_llm.scenario.kb import default_kb_dir
+    from voice_llm.core.scenario.kb import default_kb_dir
 
     with FakeServer(llama_cpp_python_like(), script_probe=True, script_props=True) as fake:
         caps = probe(ServerClient(fake.url))

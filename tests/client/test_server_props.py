@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from voice_llm.client.api import ServerProps
+from voice_llm.core.client.api import ServerProps
 
 LLAMA_SERVER = {
     "default_generation_settings": {"n_ctx": 1024, "temperature": 0.8},

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from voice_llm.client.api import ServerClient
-from voice_llm.lab.cancel import wait_until_idle
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.lab.cancel import wait_until_idle
 
 from fakeserver import serving
 

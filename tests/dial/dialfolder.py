@@ -1,5 +1,5 @@
 """A dial run folder built in code from docs/line.md's contract, its dial.json built as the dialer builds it
-(voice_llm.dial.doc.DialDoc, the one type dial/step.py writes and the checks read): dial.json, dial/events.jsonl,
+(voice_llm.capabilities.dial.doc.DialDoc, the one type dial/step.py writes and the checks read): dial.json, dial/events.jsonl,
 dial/call.wav (stereo, 8 kHz, left = the caller's tones as sent, right = the "assistant" tones as the playout buffer
 let them out) and dial/caller-NN.wav, every number consistent with every other. No speech engine, no socket: a small simulation of
 the phone's ear on the tick grid (one 20 ms frame per tick) places each reply where a playout buffer with a 40 ms
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, DialDoc, DialerCost, Files, Floor,
+from voice_llm.capabilities.dial.doc import (DIAL_SCHEMA_VERSION, Agent, AgentReported, BargeIn, DialDoc, DialerCost, Files, Floor,
                                 Heard, Line, Otlp, Playout, Settings, Spread, Summary, Turn, TurnCaller, Wer)
-from voice_llm.dial.measure import heard_channel
-from voice_llm.speech.caller import audible_span
-from voice_llm.speech.wer import wer
-from voice_llm.util import stats
-from voice_llm.util.artifacts import dumps_json
+from voice_llm.capabilities.dial.measure import heard_channel
+from voice_llm.engines.speech_in.caller_audio import audible_span
+from voice_llm.engines.speech_in.wer import wer
+from voice_llm.core.util import stats
+from voice_llm.core.util.artifacts import dumps_json
 
 RATE = 8000
 FRAME_MS = 20.0
@@ -319,7 +319,7 @@ def doc_of(out: Path) -> DialDoc:
 
 
 def save_doc(out: Path, doc: DialDoc) -> None:
-    """Write ``doc`` as dial.json, as the dialer writes it (voice_llm.util.artifacts.dumps_json)."""
+    """Write ``doc`` as dial.json, as the dialer writes it (voice_llm.core.util.artifacts.dumps_json)."""
     (out / "dial.json").write_text(dumps_json(doc.as_dict()))
 
 

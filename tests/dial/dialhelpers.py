@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from voice_llm.client.api import ServerClient
-from voice_llm.dial.call import CallLog, CallSettings, TurnLog
-from voice_llm.dial.caller import CallerLine
-from voice_llm.dial.measure import caller_sound
-from voice_llm.dial.step import Caller, _Unknown, measure_turns
-from voice_llm.run.context import LabContext, StepOptions
-from voice_llm.line import wire
-from voice_llm.scenario.kb import default_kb_dir
+from voice_llm.core.client.api import ServerClient
+from voice_llm.capabilities.dial.call import CallLog, CallSettings, TurnLog
+from voice_llm.capabilities.dial.caller_lines import CallerLine
+from voice_llm.capabilities.dial.measure import caller_sound
+from voice_llm.capabilities.dial.step import Caller, _Unknown, measure_turns
+from voice_llm.core.run.context import LabContext, StepOptions
+from voice_llm.engines.line import wire
+from voice_llm.core.scenario.kb import default_kb_dir
 
 
 def tone_line(index: int, ms: float, rate: int, lead_ms: float = 40.0, amplitude: int = 8000) -> CallerLine:

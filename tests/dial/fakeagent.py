@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.line import wire
-from voice_llm.util.clocks import epoch_ns_of
+from voice_llm.engines.line import wire
+from voice_llm.core.util.clocks import epoch_ns_of
 
 LOUD = 500  # a caller frame is speech when its peak is above this (the caller's tones are at 8000)
 
@@ -41,7 +41,7 @@ def _b64(payload: bytes) -> str:
 
 
 # The agent's side of each phone bridge, written by hand from the providers' documents (not through
-# voice_llm.line's framings, which this agent holds to known truth): its media, mark and clear messages, where the
+# voice_llm.engines.line's framings, which this agent holds to known truth): its media, mark and clear messages, where the
 # caller's start names the stream, and how the caller's side echoes a mark (issue 40 item 5).
 # Telnyx: https://developers.telnyx.com/docs/voice/programmable-voice/media-streaming
 # Plivo: https://www.plivo.com/docs/voice/xml/the-stream-element
@@ -125,7 +125,7 @@ class FakeAgent:
         pcm = self.protocol == wire.PCM
         self.line = wire.line_for(self.protocol, self.rate if pcm else None, self.codec if pcm else None)
         self.rate = self.line.rate
-        self.side = BRIDGE_SIDES.get(self.protocol)  # None: Twilio (voice_llm.line.wire's messages) or PCM
+        self.side = BRIDGE_SIDES.get(self.protocol)  # None: Twilio (voice_llm.engines.line.wire's messages) or PCM
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server = None
@@ -344,7 +344,7 @@ def stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, stoppin
 
 
 def _epoch_ns(perf: float) -> int:
-    return epoch_ns_of(perf)  # the dialer's own pairing of the two clocks (voice_llm.util.clocks)
+    return epoch_ns_of(perf)  # the dialer's own pairing of the two clocks (voice_llm.core.util.clocks)
 
 
 def span_body(turn: int, start: float, end: float, reported: float | str | None = None) -> bytes:

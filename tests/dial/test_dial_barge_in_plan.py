@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voice_llm.dial import step
-from voice_llm.dial.call import DEFAULT_BARGE_IN_TURNS
-from voice_llm.dial.step import DialOptions, caller_lines
-from voice_llm.speech.caller import SAMPLE_RATE, Utterance
+from voice_llm.capabilities.dial import step
+from voice_llm.capabilities.dial.call import DEFAULT_BARGE_IN_TURNS
+from voice_llm.capabilities.dial.step import DialOptions, caller_lines
+from voice_llm.engines.speech_in.caller_audio import SAMPLE_RATE, Utterance
 
 
 def _tones(scripts, *args, **kwargs):

@@ -1,6 +1,6 @@
 """The phone bridges (issue 40 items 1 and 5): `voice-llm dial --protocol telnyx|plivo|exotel|vonage` against a test
 agent of known delays that speaks each bridge's agent side as its provider documents it (tests/dial/fakeagent.py
-BRIDGE_SIDES, written by hand, not through voice_llm.line's framings). What was heard at the caller's ear equals
+BRIDGE_SIDES, written by hand, not through voice_llm.engines.line's framings). What was heard at the caller's ear equals
 what the agent did, within one frame, on every bridge, as on Twilio and PCM: heard gap = the agent's real delay +
 the jitter delay (never less), a barge-in heard silent within a frame of the agent's clear, each mark (checkpoint,
 notify) echoed after its audio played, the caller's messages numbered as the bridge numbers them, and every check
@@ -20,12 +20,12 @@ from fakeagent import FakeAgent, Reply
 from test_dial_call import EPS_MS, FRAME_MS, JITTER_MS, fast_options, slack
 from test_dial_faults import failing_call, quick
 
-from voice_llm.checks import core
-from voice_llm.checks.base import FAIL
-from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial.step import dial_step
-from voice_llm.line import wire
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.checks import core
+from voice_llm.core.checks.base import FAIL
+from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.capabilities.dial.step import dial_step
+from voice_llm.engines.line import wire
+from voice_llm.core.util.artifacts import read_json
 
 REPLIES = [Reply(150, 400, "m1"), Reply(200, 1200, "m2"), Reply(120, 300, "m3")]
 DIAL_CHECKS = {c.name for c in DIAL_CAPABILITY.checks if c.step == "dial"}
@@ -109,7 +109,7 @@ def test_garbage_on_a_bridge_is_one_line_and_the_call_is_kept(tmp_path, protocol
 
 
 def test_a_bridge_takes_no_rate_or_codec_of_its_own():
-    from voice_llm.errors import ConfigError
+    from voice_llm.core.errors import ConfigError
 
     for protocol in wire.BRIDGES:
         with pytest.raises(ConfigError, match="--rate and --codec are for --protocol pcm"):
@@ -119,12 +119,12 @@ def test_a_bridge_takes_no_rate_or_codec_of_its_own():
 
 
 def test_every_protocol_has_one_framing_module_on_the_one_interface():
-    from voice_llm.line import protocols
-    from voice_llm.line.framing import FRAMINGS, Framing
+    from voice_llm.engines.line import protocols
+    from voice_llm.engines.line.framing import FRAMINGS, Framing
 
     assert set(FRAMINGS) == set(wire.PROTOCOLS)
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in protocols.MODULES) == sorted(wire.PROTOCOLS)
     for protocol, cls in FRAMINGS.items():
-        assert issubclass(cls, Framing) and cls.__module__ == f"voice_llm.line.{protocol}"
+        assert issubclass(cls, Framing) and cls.__module__ == f"voice_llm.engines.line.{protocol}"
     # a line without marks or clear says so (docs/line.md "The bridges", "WebRTC"): raw PCM and WebRTC
     assert [p for p in wire.PROTOCOLS if not all(protocols.capabilities(p).values())] == [wire.PCM, wire.WEBRTC]

@@ -16,8 +16,8 @@ import pytest
 from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.util.artifacts import read_json
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.core.util.artifacts import read_json
 
 FRAME_MS = 20.0
 JITTER_MS = 40.0
@@ -195,7 +195,7 @@ def test_a_pcm_line_at_16k(tmp_path):
 def test_the_agents_own_spans_beside_what_was_heard(tmp_path):
     """--otlp: the agent's invoke_agent span per turn is matched to the turn; heard minus reported is the line
     (the jitter buffer within a frame: the agent reports exactly its delay)."""
-    from voice_llm.dial.step import Tracing
+    from voice_llm.capabilities.dial.step import Tracing
 
     tracing = Tracing("127.0.0.1:0")
     with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint) as agent:
@@ -219,12 +219,12 @@ def test_a_flood_of_otlp_bodies_keeps_a_bounded_number_of_files(tmp_path):
     import http.client
     import json
 
-    from voice_llm.checks import core
-    from voice_llm.checks.base import FAIL
-    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-    from voice_llm.dial.otlp import CALL_LIMITS
-    from voice_llm.dial.step import Tracing
-    from voice_llm.run.folder import RunFolder
+    from voice_llm.core.checks import core
+    from voice_llm.core.checks.base import FAIL
+    from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.capabilities.dial.otlp import CALL_LIMITS
+    from voice_llm.capabilities.dial.step import Tracing
+    from voice_llm.core.run.folder import RunFolder
 
     tracing = Tracing("127.0.0.1:0")
     host, port = tracing.receiver.address
@@ -259,11 +259,11 @@ def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad):
     JSON, and no check relation FAILs for the agent's bad number."""
     import json
 
-    from voice_llm.checks import core
-    from voice_llm.checks.base import FAIL
-    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-    from voice_llm.dial.step import Tracing
-    from voice_llm.run.folder import RunFolder
+    from voice_llm.core.checks import core
+    from voice_llm.core.checks.base import FAIL
+    from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.capabilities.dial.step import Tracing
+    from voice_llm.core.run.folder import RunFolder
 
     tracing = Tracing("127.0.0.1:0")
     with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint, reported={1: bad}) as agent:
@@ -288,10 +288,10 @@ def test_a_mark_name_the_agent_reuses_is_echoed_per_sending(tmp_path):
     out per name), with its own queued time and audio ahead; the check re-derives the same from the files."""
     import json
 
-    from voice_llm.checks import core
-    from voice_llm.checks.base import PASS
-    from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-    from voice_llm.run.folder import RunFolder
+    from voice_llm.core.checks import core
+    from voice_llm.core.checks.base import PASS
+    from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.core.run.folder import RunFolder
 
     with FakeAgent([Reply(150, 400, "dup"), Reply(200, 400, "dup")], mode="mark_halves") as agent:
         dial_step(context(tmp_path), fast_options(barge_in_turns=()), agent.url, caller=tones(2))
@@ -342,9 +342,9 @@ def test_the_think_pause_never_outlasts_the_deadline(tmp_path):
 
 
 def test_the_load_lines_are_short_and_a_call_asks_for_no_more_of_them_than_there_are():
-    from voice_llm.dial.caller import LOAD_LINES
-    from voice_llm.dial.step import CALLER_LINES, caller_lines
-    from voice_llm.errors import ConfigError
+    from voice_llm.capabilities.dial.caller_lines import LOAD_LINES
+    from voice_llm.capabilities.dial.step import CALLER_LINES, caller_lines
+    from voice_llm.core.errors import ConfigError
 
     assert "load" in CALLER_LINES and len(LOAD_LINES) == 6
     assert all(len(line.split()) <= 5 for line in LOAD_LINES)  # about a second of speech each (issue 30 item 4)

@@ -1,6 +1,6 @@
 """The dial checks on a call built from docs/line.md's contract (tests/dial/dialfolder.py: stereo 8 kHz call.wav with
 the caller's tones on the left and the assistant's on the right at known times, events.jsonl, dial.json built
-through voice_llm.dial.doc.DialDoc as the dialer builds it), and on tampered copies: each tamper must FAIL the check
+through voice_llm.capabilities.dial.doc.DialDoc as the dialer builds it), and on tampered copies: each tamper must FAIL the check
 that guards it. A tamper that keeps the file's shape is made on the type (``dataclasses.replace``: type-checked, so a
 renamed field fails here, tests/dial/test_dial_doc.py); one that breaks the shape on the file itself. No time is
 asserted: the numbers are built."""
@@ -18,13 +18,13 @@ from dataclasses import replace
 from dialfolder import (FS, Plan, barge_in, build, doc_of, events, heard, load, read_stereo, renumber, sample, save,
                         save_doc, save_events, stereo_wav, summarized, tone, with_turn)
 
-from voice_llm.checks import core
-from voice_llm.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
-from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial import checks
-from voice_llm.dial.doc import DialDoc, FalseBargeIn
-from voice_llm.run.folder import RunFolder
-from voice_llm.util.artifacts import dumps_json
+from voice_llm.core.checks import core
+from voice_llm.core.checks.base import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
+from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.capabilities.dial import checks
+from voice_llm.capabilities.dial.doc import DialDoc, FalseBargeIn
+from voice_llm.core.run.folder import RunFolder
+from voice_llm.core.util.artifacts import dumps_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")  # listed once, in the capability
 
@@ -457,7 +457,7 @@ def test_a_linked_recording_fails_without_reading_it(call: Path, tmp_path: Path)
 def test_check_runs_the_registered_dial_checks(call: Path) -> None:
     """`voice-llm check` on a folder of a dial call alone (no run.json): every dial check runs, by the names the
     capability registers, and the built call passes them."""
-    from voice_llm import registry
+    from voice_llm.core import registry
 
     capability = next(c for c in registry.capabilities() if c.name == "dial")
     entries = capability.checks

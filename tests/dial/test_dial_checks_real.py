@@ -13,14 +13,14 @@ import pytest
 from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.checks import core
-from voice_llm.checks.base import FAIL, NOT_CHECKABLE, PASS
-from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.core.checks import core
+from voice_llm.core.checks.base import FAIL, NOT_CHECKABLE, PASS
+from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")  # listed once, in the capability
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.line import wire
-from voice_llm.run.folder import RunFolder
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.engines.line import wire
+from voice_llm.core.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_a_tampered_copy_of_the_real_call_fails(real: Path, tmp_path: Path) -> N
 def test_the_agents_spans_beside_the_heard_call_hold(tmp_path: Path) -> None:
     """--otlp: the fake agent's invoke_agent spans give each turn agent_reported; the line's share is recomputed
     and judged (the agent reports exactly its delay: the share is the jitter delay within a frame, no finding)."""
-    from voice_llm.dial.step import Tracing
+    from voice_llm.capabilities.dial.step import Tracing
 
     tracing = Tracing("127.0.0.1:0")
     options = DialOptions(stt="none", lead_ms=200.0, think_ms=100.0, reply_end_ms=300.0, barge_in_turns=(),

@@ -15,14 +15,14 @@ import pytest
 from dialhelpers import context, tone_line, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.checks import core
-from voice_llm.checks.base import FAIL, PASS
-from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial.step import Caller, DialOptions, dial_step
-from voice_llm.errors import ConfigError
-from voice_llm.line import conditions, wire
-from voice_llm.run.folder import RunFolder
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.checks import core
+from voice_llm.core.checks.base import FAIL, PASS
+from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.capabilities.dial.step import Caller, DialOptions, dial_step
+from voice_llm.core.errors import ConfigError
+from voice_llm.engines.line import conditions, wire
+from voice_llm.core.run.folder import RunFolder
+from voice_llm.core.util.artifacts import read_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from dialhelpers import context
 
-from voice_llm.dial import converse
-from voice_llm.dial.call import DialError
-from voice_llm.dial.step import DialOptions, Prepared, options_value
-from voice_llm.run.context import StepOptions
-from voice_llm.util.artifacts import read_json
+from voice_llm.capabilities.dial import converse
+from voice_llm.capabilities.dial.call import DialError
+from voice_llm.capabilities.dial.step import DialOptions, Prepared, options_value
+from voice_llm.core.run.context import StepOptions
+from voice_llm.core.util.artifacts import read_json
 
 SCRIPT = Path(__file__).with_name("fake_agent_process.py")
 
@@ -91,8 +91,8 @@ def test_the_converse_flags_state_the_agents_own_defaults() -> None:
     them to the agent's constants."""
     import argparse
 
-    from voice_llm.agent.settings import DEFAULT_ENDPOINT_MS, DEFAULT_MAX_TOKENS, DEFAULT_STRATEGY
-    from voice_llm.dial.step import add_converse_flags
+    from voice_llm.capabilities.agent.settings import DEFAULT_ENDPOINT_MS, DEFAULT_MAX_TOKENS, DEFAULT_STRATEGY
+    from voice_llm.capabilities.dial.step import add_converse_flags
 
     parser = argparse.ArgumentParser()
     add_converse_flags(parser, "lab")

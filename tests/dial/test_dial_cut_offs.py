@@ -16,18 +16,18 @@ from dialfolder import FS, build, doc_of, read_stereo, sample, save_doc, stereo_
 from dialhelpers import a_log, context, measured, tone_line
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.checks import core
-from voice_llm.checks.base import FAIL, FINDING, PASS, CheckResult
-from voice_llm.dial import CAPABILITY as DIAL_CAPABILITY
-from voice_llm.dial.caller import CallerLine, join_parts, on_line, quiet_run
-from voice_llm.dial.doc import CutOff, DialDoc
-from voice_llm.dial.measure import CUT_OFF_RULE, caller_sound
-from voice_llm.dial.step import Caller, DialOptions, _Unknown, dial_step, options_value
-from voice_llm.errors import ConfigError
-from voice_llm.line import wire
-from voice_llm.run.folder import RunFolder
-from voice_llm.speech.caller import SAMPLE_RATE, Utterance
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.checks import core
+from voice_llm.core.checks.base import FAIL, FINDING, PASS, CheckResult
+from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+from voice_llm.capabilities.dial.caller_lines import CallerLine, join_parts, on_line, quiet_run
+from voice_llm.capabilities.dial.doc import CutOff, DialDoc
+from voice_llm.capabilities.dial.measure import CUT_OFF_RULE, caller_sound
+from voice_llm.capabilities.dial.step import Caller, DialOptions, _Unknown, dial_step, options_value
+from voice_llm.core.errors import ConfigError
+from voice_llm.engines.line import wire
+from voice_llm.core.run.folder import RunFolder
+from voice_llm.engines.speech_in.caller_audio import SAMPLE_RATE, Utterance
+from voice_llm.core.util.artifacts import read_json
 
 DIAL_CHECKS = tuple(c for c in DIAL_CAPABILITY.checks if c.step == "dial")
 RATE = wire.TWILIO_RATE
@@ -119,7 +119,7 @@ def test_a_barged_in_reply_that_never_goes_silent_cannot_show_a_cut_off() -> Non
 
 
 def test_the_summary_counts_known_turns_and_says_which_cannot_show_it() -> None:
-    from voice_llm.dial.step import cut_offs
+    from voice_llm.capabilities.dial.step import cut_offs
 
     unknown = _Unknown()
     assert cut_offs([{"index": 1, "cut_off": True}, {"index": 2, "cut_off": None}], unknown) == 1
@@ -286,8 +286,8 @@ def test_the_pause_lines_are_one_sentence_with_a_planned_pause() -> None:
     """--caller-lines pause with the real Piper voice: line 1 is the whole sentence as one turn, silent for the
     planned pause (on the line: the run under the floor, at least PAUSE_MS, a few ms more where the voice's edges
     fade under the floor) inside its speech span; line 2 has none; no barge-in planned."""
-    from voice_llm.dial.caller import PAUSE_LINES, PAUSE_MS
-    from voice_llm.dial.step import caller_lines
+    from voice_llm.capabilities.dial.caller_lines import PAUSE_LINES, PAUSE_MS
+    from voice_llm.capabilities.dial.step import caller_lines
 
     caller = caller_lines(DialOptions(caller_lines="pause"))
     one, two = caller.lines

@@ -1,4 +1,4 @@
-"""dial.json as one type (voice_llm.dial.doc.DialDoc, issue 42 item 1): the dialer writes it through the type, the
+"""dial.json as one type (voice_llm.capabilities.dial.doc.DialDoc, issue 42 item 1): the dialer writes it through the type, the
 tests' folder builder builds it through the same type, the checks read its fields. Parsed once per folder; a field
 of the wrong type is one line naming it; a newer dial schema is refused; the file round-trips key for key; and a
 field renamed in the type is caught by the type checker in every reader and writer, not by a FAIL row at run time."""
@@ -18,18 +18,18 @@ from dialfolder import build, doc_of, load, save, save_doc
 from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.dial.doc import DIAL_SCHEMA_VERSION, DialDoc, DialPartialDoc, Line
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.errors import ArtifactError
-from voice_llm.run.folder import RunFolder, UnknownSchemaError
-from voice_llm.util.artifacts import DIAL
+from voice_llm.capabilities.dial.doc import DIAL_SCHEMA_VERSION, DialDoc, DialPartialDoc, Line
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.core.errors import ArtifactError
+from voice_llm.core.run.folder import RunFolder, UnknownSchemaError
+from voice_llm.core.util.artifacts import DIAL
 
 ROOT = Path(__file__).resolve().parents[2]
 # The readers and writers of dial.json held to the type: the dialer's writer, the checks, the type itself, and the
 # tests' builder with the checks' tests.
-TYPED = ("src/voice_llm/run/blocks.py", "src/voice_llm/dial/doc.py", "src/voice_llm/dial/checks.py",
-         "src/voice_llm/dial/step.py", "src/voice_llm/dial/report.py", "src/voice_llm/dial/numbers.py",
-         "src/voice_llm/load/doc.py", "src/voice_llm/load/document.py", "src/voice_llm/load/dialing.py",
+TYPED = ("src/voice_llm/core/run/blocks.py", "src/voice_llm/capabilities/dial/doc.py", "src/voice_llm/capabilities/dial/checks.py",
+         "src/voice_llm/capabilities/dial/step.py", "src/voice_llm/capabilities/dial/report.py", "src/voice_llm/capabilities/dial/numbers.py",
+         "src/voice_llm/capabilities/load/doc.py", "src/voice_llm/capabilities/load/document.py", "src/voice_llm/capabilities/load/dialing.py",
          "tests/dial/dialfolder.py", "tests/dial/test_dial_checks.py")
 
 
@@ -170,7 +170,7 @@ def test_a_planted_rename_of_a_field_fails_the_type_check(tmp_path: Path) -> Non
                     ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dialhelpers.py", "fakeagent.py"):
         shutil.copy(ROOT / "tests" / "dial" / name, tmp_path / "tests" / "dial" / name)
-    doc = tmp_path / "src" / "voice_llm" / "dial" / "doc.py"
+    doc = tmp_path / "src" / "voice_llm" / "capabilities" / "dial" / "doc.py"
     planted = doc.read_text().replace("    gap_ms: float | None = typed(number)\n",
                                       "    gap_after_ms: float | None = typed(number)\n")
     assert planted != doc.read_text()
@@ -178,8 +178,8 @@ def test_a_planted_rename_of_a_field_fails_the_type_check(tmp_path: Path) -> Non
     found = mypy(tmp_path)
     assert found.returncode == 1
     errors = [line for line in found.stdout.splitlines() if "gap_ms" in line]
-    assert any(line.startswith("src/voice_llm/dial/checks.py") and "has no attribute \"gap_ms\"" in line
+    assert any(line.startswith("src/voice_llm/capabilities/dial/checks.py") and "has no attribute \"gap_ms\"" in line
                for line in errors), found.stdout
-    assert any(line.startswith("src/voice_llm/dial/step.py") and "Unexpected keyword argument \"gap_ms\"" in line
+    assert any(line.startswith("src/voice_llm/capabilities/dial/step.py") and "Unexpected keyword argument \"gap_ms\"" in line
                for line in errors), found.stdout
     assert any(line.startswith("tests/dial/dialfolder.py") for line in errors), found.stdout

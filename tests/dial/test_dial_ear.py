@@ -12,14 +12,14 @@ import pytest
 from dialhelpers import a_log, context, measured, tone_line, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.analysis.keynumbers import Headline, headline
-from voice_llm.dial import checks
-from voice_llm.dial.caller import on_line
-from voice_llm.dial.measure import heard_channel
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.line import wire
-from voice_llm.speech import caller as speech_caller
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.analysis.keynumbers import Headline, headline
+from voice_llm.capabilities.dial import checks
+from voice_llm.capabilities.dial.caller_lines import on_line
+from voice_llm.capabilities.dial.measure import heard_channel
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.engines.line import wire
+from voice_llm.engines.speech_in import caller_audio as speech_caller
+from voice_llm.core.util.artifacts import read_json
 
 
 def options(**extra: object) -> DialOptions:
@@ -187,19 +187,19 @@ def test_the_caller_channel_takes_the_same_rule():
 
 
 def test_the_dial_report_says_how_many_turns_were_talked_over(talked_over):
-    from voice_llm.dial.doc import DialDoc
-    from voice_llm.dial.report import summary_sentence
+    from voice_llm.capabilities.dial.doc import DialDoc
+    from voice_llm.capabilities.dial.report import summary_sentence
 
     assert "1 turn talked over, left out" in summary_sentence(DialDoc.parse(read_json(talked_over / "dial.json")))
 
 
 def test_a_dialing_load_caller_counts_the_talked_over_turn_apart_and_goes_on(talked_over):
     """load --dial: a talked-over turn is no timed turn (no heard gap) and the call's later turns still count."""
-    from voice_llm.load.dialing import CallId, PhaseClock, _turn_samples
+    from voice_llm.capabilities.load.dialing import CallId, PhaseClock, _turn_samples
 
     doc = read_json(talked_over / "dial.json")
     doc["turns"].append({**doc["turns"][0], "index": 3})  # a third turn after it, heard as turn 1 was
-    from voice_llm.dial.doc import DialDoc
+    from voice_llm.capabilities.dial.doc import DialDoc
 
     samples = _turn_samples(DialDoc.parse(doc), CallId("w1", "c1", 1, 0.0), PhaseClock(), None)
     assert [s["heard_gap_ms"] for s in samples] == [doc["turns"][0]["heard"]["gap_ms"], None,

@@ -16,9 +16,9 @@ from fakeagent import FakeAgent, Reply
 from fakeserver import free_port
 
 from voice_llm.cli.main import main
-from voice_llm.dial.call import DialError
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.util.artifacts import read_json
+from voice_llm.capabilities.dial.call import DialError
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.core.util.artifacts import read_json
 
 REPLY = [Reply(100, 200, "m1")]
 
@@ -85,7 +85,7 @@ def test_a_flood_of_tiny_messages_ends_the_call_as_flooded_and_keeps_it(tmp_path
     """Issue 41 item 12: a mark flood took the dialer 75 -> 768 MB in 30 s (1.1M events), empty-media and 1-byte
     floods 341 and 521 MB. Now each is "the agent flooded the line" within the 1 s window's bound: the reply heard
     before it is kept, and the events kept stay within the bound (what the flood cost the dialer)."""
-    from voice_llm.dial import call as callmod
+    from voice_llm.capabilities.dial import call as callmod
 
     with FakeAgent(REPLY, mode=mode) as agent:
         doc, _ = failing_call(tmp_path, agent.url, quick(), "the agent flooded the line in turn 1",
@@ -111,7 +111,7 @@ def test_a_flood_of_tiny_messages_ends_the_call_as_flooded_and_keeps_it(tmp_path
 def test_a_slow_flood_under_the_window_is_bounded_over_the_call(tmp_path, monkeypatch):
     """A mark every 4 ms (250 a second: under the window's 500) for the rest of the call still ends it once the call's
     allowance (FLOOD_CALL_BASE + FLOOD_CALL_PER_S a second) is spent; both are lowered so a short call spends it."""
-    from voice_llm.dial import call as callmod
+    from voice_llm.capabilities.dial import call as callmod
 
     monkeypatch.setattr(callmod, "FLOOD_CALL_BASE", 30)
     monkeypatch.setattr(callmod, "FLOOD_CALL_PER_S", 10)
@@ -259,8 +259,8 @@ def test_cli_a_failed_call_keeps_the_earlier_dial_json(tmp_path, capsys):
 
 
 def test_the_stt_failing_after_the_call_keeps_the_measurements(tmp_path):
-    from voice_llm.dial.step import Prepared
-    from voice_llm.speech.stt import STTError
+    from voice_llm.capabilities.dial.step import Prepared
+    from voice_llm.engines.speech_in.stt import STTError
 
     class Broken:
         def transcribe(self, samples, script):

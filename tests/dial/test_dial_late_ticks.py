@@ -17,11 +17,11 @@ import pytest
 from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.dial import checks
-from voice_llm.dial.call import _Call
-from voice_llm.dial.measure import late_tick_frames, near_late_tick
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.util.artifacts import read_json
+from voice_llm.capabilities.dial import checks
+from voice_llm.capabilities.dial.call import _Call
+from voice_llm.capabilities.dial.measure import late_tick_frames, near_late_tick
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.core.util.artifacts import read_json
 
 FRAME = 160  # samples, 20 ms at 8 kHz
 HOLD_S = 0.05  # 2.5 frames: the next tick starts more than a frame late
@@ -75,8 +75,8 @@ def test_a_turn_near_a_late_tick_has_no_gap_and_says_why(late: Path) -> None:
     if second["heard"]["late_tick"] is False:  # the second turn (no tick held) keeps its gap
         assert second["heard"]["gap_ms"] > 150 and summary["median"] == second["heard"]["gap_ms"]
     assert "late_tick_rule" in doc["settings"]
-    from voice_llm.dial.doc import DialDoc
-    from voice_llm.dial.report import summary_sentence
+    from voice_llm.capabilities.dial.doc import DialDoc
+    from voice_llm.capabilities.dial.report import summary_sentence
 
     assert "near a late tick" in summary_sentence(DialDoc.parse(doc))
 

@@ -14,9 +14,9 @@ from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
 
 from voice_llm.cli.main import main
-from voice_llm.dial.step import DialOptions, dial_step
-from voice_llm.util.artifacts import read_json
-from voice_llm.util.progress import NullProgress
+from voice_llm.capabilities.dial.step import DialOptions, dial_step
+from voice_llm.core.util.artifacts import read_json
+from voice_llm.core.util.progress import NullProgress
 
 FRAME_MS = 20.0
 REPLIES = [Reply(150, 400, "m1"), Reply(200, 1200, "m2"), Reply(120, 300, "m3")]
@@ -61,7 +61,7 @@ def test_a_failed_call_is_said_at_once(tmp_path: Path) -> None:
     notes = Notes()
     ctx = replace(context(tmp_path), progress=notes)
     options = DialOptions(stt="none", lead_ms=100.0, reply_wait_s=0.5, barge_in_turns=(), deadline_s=10.0)
-    from voice_llm.dial.call import DialError
+    from voice_llm.capabilities.dial.call import DialError
 
     with FakeAgent(REPLIES, mode="silent") as agent, pytest.raises(DialError, match="no reply within 0.5 s"):
         dial_step(ctx, options, agent.url, caller=tones(2))

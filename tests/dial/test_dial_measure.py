@@ -1,10 +1,10 @@
-"""The ear's measurements on a channel (voice_llm.dial.measure), sample-exact."""
+"""The ear's measurements on a channel (voice_llm.capabilities.dial.measure), sample-exact."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from voice_llm.dial.measure import Heard, summary_of
+from voice_llm.capabilities.dial.measure import Heard, summary_of
 
 RATE = 8000
 
@@ -56,7 +56,7 @@ def test_a_sound_lasts_a_frame_and_near_samples_are_one_sound():
 
 
 def test_the_floor_is_taken_over_the_frames_that_carried_received_audio():
-    from voice_llm.dial.measure import carried_spans, heard_channel
+    from voice_llm.capabilities.dial.measure import carried_spans, heard_channel
 
     events = [{"t_ms": 100.2, "event": "playout_start", "frame": 5},
               {"t_ms": 300.2, "event": "playout_idle", "frame": 15},

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from dialfolder import Plan, build, load, save
 
-from voice_llm.analysis import compare, keynumbers, metrics
-from voice_llm.dial import numbers
-from voice_llm.util import stats
+from voice_llm.core.analysis import compare, keynumbers, metrics
+from voice_llm.capabilities.dial import numbers
+from voice_llm.core.util import stats
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 BASE = Plan().reported_ms
@@ -106,7 +106,7 @@ def test_key_numbers_of_an_agent_that_reported_nothing_are_null(tmp_path: Path) 
 
 def test_turns_that_differ_are_not_the_machines_noise(tmp_path: Path) -> None:
     """Gaps of 1 s and 2.5 s in one call are two lines answered differently, not a noisy machine."""
-    from voice_llm.analysis import noise
+    from voice_llm.core.analysis import noise
 
     out = Path(shutil.copytree(FIXTURES / "sample_run", tmp_path / "a"))
     build(out, Plan(reported_ms=(900.0, 2400.0, 1000.0, 1500.0)))

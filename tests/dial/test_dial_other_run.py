@@ -14,7 +14,7 @@ from dialhelpers import write_tone_wavs
 from fakeagent import FakeAgent, Reply
 
 from voice_llm.cli.main import EXIT_FAILURE, build_parser, main
-from voice_llm.server.config import default_out_dir
+from voice_llm.core.server.config import default_out_dir
 
 
 def _dial(url: str, out: Path, wavs: Path) -> int:

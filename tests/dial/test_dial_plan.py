@@ -11,9 +11,9 @@ import pytest
 from dialhelpers import write_tone_wavs
 from fakeagent import FakeAgent, Reply
 
-from voice_llm.checks.core import NOT_RUN_CHECK, run_checks
+from voice_llm.core.checks.core import NOT_RUN_CHECK, run_checks
 from voice_llm.cli.main import main
-from voice_llm.lab import pipeline
+from voice_llm.core.lab import pipeline
 
 
 def test_a_lone_dial_plans_dial_only_and_check_lists_no_unplanned_step(
@@ -33,7 +33,7 @@ def test_a_lone_dial_plans_dial_only_and_check_lists_no_unplanned_step(
 
 
 def test_a_step_alone_plans_its_own_steps() -> None:
-    from voice_llm.lab import LabSettings
+    from voice_llm.core.lab import LabSettings
 
     plan = pipeline._plan_of(LabSettings(out=Path("/nonexistent")), "speak", ["speak"], whole_run=False)
     assert list(plan.steps) == ["speak"]

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from clihelpers import SHORT_KB
 
-from voice_llm.client.api import ServerClient
-from voice_llm.dial import converse
-from voice_llm.dial.step import DialOptions
-from voice_llm.run.context import LabContext, StepOptions
-from voice_llm.util.artifacts import read_json
+from voice_llm.core.client.api import ServerClient
+from voice_llm.capabilities.dial import converse
+from voice_llm.capabilities.dial.step import DialOptions
+from voice_llm.core.run.context import LabContext, StepOptions
+from voice_llm.core.util.artifacts import read_json
 
 FRAME_MS = 20.0
 JITTER_MS = 40.0

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from dialfolder import Plan, build, load, save
 
-from voice_llm.dial import report as dial_report
-from voice_llm.errors import ArtifactError
-from voice_llm.report import page, style
-from voice_llm.run.folder import RunFolder
+from voice_llm.capabilities.dial import report as dial_report
+from voice_llm.core.errors import ArtifactError
+from voice_llm.core.report import page, style
+from voice_llm.core.run.folder import RunFolder
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -1,5 +1,5 @@
 """After the hang-up, dial keeps its OTLP receiver open until the agent's spans report every line it spoke
-(voice_llm.dial.step._settle), not only until the receiver has been quiet for half a second: a starved agent (seen:
+(voice_llm.capabilities.dial.step._settle), not only until the receiver has been quiet for half a second: a starved agent (seen:
 the preemptive agent at nice 10 on a busy machine) exports its turn span later than that, and the turn would lose
 the agent's numbers. The spans here are posted by a thread to a real receiver, late on purpose."""
 
@@ -11,8 +11,8 @@ import time
 import pytest
 from fakeagent import _post, span_body
 
-from voice_llm.dial import otlp
-from voice_llm.dial.step import Tracing, _settle
+from voice_llm.capabilities.dial import otlp
+from voice_llm.capabilities.dial.step import Tracing, _settle
 
 LATE_S = 1.2  # later than the 0.5 s of quiet the old rule waited for, well inside the caps
 

@@ -28,14 +28,14 @@ from fakeserver import free_port  # noqa: E402
 from test_dial_call import EPS_MS, FRAME_MS, JITTER_MS, fast_options, slack  # noqa: E402
 from webrtcagent import RATE, WebRtcAgent  # noqa: E402
 
-from voice_llm.checks.base import NotCheckable  # noqa: E402
+from voice_llm.core.checks.base import NotCheckable  # noqa: E402
 from voice_llm.cli.main import main  # noqa: E402
-from voice_llm.dial import checks  # noqa: E402
-from voice_llm.dial.call import DialError  # noqa: E402
-from voice_llm.dial.step import DialOptions, dial_step  # noqa: E402
-from voice_llm.errors import ConfigError  # noqa: E402
-from voice_llm.util.artifacts import read_json  # noqa: E402
-from voice_llm.util.clocks import epoch_ns_of  # noqa: E402
+from voice_llm.capabilities.dial import checks  # noqa: E402
+from voice_llm.capabilities.dial.call import DialError  # noqa: E402
+from voice_llm.capabilities.dial.step import DialOptions, dial_step  # noqa: E402
+from voice_llm.core.errors import ConfigError  # noqa: E402
+from voice_llm.core.util.artifacts import read_json  # noqa: E402
+from voice_llm.core.util.clocks import epoch_ns_of  # noqa: E402
 
 LINE_MS = 200.0  # 40 ms lead + 200 ms: a line ends on a frame's end, as the Twilio test's lines do
 REPLIES = [Reply(150, 400), Reply(200, 1200), Reply(120, 300)]
@@ -298,7 +298,7 @@ def test_the_url_and_flags_a_webrtc_line_takes():
 
 
 def test_without_the_extra_one_line_says_how_to_install_it(tmp_path, capsys, monkeypatch):
-    from voice_llm.dial import webrtc
+    from voice_llm.capabilities.dial import webrtc
 
     monkeypatch.setattr(webrtc, "available", lambda: False)
     status = main(["dial", "http://127.0.0.1:9/api/offer", "--protocol", "webrtc", "--out", str(tmp_path / "out"),

@@ -1,6 +1,6 @@
 """Issue 40 item 3: why a third-party agent is slow. pipecat's turn span carries only its own latency
 (turn.user_bot_latency_seconds); its stt, llm and tts spans and their metrics.ttfb are mapped to the stages the
-built-in agent reports (voice_llm.dial.otlp.pipecat_breakdown), per dial turn, so dial.json, the report and
+built-in agent reports (voice_llm.capabilities.dial.otlp.pipecat_breakdown), per dial turn, so dial.json, the report and
 load --dial name pipecat's stages too. The spans are a real call's (tests/fixtures/pipecat_call_spans/call.json says
 which); a stage the spans say nothing of is null with its reason."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.dial.otlp import (CALL_LIMITS, PIPECAT_ENDPOINT_UNKNOWN, PIPECAT_SOURCE, PROTOBUF, Span, clock_for,
+from voice_llm.capabilities.dial.otlp import (CALL_LIMITS, PIPECAT_ENDPOINT_UNKNOWN, PIPECAT_SOURCE, PROTOBUF, Span, clock_for,
                                  decode_request, flatten, match)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "pipecat_call_spans"
@@ -80,7 +80,7 @@ def test_spans_out_of_order_give_no_negative_stage() -> None:
 
 def test_dial_json_states_the_null_stages_reasons(tmp_path: Path) -> None:
     """Through dial's own path (step._apply_otlp): the parts in turns[].agent_breakdown, the reasons in unknown."""
-    from voice_llm.dial import step
+    from voice_llm.capabilities.dial import step
 
     class Receiver:
         def spans(self) -> list[Span]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from voice_llm.dial import otlp
+from voice_llm.capabilities.dial import otlp
 
 T0 = 1_700_000_000_000_000_000  # call-clock 0 in epoch ns
 
@@ -200,7 +200,7 @@ def test_an_offset_longer_than_the_call_is_refused() -> None:
 
 def test_dial_json_states_the_offset_and_its_spans() -> None:
     """dial.json's otlp block: the offset applied and how many spans it rests on."""
-    from voice_llm.dial import step
+    from voice_llm.capabilities.dial import step
 
     class Receiver:
         def spans(self) -> list[otlp.Span]:
@@ -246,7 +246,7 @@ def test_parse_listen_refuses(value: str) -> None:
 def test_dial_takes_the_agents_otlp_form() -> None:
     """`agent --otlp http://HOST:PORT` and `dial --otlp` name the same receiver with the same value."""
     from voice_llm.cli.main import build_parser
-    from voice_llm.dial.step import options_value
+    from voice_llm.capabilities.dial.step import options_value
 
     values = vars(build_parser().parse_args(["dial", "ws://127.0.0.1:9/", "--otlp", "http://127.0.0.1:4318"]))
     assert otlp.parse_listen(options_value(values).otlp) == ("127.0.0.1", 4318)

@@ -7,7 +7,7 @@ packet, as a WebRTC sender does; when it has nothing to say it sends silence (pi
 nothing at all (``mode="dtx"``). It logs what it did on its own clock (perf_counter: the dialer's, one process),
 so a test compares what the dialer heard with what the agent really did.
 
-Written from the protocol and aiortc's API, not through voice_llm.dial.webrtc (which this agent holds to known
+Written from the protocol and aiortc's API, not through voice_llm.capabilities.dial.webrtc (which this agent holds to known
 truth). Like the dialer it passes each received packet to the decoder as it arrives (aiortc's own audio jitter
 buffer would hold 3-4 packets first, 60-80 ms the agent would hear the caller late: not the agent's delay).
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.checks import core as check
-from voice_llm.client.api import JSONPoller, ServerClient
-from voice_llm.scenario.kb import default_kb_dir
-from voice_llm.lab import cancel
-from voice_llm.run.context import StepOptions
+from voice_llm.core.checks import core as check
+from voice_llm.core.client.api import JSONPoller, ServerClient
+from voice_llm.core.scenario.kb import default_kb_dir
+from voice_llm.core.lab import cancel
+from voice_llm.core.run.context import StepOptions
 
 from clihelpers import cli
 from conftest import RunningServer

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.errors import MeasurementError
-from voice_llm.scenario.kb import default_kb_dir
-from voice_llm.lab import cancel
-from voice_llm.run.context import StepOptions
+from voice_llm.core.errors import MeasurementError
+from voice_llm.core.scenario.kb import default_kb_dir
+from voice_llm.core.lab import cancel
+from voice_llm.core.run.context import StepOptions
 
 from fakeserver import FakeServer, Reply, at, llama_events
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.util import artifacts
-from voice_llm.util.artifacts import write_bytes_atomic, write_json
-from voice_llm.errors import KnowledgeBaseError
-from voice_llm.scenario.kb import load_kb
+from voice_llm.core.util import artifacts
+from voice_llm.core.util.artifacts import write_bytes_atomic, write_json
+from voice_llm.core.errors import KnowledgeBaseError
+from voice_llm.core.scenario.kb import load_kb
 
 from conftest import RunningServer, free_port
 from clihelpers import WITHOUT_THE_CALL, assert_clean_failure, cli, make_kb
@@ -353,7 +353,7 @@ NESTED = "[" * 50_000 + "]" * 50_000  # json.loads raises RecursionError on this
 
 
 def test_read_json_turns_deep_nesting_into_an_artifact_error(tmp_path: Path) -> None:
-    from voice_llm.errors import ArtifactError
+    from voice_llm.core.errors import ArtifactError
 
     (tmp_path / "props.json").write_text(NESTED)
     with pytest.raises(ArtifactError, match="props.json is not valid JSON: nested too deeply"):

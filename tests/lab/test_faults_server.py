@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import sse
-from voice_llm.scenario import prompts
-from voice_llm.server import lifecycle as server
-from voice_llm.util import procfs
-from voice_llm.client.api import ServerClient
+from voice_llm.core import sse
+from voice_llm.core.scenario import prompts
+from voice_llm.core.server import lifecycle as server
+from voice_llm.core.util import procfs
+from voice_llm.core.client.api import ServerClient
 
 from conftest import RunningServer
 from clihelpers import assert_clean_failure, cli

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.util.artifacts import REQUIRED
-from voice_llm.sse import SSEDecoder
+from voice_llm.core.util.artifacts import REQUIRED
+from voice_llm.core.sse import SSEDecoder
 
 pytestmark = pytest.mark.server
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.scenario import prompts
-from voice_llm.client.api import ServerClient
-from voice_llm.server.config import ServerSettings
-from voice_llm.errors import ContextLimitError
-from voice_llm.scenario.kb import default_kb_dir, load_kb
-from voice_llm.run import preflight
-from voice_llm.run.context import StepOptions
+from voice_llm.core.scenario import prompts
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.server.config import ServerSettings
+from voice_llm.core.errors import ContextLimitError
+from voice_llm.core.scenario.kb import default_kb_dir, load_kb
+from voice_llm.core.run import preflight
+from voice_llm.core.run.context import StepOptions
 
 from builders import big_kb
 from clihelpers import assert_clean_failure, cli
@@ -68,7 +68,7 @@ def test_the_count_is_the_server_s_own(module_server: RunningServer) -> None:
 @pytest.fixture
 def small_ctx_server(state_dir: Path, server_binary: Path, model_path: Path):
     """A server whose context is too small for the 12 bundled documents."""
-    from voice_llm.server import lifecycle as server
+    from voice_llm.core.server import lifecycle as server
 
     settings = ServerSettings(port=free_port(), ctx=1024)
     record, _ = server.up(settings, server_binary, model_path)
@@ -92,7 +92,7 @@ def test_a_step_run_alone_refuses_before_its_first_request(small_ctx_server: Run
 def test_cache_attaches_the_same_twelve_documents_as_prefill(tmp_path: Path) -> None:
     """A KB of 24 documents: the cache step used to attach all of them (on a real server: HTTP 400, context
     overflow after the earlier steps' minutes). What it sends is read off a scripted server."""
-    from voice_llm.lab import LabSettings, run_steps
+    from voice_llm.core.lab import LabSettings, run_steps
 
     kb = big_kb(tmp_path / "kb", copies=2)
     docs = load_kb(kb)

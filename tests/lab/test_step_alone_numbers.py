@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm.call.step import numbers as call_numbers
+from voice_llm.capabilities.conversation.step import numbers as call_numbers
 from voice_llm.cli import main as cli
-from voice_llm.lab.summary import step_numbers
+from voice_llm.core.lab.summary import step_numbers
 
 
 def fast() -> ShapedServer:

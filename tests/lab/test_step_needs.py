@@ -1,5 +1,5 @@
 """Issue 31 item 14: the lab checks what each planned step needs before its first request (the steps' ``prepare``
-hook, voice_llm.lab.steps), as the context preflight does: without faster-whisper it fails at once, naming the
+hook, voice_llm.core.lab.steps), as the context preflight does: without faster-whisper it fails at once, naming the
 step that needs it, instead of running every step before failing at converse. faster-whisper is hidden from the
 import system (a None in sys.modules is "not installed" to importlib); the speak step's own need (its Piper voice,
 a real engine) is stood in for, so this stays a fast test."""
@@ -13,10 +13,10 @@ import pytest
 from fakeshapes import VLLM, ShapedServer
 
 from voice_llm.cli import main as cli
-from voice_llm.errors import TTSError
-from voice_llm.lab import LabSettings, run_lab
-from voice_llm.speech.stt import STTUnavailableError
-from voice_llm.tts import step as speak
+from voice_llm.core.errors import TTSError
+from voice_llm.core.lab import LabSettings, run_lab
+from voice_llm.engines.speech_in.stt import STTUnavailableError
+from voice_llm.capabilities.speak import step as speak
 
 NO_STT = "the STT is not installed: pip install 'faster-whisper==1.2.1' (or use --stt none)"
 
@@ -64,7 +64,7 @@ def test_what_several_steps_lack_is_named_at_once(no_whisper, tmp_path: Path, mo
 
 
 def test_stt_none_needs_no_faster_whisper(no_whisper) -> None:
-    from voice_llm.speech.stt import check_installed
+    from voice_llm.engines.speech_in.stt import check_installed
 
     check_installed("none")  # the script's own line: nothing to install
     with pytest.raises(STTUnavailableError, match="faster-whisper"):

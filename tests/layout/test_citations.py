@@ -108,3 +108,86 @@ def test_a_planted_bad_decision_citation_is_found() -> None:
     assert unresolved('(docs/decisions/0003-the-ear-is-real-time-playout.md "No such part")') == [
         'docs/decisions/0003-the-ear-is-real-time-playout.md "No such part"']
     assert unresolved('(docs/decisions/0042-gone.md "Decision")') == ["docs/decisions/0042-gone.md (no such document)"]
+
+
+# --- citations of the code itself: module paths and dotted names ---------------------------------------------------
+# The docs and comments name modules as `voice_llm.capabilities.dial.step` or `src/voice_llm/core/sse.py`; the tree
+# was moved into its floors once (issue 42 item 5) and every such name was rewritten. A name that stops resolving (a
+# module moved or renamed again, a function renamed) fails here rather than send a newcomer to a file that is not there.
+SRC = ROOT / "src"
+DOTTED_NAME = re.compile(r"(?<![\w.])voice_llm(?:\.[A-Za-z_]\w*)+")
+SOURCE_PATH = re.compile(r"(?<![\w.])(?:src/)?voice_llm/[\w/]+\.py\b")
+# what voice-llm's agent puts on its spans (capabilities/agent/otel.py, docs/agent.md): attribute names on the wire,
+# no module; each is a name or a prefix ending in "."
+SPAN_NAMES = ("voice_llm.agent", "voice_llm.agent.engine", "voice_llm.call", "voice_llm.call.number",
+              "voice_llm.call.stream_sid", "voice_llm.line.protocol", "voice_llm.closed_early",
+              "voice_llm.transcript", "voice_llm.stt.speculative", "voice_llm.latency.",
+              "voice_llm.turn.", "voice_llm.smart_turn.", "voice_llm.preemptive", "voice_llm.breakdown")
+DUNDERS = ("__version__", "__file__", "__main__", "__path__", "__name__")
+
+
+def _top_level_names(path: Path) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _module_file(dotted: str, src: Path = SRC) -> Path | None:
+    base = src.joinpath(*dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def unresolved_code_names(text: str, src: Path = SRC) -> list[str]:
+    """The dotted voice_llm names and source paths in ``text`` that name no module, or no top-level name of the
+    module they start with; span attribute names (SPAN_NAMES) are names on the wire, not modules."""
+    bad = []
+    for found in DOTTED_NAME.finditer(text):
+        name = found.group(0).rstrip(".")
+        if any(name == span.rstrip(".") or name.startswith(span if span.endswith(".") else span + ".")
+               for span in SPAN_NAMES) or name.split(".")[1] in DUNDERS:
+            continue
+        parts = name.split(".")
+        module = next((k for k in range(len(parts), 0, -1) if _module_file(".".join(parts[:k]), src)), 0)
+        if module < 2:
+            bad.append(f"{name} (no such module)")
+            continue
+        if module < len(parts):
+            attribute = parts[module]
+            if attribute not in _top_level_names(_module_file(".".join(parts[:module]), src)) and \
+                    attribute not in DUNDERS:
+                bad.append(f"{name} ({'.'.join(parts[:module])} has no {attribute})")
+    for found in SOURCE_PATH.finditer(text):
+        relative = found.group(0).removeprefix("src/")
+        if not (src / relative).is_file():
+            bad.append(f"{found.group(0)} (no such file)")
+    return bad
+
+
+def test_every_module_named_in_the_code_and_docs_exists() -> None:
+    # benchmarks/results/ is raw output of dated runs, kept as written (it names the tree of its day); the tests plant
+    # names that do not exist on purpose, as here
+    results = ROOT / "benchmarks" / "results"
+    bad = [f"{path.relative_to(ROOT)}: {what}" for path in _files() if results not in path.parents
+           for what in unresolved_code_names(path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_planted_stale_module_name_is_found() -> None:
+    assert unresolved_code_names("see voice_llm.capabilities.dial.step and src/voice_llm/core/sse.py") == []
+    assert unresolved_code_names("(voice_llm.core.sse.run_stream, the span's voice_llm.turn.number)") == []
+    assert unresolved_code_names("see voice_llm.dial.step") == ["voice_llm.dial.step (no such module)"]
+    assert unresolved_code_names("voice_llm.core.sse.no_such_function()") == [
+        "voice_llm.core.sse.no_such_function (voice_llm.core.sse has no no_such_function)"]
+    assert unresolved_code_names("src/voice_llm/speech/vad.py") == ["src/voice_llm/speech/vad.py (no such file)"]

@@ -1,4 +1,4 @@
-"""Every exit status comes from the one table (voice_llm.errors.EXIT_TABLE; issue 42 item 4: load/sweep.py
+"""Every exit status comes from the one table (voice_llm.core.errors.EXIT_TABLE; issue 42 item 4: load/sweep.py
 returned 2/1/130 of its own): a command's entry function (main, cmd_*, run_command) returns a name of the table, never
 a number, except sse.py, which stands alone on the standard library and says which of the table's values it uses."""
 

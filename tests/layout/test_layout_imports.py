@@ -44,21 +44,28 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "voice_llm"
 
-# The core's layers by package (or top-level module) name under voice_llm.
+# The layers by package (or module) path under voice_llm; the longest key that is a prefix of a module's path wins.
+# The floors (core/, engines/, capabilities/, cli/) are folders; each floor's own __init__ is a docstring.
 CORE_LAYERS: dict[str, int] = {
-    "errors": 0, "sse": 0, "sentences": 0, "registry": 0, "util": 0, "audio": 0,
-    "client": 1, "scenario": 1, "speech": 1, "speech_out": 1, "line": 1,
-    "server": 2, "run": 2,
-    "checks": 3, "analysis": 3, "report": 3,
-    "lab": 4,
+    "core": 0, "engines": 0, "capabilities": 0,
+    "core.errors": 0, "core.sse": 0, "core.sentences": 0, "core.registry": 0, "core.util": 0, "engines.audio": 0,
+    "core.client": 1, "core.scenario": 1, "engines.speech_in": 1, "engines.speech_out": 1, "engines.line": 1,
+    "core.server": 2, "core.run": 2,
+    "core.checks": 3, "core.analysis": 3, "core.report": 3,
+    "core.lab": 4,
     "cli": 6, "__main__": 6,
 }
+# The floors, each a folder, importing one way: core <- engines <- capabilities <- cli. The core imports no engine
+# (its run, checks and report measure any server and read files: no audio, speech or line), and an engine uses of
+# the core only its bottom floor (layer 0: errors, util, sse, sentences, registry), so speech and the line run
+# without the client, the server, the run folder or the lab.
+FLOORS = ("core", "engines", "capabilities", "cli")
 CAPABILITY_LAYER = 5
 TOP_LAYER = 6
 # The package's own __init__ (``__version__``) sits with the stand-alone modules.
 ROOT_LAYER = 0
 
-STDLIB_ONLY = ("sse", "sentences", "errors")
+STDLIB_ONLY = ("core.sse", "core.sentences", "core.errors")
 # Third-party code slow or heavy to import (or that patches the interpreter, as gevent does), or optional (the
 # piper voice package: its absence is one clear line, not an ImportError at start): the only thing a function
 # may import when it runs rather than when its module loads. rich (30-60 ms) draws only the CLI's tables.
@@ -76,15 +83,16 @@ HEAVY = frozenset({
 # The packages that reach no module of the lab (the lab-free rule), by name under voice_llm. The core's layers 0-3
 # cannot import the lab at all (upward); the rule is for what a capability reaches through the capabilities it
 # requires (the agent and the dialer through tts) and for speech and audio, which every capability builds on.
-LAB_FREE = ("agent", "dial", "load", "speech", "speech_out", "audio")
-LAB = "lab"
-# Modules directly in src/voice_llm, not counting its __init__.py.
-MAX_TOP_MODULES = 12
+LAB_FREE = ("capabilities.agent", "capabilities.dial", "capabilities.load", "engines")
+LAB = "core.lab"
+# Modules directly in src/voice_llm, not counting its __init__.py: only __main__ (`python -m voice_llm`); the rest
+# lives in its floor.
+MAX_TOP_MODULES = 1
 
 
 # The rules, in the order the failure message lists them.
-RULES = ("cycle", "upward", "core-imports-capability", "capability", "lab-free", "private", "lazy", "stdlib-only",
-         "artifact-name", "layer", "top-level")
+RULES = ("cycle", "upward", "floor", "core-imports-capability", "capability", "lab-free", "private", "lazy",
+         "stdlib-only", "artifact-name", "layer", "top-level")
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,7 @@ def imports_of(module: Module, modules: dict[str, Module], package: str = PACKAG
                 found.append(Import(source.split(".")[0], tuple(a.name for a in node.names), node.lineno, lazy, False))
                 continue
             plain: list[str] = []
-            for alias in node.names:  # ``from voice_llm.report import page``: a dependency on the submodule
+            for alias in node.names:  # ``from voice_llm.core.report import page``: a dependency on the submodule
                 if f"{source}.{alias.name}" in modules:
                     found.append(Import(f"{source}.{alias.name}", (), node.lineno, lazy, True))
                 else:
@@ -184,7 +192,7 @@ def imports_of(module: Module, modules: dict[str, Module], package: str = PACKAG
 
 
 def module_aliases(module: Module, modules: dict[str, Module], package: str = PACKAGE) -> dict[str, str]:
-    """Local names bound to a voice_llm module (``from voice_llm.report import page``, ``import x.y as z``)."""
+    """Local names bound to a voice_llm module (``from voice_llm.core.report import page``, ``import x.y as z``)."""
     aliases: dict[str, str] = {}
     for node, _ in _statements(module.tree.body, False):
         if isinstance(node, ast.Import):
@@ -202,7 +210,7 @@ def module_aliases(module: Module, modules: dict[str, Module], package: str = PA
 def capabilities_of(src: Path, modules: dict[str, Module], package: str = PACKAGE) -> dict[str, tuple[str, ...]]:
     """The registered capability packages and the capabilities (by Capability.name) each requires, read from the
     source: registry.CAPABILITIES, and each package's ``CAPABILITY = Capability(name=..., requires=(...))``."""
-    registry = modules.get(f"{package}.registry")
+    registry = modules.get(f"{package}.core.registry")
     packages: tuple[str, ...] = ()
     if registry is not None:
         for node in registry.tree.body:
@@ -229,7 +237,7 @@ def capabilities_of(src: Path, modules: dict[str, Module], package: str = PACKAG
 def artifact_names(modules: dict[str, Module], package: str = PACKAGE) -> dict[str, str]:
     """The table of artifact file names (util/artifacts.py's module-level constants that name a file), each with
     the module that spells it: artifacts itself, or the stand-alone module it takes a name from (``sse.X``)."""
-    table = modules.get(f"{package}.util.artifacts")
+    table = modules.get(f"{package}.core.util.artifacts")
     if table is None:
         return {}
     aliases = module_aliases(table, modules, package)
@@ -261,7 +269,25 @@ def layer_of(name: str, capabilities: dict[str, tuple[str, ...]], package: str =
         return ROOT_LAYER
     if _owner(name, capabilities, package):
         return CAPABILITY_LAYER
-    return CORE_LAYERS.get(name[len(package) + 1:].split(".")[0])
+    short = name[len(package) + 1:]
+    keys = [k for k in CORE_LAYERS if short == k or short.startswith(k + ".")]
+    return CORE_LAYERS[max(keys, key=len)] if keys else None
+
+
+def floor_of(name: str, package: str = PACKAGE) -> str | None:
+    """The floor (folder) a module lives in: core, engines, capabilities or cli; None for the root and __main__."""
+    head = name[len(package) + 1:].split(".")[0] if name.startswith(package + ".") else ""
+    return head if head in FLOORS else None
+
+
+def floor_allows(source: str, target: str, target_layer: int | None, package: str = PACKAGE) -> bool:
+    """The floors import one way (FLOORS' order), and an engine uses of the core only its bottom floor (layer 0)."""
+    here, there = floor_of(source, package), floor_of(target, package)
+    if here is None or there is None or here == there:
+        return True
+    if FLOORS.index(there) > FLOORS.index(here):
+        return False
+    return not (here == "engines" and there == "core" and (target_layer or 0) > 0)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -419,7 +445,12 @@ def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
             elif there > here:
                 violations.append(Violation("upward", at, f"{module.name} (layer {here}) imports {target} "
                                             f"(layer {there})"))
-        # private attributes of another module: ``page._CSS`` after ``from voice_llm.report import page``
+            elif not floor_allows(module.name, target, there, package):
+                violations.append(Violation("floor", at, f"{module.name} ({floor_of(module.name, package)}/) "
+                                            f"imports {target} ({floor_of(target, package)}/): the floors import "
+                                            f"one way, {' <- '.join(FLOORS)}, and an engine only the core's "
+                                            "bottom floor"))
+        # private attributes of another module: ``page._CSS`` after ``from voice_llm.core.report import page``
         aliases = module_aliases(module, modules, package)
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
@@ -432,9 +463,9 @@ def scan(src: Path, package: str = PACKAGE) -> list[Violation]:
     for module in modules.values():
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names \
-                    and names[node.value] != module.name and module.name != f"{package}.util.artifacts":
+                    and names[node.value] != module.name and module.name != f"{package}.core.util.artifacts":
                 violations.append(Violation("artifact-name", where(module, node.lineno), f"{module.name} spells the "
-                                            f"artifact name {node.value!r}: use voice_llm.util.artifacts' constant"))
+                                            f"artifact name {node.value!r}: use voice_llm.core.util.artifacts' constant"))
 
     violations.extend(lab_free_violations(modules, graph, src, package))
 
@@ -478,9 +509,9 @@ def test_the_capability_layer_is_read_from_the_registry() -> None:
     """The scan knows the capabilities from registry.py itself, so it cannot silently treat one as core."""
     modules = read_modules(SRC)
     capabilities = capabilities_of(SRC, modules)
-    assert "voice_llm.tts" in capabilities and "voice_llm.load" in capabilities
-    assert layer_of("voice_llm.tts.checks", capabilities) == CAPABILITY_LAYER
-    assert layer_of("voice_llm.checks.core", capabilities) == 3
+    assert "voice_llm.capabilities.speak" in capabilities and "voice_llm.capabilities.load" in capabilities
+    assert layer_of("voice_llm.capabilities.speak.checks", capabilities) == CAPABILITY_LAYER
+    assert layer_of("voice_llm.core.checks.core", capabilities) == 3
 
 
 # --- a fixture tree with one violation of each kind ------------------------------------------------------------------
@@ -496,50 +527,50 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 CLEAN = {
     "__init__.py": '__version__ = "0"\n',
-    "errors.py": "class VoiceLLMError(Exception):\n    pass\n",
-    "sse.py": "import json\nRAW_FILE = 'sse_raw.txt'\n\ndef parse_json(b):\n    return json.loads(b)\n",
-    "sentences.py": "import re\n",
-    "registry.py": """\
+    "core/errors.py": "class VoiceLLMError(Exception):\n    pass\n",
+    "core/sse.py": "import json\nRAW_FILE = 'sse_raw.txt'\n\ndef parse_json(b):\n    return json.loads(b)\n",
+    "core/sentences.py": "import re\n",
+    "core/registry.py": """\
         from dataclasses import dataclass
-        CAPABILITIES: tuple[str, ...] = ("voice_llm.tts", "voice_llm.dial", "voice_llm.load")
+        CAPABILITIES: tuple[str, ...] = ("voice_llm.capabilities.speak", "voice_llm.capabilities.dial", "voice_llm.capabilities.load")
 
         @dataclass(frozen=True)
         class Capability:
             name: str
             requires: tuple[str, ...] = ()
         """,
-    "util/__init__.py": "",
-    "util/artifacts.py": "from voice_llm import sse\nLOAD = 'load.json'\nSSE_RAW = sse.RAW_FILE\nRAW_DIR = 'raw'\n",
-    "util/stats.py": "from voice_llm.errors import VoiceLLMError\n\ndef median(v):\n    return sorted(v)[len(v) // 2]\n",
-    "client/__init__.py": "",
-    "client/api.py": "from voice_llm import sse\nfrom voice_llm.util.stats import median\n",
-    "checks/__init__.py": "",
-    "checks/core.py": "from voice_llm.client import api\nfrom voice_llm import registry\n",
-    "lab/__init__.py": "",
-    "lab/pipeline.py": "from voice_llm.checks import core\n\ndef plot():\n    import matplotlib\n",
-    "tts/__init__.py": """\
-        from voice_llm.registry import Capability
+    "core/util/__init__.py": "",
+    "core/util/artifacts.py": "from voice_llm.core import sse\nLOAD = 'load.json'\nSSE_RAW = sse.RAW_FILE\nRAW_DIR = 'raw'\n",
+    "core/util/stats.py": "from voice_llm.core.errors import VoiceLLMError\n\ndef median(v):\n    return sorted(v)[len(v) // 2]\n",
+    "core/client/__init__.py": "",
+    "core/client/api.py": "from voice_llm.core import sse\nfrom voice_llm.core.util.stats import median\n",
+    "core/checks/__init__.py": "",
+    "core/checks/core.py": "from voice_llm.core.client import api\nfrom voice_llm.core import registry\n",
+    "core/lab/__init__.py": "",
+    "core/lab/pipeline.py": "from voice_llm.core.checks import core\n\ndef plot():\n    import matplotlib\n",
+    "capabilities/speak/__init__.py": """\
+        from voice_llm.core.registry import Capability
         CAPABILITY = Capability(name="tts")
         VOICE = "x"
         """,
-    "tts/engine.py": "from voice_llm.errors import VoiceLLMError\n",
-    "tts/step.py": "from voice_llm.lab import pipeline\n",
-    "run/__init__.py": "",
-    "run/context.py": "from voice_llm.client import api\n",
+    "capabilities/speak/engine.py": "from voice_llm.core.errors import VoiceLLMError\n",
+    "capabilities/speak/step.py": "from voice_llm.core.lab import pipeline\n",
+    "core/run/__init__.py": "",
+    "core/run/context.py": "from voice_llm.core.client import api\n",
     # a lab-free capability: it uses tts, whose face reaches no lab module (tts/step.py does, but the face
     # does not import it), and the step context in run/
-    "dial/__init__.py": """\
-        from voice_llm.registry import Capability
+    "capabilities/dial/__init__.py": """\
+        from voice_llm.core.registry import Capability
         CAPABILITY = Capability(name="dial", requires=("tts",))
         """,
-    "dial/step.py": "from voice_llm.tts import VOICE\nfrom voice_llm.run import context\n",
-    "load/__init__.py": """\
-        from voice_llm.registry import Capability
+    "capabilities/dial/step.py": "from voice_llm.capabilities.speak import VOICE\nfrom voice_llm.core.run import context\n",
+    "capabilities/load/__init__.py": """\
+        from voice_llm.core.registry import Capability
         CAPABILITY = Capability(name="load", requires=("tts",))
         """,
-    "load/speech.py": "from voice_llm.tts import VOICE\nimport voice_llm.load\n",
+    "capabilities/load/speech.py": "from voice_llm.capabilities.speak import VOICE\nimport voice_llm.capabilities.load\n",
     "cli/__init__.py": "",
-    "cli/main.py": "from voice_llm.load import speech\nfrom voice_llm.lab import pipeline\n",
+    "cli/main.py": "from voice_llm.capabilities.load import speech\nfrom voice_llm.core.lab import pipeline\n",
 }
 
 
@@ -553,49 +584,56 @@ def test_a_clean_fixture_tree_passes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("files", "expected"), [
-    pytest.param({"checks/extra.py": "from voice_llm.tts import engine\n"},
-                 {("core-imports-capability", "voice_llm/checks/extra.py:1")}, id="core-imports-capability"),
-    pytest.param({"util/extra.py": "from voice_llm.client.api import median\n"},
-                 {("upward", "voice_llm/util/extra.py:1")}, id="upward"),
-    pytest.param({"client/api.py": "from voice_llm.util.stats import _guard\n"},
-                 {("private", "voice_llm/client/api.py:1")}, id="private-name"),
-    pytest.param({"client/api.py": "from voice_llm.util import stats\nx = stats._guard\n"},
-                 {("private", "voice_llm/client/api.py:2")}, id="private-attribute"),
-    pytest.param({"client/api.py": "from voice_llm.client import caps\n",
-                  "client/caps.py": "from voice_llm.client.api import median\n"},
-                 {("cycle", "voice_llm.client.api")}, id="cycle"),
-    pytest.param({"checks/core.py": "def f():\n    from voice_llm.client import api\n"},
-                 {("lazy", "voice_llm/checks/core.py:2")}, id="lazy-voice-llm"),
-    pytest.param({"checks/core.py": "def f():\n    import json\n"},
-                 {("lazy", "voice_llm/checks/core.py:2")}, id="lazy-light"),
-    pytest.param({"sse.py": "import requests\n"}, {("stdlib-only", "voice_llm/sse.py:1")}, id="sse-third-party"),
-    pytest.param({"sentences.py": "from voice_llm.errors import VoiceLLMError\n"},
-                 {("stdlib-only", "voice_llm/sentences.py:1")}, id="sentences-voice-llm"),
-    pytest.param({"tts/engine.py": "from voice_llm.load import speech\n"},
-                 {("capability", "voice_llm/tts/engine.py:1")}, id="capability-not-required"),
-    pytest.param({"load/speech.py": "from voice_llm.tts.engine import pipeline\n"},
-                 {("capability", "voice_llm/load/speech.py:1")}, id="capability-internals"),
-    pytest.param({"checks/extra.py": "from voice_llm.cli import main\n"},
-                 {("upward", "voice_llm/checks/extra.py:1")}, id="imports-cli"),
-    pytest.param({"checks/extra.py": "NAMES = ('load.json', 'raw')\n"},
-                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name"),
-    pytest.param({"checks/extra.py": "RAW = 'sse_raw.txt'\n"},
-                 {("artifact-name", "voice_llm/checks/extra.py:1")}, id="artifact-name-from-sse"),
+    pytest.param({"core/checks/extra.py": "from voice_llm.capabilities.speak import engine\n"},
+                 {("core-imports-capability", "voice_llm/core/checks/extra.py:1")}, id="core-imports-capability"),
+    pytest.param({"core/util/extra.py": "from voice_llm.core.client.api import median\n"},
+                 {("upward", "voice_llm/core/util/extra.py:1")}, id="upward"),
+    pytest.param({"core/client/api.py": "from voice_llm.core.util.stats import _guard\n"},
+                 {("private", "voice_llm/core/client/api.py:1")}, id="private-name"),
+    pytest.param({"core/client/api.py": "from voice_llm.core.util import stats\nx = stats._guard\n"},
+                 {("private", "voice_llm/core/client/api.py:2")}, id="private-attribute"),
+    pytest.param({"core/client/api.py": "from voice_llm.core.client import caps\n",
+                  "core/client/caps.py": "from voice_llm.core.client.api import median\n"},
+                 {("cycle", "voice_llm.core.client.api")}, id="cycle"),
+    pytest.param({"core/checks/core.py": "def f():\n    from voice_llm.core.client import api\n"},
+                 {("lazy", "voice_llm/core/checks/core.py:2")}, id="lazy-voice-llm"),
+    pytest.param({"core/checks/core.py": "def f():\n    import json\n"},
+                 {("lazy", "voice_llm/core/checks/core.py:2")}, id="lazy-light"),
+    pytest.param({"core/sse.py": "import requests\n"}, {("stdlib-only", "voice_llm/core/sse.py:1")}, id="sse-third-party"),
+    pytest.param({"core/sentences.py": "from voice_llm.core.errors import VoiceLLMError\n"},
+                 {("stdlib-only", "voice_llm/core/sentences.py:1")}, id="sentences-voice-llm"),
+    pytest.param({"capabilities/speak/engine.py": "from voice_llm.capabilities.load import speech\n"},
+                 {("capability", "voice_llm/capabilities/speak/engine.py:1")}, id="capability-not-required"),
+    pytest.param({"capabilities/load/speech.py": "from voice_llm.capabilities.speak.engine import pipeline\n"},
+                 {("capability", "voice_llm/capabilities/load/speech.py:1")}, id="capability-internals"),
+    pytest.param({"core/checks/extra.py": "from voice_llm.cli import main\n"},
+                 {("upward", "voice_llm/core/checks/extra.py:1")}, id="imports-cli"),
+    pytest.param({"core/checks/extra.py": "NAMES = ('load.json', 'raw')\n"},
+                 {("artifact-name", "voice_llm/core/checks/extra.py:1")}, id="artifact-name"),
+    pytest.param({"core/checks/extra.py": "RAW = 'sse_raw.txt'\n"},
+                 {("artifact-name", "voice_llm/core/checks/extra.py:1")}, id="artifact-name-from-sse"),
     pytest.param({"style/__init__.py": ""}, {("layer", "voice_llm/style/__init__.py:1")}, id="no-layer"),
-    pytest.param({"dial/step.py": "from voice_llm.tts import VOICE\nfrom voice_llm.lab import pipeline\n"},
-                 {("lab-free", "voice_llm/dial/step.py:2")}, id="lab-free-direct"),
+    pytest.param({"capabilities/dial/step.py": "from voice_llm.capabilities.speak import VOICE\nfrom voice_llm.core.lab import pipeline\n"},
+                 {("lab-free", "voice_llm/capabilities/dial/step.py:2")}, id="lab-free-direct"),
     # the capability's face starts to import the module of it that uses the lab: the dialer and load reach the
     # lab through tts, each row where its package leaves the lab-free ones
-    pytest.param({"tts/__init__.py": CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"},
-                 {("lab-free", "voice_llm/dial/step.py:1"), ("lab-free", "voice_llm/load/speech.py:1")},
+    pytest.param({"capabilities/speak/__init__.py": CLEAN["capabilities/speak/__init__.py"] + "from voice_llm.capabilities.speak.step import STEP\n"},
+                 {("lab-free", "voice_llm/capabilities/dial/step.py:1"), ("lab-free", "voice_llm/capabilities/load/speech.py:1")},
                  id="lab-free-through-a-capability"),
     # speech in is core (layer 1): importing the lab is upward, and lab-free too
-    pytest.param({"speech/__init__.py": "", "speech/vad.py": "from voice_llm.lab import pipeline\n"},
-                 {("upward", "voice_llm/speech/vad.py:1"), ("lab-free", "voice_llm/speech/vad.py:1")},
+    pytest.param({"engines/speech_in/__init__.py": "", "engines/speech_in/vad.py": "from voice_llm.core.lab import pipeline\n"},
+                 {("upward", "voice_llm/engines/speech_in/vad.py:1"), ("lab-free", "voice_llm/engines/speech_in/vad.py:1")},
                  id="lab-free-core"),
-    pytest.param({f"m{i}.py": "" for i in range(MAX_TOP_MODULES)},
-                 {("top-level", "voice_llm")} | {("layer", f"voice_llm/m{i}.py:1") for i in range(MAX_TOP_MODULES)},
+    pytest.param({f"m{i}.py": "" for i in range(MAX_TOP_MODULES + 1)},
+                 {("top-level", "voice_llm")} | {("layer", f"voice_llm/m{i}.py:1") for i in range(MAX_TOP_MODULES + 1)},
                  id="too-many-top"),
+    # the floors: the core's run folder (layer 2) may not use the line (an engine, layer 1) although no layer is
+    # crossed upward, and an engine may not use the core's client (layer 1) although it is its own layer
+    pytest.param({"engines/line/__init__.py": "", "engines/line/wire.py": "", "core/run/__init__.py": "",
+                  "core/run/extra.py": "from voice_llm.engines.line import wire\n"},
+                 {("floor", "voice_llm/core/run/extra.py:1")}, id="core-imports-an-engine"),
+    pytest.param({"engines/line/__init__.py": "", "engines/line/wire.py": "from voice_llm.core.client import api\n"},
+                 {("floor", "voice_llm/engines/line/wire.py:1")}, id="engine-imports-above-the-core-bottom"),
 ])
 def test_the_scan_reports_a_deliberate_violation(tmp_path: Path, files: dict[str, str],
                                                  expected: set[tuple[str, str]]) -> None:
@@ -605,15 +643,15 @@ def test_the_scan_reports_a_deliberate_violation(tmp_path: Path, files: dict[str
 
 def test_a_lab_free_row_names_the_whole_chain(tmp_path: Path) -> None:
     """The row says how the lab is reached, module by module, so the import to cut is in the message."""
-    tts = CLEAN["tts/__init__.py"] + "from voice_llm.tts.step import STEP\n"
-    message = render(scan(_write(tmp_path, {**CLEAN, "tts/__init__.py": tts})))
-    assert ("voice_llm/dial/step.py:1: voice_llm.dial.step reaches the lab: voice_llm.dial.step -> voice_llm.tts -> "
-            "voice_llm.tts.step -> voice_llm.lab.pipeline") in message
+    tts = CLEAN["capabilities/speak/__init__.py"] + "from voice_llm.capabilities.speak.step import STEP\n"
+    message = render(scan(_write(tmp_path, {**CLEAN, "capabilities/speak/__init__.py": tts})))
+    assert ("voice_llm/capabilities/dial/step.py:1: voice_llm.capabilities.dial.step reaches the lab: voice_llm.capabilities.dial.step -> voice_llm.capabilities.speak -> "
+            "voice_llm.capabilities.speak.step -> voice_llm.core.lab.pipeline") in message
 
 
 def test_the_agent_and_the_dialer_load_no_lab_module() -> None:
     """The lab-free rule as Python runs it: a fresh interpreter importing every module of the LAB_FREE packages
-    (the agent, the dialer, speech in and out, audio) has loaded no module of voice_llm.lab, and has loaded the
+    (the agent, the dialer, speech in and out, audio) has loaded no module of voice_llm.core.lab, and has loaded the
     step context and flags they do use (run/), so the check is not empty."""
     code = textwrap.dedent(f"""\
         import importlib, pkgutil, sys
@@ -626,15 +664,15 @@ def test_the_agent_and_the_dialer_load_no_lab_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             timeout=120).stdout.split()
     assert not [m for m in loaded if m == f"{PACKAGE}.{LAB}" or m.startswith(f"{PACKAGE}.{LAB}.")]
-    assert {f"{PACKAGE}.agent.server", f"{PACKAGE}.dial.step", f"{PACKAGE}.run.context",
-            f"{PACKAGE}.run.flags"} <= set(loaded)
+    assert {f"{PACKAGE}.capabilities.agent.server", f"{PACKAGE}.capabilities.dial.step",
+            f"{PACKAGE}.core.run.context", f"{PACKAGE}.core.run.flags"} <= set(loaded)
 
 
 def test_every_violation_is_reported_in_one_message(tmp_path: Path) -> None:
     """The real-tree test lists all violations at once, grouped by rule, each with its file and line."""
-    violations = scan(_write(tmp_path, {**CLEAN, "checks/extra.py": "from voice_llm.tts import engine\n",
-                                        "client/api.py": "from voice_llm.util.stats import _guard\n"}))
+    violations = scan(_write(tmp_path, {**CLEAN, "core/checks/extra.py": "from voice_llm.capabilities.speak import engine\n",
+                                        "core/client/api.py": "from voice_llm.core.util.stats import _guard\n"}))
     message = render(violations)
     assert message.splitlines()[0].startswith("2 layering violation(s)")
-    assert "[core-imports-capability] 1\n  voice_llm/checks/extra.py:1:" in message
-    assert "[private] 1\n  voice_llm/client/api.py:1:" in message
+    assert "[core-imports-capability] 1\n  voice_llm/core/checks/extra.py:1:" in message
+    assert "[private] 1\n  voice_llm/core/client/api.py:1:" in message

@@ -101,7 +101,7 @@ def test_a_new_step_in_the_plan_is_stale(copy: tuple[Path, Path, Path]) -> None:
 
 def test_an_edit_of_the_drawing_code_is_stale_and_names_the_screenshot(copy: tuple[Path, Path, Path]) -> None:
     root, docs, stamp = copy
-    page = root / "src/voice_llm/report/page.py"
+    page = root / "src/voice_llm/core/report/page.py"
     page.write_text(page.read_text() + "\n# a new section\n")
     assert shots.stale(docs, stamp, root, STEPS) == [
         f"report.png: the code that draws it changed ({', '.join(shots.SOURCES['report.png'])}) or the plan did"]

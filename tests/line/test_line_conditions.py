@@ -1,10 +1,10 @@
-"""The line's conditions, pure (voice_llm.line.conditions): seeded loss per direction and per 20 ms, the echo mix."""
+"""The line's conditions, pure (voice_llm.engines.line.conditions): seeded loss per direction and per 20 ms, the echo mix."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from voice_llm.line import conditions
+from voice_llm.engines.line import conditions
 
 
 def test_the_same_seed_loses_the_same_frames() -> None:

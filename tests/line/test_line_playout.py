@@ -1,11 +1,11 @@
-"""The phone's ear (voice_llm.line.playout): driven tick by tick, so every relation is exact in frames."""
+"""The phone's ear (voice_llm.engines.line.playout): driven tick by tick, so every relation is exact in frames."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from voice_llm.line.playout import IDLE, PLAYING, WAITING, Playout
+from voice_llm.engines.line.playout import IDLE, PLAYING, WAITING, Playout
 
 FRAME = 160  # 20 ms at 8 kHz
 RATE = 8000

@@ -13,12 +13,12 @@ import pytest
 
 from clihelpers import cli, cli_env
 from conftest import free_port
-from voice_llm.call import CAPABILITY as CALL_CAPABILITY
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import stats
-from voice_llm.errors import EXIT_NO_VERDICT
-from voice_llm.load.samples import read_samples
-from voice_llm.sse import SSEDecoder
+from voice_llm.capabilities.conversation import CAPABILITY as CALL_CAPABILITY
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import stats
+from voice_llm.core.errors import EXIT_NO_VERDICT
+from voice_llm.capabilities.load.samples import read_samples
+from voice_llm.core.sse import SSEDecoder
 
 LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
 CALL_CHECKS = tuple((entry.name, entry.run) for entry in CALL_CAPABILITY.checks)
@@ -30,7 +30,7 @@ def _locust_processes(state: str) -> list[str]:
     """The Locust master and workers still running that this module's commands started: those whose environment
     holds this module's VOICE_LLM_STATE (a worker outliving its load is reparented, so ancestry cannot say; another
     session's Locust on the same machine is not this test's leftover)."""
-    found = subprocess.run(["pgrep", "-af", "voice_caller.py|voice_llm.load.sweep"], capture_output=True, text=True)
+    found = subprocess.run(["pgrep", "-af", "locust_users.py|voice_llm.capabilities.load.sweep"], capture_output=True, text=True)
     ours = []
     for line in found.stdout.splitlines():
         pid = line.split(" ", 1)[0]

@@ -18,10 +18,10 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # written; every request event it fires is printed as one JSON line.
 CHILD = textwrap.dedent("""
     import json
-    from voice_llm.load import voice_caller as vc
+    from voice_llm.capabilities.load import locust_users as vc
     from locust.env import Environment
-    from voice_llm import sse
-    from voice_llm.load.plan import CallerConfig, DialConfig
+    from voice_llm.core import sse
+    from voice_llm.capabilities.load.plan import CallerConfig, DialConfig
 
     env = Environment(user_classes=[vc.VoiceCaller, vc.DialCaller])
     fired = []

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.analysis.compare import IncomparableRunsError, compare_runs, summary_lines
-from voice_llm.load import stats
-from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, DialConfig, SweepPlan
-from voice_llm.load.samples import write_samples
-from voice_llm.load.settings import LoadSettings
+from voice_llm.core.analysis.compare import IncomparableRunsError, compare_runs, summary_lines
+from voice_llm.capabilities.load import stats
+from voice_llm.capabilities.load.document import load_document, sweep_document
+from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.samples import write_samples
+from voice_llm.capabilities.load.settings import LoadSettings
 
 URL = "ws://127.0.0.1:9/"
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -113,8 +113,8 @@ def test_the_compare_page_draws_both_runs_per_step_and_says_which_holds_more_cal
 
 
 def test_the_compare_chart_puts_a_and_b_side_by_side_for_every_step_of_either(tmp_path: Path) -> None:
-    from voice_llm.load.report import compare_section
-    from voice_llm.report import style
+    from voice_llm.capabilities.load.report import compare_section
+    from voice_llm.core.report import style
 
     a = _load_run(tmp_path / "a", [[900.0] * 20, [1000.0] * 20, [2000.0] * 20])
     b = _load_run(tmp_path / "b", [[905.0] * 20, [None] * 20])  # every call refused at 2 callers
@@ -149,7 +149,7 @@ def test_runs_of_different_kinds_are_refused_in_one_line(tmp_path: Path) -> None
 
 
 def test_load_runs_on_other_budgets_get_a_page_that_says_why_they_are_not_compared(tmp_path: Path) -> None:
-    from voice_llm.report.compare_page import render_compare
+    from voice_llm.core.report.compare_page import render_compare
 
     a = _load_run(tmp_path / "a", [[900.0] * 20])
     b = _load_run(tmp_path / "b", [[900.0] * 20], slo=1200.0)
@@ -158,7 +158,7 @@ def test_load_runs_on_other_budgets_get_a_page_that_says_why_they_are_not_compar
 
 
 def test_two_real_text_sweeps_on_the_page_have_no_agent_stage_column(tmp_path: Path) -> None:
-    from voice_llm.report.compare_page import render_compare
+    from voice_llm.core.report.compare_page import render_compare
 
     a = Path(shutil.copytree(FIXTURES / "load_text_run", tmp_path / "a"))
     b = Path(shutil.copytree(FIXTURES / "load_text_run", tmp_path / "b"))

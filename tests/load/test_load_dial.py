@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.dial.doc import DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn, TurnCaller
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import checks, dialing, stats
-from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, DialConfig, SweepPlan
-from voice_llm.load.samples import read_samples, write_samples
-from voice_llm.load.settings import LoadSettings
+from voice_llm.capabilities.dial.doc import DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn, TurnCaller
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import checks, dialing, stats
+from voice_llm.capabilities.load.document import load_document, sweep_document
+from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.samples import read_samples, write_samples
+from voice_llm.capabilities.load.settings import LoadSettings
 
 SLO = 1500.0
 T0 = 1_000.0  # the call's sample 0, epoch seconds
@@ -31,7 +31,7 @@ def _turn(index: int, end_ms: float, gap_ms: float | None) -> Turn:
 
 
 def _dial_doc(turns: list[Turn], late: int = 0, frames: int = 1500, error: str | None = None) -> dict:
-    """A call's dial.json built as the dialer builds it (voice_llm.dial.doc.DialDoc), with what load reads."""
+    """A call's dial.json built as the dialer builds it (voice_llm.capabilities.dial.doc.DialDoc), with what load reads."""
     return DialDoc(schema_version=1, t0_epoch_ns=int(T0 * 1e9), turns=tuple(turns), error=error,
                    line=Line(protocol="twilio", codec="mulaw", rate=8000, frame_ms=20.0, jitter_ms=40.0),
                    floor=Floor(caller=100, heard=100), settings=Settings(turns=max(1, len(turns))),
@@ -254,7 +254,7 @@ def test_settings_take_the_modes_defaults_and_the_plan_travels_as_json() -> None
 
 
 def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> None:
-    from voice_llm.load import report
+    from voice_llm.capabilities.load import report
 
     doc = json.loads((_fake_dial_run(tmp_path) / "load.json").read_text())
     fig, caption, extra = report.load_chart(doc)
@@ -272,8 +272,8 @@ def test_the_report_draws_the_heard_gap_against_its_budget(tmp_path: Path) -> No
     ({"dial": "ws://127.0.0.1:9/", "otlp_listen": "nowhere"}, "--otlp-listen takes HOST:PORT"),
 ])
 def test_bad_dial_settings_are_refused_before_anything_is_written(tmp_path: Path, given: dict, needle: str) -> None:
-    from voice_llm.errors import ConfigError
-    from voice_llm.load.run import run_load
+    from voice_llm.core.errors import ConfigError
+    from voice_llm.capabilities.load.run import run_load
 
     with pytest.raises(ConfigError, match=re.escape(needle)):
         run_load(LoadSettings(out=tmp_path / "out", **given))
@@ -281,7 +281,7 @@ def test_bad_dial_settings_are_refused_before_anything_is_written(tmp_path: Path
 
 
 def test_the_verdict_line_says_a_step_failed_early() -> None:
-    from voice_llm.load import cli
+    from voice_llm.capabilities.load import cli
 
     steps = _steps([3000.0, None])
     sweep = {"url": "ws://127.0.0.1:9/", "slots": None, "steps": steps, "verdict": stats.verdict(steps, None, early=True)}

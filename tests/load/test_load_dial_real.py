@@ -21,10 +21,10 @@ import pytest
 from clihelpers import cli, cli_env, wait_for_ready
 from conftest import RunningServer
 from fakeserver import free_port
-from voice_llm.errors import EXIT_NO_VERDICT
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import stats
-from voice_llm.load.samples import read_samples
+from voice_llm.core.errors import EXIT_NO_VERDICT
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import stats
+from voice_llm.capabilities.load.samples import read_samples
 
 
 def _dialers(state: Path) -> list[str]:

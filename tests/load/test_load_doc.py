@@ -1,4 +1,4 @@
-"""load.json's top as one type (voice_llm.load.doc.LoadDoc, issue 42 item 1): what a sweep is judged on is one
+"""load.json's top as one type (voice_llm.capabilities.load.doc.LoadDoc, issue 42 item 1): what a sweep is judged on is one
 property, read by load's checks, report, compare and the command's verdict line alike."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from voice_llm.errors import ArtifactError
-from voice_llm.load import checks, cli, compare, report, stats
-from voice_llm.load.doc import LoadDoc, judged_on
-from voice_llm.load.document import LOAD_SCHEMA_VERSION, load_document
-from voice_llm.load.settings import LoadSettings
+from voice_llm.core.errors import ArtifactError
+from voice_llm.capabilities.load import checks, cli, compare, report, stats
+from voice_llm.capabilities.load.doc import LoadDoc, judged_on
+from voice_llm.capabilities.load.document import LOAD_SCHEMA_VERSION, load_document
+from voice_llm.capabilities.load.settings import LoadSettings
 
 
 def a_load(mode: str | None, **more: Any) -> dict[str, Any]:

@@ -25,13 +25,13 @@ import pytest
 from clihelpers import assert_clean_failure, cli, cli_env
 from conftest import free_port
 from fakeserver import llama_events
-from voice_llm.errors import EXIT_NO_VERDICT, EXIT_OK
-from voice_llm.util import procfs
-from voice_llm.checks.base import NotCheckable
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.client.capabilities import PROBE_MESSAGES
-from voice_llm.load.samples import read_samples
-from voice_llm.errors import EXIT_NO_VERDICT
+from voice_llm.core.errors import EXIT_NO_VERDICT, EXIT_OK
+from voice_llm.core.util import procfs
+from voice_llm.core.checks.base import NotCheckable
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.core.client.capabilities import PROBE_MESSAGES
+from voice_llm.capabilities.load.samples import read_samples
+from voice_llm.core.errors import EXIT_NO_VERDICT
 
 LOAD_CHECKS = tuple((entry.name, entry.run) for entry in LOAD_CAPABILITY.checks)  # (name, check) of each
 
@@ -149,10 +149,10 @@ def test_a_context_per_slot_too_small_for_the_call_is_refused_before_any_turn(tm
 def test_the_managed_sweeps_still_to_come_are_checked_with_the_first_server(tmp_path: Path) -> None:
     """Without --url each slot count gets its own server; a too small context of a later one (here --ctx is the
     same for both, so 4 slots get a quarter of it) is refused before the first sweep's first turn."""
-    from voice_llm.errors import ContextLimitError
-    from voice_llm.load import run as command
+    from voice_llm.core.errors import ContextLimitError
+    from voice_llm.capabilities.load import run as command
 
-    from voice_llm.client.api import ServerClient
+    from voice_llm.core.client.api import ServerClient
 
     args = command.LoadSettings(url=None, port=free_port(), ctx=8192, docs=12, timeout=10.0, slots=(1, 4),
                                 dialogue="clinic", caller_words_per_s=2.5, think_scale=1.0, barge_in=0.1)
@@ -241,8 +241,8 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
     """Whatever breaks while drawing, load.json and the CSV are written first and the exit status says so."""
     from fakeshapes import VLLM, ShapedServer
 
-    from voice_llm.errors import EXIT_REPORT_INCOMPLETE
-    from voice_llm.load import cli as command, run as loadrun
+    from voice_llm.core.errors import EXIT_REPORT_INCOMPLETE
+    from voice_llm.capabilities.load import cli as command, run as loadrun
 
     calls: list[str] = []
 
@@ -428,7 +428,7 @@ def busy_child() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def test_the_sampler_reads_the_load_during_the_run_and_counts_the_server_as_its_own(busy_child: subprocess.Popen[bytes]) -> None:
-    from voice_llm.analysis import noise
+    from voice_llm.core.analysis import noise
 
     with noise.LoadSampler(lambda: {busy_child.pid}, every_s=0.2) as sampler:
         deadline = time.monotonic() + 30
@@ -457,7 +457,7 @@ def test_call_refuses_a_slot_too_small_for_its_last_turn_before_any_turn(tmp_pat
 
 
 def test_a_loaded_machine_during_load_flags_the_load_numbers_not_the_lab_s(tmp_path: Path) -> None:
-    from voice_llm.analysis import noise
+    from voice_llm.core.analysis import noise
 
     run = {"metadata": {"machine": {"cores": 2}}, "load_average_start": [0.2, 0.2, 0.2],
            "steps": [{"step": "ttft", "wall_ms": 1000.0, "server_compute_ms": 900.0, "load_average": [0.4, 0.4, 0.4]},

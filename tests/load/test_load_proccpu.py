@@ -1,4 +1,4 @@
-"""Host CPU per process of a dialing sweep (voice_llm.load.proccpu): which processes are whose, their trees' CPU
+"""Host CPU per process of a dialing sweep (voice_llm.capabilities.load.proccpu): which processes are whose, their trees' CPU
 (live descendants and reaped children), a step's deltas and shares, and load.json/report.html carrying them. Fakes
 for /proc and psutil (the real ones are exercised by the real dial sweep, tests/load/test_load_dial_real.py)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.load import proccpu, report
-from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, DialConfig, SweepPlan
-from voice_llm.load.settings import LoadSettings
+from voice_llm.capabilities.load import proccpu, report
+from voice_llm.capabilities.load.document import load_document, sweep_document
+from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.settings import LoadSettings
 
 Times = namedtuple("Times", "user system children_user children_system")
 
@@ -69,7 +69,7 @@ def test_the_processes_are_found_by_their_listening_ports_and_the_agents_command
     assert away["agent"].pids == () and away["server"].pids == () and away["workers"].pids == ()
     assert "not on this machine" in away["agent"].found and "remote workers" in away["workers"].found
     # the noise warning counts the same agent and its server as the run's own CPU (load.run.measured_stack_pids)
-    from voice_llm.load.run import measured_stack_pids
+    from voice_llm.capabilities.load.run import measured_stack_pids
 
     readers = {"listener": listening.get, "command_line": lambda pid: commands.get(pid, [])}
     assert measured_stack_pids("ws://127.0.0.1:18401/", **readers) == {11, 22}

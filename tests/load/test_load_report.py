@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.load import report
-from voice_llm.report.page import render_report
+from voice_llm.capabilities.load import report
+from voice_llm.core.report.page import render_report
 
 DIAL_RUN = Path(__file__).parents[1] / "fixtures" / "load_dial_run"
 TEXT_RUN = Path(__file__).parents[1] / "fixtures" / "load_text_run"
@@ -90,7 +90,7 @@ def test_a_real_text_sweep_draws_the_first_sentence_on_the_same_shape_without_st
 
 
 def test_the_callers_axis_is_log2_for_a_doubling_sweep_and_plain_for_one_more_caller_a_step() -> None:
-    from voice_llm.report import style
+    from voice_llm.core.report import style
 
     with style.drawing():
         fig = style.figure(style.WIDE)

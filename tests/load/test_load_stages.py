@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.dial.otlp import Span
-from voice_llm.errors import ConfigError
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import checks, cli, stages, stats
-from voice_llm.load.document import load_document, sweep_document
-from voice_llm.load.plan import CallerConfig, DialConfig, SweepPlan
-from voice_llm.load.samples import read_samples, write_samples
-from voice_llm.load.settings import LoadSettings
+from voice_llm.capabilities.dial.otlp import Span
+from voice_llm.core.errors import ConfigError
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import checks, cli, stages, stats
+from voice_llm.capabilities.load.document import load_document, sweep_document
+from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.samples import read_samples, write_samples
+from voice_llm.capabilities.load.settings import LoadSettings
 
 SLO = 1500.0
 T0_NS = 1_700_000_000 * 10**9  # a call's sample 0 (epoch ns)
@@ -156,7 +156,7 @@ def test_a_run_with_stage_times_passes_its_checks_and_tampered_stages_fail(tmp_p
 def test_the_agents_own_span_export_reaches_the_runs_receiver_with_its_stream_sid() -> None:
     """The agent's SpanExport (agent/otel.py) into load's one receiver: the turn span carries the call's streamSid
     and its breakdown, and attach puts it on that call's turn."""
-    from voice_llm.agent.otel import Clock, SpanExport
+    from voice_llm.capabilities.agent.otel import Clock, SpanExport
 
     receiver = stages.start_receiver("127.0.0.1:0")
     try:
@@ -193,7 +193,7 @@ def test_otlp_listen_is_refused_in_one_line_when_it_cannot_listen() -> None:
 
 
 def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
-    from voice_llm.load import report
+    from voice_llm.capabilities.load import report
 
     doc = json.loads((_fake_run(tmp_path) / "load.json").read_text())
     fig, caption, extra = report.load_chart(doc)
@@ -221,9 +221,9 @@ def test_the_report_draws_the_stages_per_step(tmp_path: Path) -> None:
 
 
 def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_path: Path) -> None:
-    from voice_llm.dial.doc import (AgentReported, DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn,
+    from voice_llm.capabilities.dial.doc import (AgentReported, DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn,
                                     TurnCaller)
-    from voice_llm.load import dialing
+    from voice_llm.capabilities.load import dialing
 
     turn = Turn(index=1, script="hi", caller_wav="dial/caller-01.wav",
                 caller=TurnCaller(offset_ms=2000.0, speech_start_ms=2200.0, speech_end_ms=3000.0),
@@ -248,8 +248,8 @@ def test_a_calls_samples_carry_its_stream_sid_clock_and_its_own_breakdown(tmp_pa
 def test_a_dialing_sweeps_report_opens_with_its_first_steps_heard_gap(tmp_path: Path) -> None:
     """The caller's number of a load --dial run: its first step's heard p50/p90 (load's ``headline`` hook), not
     "not measured"; a text sweep has no caller's ear and says so; a broken load.json is one line, no traceback."""
-    from voice_llm.analysis.keynumbers import headline
-    from voice_llm.util.stats import median
+    from voice_llm.core.analysis.keynumbers import headline
+    from voice_llm.core.util.stats import median
 
     out = _fake_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())

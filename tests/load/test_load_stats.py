@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.errors import ArtifactError
-from voice_llm.call import report as call_report
-from voice_llm.load import CAPABILITY as LOAD_CAPABILITY
-from voice_llm.load import checks, stats
-from voice_llm.load.samples import read_samples, write_samples
+from voice_llm.core.errors import ArtifactError
+from voice_llm.capabilities.conversation import report as call_report
+from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
+from voice_llm.capabilities.load import checks, stats
+from voice_llm.capabilities.load.samples import read_samples, write_samples
 
 from builders import SLO, fake_load_run as _fake_run, load_sample as sample
 
@@ -109,8 +109,8 @@ def test_the_load_command_never_imports_locust() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, voice_llm.cli.main, voice_llm.load.cli, voice_llm.load.run, voice_llm.load.document, voice_llm.load.runner, voice_llm.load.checks, "
-            "voice_llm.load.report; print('locust' in sys.modules, 'gevent' in sys.modules)")
+    code = ("import sys, voice_llm.cli.main, voice_llm.capabilities.load.cli, voice_llm.capabilities.load.run, voice_llm.capabilities.load.document, voice_llm.capabilities.load.runner, voice_llm.capabilities.load.checks, "
+            "voice_llm.capabilities.load.report; print('locust' in sys.modules, 'gevent' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
 
@@ -135,7 +135,7 @@ def test_bad_load_flags_are_named_before_anything_starts(tmp_path: Path, flags: 
 
 
 def test_report_sections_show_the_verdict_and_the_turns(tmp_path: Path) -> None:
-    from voice_llm.load import report
+    from voice_llm.capabilities.load import report
 
     doc = json.loads((_fake_run(tmp_path) / "load.json").read_text())
     fig, caption, extra = report.load_chart(doc)
@@ -149,8 +149,8 @@ def test_report_sections_show_the_verdict_and_the_turns(tmp_path: Path) -> None:
 
 
 def test_think_time_speaks_at_the_measured_audio_rate(tmp_path: Path) -> None:
-    from voice_llm.load.plan import SPEECH_WORDS_PER_S
-    from voice_llm.load.speech import answer_speech_rate
+    from voice_llm.capabilities.load.plan import SPEECH_WORDS_PER_S
+    from voice_llm.capabilities.load.speech import answer_speech_rate
 
     fixture = Path(__file__).parents[1] / "fixtures" / "sample_audio"
     rate, source = answer_speech_rate(fixture)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from builders import SLO, load_sample as sample
-from voice_llm.load import run as load_run
-from voice_llm.load import stats
-from voice_llm.load.plan import DEFAULT_STEP_S, LOAD_MAX_TOKENS, LOAD_THINK_SCALE, CallerConfig, DialConfig
-from voice_llm.load.settings import DEFAULT_SLOTS, LoadSettings
-from voice_llm.scenario import dialogue as dialogues
+from voice_llm.capabilities.load import run as load_run
+from voice_llm.capabilities.load import stats
+from voice_llm.capabilities.load.plan import DEFAULT_STEP_S, LOAD_MAX_TOKENS, LOAD_THINK_SCALE, CallerConfig, DialConfig
+from voice_llm.capabilities.load.settings import DEFAULT_SLOTS, LoadSettings
+from voice_llm.core.scenario import dialogue as dialogues
 
 CALLER = CallerConfig(url="http://x", system="s", turns=("a",))
 

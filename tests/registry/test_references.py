@@ -11,11 +11,11 @@ import importlib
 
 import pytest
 
-from voice_llm import registry
-from voice_llm.checks.core import CHECKS
-from voice_llm.lab.steps import CORE_STEPS
-from voice_llm.registry import CheckEntry, SectionEntry, StepEntry
-from voice_llm.report.page import CORE_SECTIONS
+from voice_llm.core import registry
+from voice_llm.core.checks.core import CHECKS
+from voice_llm.core.lab.steps import CORE_STEPS
+from voice_llm.core.registry import CheckEntry, SectionEntry, StepEntry
+from voice_llm.core.report.page import CORE_SECTIONS
 
 
 def _every_capability() -> list[registry.Capability]:
@@ -51,7 +51,7 @@ def test_a_capability_lists_each_thing_once() -> None:
             assert len(names) == len(set(names)), (capability.name, kind, names)
         # A check once per step. Two steps writing the same artifact may share a check (dial's `dial` and the lab's
         # `converse` both write dial.json): then the name is the same check of the same artifact in both, which
-        # the core runs once in a folder where both apply (voice_llm.checks.core.capability_checks).
+        # the core runs once in a folder where both apply (voice_llm.core.checks.core.capability_checks).
         names = [(entry.step, entry.name) for entry in capability.checks]
         assert len(names) == len(set(names)), (capability.name, names)
         functions = [(entry.step, entry.function) for entry in capability.checks]
@@ -88,12 +88,12 @@ def _planted(capability: registry.Capability, kind: str) -> tuple[registry.Capab
 
 
 @pytest.mark.parametrize("package, kind", [
-    ("voice_llm.tts", "check"), ("voice_llm.dial", "check"), ("voice_llm.load", "check"), ("voice_llm.call", "check"),
-    ("voice_llm.tts", "section"), ("voice_llm.repeats", "section"), ("voice_llm.call", "section"),
-    ("voice_llm.tts", "step"), ("voice_llm.call", "step"),
-    ("voice_llm.tts", "metrics"), ("voice_llm.dial", "key_numbers"), ("voice_llm.tts", "cli"),
-    ("voice_llm.load", "commands"), ("voice_llm.dial", "options"), ("voice_llm.tts", "install"),
-    ("voice_llm.load", "compare"), ("voice_llm.load", "compare section"),
+    ("voice_llm.capabilities.speak", "check"), ("voice_llm.capabilities.dial", "check"), ("voice_llm.capabilities.load", "check"), ("voice_llm.capabilities.conversation", "check"),
+    ("voice_llm.capabilities.speak", "section"), ("voice_llm.capabilities.repeats", "section"), ("voice_llm.capabilities.conversation", "section"),
+    ("voice_llm.capabilities.speak", "step"), ("voice_llm.capabilities.conversation", "step"),
+    ("voice_llm.capabilities.speak", "metrics"), ("voice_llm.capabilities.dial", "key_numbers"), ("voice_llm.capabilities.speak", "cli"),
+    ("voice_llm.capabilities.load", "commands"), ("voice_llm.capabilities.dial", "options"), ("voice_llm.capabilities.speak", "install"),
+    ("voice_llm.capabilities.load", "compare"), ("voice_llm.capabilities.load", "compare section"),
 ])
 def test_a_planted_typo_is_named(package: str, kind: str) -> None:
     capability = importlib.import_module(package).CAPABILITY
@@ -104,9 +104,9 @@ def test_a_planted_typo_is_named(package: str, kind: str) -> None:
 
 
 def test_a_typo_is_a_clear_error_when_the_core_calls_it() -> None:
-    with pytest.raises(registry.UnresolvedReference, match="voice_llm.tts.checks has no function check_wavz"):
-        registry.resolve("voice_llm.tts.checks:check_wavz")
-    with pytest.raises(registry.UnresolvedReference, match="there is no module voice_llm.tts.chekcs"):
-        registry.resolve("voice_llm.tts.chekcs:check_wavs")
+    with pytest.raises(registry.UnresolvedReference, match="voice_llm.capabilities.speak.checks has no function check_wavz"):
+        registry.resolve("voice_llm.capabilities.speak.checks:check_wavz")
+    with pytest.raises(registry.UnresolvedReference, match="there is no module voice_llm.capabilities.speak.chekcs"):
+        registry.resolve("voice_llm.capabilities.speak.chekcs:check_wavs")
     with pytest.raises(registry.UnresolvedReference, match="not a 'module:function'"):
-        registry.resolve("voice_llm.tts.checks")
+        registry.resolve("voice_llm.capabilities.speak.checks")

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from checkfolders import SAMPLE_AUDIO, clean_run, read, reseal, write
 
-from voice_llm import registry
-from voice_llm.analysis import keynumbers, metrics
-from voice_llm.checks.base import FAIL, NOT_CHECKABLE
-from voice_llm.checks.core import run_checks
-from voice_llm.report.page import render_report, sections
-from voice_llm.util.artifacts import AUDIO
+from voice_llm.core import registry
+from voice_llm.core.analysis import keynumbers, metrics
+from voice_llm.core.checks.base import FAIL, NOT_CHECKABLE
+from voice_llm.core.checks.core import run_checks
+from voice_llm.core.report.page import render_report, sections
+from voice_llm.core.util.artifacts import AUDIO
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_a_capability_left_out_by_the_environment_is_out_too(spoken: Path, monke
 
 
 def test_without_load_its_checks_and_sections_go_too(spoken: Path) -> None:
-    """load's go; call's are call's own (voice_llm.call registers them), so they stay."""
+    """load's go; call's are call's own (voice_llm.capabilities.conversation registers them), so they stay."""
     with registry.without("load"):
         names = [s.name for s in sections()]
         assert "call" in names and "load" not in names and "speak" in names

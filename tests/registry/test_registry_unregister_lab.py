@@ -9,11 +9,11 @@ import pytest
 
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm import registry
-from voice_llm.checks.core import FAIL
-from voice_llm.lab import LabSettings, run_lab
-from voice_llm.run.context import StepOptions
-from voice_llm.lab.steps import lab_steps, steps
+from voice_llm.core import registry
+from voice_llm.core.checks.core import FAIL
+from voice_llm.core.lab import LabSettings, run_lab
+from voice_llm.core.run.context import StepOptions
+from voice_llm.core.lab.steps import lab_steps, steps
 
 
 @pytest.mark.slow

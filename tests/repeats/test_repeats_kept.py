@@ -13,7 +13,7 @@ from conftest import FAKE_TOKEN_S
 from fakeshapes import VLLM, ShapedServer
 
 from voice_llm.cli import main as cli
-from voice_llm.util.stats import median
+from voice_llm.core.util.stats import median
 
 REPEATS = 2
 

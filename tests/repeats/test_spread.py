@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.analysis import compare, metrics, noise
-from voice_llm.run import meta as runmeta
-from voice_llm.util import stats
-from voice_llm.checks.core import FAIL, NOT_CHECKABLE, PASS, run_checks
-from voice_llm.lab import cancel, sentence
+from voice_llm.core.analysis import compare, metrics, noise
+from voice_llm.core.run import meta as runmeta
+from voice_llm.core.util import stats
+from voice_llm.core.checks.core import FAIL, NOT_CHECKABLE, PASS, run_checks
+from voice_llm.core.lab import cancel, sentence
 
 SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 
@@ -149,7 +149,7 @@ def _sse(tokens: int, done: bool = False) -> bytes:
 
 
 def test_the_cancel_check_reads_the_raw_stream_of_the_repeat_shown(tmp_path: Path) -> None:
-    from voice_llm.checks.core import check_cancel_cut
+    from voice_llm.core.checks.core import check_cancel_cut
 
     out = tmp_path / "out"
     (out / "raw").mkdir(parents=True)

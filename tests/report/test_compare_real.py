@@ -14,7 +14,7 @@ import pytest
 from clihelpers import LAB_REPEAT, assert_clean_failure, cli, cli_env
 from conftest import free_port
 
-from voice_llm.util.stats import median
+from voice_llm.core.util.stats import median
 
 pytestmark = pytest.mark.server
 

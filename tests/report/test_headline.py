@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import registry
-from voice_llm.analysis import keynumbers
-from voice_llm.analysis.keynumbers import KeyNumber
-from voice_llm.report.page import SUBTITLE, render_report
-from voice_llm.util.artifacts import DIAL, DIAL_DIR
+from voice_llm.core import registry
+from voice_llm.core.analysis import keynumbers
+from voice_llm.core.analysis.keynumbers import KeyNumber
+from voice_llm.core.report.page import SUBTITLE, render_report
+from voice_llm.core.util.artifacts import DIAL, DIAL_DIR
 
 TESTS = Path(__file__).resolve().parents[1]
 SAMPLE_RUN = TESTS / "fixtures" / "sample_run"
@@ -75,7 +75,7 @@ def test_any_capability_can_mark_the_headline(lab: Path, monkeypatch: pytest.Mon
 
 def test_the_page_opens_with_it_above_the_noise_warning_and_the_tables(called: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from voice_llm.report import page as report_page
+    from voice_llm.core.report import page as report_page
 
     monkeypatch.setattr(report_page, "sections", lambda: ())  # the header alone: no chart is drawn (fast)
     page = render_report(called).read_text()

@@ -8,9 +8,9 @@ import re
 import shutil
 from pathlib import Path
 
-from voice_llm.analysis.keynumbers import all_key_numbers
-from voice_llm.analysis.metrics import by_key
-from voice_llm.report.page import render_report
+from voice_llm.core.analysis.keynumbers import all_key_numbers
+from voice_llm.core.analysis.metrics import by_key
+from voice_llm.core.report.page import render_report
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

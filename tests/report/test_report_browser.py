@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from voice_llm.analysis.compare import compare_runs
-from voice_llm.report.compare_page import render_compare
-from voice_llm.report.page import render_report
+from voice_llm.core.analysis.compare import compare_runs
+from voice_llm.core.report.compare_page import render_compare
+from voice_llm.core.report.page import render_report
 
 pytestmark = pytest.mark.browser
 

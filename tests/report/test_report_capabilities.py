@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT
-from voice_llm.client.capabilities import Capabilities, EndpointProbe, StreamProbe
-from voice_llm.checks.core import NOT_CHECKABLE, run_checks
-from voice_llm.lab.report import build_report
-from voice_llm.report.page import render_report
+from voice_llm.core.util.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT
+from voice_llm.core.client.capabilities import Capabilities, EndpointProbe, StreamProbe
+from voice_llm.core.checks.core import NOT_CHECKABLE, run_checks
+from voice_llm.core.lab.report import build_report
+from voice_llm.core.report.page import render_report
 
 SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 NO_TIMINGS = "the stream carries no timings.prompt_n and no usage.prompt_tokens"

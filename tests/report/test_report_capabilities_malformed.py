@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from voice_llm.cli import main as cli
-from voice_llm.util.artifacts import CAPABILITIES, REPORT_HTML
-from voice_llm.report.capability_table import read_capability_rows
-from voice_llm.errors import ArtifactError
+from voice_llm.core.util.artifacts import CAPABILITIES, REPORT_HTML
+from voice_llm.core.report.capability_table import read_capability_rows
+from voice_llm.core.errors import ArtifactError
 
 SAMPLE_RUN = Path(__file__).parents[1] / "fixtures" / "sample_run"
 MALFORMED = {

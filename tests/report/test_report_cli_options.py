@@ -4,7 +4,7 @@ What a command uses is read from its implementation, not from a list kept beside
 StepOptions fields (and a capability's options, e.g. tts's engine) its module reads (``options.<field>``), its
 documents (``ctx.kb_dir``) and, for a step that asks the server, the request flags every ServerClient takes; for
 every other command, the ``args.<dest>`` its handler in cli.py reads (following the cli functions it calls), or
-for `load` (a command the load capability adds) the LoadSettings fields voice_llm.load's cli, run and
+for `load` (a command the load capability adds) the LoadSettings fields voice_llm.capabilities.load's cli, run and
 document read. Adding an option a command ignores fails test_every_offered_option_is_used.
 """
 
@@ -20,19 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm import registry
+from voice_llm.core import registry
 from voice_llm.cli import main as cli
-from voice_llm.lab.steps import STEPS
+from voice_llm.core.lab.steps import STEPS
 from clihelpers import cli_env
 
 _ARGS_READ = re.compile(r"""args\.(\w+)|getattr\(args, "(\w+)\"""")
 # StepOptions field, or tts's TTSOptions field -> the flag's dest (voice_llm.cli.main._lab_settings builds
-# StepOptions from them, voice_llm.tts.step.options_value the TTS options).
+# StepOptions from them, voice_llm.capabilities.speak.step.options_value the TTS options).
 _STEP_OPTION_FLAGS = {"repeat": "repeat", "engine": "tts", "voice": "voice", "clause_words": "clause_words"}
 # What pipeline._connect gives every ServerClient, hence every step that asks the server.
 _REQUEST_FLAGS = {"url", "port", "api_key", "model", "timeout", "deadline"}
 # What _lab_settings gives every step that asks the server: a run in OUT made against another server is refused
-# unless --new-run replaces it (voice_llm.run.session.Session).
+# unless --new-run replaces it (voice_llm.core.run.session.Session).
 _JOINING_FLAGS = {"new_run"}
 _EVERY_STEP = {"out", "wait", "quiet"}
 
@@ -106,14 +106,14 @@ def used_by(command: str) -> set[str]:
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
     if command == "load":
-        load = importlib.import_module("voice_llm.load.cli")
-        source = "\n".join(inspect.getsource(importlib.import_module(f"voice_llm.load.{name}"))
+        load = importlib.import_module("voice_llm.capabilities.load.cli")
+        source = "\n".join(inspect.getsource(importlib.import_module(f"voice_llm.capabilities.load.{name}"))
                             for name in ("cli", "run", "document", "settings"))
         dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
         return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
                 | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
     if command == "agent":  # a command the agent capability adds: the flags its settings_from and main read
-        source = inspect.getsource(importlib.import_module("voice_llm.agent.command"))
+        source = inspect.getsource(importlib.import_module("voice_llm.capabilities.agent.command"))
         looped = " ".join(re.findall(r"for key in \(([^)]*)\)", source))  # values.get(key) over a tuple of names
         # (--quiet: main makes the progress it is given from it)
         return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | set(re.findall(r'"(\w+)"', looped)) | {"quiet"}

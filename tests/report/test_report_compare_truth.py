@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.util import stats
-from voice_llm.analysis import compare
-from voice_llm.util.artifacts import AUDIO, TTFT
-from voice_llm.report.compare_page import render_compare
+from voice_llm.core.util import stats
+from voice_llm.core.analysis import compare
+from voice_llm.core.util.artifacts import AUDIO, TTFT
+from voice_llm.core.report.compare_page import render_compare
 from clihelpers import assert_clean_failure, cli, cli_env
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -215,7 +215,7 @@ def test_compare_html_shows_the_tts_setup(tmp_path: Path) -> None:
 def test_a_raising_compare_section_is_one_line_and_exit_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from voice_llm.cli import main as cli
-    from voice_llm.report import compare_page as compare_html
+    from voice_llm.core.report import compare_page as compare_html
 
     a, b = a_run(tmp_path / "a"), a_run(tmp_path / "b")
     before = {p.name: p.read_bytes() for p in a.iterdir() if p.is_file()}

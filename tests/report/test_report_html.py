@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_llm.util.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, SENTENCE, TTFT
-from voice_llm.checks.core import CheckResult
-from voice_llm.errors import ArtifactError
-from voice_llm.report.page import render_report
+from voice_llm.core.util.artifacts import CACHE, CANCEL, PREFILL, PROPS, REPORT, REPORT_HTML, SENTENCE, TTFT
+from voice_llm.core.checks.core import CheckResult
+from voice_llm.core.errors import ArtifactError
+from voice_llm.core.report.page import render_report
 
 SAMPLE_OUT = Path(__file__).parents[1] / "fixtures" / "sample_out"
 # The speak step's audio.json from a real run (one run per strategy), kept apart so check tests on sample_out
@@ -166,7 +166,7 @@ def test_wrongly_typed_values_are_reported_not_crashed(out: Path) -> None:
     (out / CANCEL).write_text("[1, 2]", encoding="utf-8")
     edit_json(out / PROPS, lambda d: d.update(total_slots=None, default_generation_settings="?"))
     page = render(out)
-    # The one parse's words (voice_llm.run.artifacts), as check says them too.
+    # The one parse's words (voice_llm.core.run.artifacts), as check says them too.
     assert "not available: sentence.json: ttft_ms is &#x27;fast&#x27;, not a finite number" in page
     assert "not available: cancel.json is not an object: [1, 2]" in page
     assert page.count('<figure class="chart"') == 8

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from voice_llm.cli import main as cli
-from voice_llm.report import page as report_html
-from voice_llm.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, REPORT_HTML, SENTENCE, TTFT
-from voice_llm.errors import ReportIncompleteError
-from voice_llm.report.page import render_report
+from voice_llm.core.report import page as report_html
+from voice_llm.core.util.artifacts import AUDIO, CACHE, CANCEL, PREFILL, REPORT_HTML, SENTENCE, TTFT
+from voice_llm.core.errors import ReportIncompleteError
+from voice_llm.core.report.page import render_report
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SAMPLE_AUDIO = FIXTURES / "sample_audio" / "audio.json"

@@ -21,17 +21,17 @@ import pytest
 from builders import fake_load_run
 from checkfolders import SAMPLE_AUDIO, SAMPLE_RUN, clean_run, dial_alone, planned_by_step, read, reseal, write
 
-from voice_llm import registry
-from voice_llm.analysis import compare, noise
-from voice_llm.analysis.metrics import Metric, number
-from voice_llm.checks.base import Finding
-from voice_llm.checks.core import check_cancel, run_checks
+from voice_llm.core import registry
+from voice_llm.core.analysis import compare, noise
+from voice_llm.core.analysis.metrics import Metric, number
+from voice_llm.core.checks.base import Finding
+from voice_llm.core.checks.core import check_cancel, run_checks
 from voice_llm.cli import main as cli
-from voice_llm.lab.report import findings
-from voice_llm.registry import Capability
-from voice_llm.report.compare_page import render_compare
-from voice_llm.report.page import render_report
-from voice_llm.run import meta as runmeta
+from voice_llm.core.lab.report import findings
+from voice_llm.core.registry import Capability
+from voice_llm.core.report.compare_page import render_compare
+from voice_llm.core.report.page import render_report
+from voice_llm.core.run import meta as runmeta
 
 
 def _said(capsys: pytest.CaptureFixture[str]) -> str:

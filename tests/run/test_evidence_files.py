@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from voice_llm.checks import core as check
+from voice_llm.core.checks import core as check
 from voice_llm.cli import main as cli
-from voice_llm.server import lifecycle as server
-from voice_llm.util import artifacts
-from voice_llm.run.session import managed_log_for
+from voice_llm.core.server import lifecycle as server
+from voice_llm.core.util import artifacts
+from voice_llm.core.run.session import managed_log_for
 
 from conftest import free_port
 
@@ -163,7 +163,7 @@ def test_a_full_disk_names_the_file_and_the_step(out: Path, monkeypatch: pytest.
 def test_a_disk_that_fills_during_the_lab_marks_the_run_failed(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fills after run.json recorded the start: the step's file and run.json's end cannot be written.
     The error names the step's file and the step; run.json still says the run never ended, and check says so."""
-    from voice_llm.lab import LabSettings, run_lab
+    from voice_llm.core.lab import LabSettings, run_lab
 
     full: list[str] = []
 

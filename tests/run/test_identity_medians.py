@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from voice_llm.util.stats import median
-from voice_llm.load import stats
-from voice_llm.tts.artifact import median_run
+from voice_llm.core.util.stats import median
+from voice_llm.capabilities.load import stats
+from voice_llm.capabilities.speak.artifact import median_run
 
 # Medians whose samples the artifact does not keep, so no walk can recompute them: dial.json's dialer cost is over
 # every 20 ms frame of the call (thousands), and the file keeps its median, p90 and max only.
 UNSAMPLED = {"dial.json": {("dialer_cost_ms", "median")}}
 # Fields beside a ``_min``/``_max`` range that are not medians by design: cancel.json's received tokens and close
-# time are the median cut's own (voice_llm.lab.cancel.summary_document: together they are one cut, with its
+# time are the median cut's own (voice_llm.core.lab.cancel.summary_document: together they are one cut, with its
 # chunks), the cut picked by the median slot idle time. Verified as that repeat's values instead. (A fake server's
 # two cuts made them look like medians: their order followed the close time's; a real server's need not.)
 OF_THE_MEDIAN_REPEAT = {"cancel.json": ("received_tokens", "closed_at_ms")}

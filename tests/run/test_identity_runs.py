@@ -20,7 +20,7 @@ from clihelpers import SHORT_KB, WITHOUT_THE_CALL, assert_clean_failure, cli, cl
 from fakeserver import unused_port
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm.run import meta as runmeta
+from voice_llm.core.run import meta as runmeta
 
 LAB_TIMEOUT_S = 600
 # What these tests compare is which server and run a folder holds, never a time: one repeat and the short KB, for the
@@ -133,9 +133,9 @@ def test_a_step_against_the_same_server_joins_and_refreshes_the_report(out_a: Pa
 
 @pytest.mark.slow
 def test_run_steps_joining_a_run_leaves_report_equal_to_its_sources(out_a: Path, servers) -> None:
-    from voice_llm.checks.core import run_checks
-    from voice_llm.lab import LabSettings, run_steps
-    from voice_llm.run.context import StepOptions
+    from voice_llm.core.checks.core import run_checks
+    from voice_llm.core.lab import LabSettings, run_steps
+    from voice_llm.core.run.context import StepOptions
 
     a, _ = servers
     result = run_steps(LabSettings(out=out_a, url=a.url, kb_dir=SHORT_KB, options=StepOptions(repeat=1)), ["cache"])

@@ -18,7 +18,7 @@ from clihelpers import SHORT_KB, WITHOUT_THE_CALL, cli, cli_env
 from conftest import FAKE_TOKEN_S
 from fakeshapes import OLLAMA, Shape, ShapedServer
 
-from voice_llm.checks import core as check
+from voice_llm.core.checks import core as check
 
 # The relations that rest on llama-server-only evidence (/props, timings, /slots): not checkable, never FAIL.
 NOT_CHECKABLE = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.server import state as server_state
+from voice_llm.core.server import state as server_state
 
 from clihelpers import assert_clean_failure, cli
 from conftest import free_port
@@ -78,7 +78,7 @@ def test_a_dialogue_file_of_another_shape_is_one_line(content: str, reason: str,
 
 
 def test_a_dialogue_file_of_the_right_shape_is_used(tmp_path: Path, env: dict[str, str]) -> None:
-    from voice_llm.scenario.dialogue import load_dialogue
+    from voice_llm.core.scenario.dialogue import load_dialogue
 
     dialogue = tmp_path / "mine.json"
     dialogue.write_text(json.dumps({"name": "mine", "system": "Be brief.", "turns": ["Hello?", "Bye."]}))
@@ -114,8 +114,8 @@ def test_a_fifo_as_a_kb_document_is_refused_before_any_request(command: str, tmp
 
 
 def test_a_deeply_nested_audio_json_gives_load_the_default_speech_rate(tmp_path: Path, env: dict[str, str]) -> None:
-    from voice_llm.load.plan import SPEECH_WORDS_PER_S
-    from voice_llm.load.speech import answer_speech_rate
+    from voice_llm.capabilities.load.plan import SPEECH_WORDS_PER_S
+    from voice_llm.capabilities.load.speech import answer_speech_rate
 
     out = tmp_path / "out"
     out.mkdir()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.util import artifacts
-from voice_llm.errors import ArtifactError
+from voice_llm.core.util import artifacts
+from voice_llm.core.errors import ArtifactError
 
 from clihelpers import assert_clean_failure, cli, cli_env
 

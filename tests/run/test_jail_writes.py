@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.util import artifacts
-from voice_llm.errors import OutputDirError
-from voice_llm.run.lock import LOCK_NAME, locked_out
+from voice_llm.core.util import artifacts
+from voice_llm.core.errors import OutputDirError
+from voice_llm.core.run.lock import LOCK_NAME, locked_out
 
 from clihelpers import assert_clean_failure, cli
 
@@ -143,7 +143,7 @@ def test_wavs_never_go_through_a_linked_audio_folder(tmp_path: Path, step_contex
 
 
 def test_the_report_page_and_load_samples_refuse_a_link(tmp_path: Path, victim: Path) -> None:
-    from voice_llm.load.samples import write_samples
+    from voice_llm.capabilities.load.samples import write_samples
 
     link = plant(tmp_path / "load_samples.csv", victim)
     with pytest.raises(OutputDirError, match=REFUSED):

@@ -13,7 +13,7 @@ from pathlib import Path
 from clihelpers import assert_clean_failure, cli, cli_env
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.run.lock import LOCK_NAME
+from voice_llm.core.run.lock import LOCK_NAME
 
 
 def _slow_answer() -> Reply:

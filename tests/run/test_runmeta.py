@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.run.folder import RunFolder
+from voice_llm.core.run.folder import RunFolder
 
-from voice_llm.run import meta as runmeta
-from voice_llm.checks.core import FAIL, run_checks
-from voice_llm.errors import OutputBusyError
-from voice_llm.run.lock import LOCK_NAME, locked_out
+from voice_llm.core.run import meta as runmeta
+from voice_llm.core.checks.core import FAIL, run_checks
+from voice_llm.core.errors import OutputBusyError
+from voice_llm.core.run.lock import LOCK_NAME, locked_out
 
 SERVER = runmeta.ServerFacts(url="http://127.0.0.1:1", build_info="b1-abc", model_path="/m/a.gguf", n_ctx=4096,
                              total_slots=1)
@@ -137,7 +137,7 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
     (that replaced run.json and then refused the folder as mixing runs)."""
     from fakeserver import unused_port
 
-    from voice_llm.lab import LabSettings, run_steps
+    from voice_llm.core.lab import LabSettings, run_steps
 
     out = tmp_path / "out"
     shutil.copytree(Path(__file__).parents[1] / "fixtures" / "sample_run", out)
@@ -149,7 +149,7 @@ def test_report_alone_with_the_server_stopped_keeps_the_run(tmp_path: Path) -> N
 
 
 def test_one_reading_of_n_ctx_from_props() -> None:
-    from voice_llm.client.api import ServerProps
+    from voice_llm.core.client.api import ServerProps
 
     def props_n_ctx(props):  # type: ignore[no-untyped-def]
         return ServerProps.parse(props).n_ctx

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.server import lifecycle as server
-from voice_llm.client.api import ServerClient
-from voice_llm.server.config import ServerSettings
-from voice_llm.errors import ConfigError
+from voice_llm.core.server import lifecycle as server
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.server.config import ServerSettings
+from voice_llm.core.errors import ConfigError
 
 from conftest import free_port
 from clihelpers import cli, cli_env
@@ -329,7 +329,7 @@ def test_the_cli_takes_the_key_from_the_flag_or_the_environment(
     seen = recorder.seen  # type: ignore[attr-defined]
     # sse and health each ask /props once for the run's metadata first, and probe the server's capabilities
     # (five GETs and one tiny stream) before their step: the key goes with every one of those requests too.
-    from voice_llm.client.capabilities import PROBED_PATHS
+    from voice_llm.core.client.capabilities import PROBED_PATHS
 
     assert len(seen) == 5 + 2 * (len(PROBED_PATHS) + 1) and {auth for _, _, auth in seen} == {expected}
     for path in (tmp_path / "out").rglob("*"):

@@ -1,4 +1,4 @@
-"""The one run Session (voice_llm.run.session): the phases in one order for every command, whatever its hooks;
+"""The one run Session (voice_llm.core.run.session): the phases in one order for every command, whatever its hooks;
 a failure in a step still finishes run.json (marked with the step) after the close hook; the lock is gone after."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fakeshapes import VLLM, ShapedServer
 
-from voice_llm.errors import MeasurementError
-from voice_llm.run import session
-from voice_llm.run.lock import LOCK_NAME
-from voice_llm.util.progress import NullProgress
+from voice_llm.core.errors import MeasurementError
+from voice_llm.core.run import session
+from voice_llm.core.run.lock import LOCK_NAME
+from voice_llm.core.util.progress import NullProgress
 
 
 def plan(out: Path, url: str, whole_run: bool) -> session.Plan:

@@ -1,4 +1,4 @@
-"""Issue 31 items 9 and 16 (first half), through the one run session (voice_llm.run.session.Session).
+"""Issue 31 items 9 and 16 (first half), through the one run session (voice_llm.core.run.session.Session).
 
 16: a step that would start a new run in a folder holding another run's files refuses before its first measuring
 request, in one line naming the fix (another --out, or --new-run); with --new-run the earlier run is replaced and
@@ -17,8 +17,8 @@ import pytest
 from fakeshapes import VLLM, ShapedServer
 
 from voice_llm.cli import main as cli
-from voice_llm.checks.core import run_checks
-from voice_llm.errors import EXIT_FAILURE
+from voice_llm.core.checks.core import run_checks
+from voice_llm.core.errors import EXIT_FAILURE
 
 
 def fast(**given: object) -> ShapedServer:

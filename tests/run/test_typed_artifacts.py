@@ -1,5 +1,5 @@
 """Each core artifact parses a real saved run into its typed value, and refuses a malformed copy in one line that
-names the file and the field (voice_llm.run.artifacts)."""
+names the file and the field (voice_llm.core.run.artifacts)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from voice_llm.errors import ArtifactError, NoDataError
-from voice_llm.run import artifacts as typed
-from voice_llm.run.folder import RunFolder, UnknownSchemaError
+from voice_llm.core.errors import ArtifactError, NoDataError
+from voice_llm.core.run import artifacts as typed
+from voice_llm.core.run.folder import RunFolder, UnknownSchemaError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SAVED = [FIXTURES / "sample_run", FIXTURES / "sample_out"]

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from clihelpers import SHORT_KB, WITHOUT_THE_CALL
 
-from voice_llm.client.api import ServerClient
-from voice_llm.client.capabilities import SOURCE_CLIENT, probe
-from voice_llm.sse import SSEDecoder
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.client.capabilities import SOURCE_CLIENT, probe
+from voice_llm.core.sse import SSEDecoder
 
 # A whole lab takes ~3 min on an idle 2-core machine and far longer on a shared one.
 pytestmark = [pytest.mark.server, pytest.mark.backend, pytest.mark.timeout(2400)]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.server import provision
-from voice_llm.server.backends import llama_cpp_python as lcp
-from voice_llm.errors import ProvisionError, ServerError
-from voice_llm.util.progress import NullProgress
+from voice_llm.core.server import provision
+from voice_llm.core.server.backends import llama_cpp_python as lcp
+from voice_llm.core.errors import ProvisionError, ServerError
+from voice_llm.core.util.progress import NullProgress
 
 
 @pytest.fixture

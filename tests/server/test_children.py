@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from voice_llm.util import procfs
-from voice_llm.util.children import stop_child, stop_pid
+from voice_llm.core.util import procfs
+from voice_llm.core.util.children import stop_child, stop_pid
 
 
 def _child(code: str) -> subprocess.Popen[bytes]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voice_llm.server import provision, state as server_state
-from voice_llm.run import session
+from voice_llm.core.server import provision, state as server_state
+from voice_llm.core.run import session
 
 
 def _record(port: int, binary: Path, threads: int | None) -> None:

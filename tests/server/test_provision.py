@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.server import provision
-from voice_llm.errors import ProvisionError
-from voice_llm.util.progress import NullProgress
+from voice_llm.core.server import provision
+from voice_llm.core.errors import ProvisionError
+from voice_llm.core.util.progress import NullProgress
 
 
 @pytest.fixture

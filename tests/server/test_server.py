@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.server import lifecycle as server
-from voice_llm.util import procfs
-from voice_llm.client.api import ServerClient
+from voice_llm.core.server import lifecycle as server
+from voice_llm.core.util import procfs
+from voice_llm.core.client.api import ServerClient
 from clihelpers import assert_clean_failure, cli
 from conftest import free_port
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from fakeserver import free_port
 
-from voice_llm.server import lifecycle, state as server_state
-from voice_llm.server.config import ServerSettings
-from voice_llm.util import procfs
+from voice_llm.core.server import lifecycle, state as server_state
+from voice_llm.core.server.config import ServerSettings
+from voice_llm.core.util import procfs
 
 
 def _fake_proc(root: Path, pid: int, start_ticks: int, since_boot_s: float) -> Path:

@@ -18,8 +18,8 @@ import pytest
 from clihelpers import assert_clean_failure
 from fakeserver import FakeServer, Reply, at, llama_events
 
-from voice_llm.errors import SynthesisTimeoutError
-from voice_llm.speech_out.espeak import EspeakEngine
+from voice_llm.core.errors import SynthesisTimeoutError
+from voice_llm.engines.speech_out.espeak import EspeakEngine
 
 HANG_MARKER = "water"
 ANSWER = ["Fast", " for", " 8", " hours,", " drinking", " only", " water.", " Arrive", " early."]
@@ -106,7 +106,7 @@ def test_a_hung_espeak_is_stopped_at_the_deadline_with_its_children(fake_espeak:
 
 @pytest.mark.timeout(60)
 def test_a_hung_warm_up_is_a_timeout_not_a_bad_voice(fake_espeak: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import voice_llm.speech_out.espeak as espeak
+    import voice_llm.engines.speech_out.espeak as espeak
 
     monkeypatch.setattr(espeak.EspeakEngine, "synthesize", _hang_on_hello(espeak.EspeakEngine.synthesize))
     with pytest.raises(SynthesisTimeoutError, match="within the deadline of 1 s"):

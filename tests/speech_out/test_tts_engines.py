@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from voice_llm.errors import ArtifactError, ConfigError, SynthesisError, TTSUnavailableError, VoiceFileError
-from voice_llm.speech_out.engines import load_engine
-from voice_llm.speech_out.engine import TTSEngine, duration_ms, speakable
-from voice_llm.speech_out.espeak import EspeakEngine
-from voice_llm.speech_out.live import first_audio_alone_ms
-from voice_llm.speech_out.piper import PiperEngine, default_voice
-from voice_llm.audio.wav import read_wav, silence, wav_bytes
+from voice_llm.core.errors import ArtifactError, ConfigError, SynthesisError, TTSUnavailableError, VoiceFileError
+from voice_llm.engines.speech_out.engines import load_engine
+from voice_llm.engines.speech_out.engine import TTSEngine, duration_ms, speakable
+from voice_llm.engines.speech_out.espeak import EspeakEngine
+from voice_llm.engines.speech_out.live import first_audio_alone_ms
+from voice_llm.engines.speech_out.piper import PiperEngine, default_voice
+from voice_llm.engines.audio.wav import read_wav, silence, wav_bytes
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng is not installed (make test installs it: scripts/ensure-apt.sh)")

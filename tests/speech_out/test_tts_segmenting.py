@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from voice_llm.errors import ConfigError
-from voice_llm.speech_out.segmenting import STRATEGIES, Segment, clause_end, make_segmenter, segment_stream
+from voice_llm.core.errors import ConfigError
+from voice_llm.engines.speech_out.segmenting import STRATEGIES, Segment, clause_end, make_segmenter, segment_stream
 
 # A three-sentence answer streamed in tokens, one every 10 ms.
 TOKENS = ["Fast", " for", " 8", " to", " 12", " hours,", " drinking", " only", " water.", " Take", " your",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_llm.speech_out.timeline import AudioPiece, Played, Stall, playback
+from voice_llm.engines.speech_out.timeline import AudioPiece, Played, Stall, playback
 
 
 def test_audio_ready_before_it_is_needed_plays_without_a_gap() -> None:

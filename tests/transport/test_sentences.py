@@ -1,4 +1,4 @@
-"""Unit tests for voice_llm.sentences: the brief's rule and the streaming SentenceSplitter.
+"""Unit tests for voice_llm.core.sentences: the brief's rule and the streaming SentenceSplitter.
 
 Every splitter case is checked three ways — the whole text at once, one character at a time, and in LLM-like
 token pieces — because the splitter must give the same answer however the stream is cut.
@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from voice_llm.sentences import (
+from voice_llm.core.sentences import (
     Sentence, SentenceSplitter, first_sentence_by_rule, first_sentence_by_splitter, first_sentence_end, split_sentences,
 )
-from voice_llm.sse import Chunk
+from voice_llm.core.sse import Chunk
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers

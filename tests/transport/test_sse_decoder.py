@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from voice_llm.sse import ServerSentEvent, SSEDecoder
+from voice_llm.core.sse import ServerSentEvent, SSEDecoder
 
 RANDOM_SEEDS = (1, 2, 3, 7, 2024)
 SPLITS = ("whole", "bytewise", *(f"random-{seed}" for seed in RANDOM_SEEDS))

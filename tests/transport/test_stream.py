@@ -33,9 +33,9 @@ from fakeserver import (
     split_http_response,
     unused_port,
 )
-from voice_llm import sse
-from voice_llm.client.api import ServerClient
-from voice_llm.sse import (
+from voice_llm.core import sse
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.sse import (
     HTTPStatusError,
     DeadlineExceededError,
     MalformedEventError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from voice_llm import sse
+from voice_llm.core import sse
 
 from fakeserver import FakeServer, Reply, event, chunk_payload
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from voice_llm import sse
+from voice_llm.core import sse
 
 from fakeserver import FakeServer, Reply, event, chunk_payload
 

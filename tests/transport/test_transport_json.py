@@ -1,8 +1,8 @@
 """One guarded JSON parser for every server answer and artifact, and hostile shapes as one line (issues 19, 20).
 
 A 100,000-deep answer makes Python's parser raise RecursionError; the probe and a few readers parsed without the
-guard and gave a traceback. Every answer now goes through :func:`voice_llm.sse.parse_json` (the package's
-:func:`voice_llm.util.artifacts.loads_json` delegates to it). Odd shapes the probe and the cancel step read (a first
+guard and gave a traceback. Every answer now goes through :func:`voice_llm.core.sse.parse_json` (the package's
+:func:`voice_llm.core.util.artifacts.loads_json` delegates to it). Odd shapes the probe and the cancel step read (a first
 stream event ``{"choices": [1]}``, a string ``delta``, /slots answering a number, a /metrics gauge that is not a
 number) are clear one-line errors or ignored, never a TypeError/AttributeError.
 """
@@ -16,12 +16,12 @@ import pytest
 from clihelpers import assert_clean_failure, cli
 from fakeserver import DONE, FakeServer, Reply, event, llama_events
 
-from voice_llm import sse
-from voice_llm.client import capabilities
-from voice_llm.util import artifacts
-from voice_llm.client.api import ServerClient
-from voice_llm.errors import ArtifactError, MeasurementError
-from voice_llm.lab import cancel
+from voice_llm.core import sse
+from voice_llm.core.client import capabilities
+from voice_llm.core.util import artifacts
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.errors import ArtifactError, MeasurementError
+from voice_llm.core.lab import cancel
 
 DEEP = ("[" * 100_000 + "]" * 100_000).encode()
 DEEP_ANSWER = Reply.body(200, DEEP, "application/json")
@@ -114,7 +114,7 @@ def test_artifacts_parse_through_the_one_guarded_parser(tmp_path: Path, monkeypa
 
 
 def test_a_deep_event_in_a_saved_raw_stream_is_an_artifact_error(tmp_path: Path) -> None:
-    from voice_llm.tts import checks
+    from voice_llm.capabilities.speak import checks
 
     raw = tmp_path / "speak-whole-1.sse"
     raw.write_bytes(b"data: " + DEEP + b"\n\n" + DONE)
@@ -123,7 +123,7 @@ def test_a_deep_event_in_a_saved_raw_stream_is_an_artifact_error(tmp_path: Path)
 
 
 def test_a_deep_audio_json_gives_the_default_speech_rate(tmp_path: Path) -> None:
-    from voice_llm.load.speech import answer_speech_rate
+    from voice_llm.capabilities.load.speech import answer_speech_rate
 
     (tmp_path / "audio.json").write_bytes(DEEP)
     rate, source = answer_speech_rate(tmp_path)

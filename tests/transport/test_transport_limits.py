@@ -16,10 +16,10 @@ import pytest
 from clihelpers import assert_clean_failure, cli
 from fakeserver import FakeServer, RawServer, Reply, at, llama_events
 
-from voice_llm import sse
-from voice_llm.client import api, capabilities
-from voice_llm.client.api import ServerClient
-from voice_llm.sse import (
+from voice_llm.core import sse
+from voice_llm.core.client import api, capabilities
+from voice_llm.core.client.api import ServerClient
+from voice_llm.core.sse import (
     AnswerTooLargeError,
     DeadlineExceededError,
     HTTPStatusError,

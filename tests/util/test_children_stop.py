@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from voice_llm.load import runner
-from voice_llm.util import children, procfs
+from voice_llm.capabilities.load import runner
+from voice_llm.core.util import children, procfs
 
 # A leader that ignores SIGTERM and starts a member that ignores it too (a Locust worker deaf to "quit"); it
 # prints the member's pid once both ignore SIGTERM.

@@ -1,4 +1,4 @@
-"""The one median rule, nearest-rank percentiles and the rank test: voice_llm.util.stats."""
+"""The one median rule, nearest-rank percentiles and the rank test: voice_llm.core.util.stats."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from voice_llm.util import stats
+from voice_llm.core.util import stats
 
 
 def test_the_median_of_an_odd_count_is_the_middle() -> None:

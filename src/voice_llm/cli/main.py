@@ -11,33 +11,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from voice_llm import __version__, registry
-from voice_llm.server import lifecycle as server, provision
-from voice_llm.run import flags
-from voice_llm.run.flags import MAX_SECONDS, port_number, positive_int, seconds
-from voice_llm.analysis import keynumbers, noise
-from voice_llm.analysis.compare import compare_runs, summary_lines
-from voice_llm.lab import LabResult, LabSettings, run_lab, run_steps
-from voice_llm.lab.report import findings
-from voice_llm.lab.summary import step_numbers
-from voice_llm.report.capability_table import read_capability_rows
-from voice_llm.report.compare_page import render_compare
-from voice_llm.run import meta as runmeta, session
-from voice_llm.checks.core import FAIL, CheckResult, run_checks
-from voice_llm.checks.core import counts as check_counts
-from voice_llm.util.artifacts import COMPARE_HTML, REPORT, dumps_json, read_json
-from voice_llm.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
-from voice_llm.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
+from voice_llm import __version__
+
+from voice_llm.core import registry
+from voice_llm.core.server import lifecycle as server, provision
+from voice_llm.core.run import flags
+from voice_llm.core.run.flags import MAX_SECONDS, port_number, positive_int, seconds
+from voice_llm.core.analysis import keynumbers, noise
+from voice_llm.core.analysis.compare import compare_runs, summary_lines
+from voice_llm.core.lab import LabResult, LabSettings, run_lab, run_steps
+from voice_llm.core.lab.report import findings
+from voice_llm.core.lab.summary import step_numbers
+from voice_llm.core.report.capability_table import read_capability_rows
+from voice_llm.core.report.compare_page import render_compare
+from voice_llm.core.run import meta as runmeta, session
+from voice_llm.core.checks.core import FAIL, CheckResult, run_checks
+from voice_llm.core.checks.core import counts as check_counts
+from voice_llm.core.util.artifacts import COMPARE_HTML, REPORT, dumps_json, read_json
+from voice_llm.core.server.config import DEFAULT_PORT, ServerSettings, api_key_from_env, default_out_dir
+from voice_llm.core.errors import (EXIT_BROKEN_PIPE, EXIT_CHECKS_FAILED, EXIT_FAILURE, EXIT_INTERRUPTED,  # noqa: F401
                               EXIT_NO_VERDICT, EXIT_OK, EXIT_REPORT_INCOMPLETE, EXIT_USAGE, ArtifactError,
                               ConfigError, ReportIncompleteError, VoiceLLMError, exit_table_text)
-from voice_llm.run.context import StepOptions
-from voice_llm.lab.steps import steps as registered_steps
-from voice_llm.run.lock import writer_of
-from voice_llm.util.progress import Progress, make_progress
-from voice_llm.sse import StreamError
+from voice_llm.core.run.context import StepOptions
+from voice_llm.core.lab.steps import steps as registered_steps
+from voice_llm.core.run.lock import writer_of
+from voice_llm.core.util.progress import Progress, make_progress
+from voice_llm.core.sse import StreamError
 
 
-# The exit statuses: one table for every command (voice_llm.errors), re-exported here for the tests and callers.
+# The exit statuses: one table for every command (voice_llm.core.errors), re-exported here for the tests and callers.
 EXIT_CODES_HELP = exit_table_text()
 
 
@@ -69,7 +71,7 @@ class _CommandParser(argparse.ArgumentParser):
 
 
 def _capability_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """The flags the registered capabilities add to ``command`` (voice_llm.registry, ``Capability.cli``)."""
+    """The flags the registered capabilities add to ``command`` (voice_llm.core.registry, ``Capability.cli``)."""
     for capability in registry.capabilities():
         if capability.cli:
             registry.resolve(capability.cli)(parser, command)
@@ -197,7 +199,7 @@ class _SaidByTheResult:
     (session.started_line, with the log's path), so it is said once. Every other step (a build, a download, the
     stop before a restart) ends with its own line as before."""
 
-    SERVER_START = "Starting llama-server"  # the title voice_llm.server.lifecycle.start gives the start
+    SERVER_START = "Starting llama-server"  # the title voice_llm.core.server.lifecycle.start gives the start
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
@@ -310,7 +312,7 @@ def _print_findings(out: Path) -> None:
 
 
 def _caller_sentence(out: Path, step: str | None = None) -> str | None:
-    """The headline sentence for ``out`` (voice_llm.analysis.keynumbers.headline), or for a lone ``step`` only when
+    """The headline sentence for ``out`` (voice_llm.core.analysis.keynumbers.headline), or for a lone ``step`` only when
     that step wrote the artifact it is read from; None when it cannot be read (the tables below still print)."""
     try:
         caller = keynumbers.headline(out)
@@ -322,7 +324,7 @@ def _caller_sentence(out: Path, step: str | None = None) -> str | None:
 
 
 def _print_step_numbers(out: Path, step: str) -> None:
-    """A step alone: its key numbers, one short table as the lab's summary (voice_llm.lab.summary)."""
+    """A step alone: its key numbers, one short table as the lab's summary (voice_llm.core.lab.summary)."""
     rows = step_numbers(out, step)
     if _caller_sentence(out, step):
         print(_caller_sentence(out, step))  # a step that measures the caller's number (converse, dial) says it first
@@ -379,7 +381,7 @@ def _lab_settings(args: argparse.Namespace, command: str) -> LabSettings:
 
 
 def _plugin_options(args: argparse.Namespace) -> dict[str, object]:
-    """Each capability's options value from the flags (voice_llm.registry, ``Capability.options``)."""
+    """Each capability's options value from the flags (voice_llm.core.registry, ``Capability.options``)."""
     values = vars(args)
     return {c.name: registry.resolve(c.options)(values) for c in registry.capabilities() if c.options}
 

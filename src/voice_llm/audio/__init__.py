@@ -1,5 +1,0 @@
-"""Audio as bytes and samples, under speech in (voice_llm.speech) and speech out (voice_llm.speech_out): the one WAV
-reader and writer (:mod:`voice_llm.audio.wav`) and the one resampler (:mod:`voice_llm.audio.resampling`).
-
-This package's ``__init__`` imports nothing, so the CLI starts without numpy or PyAV.
-"""

@@ -1,0 +1,1 @@
+"""Layer 0: files (artifact names, the jail, atomic writes, the one guarded JSON reader), statistics (the one median rule), processes (the one stopper), progress and /proc readings. Imports only voice_llm.core.errors and voice_llm.core.sse."""

@@ -1,1 +1,0 @@
-"""Other OpenAI-compatible servers voice-llm is tested against (llama-server itself is voice_llm.server.lifecycle)."""
