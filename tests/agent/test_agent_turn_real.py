@@ -83,9 +83,12 @@ def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_s
     from voice_llm.core.run.context import LabContext, StepOptions
     from voice_llm.core.util.artifacts import read_json
 
-    # two clinic lines: each turn proves the same thing (answered, smart in its record, span and the agent block)
+    # two short questions (the load lines): each turn proves the same thing (answered, smart in its record, span and
+    # the agent block). One sentence each: the clinic's second line, "Okay. Do you take Medicare?", is two, and the
+    # model may rightly judge "Okay." complete and the agent answer it while the caller goes on (a talked-over turn)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,
-                     options=StepOptions(plugins={"dial": DialOptions(turns=TURNS, barge_in_turns=(), stt_threads=1)}))
+                     options=StepOptions(plugins={"dial": DialOptions(turns=TURNS, barge_in_turns=(), stt_threads=1,
+                                                                      caller_lines="load")}))
     options = options_of(ctx)
     prepared = prepare_call(ctx, options)
     with tempfile.TemporaryDirectory(prefix="voice-llm-agent-") as tmp:
@@ -112,7 +115,11 @@ def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_s
     assert doc["agent"]["identity"]["engines"]["llm"]["max_tokens"] == REPLY_TOKENS
     assert len(doc["turns"]) == TURNS
     for row in doc["turns"]:
-        assert row["heard"]["gap_ms"] is not None, row
+        # answered: the reply heard after the line. Its gap is measured unless the dialer ran a tick late near the
+        # line's end or the reply's start (LATE_TICK_RULE: a loaded machine; CI saw a 165 ms stall of the whole
+        # dialer process there), which nulls the gap with its reason; what this test is about, the turn's end, holds
+        assert row["heard"]["first_sound_ms"] is not None, (row, doc["unknown"])
+        assert row["heard"]["gap_ms"] is not None or row["heard"]["late_tick"] is True, (row, doc["unknown"])
         assert row["agent_breakdown"] is not None and row["agent_breakdown"]["endpoint_wait"] > 0, row
     spans = [span for name in doc["files"]["otlp"]
              for span in otlp.flatten(otlp.decode_request((tmp_path / name).read_bytes(), otlp.PROTOBUF), 0, 0.0)]
