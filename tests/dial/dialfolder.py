@@ -113,6 +113,9 @@ class Plan:
     barge_in_turns: tuple[int, ...] = (3,)
     barge_in_after_ms: float = 500.0
     clear_after_onset_ms: float = 125.0
+    # audio the agent sends after its clear (the tail of a synthesis it had in flight, as pipecat does): a burst of
+    # this length 1 ms after the clear, played from the emptied buffer after the jitter delay; 0: none
+    sent_after_clear_ms: float = 0.0
     vad_lag_ms: float = 10.0
     transport_ms: float = 1.0
     otlp: bool = True  # the agent reported its own numbers (spans received)
@@ -198,6 +201,17 @@ def build(out: Path, plan: Plan | None = None) -> Path:
                     event(cleared + 0.01, dir="up", event="mark", name=name_, queued_ms=queued,
                           audio_before_ms=ahead)
             event(silent + 0.2, event="playout_idle")
+            if plan.sent_after_clear_ms:
+                late_arrival = cleared + 1.0
+                late_start = next_tick(late_arrival + JITTER_MS)
+                tail = square(plan.sent_after_clear_ms, 6000, 450.0)
+                right_parts.append((sample(late_start), tail))
+                for k in range(math.ceil(len(tail) / FS)):
+                    got = min(FS, len(tail) - k * FS)
+                    event(late_arrival + 0.001 * k, dir="down", event="media", bytes=got, samples=got)
+                event(late_start + 0.2, event="playout_start")
+                heard_end = late_start + plan.sent_after_clear_ms
+                event(heard_end + 0.2, event="playout_idle")
         else:
             for name_, queued, ahead in marks:
                 event(heard_start + ahead + 0.3, dir="up", event="mark", name=name_, queued_ms=queued,

@@ -548,3 +548,29 @@ def test_a_false_barge_in_not_on_the_files_fails(call: Path) -> None:
     assert "no clear then cut the reply" in failed(call)["check_false_barge_ins"]
     save_doc(call, counted)
     assert "summary.false_barge_ins 1, the turns count 0" in failed(call)["check_false_barge_ins"]
+
+
+def test_audio_the_agent_sent_after_its_clear_is_heard_after_it(tmp_path: Path) -> None:
+    """pipecat sends the tail of a synthesis it had in flight after its clear (its Vonage serializer, in CI): the
+    buffer was emptied, the new audio plays on from it, and the reply goes silent after that audio, not one frame
+    after the clear. Every check passes; the barge-in's line says what came after the clear."""
+    out = build(tmp_path / "run", Plan(sent_after_clear_ms=80.0))
+    found = results(out)
+    assert {n: r.detail for n, r in found.items() if r.status != PASS} == {}
+    assert "came after the clear" in found["check_barge_in"].detail
+    barge = barge_in(doc_of(out).turns[2])
+    assert barge.cleared_ms is not None and barge.heard_silent_ms is not None
+    assert barge.heard_silent_ms > barge.cleared_ms + 20.0 + 80.0
+
+
+def test_a_silence_after_the_clear_with_no_audio_sent_after_it_fails(tmp_path: Path) -> None:
+    """The same recording with the late audio's arrival taken out of the event log: the silence comes long after
+    the clear and nothing explains it. (check_clears finds the buffer not emptied too.)"""
+    out = build(tmp_path / "run", Plan(sent_after_clear_ms=80.0))
+    cleared = barge_in(doc_of(out).turns[2]).cleared_ms
+    rows = [r for r in events(out) if not (r.get("dir") == "down" and r["event"] == "media" and cleared is not None
+                                           and cleared < r["t_ms"] < cleared + 2.0)]
+    renumber(rows)
+    save_events(out, rows)
+    found = failed(out)
+    assert "no audio sent after the clear: not in that order" in found.get("check_barge_in", ""), found
