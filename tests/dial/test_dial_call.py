@@ -350,3 +350,18 @@ def test_the_load_lines_are_short_and_a_call_asks_for_no_more_of_them_than_there
     assert all(len(line.split()) <= 5 for line in LOAD_LINES)  # about a second of speech each (issue 30 item 4)
     with pytest.raises(ConfigError, match="has 6 lines; --turns 7"):
         caller_lines(DialOptions(caller_lines="load", turns=7))  # refused before Piper is loaded
+
+
+def test_the_collector_leaves_what_was_loaded_alone_during_the_call_only(tmp_path: Path) -> None:
+    """The call runs with the heap as it was frozen (call.collector_out_of_the_way: a full collection over the
+    dialer's modules is two frames on this machine, a late tick), and the freeze ends with the call."""
+    import gc
+
+    from voice_llm.capabilities.dial import call as callmod
+
+    frozen_during: list[int] = []
+    with FakeAgent(REPLIES[:1]) as agent:
+        callmod.run_call(fast_options(barge_in_turns=()).call_settings(agent.url), tones(1).lines,
+                         on_note=lambda note: frozen_during.append(gc.get_freeze_count()))
+    assert frozen_during and min(frozen_during) > 1000, frozen_during  # every object the dialer held before it
+    assert gc.get_freeze_count() == 0
