@@ -415,3 +415,19 @@ def test_a_caller_reconnecting_as_a_call_hangs_up_is_served_not_refused(monkeypa
             caller.say(silence(500))
             assert caller.until("media")["event"] == "media"
         assert served.agent.refused == 0
+
+
+@pytest.mark.parametrize(("total_slots", "max_calls", "primed"), [(3, 8, [0, 1, 2]), (4, 2, [0, 1]), (None, 4, [None])])
+def test_the_system_prompt_is_primed_in_every_slot_a_call_may_take(total_slots: int | None, max_calls: int,
+                                                                   primed: list[int | None]) -> None:
+    """Before the first call, the system prompt in each of the server's slots (llama-server's /props total_slots,
+    each by id_slot), no more than the calls served at once; a server that says no slots gets one request with no
+    id_slot. A cold slot cost a call's first turn 5.5 s under load --dial (Agent._prime says why)."""
+    props = Reply.json(200, {"total_slots": total_slots} if total_slots else {"default_generation_settings": {}})
+    with FakeServer([props, answer(["Hi."])], script_props=True) as fake:
+        agent = server.Agent(settings(fake.url, prime=True, max_calls=max_calls, docs=1), fake_engines())
+        agent.prepare()
+        chats = [r for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert sorted((r.json.get("id_slot") for r in chats), key=lambda s: -1 if s is None else s) == primed
+    assert all(r.json["messages"][0]["role"] == "system" and r.json["max_tokens"] == 1 for r in chats)
+    assert agent.primed_slots == len(primed) and agent.ready()["engines"]["llm"]["primed_slots"] == len(primed)

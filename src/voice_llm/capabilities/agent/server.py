@@ -988,6 +988,7 @@ class Agent:
         self.count = 0
         self.refused = 0
         self.slot_freed = asyncio.Event()  # set each time a call has ended (its slot free): _wait_for_hang_ups
+        self.primed_slots = 0  # the LLM server's slots holding the system prompt before the first call (_prime)
         self.port: int | None = None
         # --turn smart: the model's one thread (one run at a time, as pipecat's analyzer has; shut down in close)
         self.judging: ThreadPoolExecutor | None = None
@@ -1010,15 +1011,43 @@ class Agent:
             except (StreamError, VoiceLLMError):
                 self.model = None  # llama-server needs no name; a server that does will say so on the first turn
         if self.settings.prime:
-            try:
-                self.client.chat([{"role": "system", "content": self.system}, {"role": "user", "content": "Hello."}],
-                                 1, True, model=self.model, include_usage=self.settings.include_usage)
-            except StreamError as exc:
-                raise AgentError(f"the LLM server at {self.settings.url} does not answer: {exc}") from exc
+            self.primed_slots = self._prime()
         if self.settings.otlp:
             self.spans = SpanExport(self.settings.otlp, self.clock,
                                     {"service.name": "voice-llm-agent", "service.version": _version("voice-llm") or "",
                                      "voice_llm.agent.engine": "builtin"})
+
+    def _prime(self) -> int:
+        """The system prompt's prefix computed once in every slot a call may land in, before the first call; how
+        many slots were primed.
+
+        Why every slot: a call's first turn on a slot that never held the system prompt prefills all of it (about
+        1000 tokens with 4 KB documents: 4 s on an idle 2-core machine, 14 s under load). `load --dial` on a 4-slot
+        server measured it as the worst turn at 2 callers (first token after 5491 ms, heard 6246 ms; BENCHMARKS.md
+        "Speech-in rerun, one session"). One priming request fills one slot; llama-server's host-memory cache
+        (--cache-ram) restores a prompt only once another slot's state was saved to it, so a fresh server's second
+        slot stays cold (measured 2026-12-07 on a 2-slot server: the second of two concurrent calls prefilled 1003
+        tokens after one prime; after a prime per slot both calls prefilled 11). llama-server says its slots in
+        /props (total_slots) and takes a slot by ``id_slot``; a server that says none gets the one request of
+        before, with no field it may not know. No more slots than calls served at once (--max-calls): a call takes
+        the slot whose prompt is most like its own, so one call at a time stays on the primed slot."""
+        try:
+            slots = self.client.server_props(cap_s=5.0).total_slots
+        except (StreamError, VoiceLLMError):
+            slots = None
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": "Hello."}]
+        targets: list[int | None] = list(range(min(slots, self.settings.max_calls))) if slots else [None]
+
+        def prime(slot: int | None) -> None:
+            self.client.chat(messages, 1, True, model=self.model, include_usage=self.settings.include_usage,
+                             extra={"id_slot": slot} if slot is not None else None)
+
+        try:
+            with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="agent-prime") as pool:
+                list(pool.map(prime, targets))
+        except StreamError as exc:
+            raise AgentError(f"the LLM server at {self.settings.url} does not answer: {exc}") from exc
+        return len(targets)
 
     def ready(self) -> dict[str, Any]:
         s = self.settings
@@ -1029,7 +1058,7 @@ class Agent:
                                     if isinstance(self.engines.engines.get("stt"), dict)
                                     else self.engines.engines.get("stt")),
                             "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
-                                    "cache_prompt": True,
+                                    "cache_prompt": True, "primed_slots": self.primed_slots,
                                     "preemptive": self.speculating is not None and s.preemptive},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
                                      "vad_threshold": s.vad_threshold, "strategy": s.strategy,
