@@ -179,7 +179,9 @@ def test_every_module_named_in_the_code_and_docs_exists() -> None:
     # benchmarks/results/ is raw output of dated runs, kept as written (it names the tree of its day); the tests plant
     # names that do not exist on purpose, as here
     results = ROOT / "benchmarks" / "results"
+    # and what pip makes (src/voice_llm.egg-info: the last install's file list) is no one's writing
     bad = [f"{path.relative_to(ROOT)}: {what}" for path in _files() if results not in path.parents
+           and not any(part.endswith(".egg-info") for part in path.parts)
            for what in unresolved_code_names(path.read_text())]
     assert not bad, "\n".join(bad)
 

@@ -641,7 +641,7 @@ def check_barge_in(out: RunFolder | Any) -> str:
             # holds each clear honoured), so the silence comes after it. pipecat sends the tail of a synthesis it
             # had in flight after its clear (seen on its Vonage serializer: heard silent 100 ms after the clear).
             sent_after = [t for t in arrivals if cleared < t <= stated]
-            _require(onset - frame <= cleared and (sent_after or stated <= cleared + frame),
+            _require(onset - frame <= cleared and (bool(sent_after) or stated <= cleared + frame),
                      f"{where}: clear at {cleared:.1f} ms, onset {onset:.1f}, heard silent {stated:.1f} with no audio "
                      "sent after the clear: not in that order")
             if sent_after:
