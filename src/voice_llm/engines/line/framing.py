@@ -103,6 +103,44 @@ class Framing(ABC):
         return wire.parse_message(message, key)
 
 
+class JsonEventFraming(Framing):
+    """What the JSON bridges share (Twilio, Telnyx, Plivo, Exotel): a sequence number on every message the caller's
+    side sends (from ``first_seq``), a chunk counter on its media, and the agent's messages told apart by their
+    ``event`` (``agent_events``: which of its events is audio, a mark, a clear; any other is kept as other)."""
+
+    first_seq: ClassVar[int] = 1
+    agent_events: ClassVar[Mapping[str, str]] = {"media": MEDIA, "mark": MARK, "clear": CLEAR}
+
+    def __init__(self, line: wire.LineFormat, ids: CallIds) -> None:
+        super().__init__(line, ids)
+        self.seq = self.first_seq - 1
+        self.chunk = 0
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _next_chunk(self) -> int:
+        self.chunk += 1
+        return self.chunk
+
+    def mark_name(self, message: Mapping[str, Any]) -> str:
+        """The name of the agent's mark message (mark.name, as Twilio has it)."""
+        return wire.mark_name(message)
+
+    def parse(self, message: str | bytes) -> Received:
+        parsed = self._json(message)
+        event = parsed["event"]  # a string: wire.parse_message refuses a message without one
+        kind = self.agent_events.get(event, OTHER)
+        if kind == MEDIA:
+            return Received(MEDIA, wire.payload_of(parsed))
+        if kind == MARK:
+            return Received(MARK, name=self.mark_name(parsed))
+        if kind == CLEAR:
+            return Received(CLEAR)
+        return Received(OTHER, what=event)
+
+
 FRAMINGS: dict[str, type[Framing]] = {}  # filled by register() as voice_llm.engines.line.protocols imports each module
 
 
@@ -114,4 +152,5 @@ def register(cls: type[Framing]) -> type[Framing]:
     return cls
 
 
-__all__ = ["CLEAR", "FRAMINGS", "MARK", "MEDIA", "OTHER", "CallIds", "Framing", "Received", "Sent", "register"]
+__all__ = ["CLEAR", "FRAMINGS", "MARK", "MEDIA", "OTHER", "CallIds", "Framing", "JsonEventFraming", "Received", "Sent",
+           "register"]

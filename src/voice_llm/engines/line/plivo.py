@@ -7,26 +7,20 @@ PlivoFrameSerializer and parse_telephony_websocket read start.streamId and start
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping
 from typing import Any
 
-import base64
-
 from voice_llm.engines.line import wire
-from voice_llm.engines.line.framing import CLEAR, MARK, MEDIA, OTHER, Framing, Received, Sent, register
+from voice_llm.engines.line.framing import CLEAR, MARK, MEDIA, JsonEventFraming, Sent, register
 
 
 @register
-class PlivoFraming(Framing):
+class PlivoFraming(JsonEventFraming):
     protocol = wire.PLIVO
 
-    def __init__(self, line: wire.LineFormat, ids) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(line, ids)
-        self.seq = -1  # sequenceNumber: from 0, every message the caller's side sends
-        self.chunk = 0
-
-    def _next(self) -> int:
-        self.seq += 1
-        return self.seq
+    first_seq = 0  # sequenceNumber: from 0, every message the caller's side sends
+    agent_events = {"playAudio": MEDIA, "checkpoint": MARK, "clearAudio": CLEAR}
 
     def opening(self) -> list[Sent]:
         seq = self._next()
@@ -37,10 +31,9 @@ class PlivoFraming(Framing):
         return [Sent(wire.dumps(start), "start", {"seq": seq})]
 
     def media(self, index: int, payload: bytes) -> Sent:
-        self.chunk += 1
-        seq = self._next()
+        chunk, seq = self._next_chunk(), self._next()
         message = {"event": "media", "sequenceNumber": seq, "streamId": self.ids.stream_id,
-                   "media": {"track": "inbound", "timestamp": str(index * self.line.frame_ms), "chunk": self.chunk,
+                   "media": {"track": "inbound", "timestamp": str(index * self.line.frame_ms), "chunk": chunk,
                              "payload": base64.b64encode(payload).decode("ascii")}}
         return Sent(wire.dumps(message), "media", {"seq": seq, "frame": index})
 
@@ -59,20 +52,9 @@ class PlivoFraming(Framing):
         return [Sent(wire.dumps({"event": "stop", "sequenceNumber": seq, "streamId": self.ids.stream_id,
                                  "stop": {"callId": self.ids.call_id}}), "stop", {"seq": seq})]
 
-    def parse(self, message: str | bytes) -> Received:
-        parsed = self._json(message)
-        kind = parsed["event"]
-        if kind == "playAudio":
-            return Received(MEDIA, wire.payload_of(parsed))
-        if kind == "checkpoint":
-            return Received(MARK, name=_name(parsed))
-        if kind == "clearAudio":
-            return Received(CLEAR)
-        return Received(OTHER, what=kind)
-
-
-def _name(message: dict[str, Any]) -> str:
-    name = message.get("name")
-    if not isinstance(name, str):
-        raise wire.LineError("a checkpoint message without a name")
-    return name
+    def mark_name(self, message: Mapping[str, Any]) -> str:
+        """A checkpoint's name is top-level (``name``), not mark.name."""
+        name = message.get("name")
+        if not isinstance(name, str):
+            raise wire.LineError("a checkpoint message without a name")
+        return name

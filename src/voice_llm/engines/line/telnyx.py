@@ -10,21 +10,12 @@ from __future__ import annotations
 import base64
 
 from voice_llm.engines.line import wire
-from voice_llm.engines.line.framing import CLEAR, MARK, MEDIA, OTHER, Framing, Received, Sent, register
+from voice_llm.engines.line.framing import JsonEventFraming, Sent, register
 
 
 @register
-class TelnyxFraming(Framing):
+class TelnyxFraming(JsonEventFraming):
     protocol = wire.TELNYX
-
-    def __init__(self, line: wire.LineFormat, ids) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(line, ids)
-        self.seq = 0  # sequence_number: every message after `connected`, as a string
-        self.chunk = 0
-
-    def _next(self) -> int:
-        self.seq += 1
-        return self.seq
 
     def opening(self) -> list[Sent]:
         seq = self._next()
@@ -36,10 +27,9 @@ class TelnyxFraming(Framing):
                 Sent(wire.dumps(start), "start", {"seq": seq})]
 
     def media(self, index: int, payload: bytes) -> Sent:
-        self.chunk += 1
-        seq = self._next()
+        chunk, seq = self._next_chunk(), self._next()
         message = {"event": "media", "sequence_number": str(seq), "stream_id": self.ids.stream_id,
-                   "media": {"track": "inbound", "chunk": str(self.chunk), "timestamp": str(index * self.line.frame_ms),
+                   "media": {"track": "inbound", "chunk": str(chunk), "timestamp": str(index * self.line.frame_ms),
                              "payload": base64.b64encode(payload).decode("ascii")}}
         return Sent(wire.dumps(message), "media", {"seq": seq, "frame": index})
 
@@ -53,14 +43,3 @@ class TelnyxFraming(Framing):
         return [Sent(wire.dumps({"event": "stop", "sequence_number": str(seq), "stream_id": self.ids.stream_id,
                                  "stop": {"user_id": self.ids.account_id, "call_control_id": self.ids.call_id}}),
                      "stop", {"seq": seq})]
-
-    def parse(self, message: str | bytes) -> Received:
-        parsed = self._json(message)
-        kind = parsed["event"]
-        if kind == "media":
-            return Received(MEDIA, wire.payload_of(parsed))
-        if kind == "mark":
-            return Received(MARK, name=wire.mark_name(parsed))
-        if kind == "clear":
-            return Received(CLEAR)
-        return Received(OTHER, what=kind)
