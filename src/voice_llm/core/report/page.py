@@ -30,6 +30,7 @@ from voice_llm.core.analysis.keynumbers import labels as keynumbers_labels
 from voice_llm.core.checks.core import FAIL, FINDING, NOT_CHECKABLE, PASS, CheckResult
 from voice_llm.core.checks.core import counts as check_counts
 from voice_llm.core.checks.core import ran_steps
+from voice_llm.core.client.api import ServerProps
 from voice_llm.core.errors import ArtifactError, ReportIncompleteError
 from voice_llm.core.report import charts, style
 from voice_llm.core.report.capability_table import read_capability_rows
@@ -296,14 +297,12 @@ def _server_facts_html(out: RunFolder, ran: Sequence[str] | None = None) -> str:
         props = style.mapping(out.json(PROPS), PROPS)
     except ArtifactError as exc:
         return f'<p class="missing">server facts not available: {style.esc(exc)}</p>\n'
-    settings = props.get("default_generation_settings")
-    n_ctx = settings.get("n_ctx") if isinstance(settings, Mapping) else props.get("n_ctx")
-    model_path = props.get("model_path")
+    facts = ServerProps.parse(props)  # the one reader of /props: n_ctx where the server's version puts it
     rows = [
-        ("model", f"<td>{style.esc(PurePath(model_path).name if isinstance(model_path, str) else '—')}</td>"),
-        ("context (n_ctx)", _value_cell(n_ctx, "tokens")),
-        ("slots", _value_cell(props.get("total_slots"), "")),
-        ("llama.cpp build", f"<td>{style.esc(props.get('build_info') or '—')}</td>"),
+        ("model", f"<td>{style.esc(PurePath(facts.model_path).name if facts.model_path else '—')}</td>"),
+        ("context (n_ctx)", _value_cell(facts.n_ctx, "tokens")),
+        ("slots", _value_cell(facts.total_slots, "")),
+        ("llama.cpp build", f"<td>{style.esc(facts.build_info or '—')}</td>"),
     ]
     return _table(rows, "facts")
 
