@@ -50,7 +50,7 @@ def add_commands(sub: Any) -> None:
     flags.new_run_option(p)
     flags.quiet_option(p)
     add_arguments(p)
-    p.set_defaults(run_command=main)
+    p.set_defaults(run_command=main, settings_of=settings_from)
 
 
 # What the defaults are made for, and what they gave here (BENCHMARKS.md "text-mode load: a verdict in minutes").
@@ -153,9 +153,8 @@ def settings_from(values: Mapping[str, Any]) -> LoadSettings:
     return LoadSettings(**given)
 
 
-def main(values: Mapping[str, Any], progress: Progress) -> int:
+def main(settings: LoadSettings, progress: Progress) -> int:
     """The command: run_load, then what the user reads and the exit status."""
-    settings = settings_from(values)
     if settings.worker:
         return run_worker(settings)
     result = run_load(settings, progress, notify=lambda line: None if settings.quiet else print(f"load: {line}", file=sys.stderr))

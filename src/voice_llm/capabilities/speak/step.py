@@ -53,7 +53,6 @@ class TTSOptions:
 
 
 VOICE_FLAGS = flags.flags_of(TTSOptions)
-add_voice_flags = VOICE_FLAGS.add  # --tts, --voice, --clause-words: also `voice-llm agent`'s
 
 
 @dataclass(frozen=True)

@@ -179,10 +179,10 @@ TIMEOUT_HELP = "give up on a request that sends no content for this long (pings 
 DEADLINE_HELP = "give up on any one request that takes longer than this in all"
 
 
-def request_options(parser: argparse.ArgumentParser, deadline: bool = True, url_help: str = URL_HELP) -> None:
-    """What every command that sends requests takes: whom to ask, and how long to wait. ``url_help``: a command
-    with no --port (the agent) says its own default instead."""
-    parser.add_argument("--url", type=server_url, help=url_help)
+def request_options(parser: argparse.ArgumentParser, deadline: bool = True) -> None:
+    """What every command that sends requests takes: whom to ask, and how long to wait. (The agent's own, with its
+    own default URL, are its settings' declarations: voice_llm.capabilities.agent.settings.)"""
+    parser.add_argument("--url", type=server_url, help=URL_HELP)
     parser.add_argument("--timeout", type=seconds, default=StepOptions.timeout, metavar="SECONDS", help=TIMEOUT_HELP)
     if deadline:
         parser.add_argument("--deadline", type=seconds, default=StepOptions.deadline_s, metavar="SECONDS",
