@@ -131,13 +131,10 @@ def used_by(command: str) -> set[str]:
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
-    if command == "load":
-        load = importlib.import_module("voice_llm.capabilities.load.cli")
-        source = "\n".join(inspect.getsource(importlib.import_module(f"voice_llm.capabilities.load.{name}"))
-                            for name in ("cli", "run", "document", "settings"))
-        dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
-        return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
-                | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
+    if command == "load":  # a command the load capability adds: the flags derived from LoadSettings whose setting
+        # its package reads, and those its settings_from reads itself (--api-key)
+        module = importlib.import_module("voice_llm.capabilities.load.cli")
+        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(module))) | _derived_flags_read(module)
     if command == "agent":  # a command the agent capability adds: the flags derived from its settings, and those
         # its settings_from reads itself (--listen, --settings)
         module = importlib.import_module("voice_llm.capabilities.agent.command")

@@ -164,6 +164,15 @@ def test_a_rule_says_what_it_takes() -> None:
     assert Between(1).describe() == "at least 1" and Between(0).describe() == "0 or more"
     assert flags.SECONDS.describe() == "more than 0 and at most 86400 seconds"
     assert Between(0, 10).refusal(float("inf")) == "must be 0-10, not inf"
+    steps = flags.Each(Between(1), some=True)
+    assert steps.refusal((1, 2)) is None and steps.refusal((2, 0)) == "must be at least 1, not 0 (in 2,0)"
+    assert steps.refusal(()) == "must name one number or more, not none" and flags.Each(Between(1)).refusal(()) is None
+
+
+def test_a_list_flag_is_whole_numbers_or_none() -> None:
+    assert flags.whole_list("1, 3") == (1, 3) and flags.whole_list("none") == () == flags.whole_list("")
+    with pytest.raises(argparse.ArgumentTypeError, match="comma-separated"):
+        flags.whole_list("1,x")
 
 
 @dataclass(frozen=True)

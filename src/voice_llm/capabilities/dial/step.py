@@ -32,7 +32,7 @@ import numpy as np
 from voice_llm.capabilities.agent import AgentSettings
 from voice_llm.core.errors import ArtifactError, ConfigError, OutputDirError
 from voice_llm.core.run import flags
-from voice_llm.core.run.flags import Between, OneOf, Satisfies, setting
+from voice_llm.core.run.flags import Between, Each, OneOf, Satisfies, setting
 from voice_llm.core.run.context import LabContext
 from voice_llm.engines.line import wire
 from voice_llm.engines.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
@@ -98,20 +98,6 @@ def _otlp_listen_refusal(text: str) -> str | None:
     return None
 
 
-def barge_in_list(text: str) -> tuple[int, ...]:
-    """--barge-in-turns: a comma-separated list of turns, or none (their range is the setting's rule)."""
-    if text.strip().lower() in ("", "none"):
-        return ()
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
-
-
-def _turns_refusal(turns: tuple[int, ...]) -> str | None:
-    return None if all(turn >= 1 for turn in turns) else f"needs turns >= 1: {','.join(map(str, turns))}"
-
-
 @dataclass(frozen=True)
 class DialOptions:
     """The call's settings, each declared once (voice_llm.core.run.flags.setting): `dial`'s flags, and the caller's
@@ -162,8 +148,8 @@ class DialOptions:
     reply_wait_s: float | None = setting(None, name="--reply-wait", metavar="S", rule=Between(0, above=True),
                                          help="a turn with no heard reply within S s fails the call (default: "
                                               "--deadline)")
-    barge_in_turns: tuple[int, ...] = setting(callmod.DEFAULT_BARGE_IN_TURNS, metavar="LIST", parse=barge_in_list,
-                                              rule=Satisfies(_turns_refusal, "turns >= 1"),
+    barge_in_turns: tuple[int, ...] = setting(callmod.DEFAULT_BARGE_IN_TURNS, metavar="LIST",
+                                              rule=Each(Between(1)),
                                               help="turns whose reply the caller cuts into with the next line "
                                                    "(default {default}, with --caller-audio its barge-in.txt if any; "
                                                    "'none')")

@@ -285,6 +285,26 @@ class Satisfies(Rule):
         return f": {refused}" if refused else None
 
 
+@dataclass(frozen=True)
+class Each(Rule):
+    """Every number of a list obeys ``rule``; ``some``: and the list names at least one."""
+
+    rule: Rule
+    some: bool = False
+
+    def describe(self) -> str:
+        return f"{'one or more numbers' if self.some else 'numbers'}, each {self.rule.describe()}"
+
+    def refusal(self, value: Any) -> str | None:
+        if self.some and not value:
+            return "must name one number or more, not none"
+        for number in value:
+            refused = self.rule.refusal(number)
+            if refused:
+                return f"{refused} (in {shown(value)})"
+        return None
+
+
 SECONDS = Between(0, MAX_SECONDS, above=True, unit="seconds")  # --timeout, --deadline: a request's waits
 SERVER_URL = Satisfies(server_url_refusal, "a server's base URL")
 SWITCHES = ("both", "on", "off")  # a bool's flag: --x / --no-x; --x sets it on; --no-x sets it off
@@ -388,11 +408,23 @@ def whole(text: str) -> int:
     return _int(text, "a whole number")
 
 
+def whole_list(text: str) -> tuple[int, ...]:
+    """argparse type of a setting that is a list of whole numbers, comma-separated ("none" or nothing: no number);
+    their range is the setting's rule (:class:`Each`)."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
+
+
 def path(text: str) -> Path:
     return Path(text).expanduser()
 
 
-_PARSERS: dict[Any, Callable[[str], Any]] = {int: whole, float: number, str: str, Path: path}
+_PARSERS: dict[Any, Callable[[str], Any]] = {int: whole, float: number, str: str, Path: path,
+                                              tuple[int, ...]: whole_list}
 
 
 def _parser(settings_class: type, name: str, flag: Flag) -> Callable[[str], Any]:
