@@ -71,8 +71,9 @@ def test_left_out_follows_requires_through(monkeypatch: pytest.MonkeyPatch) -> N
     out = registry.left_out()
     assert out["tts"] == "the tts capability is left out"
     assert {"agent", "dial"} <= set(out) and "converse" not in out
-    # load requires dial (its --dial callers and the OTLP receiver of the agent's spans): it goes with it
-    assert out["load"] == "load needs dial, which is left out"
+    # load requires dial (its --dial callers and the OTLP receiver of the agent's spans) and the agent (a local
+    # agent's settings): it goes with them
+    assert out["load"] == "load needs dial, agent, which are left out"
     assert {c.name for c in registry.capabilities()}.isdisjoint(out)
 
 

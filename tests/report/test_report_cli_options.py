@@ -137,7 +137,7 @@ def used_by(command: str) -> set[str]:
         return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(module))) | _derived_flags_read(module)
     if command == "agent":  # a command the agent capability adds: the flags derived from its settings, and those
         # its settings_from reads itself (--listen, --settings)
-        module = importlib.import_module("voice_llm.capabilities.agent.command")
+        module = importlib.import_module("voice_llm.capabilities.agent.settings")
         return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(module))) | _derived_flags_read(module)
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)

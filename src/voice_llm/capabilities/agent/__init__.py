@@ -21,7 +21,7 @@ CAPABILITY = Capability(
 
 
 # The public face another capability may use: what the agent is asked to serve (the converse step builds it from its
-# flags and hands it to the agent whole). Imported last: voice_llm.capabilities.agent.settings loads with this package.
-from voice_llm.capabilities.agent.settings import AgentSettings  # noqa: E402
+# flags and hands it to the agent whole; load reads a running agent's from its command line). Imported last: voice_llm.capabilities.agent.settings loads with this package.
+from voice_llm.capabilities.agent.settings import AgentSettings, settings_of_command_line  # noqa: E402
 
-__all__ = ["CAPABILITY", "AgentSettings"]
+__all__ = ["CAPABILITY", "AgentSettings", "settings_of_command_line"]

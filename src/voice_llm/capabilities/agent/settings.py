@@ -7,9 +7,12 @@ FILE``: voice_llm.capabilities.dial.converse)."""
 
 from __future__ import annotations
 
+import argparse
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from voice_llm.capabilities.agent import echo
 from voice_llm.capabilities.agent.pipecat_extra import VAD_STOP_S as PIPECAT_VAD_STOP_S
@@ -20,7 +23,7 @@ from voice_llm.core.run import flags
 from voice_llm.core.run.context import StepOptions
 from voice_llm.core.run.flags import SECONDS, SERVER_URL, Between, OneOf, Satisfies, setting
 from voice_llm.core.scenario.dialogue import DEFAULT_DIALOGUE
-from voice_llm.core.server.config import DEFAULT_PORT as LLM_PORT
+from voice_llm.core.server.config import DEFAULT_PORT as LLM_PORT, api_key_from_env
 from voice_llm.core.sse import DEFAULT_DEADLINE_S
 from voice_llm.engines.line import wire
 from voice_llm.engines.speech_in import stt as sttmod, vad
@@ -217,3 +220,55 @@ class AgentSettings:
     @property
     def line(self) -> wire.LineFormat:
         return wire.line_for(self.protocol, self.rate if self.protocol == wire.PCM else None)
+
+
+# --- the agent's flags, and its settings from them ----------------------------------------------------------------
+
+AGENT_FLAGS = flags.flags_of(AgentSettings)  # every setting with a flag of its own, in declaration order
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """--listen HOST:PORT, as the host and the port (the port's range is the settings' rule)."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    return host, flags.whole(port)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """`voice-llm agent`'s flags: --listen (the host and the port), every setting's own, --settings FILE."""
+    parser.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
+                        help=f"where the agent listens (default {AgentSettings.host}:{AgentSettings.port}; port 0: "
+                             "any free one)")
+    AGENT_FLAGS.add(parser)
+    parser.add_argument("--settings", type=Path, default=None, metavar="FILE",
+                        help="start from these settings, a JSON object of AgentSettings' fields by name (what the "
+                             "lab's converse step hands its agent); each flag given beside it wins over the file")
+
+
+def settings_from(values: Mapping[str, Any]) -> AgentSettings:
+    """The agent's settings: its declared defaults, then the settings file (--settings), then the flags given;
+    the API key from --api-key or the environment, never from a file."""
+    given = AGENT_FLAGS.given(values)
+    if values.get("listen") is not None:
+        given["host"], given["port"] = values["listen"]
+    given["api_key"] = api_key_from_env(given.get("api_key"))
+    file = values.get("settings")
+    return flags.build(AgentSettings, flags.read_settings(AgentSettings, file) if file is not None else {}, given)
+
+
+def settings_of_command_line(command: Sequence[str]) -> AgentSettings | None:
+    """What a running agent was asked to serve, from its command line (/proc/PID/cmdline: ``... agent FLAGS``),
+    read as the agent itself reads it (its flags, its settings file); None when it is no agent's line, or one this
+    version cannot read (another's flags, a settings file gone)."""
+    words = list(command)
+    if "agent" not in words:
+        return None
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    add_flags(parser)
+    try:
+        values, _ = parser.parse_known_args(words[words.index("agent") + 1:])
+        return settings_from(vars(values))
+    except (argparse.ArgumentError, ConfigError, SystemExit):
+        return None
