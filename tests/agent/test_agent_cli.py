@@ -1,5 +1,5 @@
-"""`voice-llm agent`'s flags: bad values are usage errors (exit 2, one line) before anything loads; settings that
-contradict each other are one line (exit 1); --engine pipecat dispatches to pipecat_agent.serve, resolved only then."""
+"""`voice-llm agent`'s flags: bad values, and settings that contradict each other, are usage errors (exit 2, one
+line) before anything loads; --engine pipecat dispatches to pipecat_agent.serve, resolved only then."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from voice_llm.cli.main import main
     (["--listen", "127.0.0.1:70000"], "0..65535"),
     (["--max-calls", "0"], "at least 1"),
     (["--otlp", "ftp://collector:4318"], "OTLP"),
-    (["--protocol", "sip"], "invalid choice"),
+    (["--protocol", "sip"], "--protocol must be one of twilio, pcm"),
+    (["--max-tokens", "5000"], "--max-tokens must be 1-4096, not 5000"),  # a rule argparse alone did not hold
+    (["--stt-window", "40"], "--stt-window must be 1-30 s, not 40"),
     (["--tts-threads", "0"], "--tts-threads"),
     (["--url", "http://127.0.0.1:8080/v1/chat/completions"], "base URL"),
 ])
@@ -30,11 +32,17 @@ def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.C
 @pytest.mark.parametrize("args, says", [
     (["--protocol", "pcm", "--rate", "100"], "rate"),
     (["--engine", "pipecat", "--preemptive"], "builtin engine"),
+    (["--engine", "pipecat", "--endpoint-ms", "100"], "pipecat's VAD stop"),
 ])
-def test_contradicting_settings_are_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["agent", *args]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and says in err[0] and err[0].startswith("voice-llm agent:")
+def test_contradicting_settings_are_one_usage_line(args: list[str], says: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused where every bad value is, the settings' own rules, before anything loads: the usage status, one
+    error line after the usage."""
+    with pytest.raises(SystemExit) as exited:
+        main(["agent", *args])
+    assert exited.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("voice-llm agent: error:")]
+    assert len(err) == 1 and says in err[0], err
 
 
 def test_engine_pipecat_runs_its_serve_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,7 +91,9 @@ def test_preemptive_asked_of_pipecat_is_refused_but_its_default_is_not(monkeypat
     monkeypatch.setattr(command.registry, "resolve", resolve)
     assert main(["agent", "--engine", "pipecat", "--listen", "127.0.0.1:0"]) == 0
     assert served and served[0].preemptive is False
-    assert main(["agent", "--engine", "pipecat", "--preemptive", "--listen", "127.0.0.1:0"]) == 1  # contradicts
+    with pytest.raises(SystemExit) as exited:  # contradicts: a usage error
+        main(["agent", "--engine", "pipecat", "--preemptive", "--listen", "127.0.0.1:0"])
+    assert exited.value.code == 2
 
 
 def test_piper_threads_are_onnxruntimes_unless_told() -> None:

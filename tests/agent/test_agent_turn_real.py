@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -78,7 +79,9 @@ def test_the_real_model_judges_a_complete_line_complete_and_a_cut_one_lower(mode
 @pytest.mark.server
 def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_server, tmp_path: Path) -> None:
     from voice_llm.core.client.api import ServerClient
+    from voice_llm.capabilities.agent.settings import AgentSettings
     from voice_llm.capabilities.dial import converse, otlp
+    from voice_llm.core.run.flags import as_json
     from voice_llm.capabilities.dial.step import DialOptions, Tracing, dial_step, options_of, prepare_call
     from voice_llm.core.run.context import LabContext, StepOptions
     from voice_llm.core.util.artifacts import read_json
@@ -86,18 +89,20 @@ def test_a_real_call_against_the_smart_agent_is_answered_and_says_smart(module_s
     # two short questions (the load lines): each turn proves the same thing (answered, smart in its record, span and
     # the agent block). One sentence each: the clinic's second line, "Okay. Do you take Medicare?", is two, and the
     # model may rightly judge "Okay." complete and the agent answer it while the caller goes on (a talked-over turn)
+    agent_asked = AgentSettings(stt_threads=1, turn="smart", max_tokens=REPLY_TOKENS)
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,
-                     options=StepOptions(plugins={"dial": DialOptions(turns=TURNS, barge_in_turns=(), stt_threads=1,
-                                                                      caller_lines="load")}))
+                     options=StepOptions(plugins={"dial": DialOptions(turns=TURNS, barge_in_turns=(),
+                                                                      caller_lines="load", agent=agent_asked)}))
     options = options_of(ctx)
     prepared = prepare_call(ctx, options)
     with tempfile.TemporaryDirectory(prefix="voice-llm-agent-") as tmp:
         ready_file, log_path = Path(tmp) / "ready.json", Path(tmp) / "agent.log"
+        settings_file = Path(tmp) / "settings.json"
         tracing = Tracing("127.0.0.1:0")
         try:
-            command = converse.agent_command(ctx, options, ready_file, tracing.endpoint) + [
-                "--turn", "smart", "--max-tokens", str(REPLY_TOKENS)]
-            with converse.Agent(command, ready_file, log_path) as agent:
+            settings_file.write_text(json.dumps(as_json(converse.agent_settings(ctx, options, ready_file,
+                                                                                tracing.endpoint))))
+            with converse.Agent(converse.agent_command(settings_file), ready_file, log_path) as agent:
                 try:
                     ready = agent.wait_ready()
                     dial_step(ctx, options, ready["listen"], identity=converse.identity_of(ready),

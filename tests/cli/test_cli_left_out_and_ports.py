@@ -54,9 +54,9 @@ def test_a_command_whose_capability_needs_one_left_out_says_so(monkeypatch: pyte
     monkeypatch.setenv(registry.WITHOUT_ENV, "tts")
     code, out, err = _run(["converse", "--port", "18601"], capsys)
     assert code == cli.EXIT_USAGE and out == ""
-    # the converse command is dial's step (dial against voice-llm's agent), and dial requires tts: the message names
-    # the capability that owns the command and the one it needs
-    assert err == "voice-llm converse: not available: dial needs tts, which is left out (VOICE_LLM_WITHOUT=tts)\n"
+    # the converse command is dial's step (dial against voice-llm's agent), and dial requires tts and the agent
+    # (which requires tts): the message names the capability that owns the command and the ones it needs
+    assert err == "voice-llm converse: not available: dial needs tts, agent, which are left out (VOICE_LLM_WITHOUT=tts)\n"
     code, _, err = _run(["speak"], capsys)
     assert err == "voice-llm speak: not available: the tts capability is left out (VOICE_LLM_WITHOUT=tts)\n"
     assert code == cli.EXIT_USAGE
@@ -71,8 +71,9 @@ def test_left_out_follows_requires_through(monkeypatch: pytest.MonkeyPatch) -> N
     out = registry.left_out()
     assert out["tts"] == "the tts capability is left out"
     assert {"agent", "dial"} <= set(out) and "converse" not in out
-    # load requires dial (its --dial callers and the OTLP receiver of the agent's spans): it goes with it
-    assert out["load"] == "load needs dial, which is left out"
+    # load requires dial (its --dial callers and the OTLP receiver of the agent's spans) and the agent (a local
+    # agent's settings): it goes with them
+    assert out["load"] == "load needs dial, agent, which are left out"
     assert {c.name for c in registry.capabilities()}.isdisjoint(out)
 
 

@@ -3,6 +3,7 @@ stopped (SIGTERM, then SIGKILL after the grace), its log kept; an agent that die
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -10,9 +11,13 @@ from pathlib import Path
 import pytest
 from dialhelpers import context
 
+from voice_llm.capabilities.agent import command as agent_command
+from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.capabilities.dial import converse
 from voice_llm.capabilities.dial.call import DialError
-from voice_llm.capabilities.dial.step import DialOptions, Prepared, options_value
+from voice_llm.capabilities.dial.step import DialOptions, Prepared
+from voice_llm.cli.main import _refuse_bad_options, build_parser, main as cli_main
+from voice_llm.core.run.flags import as_json
 from voice_llm.core.run.context import StepOptions
 from voice_llm.core.util.artifacts import read_json
 
@@ -49,12 +54,16 @@ def test_an_agent_that_dies_before_it_is_ready(tmp_path):
 def test_the_step_dials_the_agent_and_keeps_its_identity_and_log(tmp_path, monkeypatch):
     from dialhelpers import tones
 
-    def command(ctx, options, ready_file, otlp_endpoint):
-        assert otlp_endpoint.startswith("http://127.0.0.1:")
-        return [sys.executable, str(SCRIPT), str(ready_file), "normal"]
+    handed: list[dict] = []
+
+    def command(settings_file):
+        """The stand-in agent, started on the settings the step handed the real one: their ready file."""
+        handed.append(json.loads(settings_file.read_text()))
+        return [sys.executable, str(SCRIPT), handed[-1]["ready_file"], "normal"]
 
     monkeypatch.setattr(converse, "agent_command", command)
-    options = DialOptions(stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0, barge_in_turns=())
+    options = DialOptions(stt="none", lead_ms=100.0, think_ms=60.0, reply_end_ms=200.0, barge_in_turns=(),
+                          agent=AgentSettings(endpoint_ms=250.0, stt="none"))
     monkeypatch.setattr(converse, "prepare_call", lambda ctx, opts: Prepared(tones(1), None, None))
     ctx = context(tmp_path)
     ctx = type(ctx)(**{**ctx.__dict__, "options": StepOptions(plugins={"dial": options})})
@@ -66,38 +75,53 @@ def test_the_step_dials_the_agent_and_keeps_its_identity_and_log(tmp_path, monke
     log = (tmp_path / "dial" / "agent.log").read_text()
     assert "loading the engines" in log and "[exit status 0]" in log
     assert tmp_path / "dial" / "agent.log" in written
+    # the agent was handed its settings whole: the lab's flags for it, and this call's own
+    (settings,) = handed
+    assert settings["endpoint_ms"] == 250.0 and settings["stt"] == "none" and settings["port"] == 0
+    assert settings["otlp"].startswith("http://127.0.0.1:") and settings["max_calls"] == 1
+    assert settings["url"] == "http://127.0.0.1:1" and "api_key" not in settings  # the key stays in the environment
 
 
-def test_agent_command_follows_the_contract(tmp_path):
-    ctx = context(tmp_path)
-    options = DialOptions(protocol="pcm", rate=16000, endpoint_ms=250.0, strategy="clauses", stt="none",
-                          reply_max_tokens=24)
-    command = converse.agent_command(ctx, options, tmp_path / "r.json", "http://127.0.0.1:4318")
-    joined = " ".join(command)
-    assert command[1:4] == ["-m", "voice_llm", "agent"]
-    for part in ("--listen 127.0.0.1:0", "--url http://127.0.0.1:1", "--protocol pcm", "--rate 16000",
-                 "--max-calls 1", "--endpoint-ms 250", "--strategy clauses", "--stt none", "--max-tokens 24",
-                 "--otlp http://127.0.0.1:4318", f"--ready-file {tmp_path / 'r.json'}"):
-        assert part in joined, part
-    # the lab's --reply-max-tokens reaches the agent; without it the agent keeps its own default
-    assert options_value({"command": "lab", "reply_max_tokens": 24}).reply_max_tokens == 24
-    default = converse.agent_command(ctx, options_value({"command": "lab"}), tmp_path / "r.json", None)
-    assert "--max-tokens" not in default
+def _converse(*argv: str) -> DialOptions:
+    """The converse command's dial options, as the CLI makes them of these flags."""
+    parser = build_parser()
+    args = parser.parse_args(["converse", *argv])
+    _refuse_bad_options(parser, args)
+    return args.plugin_options["dial"]
 
 
-def test_the_converse_flags_state_the_agents_own_defaults() -> None:
-    """The lab's converse flags leave the agent's settings to the agent (default None) and say in their help what
-    the agent then uses; dial may not import the agent (tests/layout), so the help spells the values and this holds
-    them to the agent's constants."""
-    import argparse
+def test_the_agent_gets_the_converse_flags_whole_as_json(tmp_path, monkeypatch):
+    """converse's flags for the agent, and the call's own settings, reach the agent process as one JSON file that
+    `voice-llm agent --settings FILE` reads back into the very same settings (its API key aside: the environment's);
+    its command line is that file and nothing else."""
+    options = _converse("--protocol", "pcm", "--rate", "16000", "--endpoint-ms", "250", "--strategy", "sentences",
+                        "--stt", "none", "--reply-max-tokens", "24", "--stt-threads", "2")
+    assert options.protocol == "pcm" and options.rate == 16000 and options.stt == "none"  # the caller's side
+    settings = converse.agent_settings(context(tmp_path), options, tmp_path / "r.json", "http://127.0.0.1:4318")
+    assert (settings.protocol, settings.rate, settings.endpoint_ms, settings.strategy, settings.stt,
+            settings.max_tokens, settings.stt_threads) == ("pcm", 16000, 250.0, "sentences", "none", 24, 2)
+    assert (settings.port, settings.max_calls, settings.ready_file, settings.otlp) == \
+        (0, 1, tmp_path / "r.json", "http://127.0.0.1:4318")
+    file = tmp_path / "settings.json"
+    file.write_text(json.dumps(as_json(settings)))
+    assert converse.agent_command(file) == [sys.executable, "-m", "voice_llm", "agent", "--settings", str(file)]
+    served: list[AgentSettings] = []
+    monkeypatch.setattr(agent_command.server, "serve", lambda given: served.append(given) or 0)
+    monkeypatch.delenv("VOICE_LLM_API_KEY", raising=False)
+    assert cli_main(["agent", "--settings", str(file)]) == 0
+    assert served == [settings]
 
-    from voice_llm.capabilities.agent.settings import DEFAULT_ENDPOINT_MS, DEFAULT_MAX_TOKENS, DEFAULT_STRATEGY
-    from voice_llm.capabilities.dial.step import add_converse_flags
 
-    parser = argparse.ArgumentParser()
-    add_converse_flags(parser, "lab")
-    helps = {action.dest: action.help for action in parser._actions}
-    for dest, value in (("endpoint_ms", f"{DEFAULT_ENDPOINT_MS:g}"), ("reply_max_tokens", str(DEFAULT_MAX_TOKENS)),
-                        ("strategy", DEFAULT_STRATEGY)):
-        assert parser.get_default(dest) is None, dest
-        assert f"(default: the agent's, {value})" in helps[dest], (dest, helps[dest])
+def test_the_lab_leaves_the_agent_its_own_defaults() -> None:
+    """No converse flag given: the agent the lab starts has the agent's own settings, whatever they are (declared
+    once: agent.settings), and the lab's flags for it are the agent's own, help and all."""
+    options = _converse()
+    assert options.agent == AgentSettings()
+    agent_help = {action.dest: action.help for action in build_parser()._subparsers._group_actions[0]
+                  .choices["agent"]._actions}
+    converse_help = {action.dest: action.help for action in build_parser()._subparsers._group_actions[0]
+                     .choices["converse"]._actions}
+    for agent_dest, converse_dest in (("endpoint_ms", "endpoint_ms"), ("stt", "stt"), ("strategy", "strategy"),
+                                      ("max_tokens", "reply_max_tokens"), ("protocol", "protocol")):
+        assert converse_help[converse_dest] == agent_help[agent_dest], agent_dest
+    assert f"(default {AgentSettings().max_tokens})" in converse_help["reply_max_tokens"]

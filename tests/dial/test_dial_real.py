@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from clihelpers import SHORT_KB
 
+from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.core.client.api import ServerClient
 from voice_llm.capabilities.dial import converse
 from voice_llm.capabilities.dial.step import DialOptions
@@ -119,7 +120,8 @@ def test_converse_through_voice_llms_agent_over_pcm(module_server, tmp_path, mon
     # agent's number beside the heard one), and the barge-in is there, over PCM.
     # --stt whisper (issue 39: the agent's default is Moonshine, whisper must still work): this call's agent runs
     # faster-whisper tiny.en, the session lab's call (Twilio) Moonshine
-    options = DialOptions(protocol="pcm", turns=2, barge_in_turns=(1,), stt="whisper", stt_threads=1)
+    options = DialOptions(protocol="pcm", turns=2, barge_in_turns=(1,),
+                          agent=AgentSettings(stt="whisper", stt_threads=1))
     ctx = LabContext(out=tmp_path, client=ServerClient(module_server.url), kb_dir=SHORT_KB,
                      options=StepOptions(plugins={"dial": options}))
     monkeypatch.setattr(converse, "Agent", WatchedAgent)

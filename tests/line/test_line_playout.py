@@ -165,7 +165,6 @@ def test_state_reports_playing_while_buffered():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError):
-        Playout(FRAME, RATE, jitter_ms=-1)
+    # (a bad jitter delay is refused once, by the settings that give it: tests/dial/test_dial_settings.py)
     with pytest.raises(ValueError):
         Playout(0, RATE)

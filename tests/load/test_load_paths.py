@@ -266,7 +266,7 @@ def test_a_report_that_cannot_be_drawn_is_one_line_after_the_files(tmp_path: Pat
             values = {"out": tmp_path, "url": fake.url, "wait": False, "slo_first_sentence_ms": 1000.0, "step_s": 1.0,
                       "warmup_s": 0.0, "callers": (1,), "no_stop": False, "master": False, "workers": 1,
                       "quiet": True, "docs": 0}
-            code = command.main(values, None)
+            code = command.main(command.settings_from(values), None)
     finally:
         monkey.undo()
     assert calls == ["render"] and code == EXIT_REPORT_INCOMPLETE

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.capabilities.load import proccpu, report
 from voice_llm.capabilities.load.document import load_document, sweep_document
 from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
@@ -63,7 +64,9 @@ def test_the_processes_are_found_by_their_listening_ports_and_the_agents_command
     assert "port 18400" in found["server"].found and "port 18401" in found["agent"].found
     # --url=X on the agent's line, and its default (the managed port) when it names none
     assert proccpu.agent_llm_url(["agent", "--url=http://127.0.0.1:9/v1"]) == "http://127.0.0.1:9/v1"
-    assert proccpu.agent_llm_url(["agent"]).startswith("http://127.0.0.1:")
+    assert proccpu.agent_llm_url(["agent"]) == AgentSettings().url
+    assert proccpu.agent_llm_url(["python", "-m", "voice_llm", "agent", "--settings", "/no/such/file"]) == \
+        AgentSettings().url  # a line the agent could not read either: its default
     # an agent on another machine: neither it nor its server is this machine's to count; remote workers neither
     away = {t.role: t for t in proccpu.find("ws://10.0.0.5:18401/", [], 40, listening.get, lambda pid: [])}
     assert away["agent"].pids == () and away["server"].pids == () and away["workers"].pids == ()
@@ -119,3 +122,13 @@ def test_load_json_and_the_report_carry_the_cpu_per_process(tmp_path: Path) -> N
     assert doc["load_schema_version"] == 4
     table = report._processes_table(json.loads(json.dumps(sweep)))
     assert "6.0 s (0.60 core)" in table and "1.0 s (0.10 core)" in table and "LLM server" not in table
+
+
+def test_an_agent_started_with_a_settings_file_is_read_as_it_reads_it(tmp_path: Path) -> None:
+    """The converse step starts its agent with --settings FILE, no --url on its line: its LLM server is the file's
+    (a flag beside the file still wins, as for the agent)."""
+    file = tmp_path / "settings.json"
+    file.write_text(json.dumps({"url": "http://127.0.0.1:18555", "max_tokens": 12}))
+    command = ["python", "-m", "voice_llm", "agent", "--settings", str(file)]
+    assert proccpu.agent_llm_url(command) == "http://127.0.0.1:18555"
+    assert proccpu.agent_llm_url([*command, "--url", "http://127.0.0.1:18556"]) == "http://127.0.0.1:18556"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from voice_llm.core import registry
+from voice_llm.core.run import flags
 from voice_llm.cli import main as cli
 from voice_llm.core.lab.steps import STEPS
 from clihelpers import cli_env
@@ -67,6 +68,30 @@ def _body(source: str) -> str:
     return source.split(":\n", 1)[1] if ":\n" in source else source
 
 
+def _package_source(module: object) -> str:
+    """Every module's source in the package ``module`` is in (a capability's)."""
+    folder = Path(inspect.getfile(module)).parent  # type: ignore[arg-type]
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py")))
+
+
+def _derived_flags_read(module: object) -> set[str]:
+    """The dests of the flags ``module`` derives from settings declarations (its voice_llm.core.run.flags.Flags
+    values) whose setting is read (``.<field>``) in the package of the module or of the settings class: a flag
+    derived from a setting nothing reads is a flag the command ignores."""
+    used: set[str] = set()
+    todo = [value for value in vars(module).values() if isinstance(value, flags.Flags)]
+    while todo:
+        derived = todo.pop()
+        source = _package_source(module) + _package_source(importlib.import_module(derived.settings.__module__))
+        for name in derived.names():
+            inner = flags.nested_settings(derived.settings, name)
+            if inner is not None:
+                todo.append(flags.Flags(inner))
+            elif re.search(rf"\.{name}\b", source):
+                used.add(derived.dest(name))
+    return used
+
+
 def _plugin_flags_read(command: str | None = None) -> set[str]:
     """The flags read (``values.get("...")``) by the options values of the registered capabilities that offer flags
     to ``command`` and of those they require (dial and agent require tts); None: every capability, as the
@@ -84,8 +109,9 @@ def _plugin_flags_read(command: str | None = None) -> set[str]:
     used: set[str] = set()
     for name in readers:
         if capabilities[name].options:
-            option_source = inspect.getsource(registry.resolve(capabilities[name].options))
-            used |= set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', option_source))
+            options = registry.resolve(capabilities[name].options)
+            used |= set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(options)))
+            used |= _derived_flags_read(importlib.import_module(options.__module__))
     return used
 
 
@@ -105,18 +131,14 @@ def used_by(command: str) -> set[str]:
         # What cmd_step itself reads beyond the settings every step shares (report's --compare and --force).
         return used | (_args_read(inspect.getsource(cli.cmd_step) + inspect.getsource(cli.cmd_report_compare))
                        - {"command"})
-    if command == "load":
-        load = importlib.import_module("voice_llm.capabilities.load.cli")
-        source = "\n".join(inspect.getsource(importlib.import_module(f"voice_llm.capabilities.load.{name}"))
-                            for name in ("cli", "run", "document", "settings"))
-        dests = {field: dest for dest, field in load.FLAG_FIELDS.items()} | {"stop_on_budget": "no_stop"}
-        return ({dests.get(f, f) for f in re.findall(r"settings\.(\w+)", source)}
-                | set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)))
-    if command == "agent":  # a command the agent capability adds: the flags its settings_from and main read
-        source = inspect.getsource(importlib.import_module("voice_llm.capabilities.agent.command"))
-        looped = " ".join(re.findall(r"for key in \(([^)]*)\)", source))  # values.get(key) over a tuple of names
-        # (--quiet: main makes the progress it is given from it)
-        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', source)) | set(re.findall(r'"(\w+)"', looped)) | {"quiet"}
+    if command == "load":  # a command the load capability adds: the flags derived from LoadSettings whose setting
+        # its package reads, and those its settings_from reads itself (--api-key)
+        module = importlib.import_module("voice_llm.capabilities.load.cli")
+        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(module))) | _derived_flags_read(module)
+    if command == "agent":  # a command the agent capability adds: the flags derived from its settings, and those
+        # its settings_from reads itself (--listen, --settings)
+        module = importlib.import_module("voice_llm.capabilities.agent.settings")
+        return set(re.findall(r'values(?:\.get\(|\[)"(\w+)"', inspect.getsource(module))) | _derived_flags_read(module)
     handler = cli.COMMANDS[command]
     source = _cli_source(handler)
     used = _args_read(source)

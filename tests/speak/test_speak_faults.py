@@ -149,6 +149,6 @@ def test_clause_words_reach_the_step_and_zero_is_refused(tmp_path: Path, env: di
     earlier = _earlier_audio(out)
     result = cli("speak", "--url", f"http://127.0.0.1:{unused_port()}", "--out", str(out), "-q",
                  "--clause-words", "0", env=env)
-    assert_clean_failure(result, "argument --clause-words: must be at least 1, not '0'", one_line=False)
+    assert_clean_failure(result, "--clause-words must be at least 1, not 0", one_line=False)
     assert result.returncode == 2  # a usage error, before anything is asked or written
     assert {name: (out / name).read_bytes() for name in earlier} == earlier

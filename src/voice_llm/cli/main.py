@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="no measuring: write OUT/compare.html with this run and the run in OUT_B, from files")
             p.add_argument("--force", action="store_true", help="with --compare: even runs of different prompts or KB")
 
-    # Whole commands a capability adds (load): each sets its handler, run_command(values, progress) -> exit status.
+    # Whole commands a capability adds (agent, load): each sets settings_of(values) -> its settings, and its handler,
+    # run_command(settings, progress) -> exit status.
     for capability in registry.capabilities():
         if capability.commands:
             registry.resolve(capability.commands)(sub)
@@ -376,7 +377,7 @@ def _lab_settings(args: argparse.Namespace, command: str) -> LabSettings:
         options=StepOptions(repeat=getattr(args, "repeat", StepOptions.repeat),
                             timeout=getattr(args, "timeout", StepOptions.timeout),
                             deadline_s=getattr(args, "deadline", StepOptions.deadline_s),
-                            plugins=_plugin_options(args)),
+                            plugins=getattr(args, "plugin_options", None) or _plugin_options(args)),
     )
 
 
@@ -468,8 +469,9 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_capability(args: argparse.Namespace, progress: Progress) -> int:
-    """A command a capability added (load): its handler takes the parsed flags as a mapping, never argparse."""
-    return args.run_command(vars(args), progress)
+    """A command a capability added (agent, load): its handler takes the settings its ``settings_of`` made of the
+    parsed flags (_refuse_bad_options), never argparse."""
+    return args.run_command(args.command_settings, progress)
 
 
 COMMANDS = {
@@ -548,11 +550,15 @@ def _left_out_command(parser: argparse.ArgumentParser, command: str) -> str | No
 
 
 def _refuse_bad_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The capabilities' options built once from the parsed flags, before anything starts: a value their rules
-    refuse (dial's --rate 1 on a PCM line, --codec pcm16 on a Twilio line, an http:// agent URL) is a bad flag value
-    like any argparse refuses, the table's usage status (2) with one line, not a run's error (1)."""
+    """The capabilities' options, and the settings of a command a capability adds (its ``settings_of``), built
+    once from the parsed flags, before anything starts: a value their rules refuse (dial's --rate 1 on a PCM line,
+    --codec pcm16 on a Twilio line, an http:// agent URL, the agent's --max-tokens 5000) is a bad flag value like any
+    argparse refuses, the table's usage status (2) with one line, not a run's error (1). Kept on ``args`` for the
+    handler (``plugin_options``, ``command_settings``), so each value is made, and its rules checked, once."""
     try:
-        _plugin_options(args)
+        args.plugin_options = _plugin_options(args)
+        settings_of = getattr(args, "settings_of", None)
+        args.command_settings = settings_of(vars(args)) if settings_of is not None else None
     except ConfigError as exc:
         sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
         sub.choices[args.command].error(str(exc))  # exits EXIT_USAGE

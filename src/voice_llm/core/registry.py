@@ -113,7 +113,9 @@ class Capability:
     metrics: str | None = None  # () -> tuple of voice_llm.core.analysis.metrics.Metric
     key_numbers: str | None = None  # () -> tuple of voice_llm.core.analysis.keynumbers.KeyNumber
     cli: str | None = None  # (parser, command: str) -> None: adds its flags to the lab's and its steps' parsers
-    commands: str | None = None  # (subparsers) -> None: adds whole commands (`voice-llm load`)
+    # (subparsers) -> None: adds whole commands (`voice-llm load`), each setting settings_of(values) -> its settings
+    # and run_command(settings, progress) -> exit status on its parser (voice_llm.cli.main.cmd_capability)
+    commands: str | None = None
     options: str | None = None  # (args) -> its frozen options value, kept in StepOptions.plugins[name]
     install: str | None = None  # () -> None: what `voice-llm install` fetches for it
     artifacts: tuple[str, ...] = ()  # every file it may leave in OUT (check knows a run folder by them)

@@ -3,7 +3,8 @@
 Twilio Media Streams or binary PCM, sends audio as it is synthesized and ``clear`` on a barge-in, and reports its
 own per-turn breakdown (OpenTelemetry spans with ``--otlp``). ``--engine pipecat`` serves a pipecat pipeline instead.
 
-Importing this package is cheap: websockets and OpenTelemetry are imported when the agent serves.
+Importing this package is cheap: websockets and OpenTelemetry are imported when the agent serves. Its public
+face: the agent's settings (AgentSettings), which the lab's converse step hands the agent it starts.
 """
 
 from __future__ import annotations
@@ -17,3 +18,10 @@ CAPABILITY = Capability(
     commands="voice_llm.capabilities.agent.command:add_commands",
     requires=("tts",),
 )
+
+
+# The public face another capability may use: what the agent is asked to serve (the converse step builds it from its
+# flags and hands it to the agent whole; load reads a running agent's from its command line). Imported last: voice_llm.capabilities.agent.settings loads with this package.
+from voice_llm.capabilities.agent.settings import AgentSettings, settings_of_command_line  # noqa: E402
+
+__all__ = ["CAPABILITY", "AgentSettings", "settings_of_command_line"]

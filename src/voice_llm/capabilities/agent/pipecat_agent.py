@@ -24,7 +24,6 @@ imported only here, only when chosen.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextvars
 import dataclasses
@@ -34,8 +33,7 @@ import json
 import os
 import secrets
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +42,8 @@ import numpy as np
 from voice_llm.core import sse
 from voice_llm.engines.line import wire
 from voice_llm.capabilities.agent.otel import STREAM_SID
+from voice_llm.capabilities.agent.pipecat_extra import EXTRA_LINE, PIPECAT_PACKAGE, VAD_STOP_S
+from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.core.errors import ConfigError
 from voice_llm.core.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.core.scenario.kb import default_kb_dir, load_kb
@@ -52,15 +52,6 @@ from voice_llm.engines.speech_in import stt as sttmod
 from voice_llm.engines.speech_out.piper import DEFAULT_VOICE_PACKAGE, PIPER_PACKAGE, default_voice
 from voice_llm.core.util.artifacts import write_bytes_atomic
 
-PIPECAT_PACKAGE = "pipecat-ai"
-PIPECAT_VERSION = "1.14.0"
-EXTRA_LINE = f"pip install 'voice-llm[pipecat]' (pipecat-ai=={PIPECAT_VERSION} with its websocket, whisper, piper, " \
-             "silero and tracing extras)"
-TURNS = ("silence", "smart")
-# Silence endpointing as the built-in agent's: pipecat's VAD reports a stop after ``stop_secs`` of silence and its
-# speech-timeout strategy then waits ``user_speech_timeout`` more; the two add up to the endpoint. pipecat's own
-# defaults (0.2 s + 0.6 s) would make its turns 500 ms later than ours for no reason of its own.
-VAD_STOP_S = 0.2
 # smart-turn: the VAD stop after a shorter silence, then the model's verdict ends the turn (pipecat's default).
 SMART_VAD_STOP_S = 0.2
 EXPORT_TIMEOUT_S = 3.0  # one OTLP export, retries included
@@ -73,42 +64,6 @@ WEBRTC_OFFER_PATH = "/api/offer"  # pipecat's runner's path for the SmallWebRTC 
 SERIALIZERS = {wire.TWILIO: "TwilioFrameSerializer", wire.TELNYX: "TelnyxFrameSerializer",
                wire.PLIVO: "PlivoFrameSerializer", wire.EXOTEL: "ExotelFrameSerializer",
                wire.VONAGE: "VonageFrameSerializer"}
-
-
-@dataclass(frozen=True)
-class PipecatSettings:
-    """What the pipecat agent serves, from ``voice-llm agent --engine pipecat`` flags."""
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    llm_url: str = "http://127.0.0.1:8080"
-    model: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    endpoint_ms: float = 300.0
-    turn: str = "silence"
-    otlp: str | None = None  # http://HOST:PORT of an OTLP/HTTP receiver
-    ready_file: Path | None = None
-    dialogue: str = "clinic"
-    docs: int = 4
-    kb_dir: Path | None = None
-    max_tokens: int = 48
-    stt: str = sttmod.DEFAULT_STT  # moonshine (the built-in agent's sessions, as a pipecat service) or faster-whisper
-    stt_threads: int | None = None
-    protocol: str = wire.TWILIO  # twilio or a phone bridge: pipecat's serializer for it (SERIALIZERS); or webrtc
-
-    @property
-    def line(self) -> wire.LineFormat:
-        return wire.line_for(self.protocol)
-
-    def __post_init__(self) -> None:
-        if self.protocol not in (*SERIALIZERS, wire.WEBRTC):
-            raise ConfigError(f"--protocol for the pipecat agent is one of {', '.join(SERIALIZERS)}, webrtc, not "
-                              f"{self.protocol!r}")
-        if self.turn not in TURNS:
-            raise ConfigError(f"--turn must be one of {', '.join(TURNS)}, not {self.turn!r}")
-        if self.turn == "silence" and not self.endpoint_ms / 1000.0 >= VAD_STOP_S:
-            raise ConfigError(f"--endpoint-ms for the pipecat agent is at least {VAD_STOP_S * 1000:.0f} "
-                              f"(pipecat's VAD stop), not {self.endpoint_ms:g}")
 
 
 def require_pipecat(protocol: str = wire.TWILIO) -> str:
@@ -144,7 +99,7 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def identity(settings: PipecatSettings) -> dict[str, Any]:
+def identity(settings: AgentSettings) -> dict[str, Any]:
     """The agent's ready line: what it is, so the dialer can name it in dial.json."""
     stop = (f"silence: VAD stop {VAD_STOP_S:g} s + speech timeout {settings.endpoint_ms / 1000 - VAD_STOP_S:g} s"
             if settings.turn == "silence" else f"smart-turn v3.2 after a VAD stop of {SMART_VAD_STOP_S:g} s")
@@ -164,12 +119,12 @@ def identity(settings: PipecatSettings) -> dict[str, Any]:
                                 f"{settings.stt_threads or sttmod.default_threads(sttmod.MOONSHINE)} thread(s)"
                                 if settings.stt == sttmod.MOONSHINE
                                 else f"WhisperSTTService tiny.en ({sttmod.MODEL_PACKAGE}), cpu int8"),
-                        "llm": f"OpenAILLMService at {settings.llm_url}", "tts": "PiperTTSService en_US-joe-medium",
+                        "llm": f"OpenAILLMService at {settings.url}", "tts": "PiperTTSService en_US-joe-medium",
                         "tracing": f"pipecat tracing -> {settings.otlp}" if settings.otlp else "off"},
             "versions": _versions()}
 
 
-def _system(settings: PipecatSettings) -> str:
+def _system(settings: AgentSettings) -> str:
     dialogue = load_dialogue(settings.dialogue)
     docs = load_kb(settings.kb_dir or default_kb_dir(), need=settings.docs)[:settings.docs] if settings.docs else []
     return system_prompt(dialogue, docs)
@@ -180,12 +135,12 @@ def _base_url(url: str) -> str:
     return url if url.endswith("/v1") else f"{url}/v1"
 
 
-def prime(settings: PipecatSettings, system: str) -> None:
+def prime(settings: AgentSettings, system: str) -> None:
     """One short request with the call's system prompt before the first call, so its prefix is in the server's
     cache as on a line that has been answering calls (the built-in agent does the same): turn 1 then prefills only
     its own words. A server that cannot answer it fails the agent's start, in one line."""
     sse.run_stream([{"role": "system", "content": system}, {"role": "user", "content": "Hello."}], max_tokens=1,
-                   cache_prompt=True, base_url=settings.llm_url, api_key=settings.api_key, model=settings.model,
+                   cache_prompt=True, base_url=settings.url, api_key=settings.api_key, model=settings.model,
                    deadline_s=120.0)
 
 
@@ -238,7 +193,7 @@ def call_tagger() -> Any:
     return _Tagger()
 
 
-def _setup_tracing(settings: PipecatSettings) -> Any:
+def _setup_tracing(settings: AgentSettings) -> Any:
     """pipecat's tracing to the OTLP/HTTP endpoint; the provider, to flush at the end (None: off)."""
     if not settings.otlp:
         return None
@@ -318,7 +273,7 @@ def moonshine_stt_service(threads: int) -> Any:
     return service
 
 
-def _engines(settings: PipecatSettings) -> _Engines:
+def _engines(settings: AgentSettings) -> _Engines:
     from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
     from pipecat.audio.vad.silero import SileroVADAnalyzer
     from pipecat.audio.vad.vad_analyzer import VADParams
@@ -359,7 +314,7 @@ def _serializer(protocol: str, call_data: Any) -> Any:
     return cls(params=params)
 
 
-def _websocket_transport(websocket: Any, call_data: Any, settings: PipecatSettings) -> Any:
+def _websocket_transport(websocket: Any, call_data: Any, settings: AgentSettings) -> Any:
     """pipecat's WebSocket transport with its serializer for the line."""
     from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
 
@@ -378,7 +333,7 @@ def _webrtc_transport(connection: Any) -> Any:
                                 params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
 
 
-def _pipeline(transport: Any, conversation_id: str | None, settings: PipecatSettings, system: str,
+def _pipeline(transport: Any, conversation_id: str | None, settings: AgentSettings, system: str,
               engines: _Engines) -> Any:
     """One call's pipeline worker on ``transport`` (pipecat's WebSocket or SmallWebRTC transport)."""
     from pipecat.pipeline.pipeline import Pipeline
@@ -394,7 +349,7 @@ def _pipeline(transport: Any, conversation_id: str | None, settings: PipecatSett
     llm_settings: dict[str, Any] = {"max_tokens": settings.max_tokens}
     if settings.model:
         llm_settings["model"] = settings.model
-    llm = OpenAILLMService(base_url=_base_url(settings.llm_url), api_key=settings.api_key or "none",
+    llm = OpenAILLMService(base_url=_base_url(settings.url), api_key=settings.api_key or "none",
                            settings=OpenAILLMService.Settings(**llm_settings))
     if engines.turn_analyzer is not None:
         strategies = UserTurnStrategies(stop=[TurnAnalyzerUserTurnStopStrategy(turn_analyzer=engines.turn_analyzer)])
@@ -435,7 +390,7 @@ async def _vonage_start(websocket: Any) -> tuple[str, dict[str, Any]]:
                          "content_type": first.get("content-type")}
 
 
-def app_for(settings: PipecatSettings) -> Any:
+def app_for(settings: AgentSettings) -> Any:
     """The ASGI app: one pipeline per WebSocket call on any path (WebRTC: per offer on /api/offer)."""
     from pipecat.workers.runner import WorkerRunner
     from starlette.applications import Starlette
@@ -533,7 +488,7 @@ def _webrtc_app(run: Any) -> Any:
     return Starlette(routes=[Route(WEBRTC_OFFER_PATH, offer, methods=["POST", "PATCH"])])
 
 
-def serve(settings: PipecatSettings) -> int:
+def serve(settings: AgentSettings) -> int:
     """Serve calls until SIGTERM/SIGINT; 0 on a clean stop. The ready line goes to stdout (and --ready-file) once
     the port listens."""
     require_pipecat(settings.protocol)
@@ -577,33 +532,3 @@ def _has_sansio() -> bool:
     except ImportError:
         return False
     return True
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m voice_llm.capabilities.agent.pipecat_agent``: the same flags as ``voice-llm agent --engine pipecat``."""
-
-    parser = argparse.ArgumentParser(prog="voice-llm-pipecat-agent", description=__doc__.split("\n")[0])
-    parser.add_argument("--listen", default="127.0.0.1:8765")
-    parser.add_argument("--url", default="http://127.0.0.1:8080")
-    parser.add_argument("--model")
-    parser.add_argument("--endpoint-ms", type=float, default=300.0)
-    parser.add_argument("--turn", choices=TURNS, default="silence")
-    parser.add_argument("--otlp")
-    parser.add_argument("--ready-file", type=Path)
-    parser.add_argument("--docs", type=int, default=4)
-    parser.add_argument("--kb", type=Path)
-    parser.add_argument("--max-tokens", type=int, default=PipecatSettings.max_tokens)
-    parser.add_argument("--stt", choices=(sttmod.MOONSHINE, sttmod.WHISPER, "whisper"), default=sttmod.DEFAULT_STT)
-    parser.add_argument("--protocol", choices=(*SERIALIZERS, wire.WEBRTC), default=wire.TWILIO)
-    args = parser.parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
-    settings = PipecatSettings(host=host or "127.0.0.1", port=int(port), llm_url=args.url, model=args.model,
-                               api_key=os.environ.get("VOICE_LLM_API_KEY"), endpoint_ms=args.endpoint_ms,
-                               turn=args.turn, otlp=args.otlp, ready_file=args.ready_file, docs=args.docs,
-                               kb_dir=args.kb, max_tokens=args.max_tokens, stt=sttmod.canonical(args.stt),
-                               protocol=args.protocol)
-    return serve(settings)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -176,7 +176,7 @@ def load_engines(settings: AgentSettings) -> Engines:
     vad(bytes(FRAME_SAMPLES * 2))  # warm
     stt = load_transcriber(settings.stt, settings.stt_threads or default_threads(settings.stt),
                            settings.stt_window_s)
-    tts = load_engine(settings.tts, settings.voice, settings.deadline_s, settings.tts_threads)
+    tts = load_engine(settings.speech.engine, settings.speech.voice, settings.deadline_s, settings.tts_threads)
     session = getattr(getattr(tts, "_voice", None), "session", None)
     tts_threads = session.get_session_options().intra_op_num_threads if session is not None else None
     engines = {"vad": vad.info(), "stt": stt.info(),
@@ -643,7 +643,7 @@ class Call:
             samples = np.concatenate([resampler.push(pcm), resampler.flush()])
             self.loop.call_soon_threadsafe(self.outbound.put_nowait, ("audio", turn, index, samples))
         tts: Any = self.agent.engines.tts  # a LockedTTS: the TTSEngine protocol, behind the shared lock
-        result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.clause_words, on_audio)
+        result, segments = speak_stoppable(tts, settings.strategy, request, turn.stop, settings.speech.clause_words, on_audio)
         turn.result, turn.segments = result, segments
         turn.synthesis_end = time.perf_counter()
         if not turn.stop.is_set() and not any(s.audio for s in segments):
@@ -1062,7 +1062,7 @@ class Agent:
                                     "preemptive": self.speculating is not None and s.preemptive},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
                                      "vad_threshold": s.vad_threshold, "strategy": s.strategy,
-                                     "clause_words": s.clause_words,
+                                     "clause_words": s.speech.clause_words,
                                      "echo_gate": ({"margin_db": s.echo_gate_db, "window_ms": DEFAULT_WINDOW_S * 1000,
                                                     "rule": "a caller frame margin_db below the loudest audio the "
                                                             "caller heard in the window is its echo (not speech)"}
@@ -1172,7 +1172,7 @@ async def _main(settings: AgentSettings, engines: Engines) -> None:
 
 def serve(settings: AgentSettings) -> int:
     """`voice-llm agent --engine builtin`: load the engines, listen, serve until SIGTERM/SIGINT; exit 0."""
-    log(f"loading the engines (VAD, STT {settings.stt}, TTS {settings.tts})")
+    log(f"loading the engines (VAD, STT {settings.stt}, TTS {settings.speech.engine})")
     engines = load_engines(settings)
     try:
         asyncio.run(_main(settings, engines))

@@ -26,14 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from voice_llm.capabilities.agent.pipecat_agent import EXTRA_LINE, PIPECAT_PACKAGE
-from voice_llm.capabilities.agent.settings import TURNS
+from voice_llm.capabilities.agent.pipecat_extra import EXTRA_LINE, PIPECAT_PACKAGE
 from voice_llm.core.errors import ConfigError
 from voice_llm.engines.speech_in import vad as vadmod
 from voice_llm.engines.speech_in.caller_audio import SAMPLE_RATE
 
-MODES = TURNS  # the --turn choices, one table (agent.settings)
-SILENCE, SMART = MODES
+SILENCE, SMART = "silence", "smart"
+MODES = (SILENCE, SMART)  # the --turn choices (agent.settings' TURNS)
 
 # The silence after which the model is asked. pipecat's VAD stop for smart turn (VAD_STOP_SECS, 0.2 s: its turn
 # strategy warns when the VAD's stop_secs differs, since its latency figures assume it; pipecat_agent uses it too).
@@ -113,13 +112,12 @@ class TurnTaker:
     ``decision`` says what decided it.
 
     Smart mode is the core endpointer with its endpoint at the fallback and its early pause at the short
-    silence: the same frame counting, one pause at a time; nothing here knows the model or a clock."""
+    silence: the same frame counting, one pause at a time; nothing here knows the model or a clock. ``mode`` is one
+    of MODES (the settings' rule: agent.settings)."""
 
     def __init__(self, mode: str = SILENCE, endpoint_ms: float = vadmod.DEFAULT_ENDPOINT_MS,
                  threshold: float = vadmod.DEFAULT_THRESHOLD, frame_ms: float = vadmod.FRAME_MS,
                  smart_silence_ms: float = SMART_SILENCE_MS, fallback_ms: float = SMART_FALLBACK_MS) -> None:
-        if mode not in MODES:
-            raise ConfigError(f"--turn must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
         if mode == SMART:
             self.endpointer = vadmod.Endpointer(fallback_ms, smart_silence_ms, threshold, frame_ms)

@@ -63,7 +63,9 @@ _DIAL_METRICS = "voice_llm.capabilities.dial.numbers:metrics"
 CAPABILITY = Capability(
     name="dial",
     summary="the caller on a real line: heard mouth-to-ear and barge-in at the caller's ear, for any voice agent",
-    requires=("tts",),
+    # tts: the caller's lines are spoken with it; agent: the converse step starts voice-llm's agent with its
+    # settings (AgentSettings, whose declarations give the lab's and converse's flags for it)
+    requires=("tts", "agent"),
     # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
     # cli=, its settings from options= (voice_llm.capabilities.dial.step)
     steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.capabilities.dial.step",

@@ -1,30 +1,36 @@
 """The lab's converse step: dial against voice-llm's own agent on loopback.
 
-``run(ctx)`` starts ``python -m voice_llm agent --listen 127.0.0.1:0 --url <the lab's server> --ready-file ...
---otlp http://<our receiver>`` as a subprocess in its own process group, waits for its ready line (the agent has
-loaded and warmed its engines), dials the URL the ready line names (Twilio Media Streams by default), writes
-dial.json with the agent's identity from the ready line and its own per-turn numbers from its spans, and stops the
-agent: SIGTERM to the group, a grace period, then SIGKILL. The agent's log (stdout and stderr) is kept as
+``run(ctx)`` writes the agent's settings (AgentSettings: the lab's and converse's flags for it, then this call's
+own: listen on 127.0.0.1:0, the lab's server and model, the ready file, our OTLP receiver) as JSON, starts
+``python -m voice_llm agent --settings FILE`` as a subprocess in its own process group, waits for its ready line
+(the agent has loaded and warmed its engines), dials the URL the ready line names (Twilio Media Streams by default),
+writes dial.json with the agent's identity from the ready line and its own per-turn numbers from its spans, and
+stops the agent: SIGTERM to the group, a grace period, then SIGKILL. The agent's log (stdout and stderr) is kept as
 dial/agent.log, also when the call failed.
 
 The agent is a separate process on purpose: the caller measures it on the other side of the line, as it would a
-foreign agent, and the agent's CPU is not the dialer's (its tick keeps real time while the agent computes).
-The contract with the agent (flags, ready line) is docs/line.md's.
+foreign agent, and the agent's CPU is not the dialer's (its tick keeps real time while the agent computes). Its
+settings cross to it whole, as data, never as argv built by hand: a setting added to AgentSettings reaches it with
+no change here. The contract with the agent (its settings, ready line) is docs/line.md's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from voice_llm.capabilities.agent import AgentSettings
 from voice_llm.capabilities.dial.call import DialError
 from voice_llm.capabilities.dial.step import (DIAL_DIR, NAME, DialOptions, Tracing, dial_step, options_of, prepare_call)
+from voice_llm.core.run import flags
 from voice_llm.core.run.context import LabContext, StepOptions
 from voice_llm.engines.line import wire
 from voice_llm.engines.speech_in.stt import check_installed
@@ -37,37 +43,33 @@ AGENT_LOG = f"{DIAL_DIR}/agent.log"
 
 def prepare(options: StepOptions) -> None:
     """What the call needs, asked before the lab (or `voice-llm converse`) asks a server anything or writes a file
-    (voice_llm.core.lab.pipeline.prepare_steps; issue 31 item 14): the STT --stt names, installed with its weights. The
-    agent transcribes the caller's lines with it and the caller the heard replies, so without it the step would
-    fail only after every earlier step of the lab. (The Piper voice is the speak step's prepare's.)"""
+    (voice_llm.core.lab.pipeline.prepare_steps; issue 31 item 14): the STT the agent transcribes the caller's lines
+    with, and the caller's for the heard replies, installed with their weights; without them the step would fail
+    only after every earlier step of the lab. (The Piper voice is the speak step's prepare's.)"""
     dial = options.plugin(NAME, DialOptions())
-    check_installed(dial.stt)  # the agent's
-    check_installed(dial.heard_stt)  # the caller's, for the heard replies
+    check_installed((dial.agent or AgentSettings()).stt)  # the agent's
+    check_installed(dial.stt)  # the caller's, for the heard replies
 
 
-def agent_command(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_endpoint: str | None) -> list[str]:
-    """The agent's command line for this lab's server and these options (docs/line.md's agent flags)."""
-    command = [sys.executable, "-m", "voice_llm", "agent", "--listen", "127.0.0.1:0", "--url", ctx.client.base_url,
-               "--protocol", options.protocol, "--max-calls", "1", "--ready-file", str(ready_file),
-               "--stt", options.stt, "--kb", str(ctx.kb_dir), "--dialogue", options.dialogue]
-    if options.protocol == wire.PCM:
-        command += ["--rate", str(options.line_format().rate)]
-    if options.endpoint_ms is not None:
-        command += ["--endpoint-ms", f"{options.endpoint_ms:g}"]
-    if options.strategy is not None:
-        command += ["--strategy", options.strategy]
-    if options.reply_max_tokens is not None:
-        command += ["--max-tokens", str(options.reply_max_tokens)]
-    if options.stt_threads is not None:
-        command += ["--stt-threads", str(options.stt_threads)]
+def agent_settings(ctx: LabContext, options: DialOptions, ready_file: Path, otlp_endpoint: str | None) -> AgentSettings:
+    """The agent's settings for this call: the lab's and converse's flags for it (options.agent), and what this
+    call decides: where it listens (any free port), one call at a time, the lab's server, model and documents, the
+    caller's line and dialogue, the ready file, our OTLP receiver."""
     model = ctx.capabilities.model if ctx.capabilities is not None else None
-    if model:
-        command += ["--model", model]
-    if ctx.capabilities is not None and ctx.capabilities.request_options().get("include_usage"):
-        command.append("--include-usage")  # what every request of this run asks of this server, the agent's too
-    if otlp_endpoint is not None:
-        command += ["--otlp", otlp_endpoint]
-    return command
+    line = options.line_format()
+    asked = options.agent or AgentSettings()
+    return replace(asked, host="127.0.0.1", port=0, url=ctx.client.base_url,
+                   protocol=line.protocol, rate=line.rate if line.protocol == wire.PCM else asked.rate,
+                   max_calls=1, ready_file=ready_file, kb_dir=ctx.kb_dir, dialogue=options.dialogue,
+                   model=model or None, otlp=otlp_endpoint,
+                   # what every request of this run asks of this server, the agent's too
+                   include_usage=bool(ctx.capabilities is not None
+                                      and ctx.capabilities.request_options().get("include_usage")))
+
+
+def agent_command(settings_file: Path) -> list[str]:
+    """The agent's command line: its settings, whole, in ``settings_file`` (docs/line.md's agent)."""
+    return [sys.executable, "-m", "voice_llm", "agent", "--settings", str(settings_file)]
 
 
 class Agent:
@@ -156,9 +158,12 @@ def run(ctx: LabContext) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="voice-llm-agent-") as tmp:
         ready_file = Path(tmp) / "ready.json"
         log_path = Path(tmp) / "agent.log"
+        settings_file = Path(tmp) / "settings.json"
         tracing = Tracing("127.0.0.1:0")
         try:
-            with Agent(agent_command(ctx, options, ready_file, tracing.endpoint), ready_file, log_path) as agent:
+            settings = agent_settings(ctx, options, ready_file, tracing.endpoint)
+            settings_file.write_text(json.dumps(flags.as_json(settings)), encoding="utf-8")
+            with Agent(agent_command(settings_file), ready_file, log_path) as agent:
                 ctx.progress.update("converse: starting voice-llm's agent (loading and warming its engines)")
                 try:
                     ready = agent.wait_ready()

@@ -19,6 +19,7 @@ import argparse
 import os
 import secrets
 import sys
+import textwrap
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.capabilities.agent import AgentSettings
 from voice_llm.core.errors import ArtifactError, ConfigError, OutputDirError
 from voice_llm.core.run import flags
+from voice_llm.core.run.flags import Between, Each, OneOf, Satisfies, setting
 from voice_llm.core.run.context import LabContext
 from voice_llm.engines.line import wire
 from voice_llm.engines.line.playout import DEFAULT_CAP_S, DEFAULT_JITTER_MS
@@ -52,9 +55,8 @@ from voice_llm.engines.line.playout import jitter_frames
 from voice_llm.core.scenario.dialogue import DEFAULT_DIALOGUE, load_dialogue
 from voice_llm.engines.speech_in.caller_audio import SAMPLE_RATE, select_turns
 from voice_llm.engines.speech_in.wer import wer as word_errors
-from voice_llm.engines.speech_out.segmenting import STRATEGIES
-from voice_llm.engines.speech_in.stt import (DEFAULT_HEARD_STT, DEFAULT_STT, HEARD_STT_CHOICES, STT_CHOICES, STTError,
-                                  canonical, default_threads, load_transcriber)
+from voice_llm.engines.speech_in.stt import (DEFAULT_HEARD_STT, HEARD_STT_CHOICES, STTError, default_threads,
+                                             load_transcriber)
 from voice_llm.core.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL, jsonl_bytes, read_json, write_bytes_atomic, write_json
 
 NAME = "dial"  # the capability's name (StepOptions.plugins key)
@@ -86,48 +88,103 @@ def caller_wav_name(index: int) -> str:
     return f"{DIAL_DIR}/caller-{index:02d}.wav"
 
 
+def _otlp_listen_refusal(text: str) -> str | None:
+    """Why --otlp is no place to listen: HOST:PORT, or the agent's --otlp form http://HOST:PORT (one value works
+    for both commands)."""
+    try:
+        otlp.parse_listen(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 @dataclass(frozen=True)
 class DialOptions:
-    """The dial command's settings."""
+    """The call's settings, each declared once (voice_llm.core.run.flags.setting): `dial`'s flags, and the caller's
+    and the line's of `converse` and the lab (add_flags), are derived from them. ``agent``: the settings of
+    voice-llm's own agent the converse step starts (None: `dial` calls someone else's)."""
 
-    url: str | None = None
-    protocol: str = wire.TWILIO
-    rate: int | None = None  # pcm only; None: wire.DEFAULT_PCM_RATE
-    codec: str | None = None  # pcm only (pcm16 default, or mulaw bytes); a Twilio line is mu-law, always
-    loss_pct: float = 0.0  # frames lost both ways, seeded (voice_llm.engines.line.conditions)
-    seed: int = 1
-    echo_db: float | None = None  # the heard audio back into the uplink 60 ms later, attenuated (None: off)
-    jitter_ms: float = DEFAULT_JITTER_MS
+    url: str | None = setting(None, name="url", metavar="URL",
+                              help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://); for --protocol webrtc its "
+                                   "offer URL, http://HOST:PORT/api/offer")
+    protocol: str = setting(wire.TWILIO, rule=OneOf(wire.PROTOCOLS),
+                            help=f"{wire.protocols_said()} (the phone bridges: docs/line.md \"The bridges\"; webrtc, "
+                                 "the webrtc extra: docs/line.md \"WebRTC\") (default {default})")
+    # pcm only; None: wire.DEFAULT_PCM_RATE
+    rate: int | None = setting(None, metavar="HZ", rule=Between(1),
+                               help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always "
+                                    f"{wire.TWILIO_RATE})")
+    # pcm only (pcm16 default, or mulaw bytes); a Twilio line is mu-law, always
+    codec: str | None = setting(None, rule=OneOf(wire.CODECS),
+                                help="the PCM line's samples: pcm16 (default) or mulaw (8-bit G.711 bytes); twilio is "
+                                     "mu-law")
+    # frames lost both ways, seeded (voice_llm.engines.line.conditions)
+    loss_pct: float = setting(0.0, name="--loss", metavar="PCT", rule=Between(0, 100, unit="%"),
+                              help="frames lost on the line, both ways, seeded (0-100 %; default {default})")
+    seed: int = setting(1, metavar="N", rule=Between(0),
+                        help="the seed of the line's losses (default {default}: the same seed loses the same frames)")
+    # the heard audio back into the uplink 60 ms later, attenuated (None: off)
+    echo_db: float | None = setting(None, metavar="DB", rule=Between(-120, 0, unit="dB"),
+                                    help="a speakerphone with no echo canceller: the heard audio back into the "
+                                         "caller's uplink 60 ms later, attenuated by DB (e.g. -20; default off)")
+    jitter_ms: float = setting(DEFAULT_JITTER_MS, metavar="MS", rule=Between(0, MAX_JITTER_MS, unit="ms"),
+                               help="the phone's jitter delay before playout starts from idle (default {default})")
     cap_s: float = DEFAULT_CAP_S
-    caller_audio: Path | None = None
-    caller_lines: str = CLINIC_LINES  # the synthesized lines: the dialogue's (clinic) or the pause lines
+    caller_audio: Path | None = setting(None, metavar="DIR",
+                                        help="the caller's own WAVs, one per turn in name order (default: the clinic "
+                                             "lines, Piper)")
+    # the synthesized lines: the dialogue's (clinic), the pause lines or the load lines
+    caller_lines: str = setting(CLINIC_LINES, rule=OneOf(CALLER_LINES),
+                                help=f"the synthesized caller's lines: clinic (the dialogue's), pause (a sentence with "
+                                     f"a {PAUSE_MS:g} ms pause mid-sentence, then one ordinary line: counts cut-offs) "
+                                     f"or load ({len(LOAD_LINES)} short clinic questions, about a second each: load "
+                                     "--dial's callers) (default {default})")
     dialogue: str = DEFAULT_DIALOGUE
-    turns: int = DEFAULT_TURNS
-    deadline_s: float = callmod.DEFAULT_DEADLINE_S
-    reply_wait_s: float | None = None
-    barge_in_turns: tuple[int, ...] = callmod.DEFAULT_BARGE_IN_TURNS
+    turns: int = setting(DEFAULT_TURNS, metavar="N", rule=Between(1),
+                         help="how many caller lines (default {default}; with --caller-audio every WAV)")
+    deadline_s: float = setting(callmod.DEFAULT_DEADLINE_S, name="--deadline", metavar="S", rule=flags.SECONDS,
+                                help="the longest wait for anything: the handshake, a reply, a reply's end, the "
+                                     f"caller's pause (default {{default}}, at most {flags.MAX_SECONDS:.0f})")
+    reply_wait_s: float | None = setting(None, name="--reply-wait", metavar="S", rule=Between(0, above=True),
+                                         help="a turn with no heard reply within S s fails the call (default: "
+                                              "--deadline)")
+    barge_in_turns: tuple[int, ...] = setting(callmod.DEFAULT_BARGE_IN_TURNS, metavar="LIST",
+                                              rule=Each(Between(1)),
+                                              help="turns whose reply the caller cuts into with the next line "
+                                                   "(default {default}, with --caller-audio its barge-in.txt if any; "
+                                                   "'none')")
     # Whether --turns / --barge-in-turns were given: with --caller-audio, the user's folder decides otherwise
     # (every WAV; its barge-in.txt), and what does not fit is said (speech.caller.select_turns)
     turns_given: bool = False
     barge_in_given: bool = False
     barge_in_after_ms: float = callmod.BARGE_IN_AFTER_MS
-    think_ms: float = callmod.THINK_MS
-    think_share: float = 0.0  # plus this share of the heard reply (callmod.CallSettings.think_share)
+    think_ms: float = setting(callmod.THINK_MS, metavar="MS", rule=Between(0),
+                              help="the caller's pause after a reply ended before the next line (default {default})")
+    # plus this share of the heard reply (callmod.CallSettings.think_share)
+    think_share: float = setting(0.0, metavar="X", rule=Between(0),
+                                 help="plus X times the reply's heard length (first to last sound): a longer reply, a "
+                                      "longer pause (default {default}; load --dial's callers use 0.1)")
     lead_ms: float = callmod.LEAD_MS
-    reply_end_ms: float = callmod.REPLY_END_MS
-    # converse/lab: the agent's STT (moonshine by default); dial: faster-whisper or none. The heard replies are
-    # transcribed by faster-whisper (heard_stt) unless it is none
-    stt: str = DEFAULT_STT
-    stt_threads: int | None = None
-    otlp: str | None = None  # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.capabilities.dial.otlp)
-    # the lab's converse step: voice-llm's own agent's settings (None: the agent's defaults)
-    endpoint_ms: float | None = None
-    strategy: str | None = None
-    reply_max_tokens: int | None = None  # each reply's max_tokens (None: the agent's 48); the call's length
+    reply_end_ms: float = setting(callmod.REPLY_END_MS, metavar="MS", rule=Between(0, above=True),
+                                  help="the reply has ended when the caller has heard silence this long and nothing "
+                                       "is buffered (default {default}); an agent whose replies pause longer "
+                                       "mid-reply (a slow machine, sentence-by-sentence synthesis) is otherwise "
+                                       "talked over")
+    # What transcribes the heard replies: faster-whisper (the words heard before a barge-in's silence need its word
+    # times; Moonshine has none), or none. (converse: none when the agent's --stt is none)
+    stt: str = setting(DEFAULT_HEARD_STT, rule=OneOf(HEARD_STT_CHOICES),
+                       help="transcribe the heard replies with faster-whisper tiny.en (default: it gives the word "
+                            "times the words heard need), or none")
+    stt_threads: int | None = setting(None, metavar="N", rule=Between(1),
+                                      help="faster-whisper's CPU threads (default: every core)")
+    # HOST:PORT of the OTLP/HTTP receiver to start for the call (voice_llm.capabilities.dial.otlp)
+    otlp: str | None = setting(None, metavar="HOST:PORT", rule=Satisfies(_otlp_listen_refusal, "HOST:PORT"),
+                               help="receive the agent's OTLP/HTTP traces here during the call (its own latency per "
+                                    "turn); also the agent's --otlp form, http://HOST:PORT")
+    agent: AgentSettings | None = None  # converse and the lab: voice-llm's own agent, started for the call
 
     def __post_init__(self) -> None:
-        if self.protocol not in wire.PROTOCOLS:
-            raise ConfigError(f"--protocol must be one of {', '.join(wire.PROTOCOLS)}, not {self.protocol!r}")
+        flags.check(self)
         if self.protocol == wire.TWILIO and self.rate not in (None, wire.TWILIO_RATE):
             raise ConfigError(f"a Twilio line carries {wire.TWILIO_RATE} Hz mu-law; --rate {self.rate} is for "
                               "--protocol pcm")
@@ -136,30 +193,12 @@ class DialOptions:
             carries = (f"Opus (as negotiated), played as {codec} at {rate} Hz" if self.protocol == wire.WEBRTC
                        else f"{codec} at {rate} Hz")
             raise ConfigError(f"a {self.protocol} line carries {carries}; --rate and --codec are for --protocol pcm")
-        if self.codec is not None and self.codec not in wire.CODECS:
-            raise ConfigError(f"--codec must be one of {', '.join(wire.CODECS)}, not {self.codec!r}")
         if self.protocol == wire.TWILIO and self.codec not in (None, wire.MULAW):
             raise ConfigError(f"a Twilio line carries mu-law only (Media Streams' audio/x-mulaw); --codec "
                               f"{self.codec} is for --protocol pcm")
-        if not 0 <= self.loss_pct <= 100:
-            raise ConfigError(f"--loss must be 0-100 (% of frames, both ways), not {self.loss_pct:g}")
-        if self.echo_db is not None and not -120 <= self.echo_db <= 0:
-            raise ConfigError(f"--echo-db must be -120..0 dB (an attenuation), not {self.echo_db:g}")
-        if self.stt not in STT_CHOICES:
-            raise ConfigError(f"--stt must be one of {', '.join(STT_CHOICES)}, not {self.stt!r}")
-        object.__setattr__(self, "stt", canonical(self.stt))
-        if self.caller_lines not in CALLER_LINES:
-            raise ConfigError(f"--caller-lines must be one of {', '.join(CALLER_LINES)}, not {self.caller_lines!r}")
         if self.caller_lines != CLINIC_LINES and self.caller_audio is not None:
             raise ConfigError(f"--caller-lines {self.caller_lines} is synthesized; --caller-audio brings the "
                               "caller's own lines: one or the other")
-        if self.turns < 1:
-            raise ConfigError(f"--turns must be at least 1, not {self.turns}")
-        if self.jitter_ms < 0 or self.jitter_ms > MAX_JITTER_MS:
-            raise ConfigError(f"--jitter-ms must be 0-{MAX_JITTER_MS:g}, not {self.jitter_ms:g}")
-        if not 0 < self.deadline_s <= flags.MAX_SECONDS:
-            raise ConfigError(f"--deadline must be more than 0 and at most {flags.MAX_SECONDS:.0f} seconds, not "
-                              f"{self.deadline_s:g}")
         # --deadline is the longest wait for anything: a wait the caller is told to make that is longer could never
         # end within it (--think-ms 1e12 ran forever under --deadline 10)
         for flag, wait_s in (("--think-ms", self.think_ms / 1000.0), ("--reply-end-ms", self.reply_end_ms / 1000.0),
@@ -182,21 +221,10 @@ class DialOptions:
             if port == 0:  # what `agent --listen HOST:0` asked for, not where it listens: its ready line says that
                 raise ConfigError(f"port 0 in {self.url!r} is no agent's address: dial the port the agent's ready "
                                   "line names")
-        if self.otlp is not None:
-            try:
-                otlp.parse_listen(self.otlp)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
         try:
             self.line_format()
         except ValueError as exc:
             raise ConfigError(f"--rate: {exc}") from exc
-
-    @property
-    def heard_stt(self) -> str:
-        """What transcribes the heard replies: faster-whisper (the words heard before a barge-in's silence need its
-        word times; Moonshine has none), or none when --stt none takes STT out."""
-        return "none" if self.stt == "none" else DEFAULT_HEARD_STT
 
     def line_format(self) -> wire.LineFormat:
         return wire.line_for(self.protocol, self.rate, self.codec)
@@ -214,153 +242,47 @@ def options_of(ctx: LabContext) -> DialOptions:
     return ctx.options.plugin(NAME, DialOptions())
 
 
-def _barge_in_turns(text: str) -> tuple[int, ...]:
-    if text.strip().lower() in ("", "none"):
-        return ()
-    return flags.int_list(text)
+# --- the flags: derived from the settings' declarations (DialOptions here, AgentSettings for the agent) ------------
 
-
-def _jitter_ms(text: str) -> float:
-    value = flags.non_negative_number(text)
-    if value > MAX_JITTER_MS:
-        raise argparse.ArgumentTypeError(f"a jitter delay is 0-{MAX_JITTER_MS:g} ms, not {text}")
-    return value
-
-
-def _otlp_listen(text: str) -> str:
-    """--otlp: where the receiver listens, HOST:PORT or the agent's --otlp form http://HOST:PORT (one value
-    works for both commands); refused here, as a usage error, when it is neither."""
-    try:
-        otlp.parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def _loss(text: str) -> float:
-    value = flags.non_negative_number(text)
-    if value > 100:
-        raise argparse.ArgumentTypeError(f"a share of frames is 0-100 %, not {text}")
-    return value
-
-
-def _echo_db(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of dB: {text!r}") from None
-    if not -120 <= value <= 0:
-        raise argparse.ArgumentTypeError(f"an echo is attenuated: -120..0 dB, not {text}")
-    return value
-
-
-def _caller_audio_flags(group: Any) -> None:  # an argparse argument group
-    """Whose lines the caller speaks: `dial`, `converse` and the lab."""
-    group.add_argument("--caller-audio", type=Path, default=None, metavar="DIR",
-                       help="the caller's own WAVs, one per turn in name order (default: the clinic lines, Piper)")
-    group.add_argument("--caller-lines", choices=CALLER_LINES, default=CLINIC_LINES,
-                       help=f"the synthesized caller's lines: clinic (default), pause (a sentence with a "
-                            f"{PAUSE_MS:g} ms pause mid-sentence, then one ordinary line: counts cut-offs) or load "
-                            f"({len(LOAD_LINES)} short clinic questions, about a second each: load --dial's callers)")
-    group.add_argument("--turns", type=flags.positive_int, default=None, metavar="N",
-                       help=f"how many caller lines (default {DEFAULT_TURNS}; with --caller-audio every WAV)")
-
-
-def _line_flags(group: Any) -> None:  # an argparse argument group
-    """The phone's side of the line and the call's barge-in plan: `dial` and `converse` (the lab keeps defaults)."""
-    group.add_argument("--jitter-ms", type=_jitter_ms, default=DEFAULT_JITTER_MS, metavar="MS",
-                       help="the phone's jitter delay before playout starts from idle (default 40)")
-    group.add_argument("--barge-in-turns", type=_barge_in_turns, default=None,
-                       metavar="LIST", help="turns whose reply the caller cuts into with the next line (default 3, "
-                                            "with --caller-audio its barge-in.txt if any; 'none')")
-    group.add_argument("--loss", type=_loss, default=0.0, metavar="PCT",
-                       help="frames lost on the line, both ways, seeded (0-100 %%; default 0)")
-    group.add_argument("--seed", type=flags.non_negative_int, default=1, metavar="N",
-                       help="the seed of the line's losses (default 1: the same seed loses the same frames)")
-    group.add_argument("--echo-db", type=_echo_db, default=None, metavar="DB",
-                       help="a speakerphone with no echo canceller: the heard audio back into the caller's uplink "
-                            "60 ms later, attenuated by DB (e.g. -20; default off)")
-
-
-def add_call_flags(parser: argparse.ArgumentParser) -> None:
-    """The caller's flags of `dial`."""
-    group = parser.add_argument_group("the caller (dial)")
-    _caller_audio_flags(group)
-    _line_flags(group)
-    group.add_argument("--reply-wait", type=flags.positive_number, default=None, metavar="S",
-                       help="a turn with no heard reply within S s fails the call (default: --deadline)")
-    group.add_argument("--reply-end-ms", type=flags.positive_number, default=callmod.REPLY_END_MS, metavar="MS",
-                       help=f"the reply has ended when the caller has heard silence this long and nothing is "
-                            f"buffered (default {callmod.REPLY_END_MS:g}); an agent whose replies pause longer "
-                            "mid-reply (a slow machine, sentence-by-sentence synthesis) is otherwise talked over")
-    group.add_argument("--think-ms", type=flags.non_negative_number, default=callmod.THINK_MS, metavar="MS",
-                       help=f"the caller's pause after a reply ended before the next line (default "
-                            f"{callmod.THINK_MS:g})")
-    group.add_argument("--think-share", type=flags.non_negative_number, default=0.0, metavar="X",
-                       help="plus X times the reply's heard length (first to last sound): a longer reply, a longer "
-                            "pause (default 0; load --dial's callers use 0.1)")
-
-
+# Whose lines the caller speaks: `dial`, `converse` and the lab.
+CALLER_FLAGS = flags.flags_of(DialOptions, ("caller_audio", "caller_lines", "turns"))
+# The phone's side of the line and the call's barge-in plan: `dial` and `converse` (the lab keeps the defaults).
+LINE_FLAGS = flags.flags_of(DialOptions, ("jitter_ms", "barge_in_turns", "loss_pct", "seed", "echo_db"))
+# How the caller waits: `dial`.
+WAIT_FLAGS = flags.flags_of(DialOptions, ("reply_wait_s", "reply_end_ms", "think_ms", "think_share"))
+# `dial`'s own: the agent's URL, the line's format, the call's deadline, its traces and the heard replies' STT.
+DIAL_FLAGS = flags.flags_of(DialOptions, ("url", "protocol", "rate", "codec", "deadline_s", "otlp", "stt",
+                                          "stt_threads"))
+# voice-llm's agent as the lab's and converse's call starts it: its own flags (agent --help), the same declarations;
+# its --max-tokens is --reply-max-tokens here (the lab has no other --max-tokens, load's is the callers' own)
+AGENT_FLAGS = flags.flags_of(AgentSettings, ("endpoint_ms", "stt", "stt_threads", "strategy", "max_tokens"),
+                             max_tokens="--reply-max-tokens")
+# converse's line is the agent's: it serves the protocol and the rate the caller dials with
+AGENT_LINE_FLAGS = flags.flags_of(AgentSettings, ("protocol", "rate"))
 CONVERSE_COMMANDS = frozenset({"lab", "converse"})
-
-
-def add_converse_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """The lab's and the converse step's flags: voice-llm's agent (its endpoint, STT, strategy) and the caller."""
-    group = parser.add_argument_group("the call through voice-llm's agent (converse: dial + agent on loopback)")
-    group.add_argument("--endpoint-ms", type=flags.positive_number, default=None, metavar="MS",
-                       help="the agent's silence that ends the caller's turn (default: the agent's, 300)")
-    group.add_argument("--stt", choices=STT_CHOICES, default=DEFAULT_STT,
-                       help="the agent's STT: moonshine (default), faster-whisper (or whisper) tiny.en, or none (a "
-                            "fixed line; the heard replies untranscribed too); the heard replies are transcribed by "
-                            "faster-whisper (it gives word times)")
-    group.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
-                       help="the agent's STT threads (default: moonshine 1, faster-whisper every core)")
-    group.add_argument("--strategy", choices=STRATEGIES, default=None,
-                       help="how the agent cuts its replies for speech (default: the agent's, clauses)")
-    group.add_argument("--reply-max-tokens", type=flags.positive_int, default=None, metavar="N",
-                       help="each of the agent's replies' max_tokens (default: the agent's, 48); the caller hears "
-                            "every reply to its end, so this sets most of the call's length")
-    _caller_audio_flags(group)
-    if command == "converse":
-        group.add_argument("--protocol", choices=wire.AGENT_PROTOCOLS, default=wire.TWILIO,
-                           help="the line to the agent: twilio (default) or pcm")
-        group.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
-                           help=f"the PCM line's rate (default {wire.DEFAULT_PCM_RATE})")
-        _line_flags(group)
+# (the parser keeps a description's line breaks: wrapped here for the help and docs/cli.md)
+CONVERSE_HELP = textwrap.fill(
+    "The agent's flags here are `voice-llm agent`'s own, for the agent this call starts. The caller hears every "
+    "reply to its end, so --reply-max-tokens sets most of the call's length; with --stt none the heard replies are "
+    "not transcribed either (faster-whisper transcribes them: it gives word times).", 96)
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """The dial command's flags (the capability's ``cli=``): the agent's URL and the line; the lab's and the
-    converse step's (dial against voice-llm's agent)."""
+    """The capability's ``cli=``: `dial`'s flags (the agent's URL, the line, the caller), and the lab's and the
+    converse step's (voice-llm's agent and the caller)."""
     if command in CONVERSE_COMMANDS:
-        add_converse_flags(parser, command)
-        return
-    if command != "dial":
-        return
-    parser.add_argument("url", metavar="URL", help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://); for "
-                                                   "--protocol webrtc its offer URL, http://HOST:PORT/api/offer")
-    parser.add_argument("--protocol", choices=wire.PROTOCOLS, default=wire.TWILIO,
-                        help="twilio: Media Streams JSON, 8 kHz mu-law (default); pcm: binary 16-bit frames at --rate; "
-                             "the phone bridges: telnyx and plivo (JSON, 8 kHz mu-law), exotel (JSON, 8 kHz 16-bit "
-                             "PCM), vonage (binary 16 kHz 16-bit PCM, JSON actions): docs/line.md \"The bridges\"; "
-                             "webrtc: an SDP offer POSTed to URL (pipecat's SmallWebRTC), Opus as negotiated "
-                             "(the webrtc extra): docs/line.md \"WebRTC\"")
-    parser.add_argument("--rate", type=flags.positive_int, default=None, metavar="HZ",
-                        help=f"the PCM line's sample rate (default {wire.DEFAULT_PCM_RATE}; twilio is always 8000)")
-    parser.add_argument("--codec", choices=wire.CODECS, default=None,
-                        help="the PCM line's samples: pcm16 (default) or mulaw (8-bit G.711 bytes); twilio is mu-law")
-    parser.add_argument("--deadline", type=flags.seconds, default=callmod.DEFAULT_DEADLINE_S, metavar="S",
-                        help=f"the longest wait for anything: the handshake, a reply, a reply's end, the caller's "
-                             f"pause (default 60, at most {flags.MAX_SECONDS:.0f})")
-    parser.add_argument("--otlp", type=_otlp_listen, default=None, metavar="HOST:PORT",
-                        help="receive the agent's OTLP/HTTP traces here during the call (its own latency per turn); "
-                             "also the agent's --otlp form, http://HOST:PORT")
-    parser.add_argument("--stt", choices=HEARD_STT_CHOICES, default=DEFAULT_HEARD_STT,
-                        help="transcribe the heard replies with faster-whisper tiny.en (default: it gives the word "
-                             "times the words heard need), or none")
-    parser.add_argument("--stt-threads", type=flags.positive_int, default=None, metavar="N",
-                        help="faster-whisper's CPU threads (default: every core)")
-    add_call_flags(parser)
+        group = parser.add_argument_group("the call through voice-llm's agent (converse: dial + agent on loopback)",
+                                          CONVERSE_HELP)
+        AGENT_FLAGS.add(group)
+        CALLER_FLAGS.add(group)
+        if command == "converse":
+            AGENT_LINE_FLAGS.add(group)
+            LINE_FLAGS.add(group)
+    elif command == "dial":
+        DIAL_FLAGS.add(parser)
+        group = parser.add_argument_group("the caller (dial)")
+        for caller in (CALLER_FLAGS, LINE_FLAGS, WAIT_FLAGS):
+            caller.add(group)
 
 
 def options_value(values: Mapping[str, Any]) -> DialOptions | None:
@@ -368,29 +290,18 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
     command = values.get("command")
     if command != "dial" and command not in CONVERSE_COMMANDS:
         return None
-    caller_audio = values.get("caller_audio")
-    return DialOptions(
-        url=values.get("url") if command == "dial" else None,
-        protocol=values.get("protocol") or wire.TWILIO, rate=values.get("rate"), codec=values.get("codec"),
-        loss_pct=values.get("loss") or 0.0, seed=values["seed"] if values.get("seed") is not None else 1, echo_db=values.get("echo_db"),
-        endpoint_ms=values.get("endpoint_ms"), strategy=values.get("strategy"),
-        reply_max_tokens=values.get("reply_max_tokens"),
-        jitter_ms=values["jitter_ms"] if values.get("jitter_ms") is not None else DEFAULT_JITTER_MS,
-        caller_audio=Path(caller_audio).expanduser() if caller_audio is not None else None,
-        caller_lines=values.get("caller_lines") or CLINIC_LINES,
-        turns=values.get("turns") or DEFAULT_TURNS,
-        deadline_s=values.get("deadline") or callmod.DEFAULT_DEADLINE_S,
-        reply_wait_s=values.get("reply_wait"),
-        barge_in_turns=tuple(callmod.DEFAULT_BARGE_IN_TURNS if values.get("barge_in_turns") is None
-                             else values["barge_in_turns"]),
-        turns_given=values.get("turns") is not None,
-        barge_in_given=values.get("barge_in_turns") is not None,
-        stt=values.get("stt") or (DEFAULT_STT if command in CONVERSE_COMMANDS else DEFAULT_HEARD_STT),
-        stt_threads=values.get("stt_threads"), otlp=values.get("otlp"),
-        reply_end_ms=values["reply_end_ms"] if values.get("reply_end_ms") is not None else callmod.REPLY_END_MS,
-        think_ms=values["think_ms"] if values.get("think_ms") is not None else callmod.THINK_MS,
-        think_share=values.get("think_share") or 0.0,
-    )
+    given = {**CALLER_FLAGS.given(values), **LINE_FLAGS.given(values)}
+    if command == "dial":
+        given |= {**DIAL_FLAGS.given(values), **WAIT_FLAGS.given(values)}
+    else:
+        agent = flags.build(AgentSettings, AGENT_FLAGS.given(values), AGENT_LINE_FLAGS.given(values))
+        line = agent.line
+        given |= {"agent": agent, "protocol": line.protocol, "rate": line.rate if line.protocol == wire.PCM else None,
+                  "stt": "none" if agent.stt == "none" else DEFAULT_HEARD_STT}
+        if values.get("deadline") is not None:  # the lab's and converse's --deadline, a request's: the call's too
+            given["deadline_s"] = values["deadline"]
+    return flags.build(DialOptions, given, {"turns_given": "turns" in given,
+                                            "barge_in_given": "barge_in_turns" in given})
 
 
 # --- the caller's lines -------------------------------------------------------------------------------------------
@@ -797,7 +708,7 @@ def document(log: CallLog, options: DialOptions, caller: Caller, rows: list[dict
                           reply_end_ms=settings.reply_end_ms, silent_after_ms=SILENT_AFTER_MS,
                           false_barge_in_rule=FALSE_BARGE_IN_RULE, cut_off_rule=CUT_OFF_RULE,
                           talked_over_rule=TALKED_OVER_RULE, late_tick_rule=LATE_TICK_RULE,
-                          barge_silence_rule=BARGE_SILENCE_RULE, stt=options.heard_stt, stt_engine=stt_info),
+                          barge_silence_rule=BARGE_SILENCE_RULE, stt=options.stt, stt_engine=stt_info),
         turns=turns,
         playout=_block(Playout, log.playout, "frames", "late_frames", "underruns", "marks_returned", "clears",
                        "max_buffered_ms", "dropped_ms", "lost_ms", "max_late_ms"),
@@ -874,11 +785,11 @@ def prepare_call(ctx: LabContext, options: DialOptions, caller: Caller | None = 
     ctx.progress.update("dial: the caller's lines")
     caller = caller or caller_lines(options)
     stt = None
-    if options.heard_stt != "none":
+    if options.stt != "none":
         ctx.progress.update("dial: loading faster-whisper for the heard replies")
-        # --stt-threads is the agent's in converse; the dialer's decode runs after the call, on every core
-        threads = options.stt_threads if options.url is not None and options.stt_threads else default_threads()
-        stt = load_transcriber(options.heard_stt, threads)
+        # the dialer's decode runs after the call, on every core unless --stt-threads says otherwise
+        threads = options.stt_threads or default_threads()
+        stt = load_transcriber(options.stt, threads)
     return Prepared(caller, stt, stt.info() if stt is not None else None)
 
 

@@ -22,8 +22,9 @@ _CHECKS = "voice_llm.capabilities.load.checks"
 CAPABILITY = Capability(
     name="load",
     summary="calls under load on Locust: the load command, its checks and section",
-    # dial's OTLP receiver: the agent's spans for every dialing call of a sweep (load --dial --otlp-listen)
-    requires=("dial",),
+    # dial's OTLP receiver: the agent's spans for every dialing call of a sweep (load --dial --otlp-listen); the
+    # agent's settings: what a local agent asks, read from its command line as it reads it (load.proccpu)
+    requires=("dial", "agent"),
     checks=tuple(CheckEntry(name, "load", f"{_CHECKS}:{function}", LOAD) for name, function in (
         ("load: every step recomputed from the raw samples", "check_load_matches_samples"),
         ("load: verdict and stop rule follow from the steps", "check_load_verdict"),

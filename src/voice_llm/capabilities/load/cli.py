@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,11 @@ from voice_llm.core.errors import EXIT_INTERRUPTED, EXIT_NO_VERDICT, EXIT_OK, EX
 from voice_llm.core.run import flags
 from voice_llm.capabilities.load import stats, locust_users_path
 from voice_llm.capabilities.load.doc import judged_on
-from voice_llm.capabilities.load.plan import (DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS, DEFAULT_MASTER_PORT,
-                                 DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS, DEFAULT_STEP_S, DEFAULT_WARMUP_S,
-                                 DIAL_CALLERS, DIAL_DEADLINE_S, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
-                                 AGENT_LOAD_MAX_TOKENS, DIAL_LINE_SETS, DIAL_LINES, LOAD_MAX_TOKENS, LOAD_THINK_SCALE,
-                                 SPEECH_WORDS_PER_S)
+from voice_llm.capabilities.load.plan import DEFAULT_MASTER_PORT, LOAD_MAX_TOKENS, LOAD_THINK_SCALE
 from voice_llm.capabilities.load.run import run_load
 from voice_llm.capabilities.load.settings import LoadSettings
 from voice_llm.capabilities.load.stats import slots_label
-from voice_llm.core.scenario import dialogue as dialogues
-from voice_llm.core.server.config import DEFAULT_CTX, DEFAULT_PORT, api_key_from_env
+from voice_llm.core.server.config import api_key_from_env
 from voice_llm.core.util.artifacts import LOAD, LOAD_SAMPLES
 from voice_llm.core.util.progress import Progress
 
@@ -50,7 +44,7 @@ def add_commands(sub: Any) -> None:
     flags.new_run_option(p)
     flags.quiet_option(p)
     add_arguments(p)
-    p.set_defaults(run_command=main)
+    p.set_defaults(run_command=main, settings_of=settings_from)
 
 
 # What the defaults are made for, and what they gave here (BENCHMARKS.md "text-mode load: a verdict in minutes").
@@ -63,99 +57,42 @@ TEXT_DEFAULTS_EPILOG = (
     "--slots, load sweeps the managed server running on --port as it is.")
 
 
+# The command's own flags, derived from LoadSettings' declarations, in the order and groups `load --help` shows.
+SWEEP_FLAGS = flags.flags_of(LoadSettings, ("callers", "max_callers", "step_s", "warmup_s"))
+DIAL_FLAGS = flags.flags_of(LoadSettings, ("dial", "slo_heard_ms", "dial_turns", "dial_lines", "dial_barge_in_turns",
+                                           "dial_protocol", "dial_deadline_s", "otlp_listen"))
+SERVER_FLAGS = flags.flags_of(LoadSettings, ("slo_first_sentence_ms", "stop_on_budget", "workers", "slots", "port", "ctx",
+                                             "threads", "model", "server_bin", "dialogue", "docs", "max_tokens",
+                                             "think_scale", "barge_in", "caller_words_per_s"))
+MODE_FLAGS = flags.flags_of(LoadSettings, ("master", "worker"))  # one or the other
+DISTRIBUTED_FLAGS = flags.flags_of(LoadSettings, ("expect_workers", "master_host", "master_bind_host", "master_port"))
+# The settings whose flags are the core's, shared by every command that writes a run (add_commands adds them).
+SHARED_FLAGS = flags.flags_of(LoadSettings, ("out", "url", "timeout", "kb_dir", "wait_for_out", "new_run", "quiet"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `load` subcommand's own flags (add_commands adds the common ones: --out, --url, --kb, --api-key...)."""
-    p.add_argument("--callers", type=flags.int_list, default=None,
-                   help=f"steps of concurrent callers, upward (default {_csv(DEFAULT_CALLERS)}; --dial {_csv(DIAL_CALLERS)})")
-    p.add_argument("--max-callers", type=flags.positive_int, default=64, help="never run a step with more callers than this")
-    p.add_argument("--step-s", type=flags.positive_number, default=None,
-                   help=f"the longest measured window per step (s; default {DEFAULT_STEP_S:g}, --dial {DIAL_STEP_S:g}): "
-                        f"it ends sooner, once {stats.MIN_JUDGED_TURNS} judged turns are in")
-    p.add_argument("--warmup-s", type=flags.non_negative_number, default=None,
-                   help=f"dropped window at the start of each step (s; default {DEFAULT_WARMUP_S:g}, --dial {DIAL_WARMUP_S:g})")
-    dial = p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), judged at its ear")
-    dial.add_argument("--dial", metavar="URL", default=None,
-                      help="the agent's WebSocket, e.g. ws://127.0.0.1:18300/ of `voice-llm agent --max-calls 8 "
-                           f"--max-tokens {AGENT_LOAD_MAX_TOKENS}` (short replies: a step is judged in minutes; add "
-                           "--otlp http://HOST:PORT with --otlp-listen for its stage times) on an LLM server with a "
-                           "slot per caller (`voice-llm up --slots 4 --ctx 16384`: with one slot, calls queue and "
-                           "re-prefill each other's history); no LLM server is started or asked")
-    dial.add_argument("--slo-heard-ms", type=flags.positive_number, default=DEFAULT_SLO_HEARD_MS,
-                      help="heard-gap budget: goodput counts turns heard within it; the sweep stops when p90 exceeds it")
-    dial.add_argument("--dial-turns", type=flags.positive_int, default=DIAL_TURNS,
-                      help=f"caller lines per call (default {DIAL_TURNS}: short calls, a verdict in minutes)")
-    dial.add_argument("--dial-lines", choices=DIAL_LINE_SETS, default=DIAL_LINES,
-                      help=f"the caller's lines (dial --caller-lines; default {DIAL_LINES}: short clinic questions, "
-                           "about a second each; clinic: the dialogue's longer ones)")
-    dial.add_argument("--dial-barge-in-turns", type=_turn_list, default=(),
-                      help="turns whose reply the caller cuts into (default none)")
-    dial.add_argument("--dial-protocol", choices=("twilio", "pcm"), default="twilio", help="the line (default twilio)")
-    dial.add_argument("--dial-deadline", dest="dial_deadline_s", type=flags.positive_number, default=DIAL_DEADLINE_S,
-                      help="dial --deadline: the longest wait for the handshake, a reply, a reply's end (s)")
-    dial.add_argument("--otlp-listen", metavar="HOST:PORT", default=None,
-                      help="receive the agent's OTel spans of every call here (start the agent with --otlp "
-                           "http://HOST:PORT): each step gets the agent's stage times and the stage that grew most")
-    p.add_argument("--slo-first-sentence-ms", type=flags.positive_number, default=DEFAULT_SLO_FIRST_SENTENCE_MS,
-                   help="first-sentence budget: goodput counts turns within it; the sweep stops when p90 exceeds it")
-    p.add_argument("--no-stop", action="store_true", help="run every step even past the budget")
-    p.add_argument("--workers", type=flags.positive_int, default=2, help="local Locust worker processes")
-    p.add_argument("--slots", type=flags.int_list, default=None,
-                   help="managed server: one sweep per slot count (-np), e.g. 1,4; each slot gets a 4096 context "
-                        "(default: the managed server running on --port as it is, else 1,4)")
-    p.add_argument("--port", type=flags.port_number, default=DEFAULT_PORT, help="port of the managed server")
-    p.add_argument("--ctx", type=flags.positive_int, default=DEFAULT_CTX, help="at least this context (default: 4096 per slot)")
-    p.add_argument("--threads", type=flags.positive_int, help="CPU threads for the managed server")
-    p.add_argument("--model", help="GGUF model file for the managed server")
-    p.add_argument("--server-bin", help="llama-server binary for the managed server")
-    p.add_argument("--dialogue", default=dialogues.DEFAULT_DIALOGUE,
-                   help=f"bundled dialogue, or {dialogues.LAB_TTFT} (the ttft step's request, cache off, as a call)")
-    p.add_argument("--docs", type=flags.non_negative_int, default=dialogues.DEFAULT_DOCS, help="KB documents in the system prompt")
-    p.add_argument("--max-tokens", type=flags.positive_int,
-                   help=f"cap each answer (default: the dialogue's, at most {LOAD_MAX_TOKENS}: short replies for load)")
-    p.add_argument("--think-scale", type=flags.non_negative_number, default=LOAD_THINK_SCALE,
-                   help="multiply every think time, the caller's line and listening to the answer (0: none; 1: as long "
-                        "as speaking takes)")
-    p.add_argument("--barge-in", type=flags.share, default=DEFAULT_BARGE_IN_SHARE, help="share of turns the caller cuts short")
-    p.add_argument("--caller-words-per-s", type=flags.positive_number, default=SPEECH_WORDS_PER_S, help="how fast callers speak")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--master", action="store_true", help="run only the master; workers join from other machines")
-    mode.add_argument("--worker", action="store_true", help="run one Locust worker for a master at --master-host")
-    p.add_argument("--expect-workers", type=flags.positive_int, default=1, help="with --master: workers to wait for")
-    p.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
-    p.add_argument("--master-bind-host", default="0.0.0.0", help="with --master: the interface workers connect to")
-    p.add_argument("--master-port", type=flags.port_number,
-                   help=f"the port the master listens on for workers (--master, --worker: default "
-                        f"{DEFAULT_MASTER_PORT}; local workers: a free port unless given)")
-
-
-def _csv(values: tuple[int, ...]) -> str:
-    return ",".join(str(v) for v in values)
-
-
-def _turn_list(text: str) -> tuple[int, ...]:
-    return () if text.strip().lower() in ("", "none") else tuple(flags.int_list(text))
-
-
-# The flags whose dest is not the settings' field name.
-FLAG_FIELDS = {"kb": "kb_dir", "wait": "wait_for_out"}
+    SWEEP_FLAGS.add(p)
+    DIAL_FLAGS.add(p.add_argument_group("dialing callers: each caller a real call on the line (voice-llm dial), "
+                                        "judged at its ear"))
+    SERVER_FLAGS.add(p)
+    MODE_FLAGS.add(p.add_mutually_exclusive_group())
+    DISTRIBUTED_FLAGS.add(p)
 
 
 def settings_from(values: Mapping[str, Any]) -> LoadSettings:
     """LoadSettings from the parsed flags (a mapping of dest -> value; flags not given keep the defaults)."""
-    known = {f.name for f in fields(LoadSettings)}
-    given = {FLAG_FIELDS.get(key, key): value for key, value in values.items()}
-    given = {key: value for key, value in given.items() if key in known and value is not None}
-    if "no_stop" in values:
-        given["stop_on_budget"] = not values["no_stop"]
+    given = {}
+    for derived in (SHARED_FLAGS, SWEEP_FLAGS, DIAL_FLAGS, SERVER_FLAGS, MODE_FLAGS, DISTRIBUTED_FLAGS):
+        given |= derived.given(values)
     if isinstance(given.get("out"), Path):
         given["out"] = given["out"].expanduser()
     given["api_key"] = api_key_from_env(values.get("api_key"))
-    return LoadSettings(**given)
+    return flags.build(LoadSettings, given)
 
 
-def main(values: Mapping[str, Any], progress: Progress) -> int:
+def main(settings: LoadSettings, progress: Progress) -> int:
     """The command: run_load, then what the user reads and the exit status."""
-    settings = settings_from(values)
     if settings.worker:
         return run_worker(settings)
     result = run_load(settings, progress, notify=lambda line: None if settings.quiet else print(f"load: {line}", file=sys.stderr))

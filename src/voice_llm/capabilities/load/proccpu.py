@@ -3,8 +3,8 @@ and the callers (the Locust workers with their `voice-llm dial` subprocesses) ea
 
 Which processes (the rule, also in load.json's ``processes_found``):
 * the agent: the process listening on the --dial URL's port, when that host is this machine (loopback);
-* the LLM server: the process listening on the port of the agent's own ``--url`` (read from the agent's command
-  line, /proc/PID/cmdline; without one, the agent's default: the managed server's port), when it is loopback;
+* the LLM server: the process listening on the port of the agent's own URL (its command line, /proc/PID/cmdline,
+  read as the agent reads it: --url, or its --settings file's; without one, the agent's default), when loopback;
 * the workers: the local Locust worker processes the master started (remote workers run elsewhere: not here);
 * the master: the sweep's own process alone (its children are the local workers, counted as theirs).
 
@@ -24,7 +24,8 @@ from typing import Any
 
 import psutil  # locust's own dependency (pyproject names it too); light: /proc readers
 
-from voice_llm.core.server.config import DEFAULT_PORT, is_loopback
+from voice_llm.capabilities.agent import AgentSettings, settings_of_command_line
+from voice_llm.core.server.config import is_loopback
 from voice_llm.core.util import procfs
 
 ROLES = ("agent", "server", "workers", "master")
@@ -57,13 +58,10 @@ def loopback_port(url: str) -> int | None:
 
 
 def agent_llm_url(command: Sequence[str]) -> str:
-    """The LLM server URL on an agent's command line (``--url X`` or ``--url=X``), else the agent's default."""
-    for i, arg in enumerate(command):
-        if arg == "--url" and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith("--url="):
-            return arg.split("=", 1)[1]
-    return f"http://127.0.0.1:{DEFAULT_PORT}"
+    """The LLM server URL the agent on this command line asks: read as the agent reads its own (its --url, or its
+    --settings file's), else the agent's default."""
+    settings = settings_of_command_line(command)
+    return (settings or AgentSettings()).url
 
 
 def find(dial_url: str, workers: Sequence[int], master: int,

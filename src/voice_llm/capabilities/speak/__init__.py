@@ -12,7 +12,7 @@ from __future__ import annotations
 from voice_llm.core.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.core.util.artifacts import AUDIO, AUDIO_DIR
 
-__all__ = ["CAPABILITY", "add_voice_flags"]
+__all__ = ["CAPABILITY", "TTSOptions", "VOICE_FLAGS"]
 
 
 # What this capability contributes to the core (voice_llm.core.registry).
@@ -45,6 +45,7 @@ CAPABILITY = Capability(
 )
 
 
-# The public face another capability may use: the speak step's flags (--tts, --voice, --clause-words), which
-# `voice-llm agent` offers too. Imported last: voice_llm.capabilities.speak.step is loaded with this package.
-from voice_llm.capabilities.speak.step import add_voice_flags  # noqa: E402
+# The public face another capability may use: the speak step's TTS settings (--tts, --voice, --clause-words), which
+# the agent speaks with and offers as its flags too. Imported last: voice_llm.capabilities.speak.step is loaded with
+# this package.
+from voice_llm.capabilities.speak.step import VOICE_FLAGS, TTSOptions  # noqa: E402

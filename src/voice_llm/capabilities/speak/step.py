@@ -17,8 +17,9 @@ from typing import Any
 
 from voice_llm.core.scenario import brief, prompts
 from voice_llm.core.util.artifacts import AUDIO, AUDIO_DIR
-from voice_llm.core.errors import ConfigError, OutputDirError, TTSError
+from voice_llm.core.errors import OutputDirError, TTSError
 from voice_llm.core.run import flags
+from voice_llm.core.run.flags import Between, OneOf, setting
 from voice_llm.core.run.context import RAW_DIR, LabContext, StepOptions
 from voice_llm.core.sse import Chunk, StreamResult
 from voice_llm.engines.speech_out.engine import TTSEngine
@@ -37,17 +38,21 @@ TTS_COMMANDS = frozenset({"lab", "speak"})
 
 @dataclass(frozen=True)
 class TTSOptions:
-    """This capability's options (the CLI's --tts, --voice, --clause-words), kept in StepOptions.plugins["tts"]."""
+    """This capability's options (the CLI's --tts, --voice, --clause-words), kept in StepOptions.plugins["tts"];
+    the agent speaks with the same settings (its AgentSettings.speech), so they are declared once, here."""
 
-    engine: str = DEFAULT_ENGINE  # a voice_llm.engines.speech_out engine ("piper", "espeak")
-    voice: str | None = None  # a Piper .onnx file or an espeak-ng voice name; None: the engine's default voice
-    clause_words: int = DEFAULT_CLAUSE_WORDS  # strategy clauses: words before the first clause may end
+    engine: str = setting(DEFAULT_ENGINE, name="--tts", rule=OneOf(ENGINES),
+                          help="speak step's TTS engine (default {default} with the registry voice en_US-joe-medium)")
+    # None: the engine's default voice
+    voice: str | None = setting(None, help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
+    clause_words: int = setting(DEFAULT_CLAUSE_WORDS, metavar="N", rule=Between(1),
+                                help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigError(f"unknown TTS engine {self.engine!r}; choose one of: {', '.join(ENGINES)}")
-        if self.clause_words < 1:
-            raise ConfigError(f"--clause-words must be at least 1, not {self.clause_words}")
+        flags.check(self)
+
+
+VOICE_FLAGS = flags.flags_of(TTSOptions)
 
 
 @dataclass(frozen=True)
@@ -67,22 +72,12 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "speak":
         flags.repeat_option(parser)
     if command in TTS_COMMANDS:
-        add_voice_flags(parser)
-
-
-def add_voice_flags(parser: argparse.ArgumentParser) -> None:
-    """--tts, --voice, --clause-words: also offered by a capability that speaks with this engine (`voice-llm agent`)."""
-    parser.add_argument("--tts", choices=ENGINES, default=TTSOptions.engine,
-                        help="speak step's TTS engine (default piper with the registry voice en_US-joe-medium)")
-    parser.add_argument("--voice", help="a Piper voice .onnx (its .onnx.json beside it), or an espeak-ng voice name")
-    parser.add_argument("--clause-words", type=flags.positive_int, default=TTSOptions.clause_words, metavar="N",
-                        help="strategy clauses: the first segment ends at the first , ; : or dash after N words")
+        VOICE_FLAGS.add(parser)
 
 
 def options_value(values: Mapping[str, Any]) -> TTSOptions:
     """This capability's options from a command's parsed flags (those it did not offer keep their defaults)."""
-    return TTSOptions(engine=values.get("tts") or TTSOptions.engine, voice=values.get("voice"),
-                      clause_words=values.get("clause_words") or TTSOptions.clause_words)
+    return flags.build(TTSOptions, VOICE_FLAGS.given(values))
 
 
 def install() -> str:

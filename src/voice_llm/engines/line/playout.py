@@ -79,14 +79,14 @@ def jitter_frames(jitter_ms: float, frame_ms: float) -> int:
 
 
 class Playout:
-    """The playout buffer of one call at the line's rate. Not thread-safe: one event loop (or one thread) drives it."""
+    """The playout buffer of one call at the line's rate. Not thread-safe: one event loop (or one thread) drives it.
+    ``jitter_ms`` is what the call's settings hold, already refused there when out of range (--jitter-ms: the dial
+    capability's DialOptions declares its rule, the one check of it)."""
 
     def __init__(self, frame_samples: int, rate: int, jitter_ms: float = DEFAULT_JITTER_MS,
                  cap_s: float = DEFAULT_CAP_S) -> None:
         if frame_samples <= 0 or rate <= 0:
             raise ValueError("frame_samples and rate must be positive")
-        if jitter_ms < 0:
-            raise ValueError(f"jitter_ms must be >= 0, not {jitter_ms}")
         self.frame_samples = frame_samples
         self.rate = rate
         self.frame_ms = frame_samples * 1000.0 / rate

@@ -42,6 +42,13 @@ WEBRTC_RATE = 48000
 WEBSOCKET_PROTOCOLS = (TWILIO, PCM, *BRIDGES)  # the lines carried over a WebSocket (voice_llm.capabilities.dial.transport)
 PROTOCOLS = (*WEBSOCKET_PROTOCOLS, WEBRTC)  # what the dialer speaks
 AGENT_PROTOCOLS = (TWILIO, PCM)  # what voice-llm's own agent serves (pipecat's: voice_llm.capabilities.agent.pipecat_agent)
+# What each line is, in the words of a --protocol help line (dial's and the agent's both say it from here; a new
+# protocol is named here once)
+PROTOCOL_WORDS = {TWILIO: "Media Streams JSON, 8 kHz mu-law", PCM: "binary 16-bit frames at --rate",
+                  TELNYX: "JSON, 8 kHz mu-law", PLIVO: "JSON, 8 kHz mu-law", EXOTEL: "JSON, 8 kHz 16-bit PCM",
+                  VONAGE: "binary 16 kHz 16-bit PCM, JSON actions",
+                  WEBRTC: "an SDP offer POSTed to http://HOST:PORT/api/offer (pipecat's SmallWebRTC), Opus as "
+                          "negotiated"}
 MULAW = "mulaw"
 PCM16 = "pcm16"
 CODECS = (MULAW, PCM16)
@@ -62,6 +69,11 @@ MAX_MESSAGE_BYTES = 1 << 20  # a text or binary frame larger than this is not a 
 FIXED_FORMATS: dict[str, tuple[str, int]] = {TWILIO: (MULAW, 8000), TELNYX: (MULAW, 8000), PLIVO: (MULAW, 8000),
                                              EXOTEL: (PCM16, 8000), VONAGE: (PCM16, 16000),
                                              WEBRTC: (PCM16, WEBRTC_RATE)}
+
+
+def protocols_said(protocols: tuple[str, ...] = PROTOCOLS) -> str:
+    """The lines, each with what it is ("twilio: Media Streams JSON, 8 kHz mu-law; pcm: ..."), for a help line."""
+    return "; ".join(f"{protocol}: {PROTOCOL_WORDS[protocol]}" for protocol in protocols)
 
 
 class LineError(VoiceLLMError):

