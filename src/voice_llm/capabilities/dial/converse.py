@@ -16,7 +16,6 @@ no change here. The contract with the agent (its settings, ready line) is docs/l
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -162,7 +161,7 @@ def run(ctx: LabContext) -> list[Path]:
         tracing = Tracing("127.0.0.1:0")
         try:
             settings = agent_settings(ctx, options, ready_file, tracing.endpoint)
-            settings_file.write_text(json.dumps(flags.as_json(settings)), encoding="utf-8")
+            flags.write_settings(settings, settings_file)
             with Agent(agent_command(settings_file), ready_file, log_path) as agent:
                 ctx.progress.update("converse: starting voice-llm's agent (loading and warming its engines)")
                 try:

@@ -8,12 +8,14 @@ Settings as data (issue 42 item 3): a capability's settings are a frozen datacla
 with :func:`setting` (default, help, flag name, metavar, the rule its value obeys). Its flags are derived from
 those declarations (:class:`Flags`), the parsed flags become the settings in one way (:meth:`Flags.given`), the
 rules are checked once, where every value passes, the dataclass's ``__post_init__`` (:func:`check`), and the
-settings cross a process boundary as JSON (:func:`as_json`, :func:`from_json`), never as hand-built argv."""
+settings cross a process boundary as JSON (:func:`as_json`, :func:`from_json`; a file: :func:`write_settings`,
+:func:`read_settings`), never as hand-built argv."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -526,18 +528,33 @@ def build(settings_class: type, *layers: Mapping[str, Any]) -> Any:
     return settings_class(**merged)
 
 
-def read_settings(settings_class: type, file: Path) -> dict[str, Any]:
-    """The field values a settings file holds (:func:`from_json`); a missing or malformed file is one line."""
-    what = f"the settings file {file}"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}") from None
+def settings_text(settings: Any) -> str:
+    """A settings value as the JSON text another process reads back (:func:`parse_settings`), secrets left out."""
+    return json.dumps(as_json(settings))
+
+
+def parse_settings(settings_class: type, text: str, what: str) -> dict[str, Any]:
+    """The field values a JSON text holds (:func:`from_json`); text that is no JSON is one line naming ``what``."""
     try:
         data = parse_json(text)
     except ValueError as exc:
         raise ConfigError(f"{what} is not valid JSON: {exc}") from None
     return from_json(settings_class, data, what)
+
+
+def read_settings(settings_class: type, file: Path) -> dict[str, Any]:
+    """The field values a settings file holds (:func:`parse_settings`); a missing or malformed file is one line."""
+    what = f"the settings file {file}"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}") from None
+    return parse_settings(settings_class, text, what)
+
+
+def write_settings(settings: Any, file: Path) -> None:
+    """A settings file another process reads whole (``agent --settings FILE``, ``dial --settings FILE``)."""
+    file.write_text(settings_text(settings), encoding="utf-8")
 
 
 # --- a settings class's fields as one command's flags -----------------------------------------------------------
