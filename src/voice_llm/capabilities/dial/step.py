@@ -106,7 +106,7 @@ class DialOptions:
 
     url: str | None = setting(None, name="url", metavar="URL",
                               help="the agent's WebSocket: ws://HOST:PORT/PATH (or wss://); for --protocol webrtc its "
-                                   "offer URL, http://HOST:PORT/api/offer")
+                                   "offer URL, http://HOST:PORT/api/offer (default: the --settings file's url)")
     protocol: str = setting(wire.TWILIO, rule=OneOf(wire.PROTOCOLS),
                             help=f"{wire.protocols_said()} (the phone bridges: docs/line.md \"The bridges\"; webrtc, "
                                  "the webrtc extra: docs/line.md \"WebRTC\") (default {default})")
@@ -280,19 +280,33 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
             LINE_FLAGS.add(group)
     elif command == "dial":
         DIAL_FLAGS.add(parser)
+        parser.add_argument("--settings", type=flags.path, default=None, metavar="FILE",
+                            help="start from these settings, a JSON object of DialOptions' fields by name (what load "
+                                 "--dial's callers hand each call); each flag given beside it wins over the file")
         group = parser.add_argument_group("the caller (dial)")
         for caller in (CALLER_FLAGS, LINE_FLAGS, WAIT_FLAGS):
             caller.add(group)
 
 
+def _asked(field: str, marker: str, from_file: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
+    """Whether ``field`` (--turns, --barge-in-turns) was asked for, which with --caller-audio decides over the user's
+    folder: by its flag, or by the settings file, which says so in ``marker`` when it was written from DialOptions
+    (every field is there then) and otherwise by naming the field."""
+    return field in given or bool(from_file.get(marker, field in from_file))
+
+
 def options_value(values: Mapping[str, Any]) -> DialOptions | None:
-    """The dial options from a command's flags; None for a command that has none of them."""
+    """The dial options from a command's flags; None for a command that has none of them. `dial`'s: its declared
+    defaults, then its --settings file, then the flags given (a flag beside the file wins)."""
     command = values.get("command")
     if command != "dial" and command not in CONVERSE_COMMANDS:
         return None
     given = {**CALLER_FLAGS.given(values), **LINE_FLAGS.given(values)}
+    from_file: dict[str, Any] = {}
     if command == "dial":
         given |= {**DIAL_FLAGS.given(values), **WAIT_FLAGS.given(values)}
+        if values.get("settings") is not None:
+            from_file = flags.read_settings(DialOptions, values["settings"])
     else:
         agent = flags.build(AgentSettings, AGENT_FLAGS.given(values), AGENT_LINE_FLAGS.given(values))
         line = agent.line
@@ -300,8 +314,13 @@ def options_value(values: Mapping[str, Any]) -> DialOptions | None:
                   "stt": "none" if agent.stt == "none" else DEFAULT_HEARD_STT}
         if values.get("deadline") is not None:  # the lab's and converse's --deadline, a request's: the call's too
             given["deadline_s"] = values["deadline"]
-    return flags.build(DialOptions, given, {"turns_given": "turns" in given,
-                                            "barge_in_given": "barge_in_turns" in given})
+    options: DialOptions = flags.build(DialOptions, from_file, given, {
+        "turns_given": _asked("turns", "turns_given", from_file, given),
+        "barge_in_given": _asked("barge_in_turns", "barge_in_given", from_file, given)})
+    if command == "dial" and options.url is None:  # a usage error, as the URL's absence was argparse's
+        raise ConfigError("dial needs the agent's URL: voice-llm dial ws://HOST:PORT/PATH, or a --settings file "
+                          "that names it (url)")
+    return options
 
 
 # --- the caller's lines -------------------------------------------------------------------------------------------

@@ -607,8 +607,10 @@ class Flags:
             metavar = flag.metavar
             if metavar is None and isinstance(flag.rule, OneOf):
                 metavar = "{" + ",".join(flag.rule.choices) + "}"  # as argparse shows choices (checked by the rule)
-            if not option.startswith("-"):  # a positional, required
-                parser.add_argument(option, metavar=metavar, help=help_text)
+            if not option.startswith("-"):
+                # a positional, which a settings file may give instead (dial's URL: `dial --settings FILE`): whether
+                # the command needs it is the command's rule, said in one line when the value is made
+                parser.add_argument(option, nargs="?", default=None, metavar=metavar, help=help_text)
                 continue
             kind, _ = _plain_type(self.settings, name)
             if kind is bool:
