@@ -21,7 +21,8 @@ CHILD = textwrap.dedent("""
     from voice_llm.capabilities.load import locust_users as vc
     from locust.env import Environment
     from voice_llm.core import sse
-    from voice_llm.capabilities.load.plan import CallerConfig, DialConfig
+    from voice_llm.capabilities.dial import DialOptions
+    from voice_llm.capabilities.load.plan import CallerConfig
 
     env = Environment(user_classes=[vc.VoiceCaller, vc.DialCaller])
     fired = []
@@ -48,7 +49,8 @@ CHILD = textwrap.dedent("""
     vc.dial_config = lambda environment: vc.STATE.dial
     import tempfile
     from pathlib import Path
-    vc.STATE.dial = DialConfig(url="ws://127.0.0.1:9", refused_pause_s=0.0)
+    vc.STATE.dial = DialOptions(url="ws://127.0.0.1:9", stt="none")
+    vc.REFUSED_PAUSE_S = 0.0
     vc.STATE.tmp = Path(tempfile.mkdtemp(dir="."))
     dialer = vc.DialCaller.__new__(vc.DialCaller)
     vc.User.__init__(dialer, env)

@@ -14,7 +14,8 @@ import pytest
 from voice_llm.core.analysis.compare import IncomparableRunsError, compare_runs, summary_lines
 from voice_llm.capabilities.load import stats
 from voice_llm.capabilities.load.document import load_document, sweep_document
-from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.plan import SweepPlan
+from voice_llm.capabilities.load.run import dial_caller
 from voice_llm.capabilities.load.samples import write_samples
 from voice_llm.capabilities.load.settings import LoadSettings
 
@@ -35,8 +36,8 @@ def _row(step: int, n: int, gap: float | None, error: str | None = None) -> dict
 
 def _load_run(out: Path, gaps_per_step: list[list[float | None]], slo: float = 1500.0) -> Path:
     """load.json + load_samples.csv as `load --dial` writes them, one step per list of heard gaps (None: refused)."""
-    dial = DialConfig(url=URL)
-    plan = SweepPlan(caller=CallerConfig(url=URL, system="", turns=()), callers=tuple(range(1, len(gaps_per_step) + 1)),
+    caller, dial, _ = dial_caller(LoadSettings(dial=URL))
+    plan = SweepPlan(caller=caller, callers=tuple(range(1, len(gaps_per_step) + 1)),
                      step_s=60.0, dial=dial, slo_heard_ms=slo)
     rows = [_row(i, n, g, None if g is not None else "refused: close code 1013")
             for i, gaps in enumerate(gaps_per_step) for n, g in enumerate(gaps)]

@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from voice_llm.capabilities.dial import DialOptions
 from voice_llm.capabilities.dial.doc import DialDoc, Files, Floor, Heard, Line, Playout, Settings, Turn, TurnCaller
 from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.capabilities.load import checks, dialing, stats
 from voice_llm.capabilities.load.document import load_document, sweep_document
-from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.plan import CallerConfig, SweepPlan
+from voice_llm.capabilities.load.run import dial_caller
 from voice_llm.capabilities.load.samples import read_samples, write_samples
 from voice_llm.capabilities.load.settings import LoadSettings
+from voice_llm.core.run import flags
 
 SLO = 1500.0
 T0 = 1_000.0  # the call's sample 0, epoch seconds
@@ -97,15 +100,19 @@ def test_the_phase_clock_and_the_calls_in_flight() -> None:
     assert clock.measured_steps(50.0, 95.0) == {0, 1}
 
 
+def _call_settings(command: list[str]) -> DialOptions:
+    """What a call's `dial --settings FILE` was handed, read as dial reads its file."""
+    return flags.build(DialOptions, flags.read_settings(DialOptions, Path(command[command.index("--settings") + 1])))
+
+
 def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> None:
-    config = DialConfig(url="ws://127.0.0.1:1/", turns=2)
-    first = dialing.dial_command(config, tmp_path / "a", None)
-    assert first[first.index("dial") + 1] == "ws://127.0.0.1:1/"
-    assert first[first.index("--turns") + 1] == "2" and first[first.index("--barge-in-turns") + 1] == "none"
-    assert first[first.index("--stt") + 1] == "none" and "--caller-audio" not in first
+    _, config, _ = dial_caller(LoadSettings(dial="ws://127.0.0.1:1/", dial_turns=2))
+    first = _call_settings(dialing.dial_command(config, tmp_path / "a", None))
+    assert first.url == "ws://127.0.0.1:1/"
+    assert (first.turns, first.barge_in_turns, first.turns_given, first.barge_in_given) == (2, (), True, True)
+    assert first.stt == "none" and first.caller_audio is None
     # the load defaults: the short lines, no fixed think pause, a tenth of the heard reply (issue 30 item 4)
-    assert first[first.index("--caller-lines") + 1] == "load"
-    assert (first[first.index("--think-ms") + 1], first[first.index("--think-share") + 1]) == ("0", "0.1")
+    assert first.caller_lines == "load" and (first.think_ms, first.think_share) == (0.0, 0.1)
     call = tmp_path / "call"
     (call / "dial").mkdir(parents=True)
     for n in (1, 2):
@@ -117,10 +124,11 @@ def test_the_dial_command_and_the_lines_kept_for_later_calls(tmp_path: Path) -> 
     assert sorted(p.name for p in lines.iterdir()) == ["caller-01.wav", "caller-02.wav", "script.txt"]
     assert (lines / "script.txt").read_text() == "line 1\nline 2\n"
     assert not dialing.keep_lines(call, lines)  # made once
-    later = dialing.dial_command(DialConfig(url="ws://h:1/", barge_in_turns=(1,)), tmp_path / "b", lines)
-    assert later[later.index("--caller-audio") + 1] == str(lines) and "--turns" not in later
-    assert later[later.index("--barge-in-turns") + 1] == "1"
-    assert "--caller-lines" not in later and later[later.index("--think-share") + 1] == "0.1"  # every call thinks so
+    _, planned, _ = dial_caller(LoadSettings(dial="ws://h:1/", dial_barge_in_turns=(1,)))
+    later = _call_settings(dialing.dial_command(planned, tmp_path / "b", lines))
+    assert later.caller_audio == lines and not later.turns_given  # every WAV the folder holds
+    assert later.barge_in_turns == (1,) and later.barge_in_given
+    assert later.caller_lines == DialOptions.caller_lines and later.think_share == 0.1  # every call thinks so
 
 
 def _sample(step: int, gap: float | None, *, call: int = 1, turn: int = 1, error: str | None = None,
@@ -204,8 +212,8 @@ def test_a_step_that_missed_more_than_the_target_allows_fails_early() -> None:
 
 def _fake_dial_run(tmp_path: Path) -> Path:
     """load.json + CSV as `load --dial` writes them, from a made-up master result."""
-    dial = DialConfig(url="ws://127.0.0.1:9/")
-    plan = SweepPlan(caller=CallerConfig(url=dial.url, system="", turns=()), callers=(1, 2), step_s=10.0, dial=dial)
+    caller, dial, _ = dial_caller(LoadSettings(dial="ws://127.0.0.1:9/"))
+    plan = SweepPlan(caller=caller, callers=(1, 2), step_s=10.0, dial=dial)
     rows = [_sample(0, 700.0, phase="warmup", start=95.0), _sample(0, 800.0, call=2), _sample(0, 1900.0, call=3),
             _sample(1, 1200.0, call=4, worker="w2"), _sample(1, None, call=5, error="refused: close code 1013",
                                                              refused=True)]
@@ -213,8 +221,8 @@ def _fake_dial_run(tmp_path: Path) -> Path:
               "steps": [{"step": i, "callers": i + 1, "window": {"start": 100.0 + 100 * i, "end": 110.0 + 100 * i,
                          "drain_s": 0.5}, "cpu": {}, "generator_bound": False,
                          "host": {"cpu_busy": 0.5, "loadavg_1m": 1.0, "master_cpu_s": 0.1}} for i in range(2)]}
-    sweep, samples = sweep_document(plan, result, None, dial.url)
-    settings = LoadSettings(dial=dial.url, step_s=10.0, warmup_s=5.0, callers=(1, 2), stop_on_budget=False)
+    sweep, samples = sweep_document(plan, result, None, caller.url)
+    settings = LoadSettings(dial=caller.url, step_s=10.0, warmup_s=5.0, callers=(1, 2), stop_on_budget=False)
     (tmp_path / "load.json").write_text(json.dumps(load_document(settings, {"mode": "dial"}, [sweep])))
     write_samples(tmp_path / "load_samples.csv", samples)
     return tmp_path
@@ -248,7 +256,8 @@ def test_settings_take_the_modes_defaults_and_the_plan_travels_as_json() -> None
     assert dial.callers[:3] == (1, 2, 3) and dial.slo_heard_ms == 1500.0 and dial.dial_turns == 4
     assert dial.dial_lines == "load" and text.dial_lines == "load"  # only a dialing caller speaks them
     assert LoadSettings(dial="ws://h:1/", step_s=30.0).step_s == 30.0
-    plan = SweepPlan(caller=CallerConfig(url="", system="", turns=()), dial=DialConfig(url="ws://h:1/", barge_in_turns=(1,)))
+    plan = SweepPlan(caller=CallerConfig(url="", system="", turns=()),
+                     dial=dial_caller(LoadSettings(dial="ws://h:1/", dial_barge_in_turns=(1,)))[1])
     again = SweepPlan.from_json(plan.to_json())
     assert again == plan and again.metric == stats.DIAL_METRIC and again.slo_ms == 1500.0
 

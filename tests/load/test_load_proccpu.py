@@ -13,7 +13,8 @@ import pytest
 from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.capabilities.load import proccpu, report
 from voice_llm.capabilities.load.document import load_document, sweep_document
-from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.plan import SweepPlan
+from voice_llm.capabilities.load.run import dial_caller
 from voice_llm.capabilities.load.settings import LoadSettings
 
 Times = namedtuple("Times", "user system children_user children_system")
@@ -105,8 +106,8 @@ def test_a_steps_cpu_is_the_delta_over_its_window_and_a_missing_reading_stays_un
 
 
 def test_load_json_and_the_report_carry_the_cpu_per_process(tmp_path: Path) -> None:
-    dial = DialConfig(url="ws://127.0.0.1:9/")
-    plan = SweepPlan(caller=CallerConfig(url=dial.url, system="", turns=()), callers=(1,), step_s=10.0, dial=dial)
+    caller, dial, _ = dial_caller(LoadSettings(dial="ws://127.0.0.1:9/"))
+    plan = SweepPlan(caller=caller, callers=(1,), step_s=10.0, dial=dial)
     tracked = [proccpu.Tracked("agent", (11,), "listening on port 9"), proccpu.Tracked("workers", (31,), "local")]
     processes = proccpu.step_processes(tracked, {"agent": 1.0, "workers": 0.5}, {"agent": 7.0, "workers": 1.5}, 10.0)
     result = {"started": 0.0, "ended": 20.0, "workers": ["w1"], "stopped": None, "samples": [],

@@ -16,7 +16,8 @@ from voice_llm.core.errors import ConfigError
 from voice_llm.capabilities.load import CAPABILITY as LOAD_CAPABILITY
 from voice_llm.capabilities.load import checks, cli, stages, stats
 from voice_llm.capabilities.load.document import load_document, sweep_document
-from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, SweepPlan
+from voice_llm.capabilities.load.plan import SweepPlan
+from voice_llm.capabilities.load.run import dial_caller
 from voice_llm.capabilities.load.samples import read_samples, write_samples
 from voice_llm.capabilities.load.settings import LoadSettings
 
@@ -111,8 +112,8 @@ def test_the_stage_that_grew_most_is_named_at_the_first_step_past_the_verdict() 
 
 
 def _fake_run(tmp_path: Path) -> Path:
-    dial = DialConfig(url="ws://127.0.0.1:9/")
-    plan = SweepPlan(caller=CallerConfig(url=dial.url, system="", turns=()), callers=(1, 2), step_s=10.0, dial=dial)
+    caller, dial, _ = dial_caller(LoadSettings(dial="ws://127.0.0.1:9/"))
+    plan = SweepPlan(caller=caller, callers=(1, 2), step_s=10.0, dial=dial)
     rows = [_row(0, "MZa", 1, 3000.0, 900.0), _row(0, "MZa", 2, 9000.0, 1000.0), _row(1, "MZb", 1, 3000.0, 1900.0)]
     spans = [_span("MZa", 3900.0, BASE, span_id="1"), _span("MZa", 9900.0, BASE, span_id="2"),
              _span("MZb", 4800.0, {**BASE, "request_to_first_token": 900.0}, span_id="3")]

@@ -11,7 +11,7 @@ import pytest
 from builders import SLO, load_sample as sample
 from voice_llm.capabilities.load import run as load_run
 from voice_llm.capabilities.load import stats
-from voice_llm.capabilities.load.plan import DEFAULT_STEP_S, LOAD_MAX_TOKENS, LOAD_THINK_SCALE, CallerConfig, DialConfig
+from voice_llm.capabilities.load.plan import DEFAULT_STEP_S, LOAD_MAX_TOKENS, LOAD_THINK_SCALE, CallerConfig
 from voice_llm.capabilities.load.settings import DEFAULT_SLOTS, LoadSettings
 from voice_llm.core.scenario import dialogue as dialogues
 
@@ -64,7 +64,8 @@ def test_text_load_plans_the_early_end_with_step_s_as_the_longest_window() -> No
     plan = load_run.plan_of(settings, CALLER, None)
     assert plan.enough_judged == stats.MIN_JUDGED_TURNS and plan.step_s == DEFAULT_STEP_S
     assert plan.decide_early, "a text step that missed 2 turns is failed early, as a dialing one is"
-    dial = load_run.plan_of(LoadSettings(dial="ws://h:1/"), CALLER, DialConfig(url="ws://h:1/"))
+    dialing = LoadSettings(dial="ws://h:1/")
+    dial = load_run.plan_of(dialing, CALLER, load_run.dial_caller(dialing)[1])
     assert dial.enough_judged == stats.MIN_JUDGED_TURNS and dial.decide_early
 
 

@@ -1,5 +1,10 @@
 """Dialing callers (``load --dial URL``): each Locust user makes one real call after another, each call a
-``python -m voice_llm dial URL`` subprocess; this module is everything about such a call that is not Locust.
+``python -m voice_llm dial --settings FILE`` subprocess; this module is everything about such a call that is not
+Locust.
+
+The call's settings are dial's own (DialOptions, made once by the load command: load.run.dial_caller), handed to
+each call whole as a JSON file that dial reads as it reads its flags: no dial flag is built by hand here, so a
+setting or a default of dial's reaches every call with no edit of load.
 
 Why a subprocess per call: the dialer (voice_llm.capabilities.dial) is an asyncio loop ticking every 20 ms on absolute
 deadlines, with a real-time playout ear; a Locust worker is monkey-patched by gevent (sockets, threads, time), in
@@ -10,7 +15,7 @@ the dialer itself, at its ear (dial.json turns[i].heard.gap_ms), never by the wo
 
 The caller's lines: the first call of a worker has dial synthesize them (Piper), and the worker keeps that call's
 caller WAVs (what went on the line) with a script.txt as a caller-audio folder; every later call of the worker says
-those (``dial --caller-audio``), so a call spends its CPU on the call, not on Piper (measured here: 8.2 s of CPU
+those (DialOptions.caller_audio, ``dial --caller-audio``), so a call spends its CPU on the call, not on Piper (measured here: 8.2 s of CPU
 per 2-line call synthesizing, 4.2 s with the folder). The WAVs are the line's samples (8 kHz mu-law decoded):
 dial reads them back at 16 kHz and puts them on the line again, the same words at the same times within a frame.
 
@@ -26,13 +31,13 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from voice_llm.capabilities.dial import DialDoc, DialPartialDoc
+from voice_llm.capabilities.dial import DialDoc, DialOptions, DialPartialDoc
 from voice_llm.core.errors import ArtifactError
-from voice_llm.capabilities.load.plan import DialConfig
+from voice_llm.core.run import flags
 from voice_llm.capabilities.load.stats import AGENT_STAGES, SAMPLE_FIELDS, stage_column
 from voice_llm.core.util.artifacts import DIAL, DIAL_PARTIAL, read_json
 
@@ -101,17 +106,28 @@ def turns_since(placed: float, out: Path, now: float) -> float:
     return max(placed, now - elapsed - TURN_MARGIN_S)
 
 
-def dial_command(config: DialConfig, out: Path, lines: Path | None) -> list[str]:
-    """The `voice-llm dial` command line of one call into ``out`` (a folder of its own). No STT for the heard
-    replies (what a load step needs is when the caller heard the agent, not the words: Whisper would take the
-    agent's CPU); the caller's lines from ``lines`` once a call made them, else synthesized for ``config.turns``."""
-    command = [sys.executable, "-m", "voice_llm", "dial", config.url, "--out", str(out), "--stt", "none", "-q",
-               "--protocol", config.protocol, "--deadline", f"{config.deadline_s:g}",
-               "--barge-in-turns", ",".join(str(t) for t in config.barge_in_turns) or "none",
-               "--think-ms", f"{config.think_ms:g}", "--think-share", f"{config.think_share:g}"]
-    if lines is not None:
-        return [*command, "--caller-audio", str(lines)]
-    return [*command, "--caller-lines", config.lines, "--turns", str(config.turns)]
+def call_options(options: DialOptions, lines: Path | None) -> DialOptions:
+    """One call's settings: the plan's ``options``; once a call of this worker made the caller's lines, those lines
+    instead (``lines``, a caller-audio folder kept by :func:`keep_lines`), every WAV of it (no turns asked for: the
+    folder holds the plan's turns), the plan's barge-in turns kept."""
+    if lines is None:
+        return options
+    # the synthesized set back to its default: dial refuses --caller-lines beside the caller's own audio
+    return replace(options, caller_audio=lines, caller_lines=DialOptions.caller_lines, turns_given=False)
+
+
+def settings_file(out: Path) -> Path:
+    """Where the settings of the call into ``out`` are written: beside its folder, which holds dial's run only."""
+    return out.with_name(f"{out.name}.settings.json")
+
+
+def dial_command(options: DialOptions, out: Path, lines: Path | None) -> list[str]:
+    """The `voice-llm dial` command line of one call into ``out`` (a folder of its own), its settings
+    (:func:`call_options`) written whole to :func:`settings_file` first, for ``dial --settings FILE``; beside them
+    only the run's own flags: where it writes and no progress lines."""
+    file = settings_file(out)
+    flags.write_settings(call_options(options, lines), file)
+    return [sys.executable, "-m", "voice_llm", "dial", "--settings", str(file), "--out", str(out), "--quiet"]
 
 
 def keep_lines(call_out: Path, lines: Path) -> bool:
@@ -261,6 +277,6 @@ def _short(error: str) -> str:
     return re.sub(r" \(the call so far is in [^)]*\)", "", error).strip()
 
 
-__all__ = ["CallId", "Phase", "PhaseClock", "call_samples", "dial_command", "keep_lines", "refusal", "refused_error",
-           "turns_since"]
+__all__ = ["CallId", "Phase", "PhaseClock", "call_options", "call_samples", "dial_command", "keep_lines", "refusal",
+           "refused_error", "settings_file", "turns_since"]
 

@@ -35,14 +35,16 @@ import gevent
 
 from voice_llm.core import sse
 from voice_llm.core.scenario.dialogue import TurnTiming, time_turn, words
+from voice_llm.capabilities.dial import DialOptions
 from voice_llm.capabilities.load import dialing
-from voice_llm.capabilities.load.plan import CallerConfig, DialConfig, api_key
+from voice_llm.capabilities.load.plan import REFUSED_PAUSE_S, CallerConfig, api_key
+from voice_llm.core.run import flags
 
 # Report every second instead of every 3 s: the master waits for a step's last turns before it judges the step.
 locust.runners.WORKER_REPORT_INTERVAL = 1.0
 PHASE_MESSAGE = "voice_phase"
 CONFIG_OPTION = "voice_llm_caller"  # the master's parsed_options attribute that carries CallerConfig as JSON
-DIAL_OPTION = "voice_llm_dial"  # ... and DialConfig, for dialing callers
+DIAL_OPTION = "voice_llm_dial"  # ... and the call's DialOptions as JSON, for dialing callers
 CALL_STOP_S = 10.0  # a dial subprocess still running when its user is stopped: SIGTERM, then this long to exit
 ERROR_PAUSE_S = 1.0  # after a failed turn the call ends; wait this long before the next call
 
@@ -60,7 +62,7 @@ class WorkerState:
     cpu_mark: tuple[float, float] | None = None  # (process CPU s, wall s) when the measured window began
     callers_started: int = 0
     config: CallerConfig | None = None
-    dial: DialConfig | None = None
+    dial: DialOptions | None = None  # the call every dialing caller makes (the plan's)
     clock: dialing.PhaseClock = field(default_factory=dialing.PhaseClock)
     calls: dict[tuple[int, int], tuple[float, Path]] = field(default_factory=dict)  # dialing calls: placed, folder
     lines: Path | None = None  # the caller-audio folder the first call made (voice_llm.capabilities.load.dialing)
@@ -220,12 +222,12 @@ def _stop_after(count: int) -> Callable[[sse.Chunk], bool]:
 # --- dialing callers (load --dial URL) ---------------------------------------------------------------------------
 
 
-def dial_config(environment: Any) -> DialConfig:
+def dial_config(environment: Any) -> DialOptions:
     if STATE.dial is None:
         text = getattr(environment.parsed_options, DIAL_OPTION, None)
         if not text:
             raise RuntimeError(f"the master sent no {DIAL_OPTION}: start this worker under `voice-llm load --dial`")
-        STATE.dial = DialConfig.from_json(text)
+        STATE.dial = flags.build(DialOptions, flags.parse_settings(DialOptions, text, f"the master's {DIAL_OPTION}"))
         STATE.tmp = Path(tempfile.mkdtemp(prefix="voice-llm-dial-"))
     return STATE.dial
 
@@ -252,7 +254,7 @@ def _stop_call(proc: subprocess.Popen[bytes]) -> None:
 class DialCaller(User):
     """One caller on the line: a real `voice-llm dial` call per task run (real-time audio, the playout ear, the
     heard gaps measured by the dialer), then the next call. A refused or failed call is one error sample; the
-    caller waits ``refused_pause_s`` before dialling again (a caller who cannot get through tries again later)."""
+    caller waits REFUSED_PAUSE_S before dialling again (a caller who cannot get through tries again later)."""
 
     def on_start(self) -> None:
         self.config = dial_config(self.environment)
@@ -272,9 +274,10 @@ class DialCaller(User):
         key = (id(self), self.calls)
         out = Path(tempfile.mkdtemp(prefix="call-", dir=STATE.tmp))
         lines = STATE.lines if STATE.lines is not None and STATE.lines.is_dir() else None
+        command = dialing.dial_command(cfg, out, lines)  # writes the call's settings file: before it is placed
         placed = time.time()
         STATE.calls[key] = (placed, out)
-        proc = subprocess.Popen(dialing.dial_command(cfg, out, lines), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             _, err = proc.communicate()  # cooperative under gevent's patch: the other callers go on meanwhile
@@ -288,8 +291,9 @@ class DialCaller(User):
             _stop_call(proc)
             STATE.calls.pop(key, None)
             shutil.rmtree(out, ignore_errors=True)
+            dialing.settings_file(out).unlink(missing_ok=True)
         STATE.samples.extend(samples)
         for sample in samples:
             _report(self.environment, "DIAL", sample["heard_gap_ms"], 0, sample["error"])
         if any(s["error"] for s in samples):
-            gevent.sleep(cfg.refused_pause_s)
+            gevent.sleep(REFUSED_PAUSE_S)

@@ -1,15 +1,18 @@
 """The settings of a load sweep and of its callers, as plain values that travel between processes as JSON.
 
 No Locust here: the `load` command builds these in the voice-llm process; the master subprocess and the workers
-read them back.
+read them back. A dialing caller's call is dial's own settings (DialOptions, as `dial --settings FILE` reads them),
+never a copy of them here.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
+from voice_llm.capabilities.dial import DialOptions
 from voice_llm.capabilities.load import stats
+from voice_llm.core.run import flags
 from voice_llm.core.server.config import api_key_from_env
 from voice_llm.core.sse import parse_json
 
@@ -41,11 +44,12 @@ DIAL_LINES = "load"  # dial --caller-lines: load (default) or clinic (the dialog
 DIAL_LINE_SETS = ("load", "clinic")
 DIAL_THINK_MS = 0.0  # the fixed part of the caller's pause after a reply (dial --think-ms; dial's own default 300)
 DIAL_THINK_SHARE = 0.1  # ... plus this share of the reply as heard (dial --think-share): 3 s heard, 300 ms pause
+DIAL_STT = "none"  # the heard replies untranscribed: a load step needs when the caller heard, not the words
 AGENT_LOAD_MAX_TOKENS = 12  # what `load --dial --help` and docs/load.md tell the user to start the agent with
 DIAL_CALLERS = (1, 2, 3, 4, 6, 8)  # a CPU box holds few real-time callers: small steps up
 DIAL_STEP_S = 300.0  # the longest measured window: it ends once MIN_JUDGED_TURNS judged turns are in
 DIAL_WARMUP_S = 20.0
-DIAL_DEADLINE_S = 60.0
+REFUSED_PAUSE_S = 5.0  # after a refused or failed call, before the caller dials again
 
 
 @dataclass(frozen=True)
@@ -78,31 +82,6 @@ class CallerConfig:
 
 
 @dataclass(frozen=True)
-class DialConfig:
-    """What every dialing caller does (load --dial): one `voice-llm dial URL` call after another, each in a
-    subprocess of its own (the dialer's real-time asyncio loop never runs in a gevent-patched worker)."""
-
-    url: str  # the agent's WebSocket
-    protocol: str = "twilio"
-    turns: int = DIAL_TURNS
-    barge_in_turns: tuple[int, ...] = ()
-    deadline_s: float = DIAL_DEADLINE_S  # dial --deadline: the longest wait for the handshake, a reply, its end
-    refused_pause_s: float = 5.0  # after a refused or failed call, before the caller dials again
-    lines: str = DIAL_LINES  # dial --caller-lines
-    think_ms: float = DIAL_THINK_MS  # dial --think-ms
-    think_share: float = DIAL_THINK_SHARE  # dial --think-share
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> DialConfig:
-        data = parse_json(text)  # the one guarded parser
-        data["barge_in_turns"] = tuple(data["barge_in_turns"])
-        return cls(**data)
-
-
-@dataclass(frozen=True)
 class SweepPlan:
     """The stepped sweep one master runs against one server."""
 
@@ -120,7 +99,7 @@ class SweepPlan:
     stop_on_budget: bool = True
     slots: int | None = None  # the server's slots, when known (for the verdict's "limited by")
     quiet: bool = False  # no progress lines from the master
-    dial: DialConfig | None = None  # dialing callers (load --dial): judged on the heard gap, not the first sentence
+    dial: DialOptions | None = None  # dialing callers (load --dial), their call (run.dial_caller): judged on the heard gap
     slo_heard_ms: float = DEFAULT_SLO_HEARD_MS
     enough_judged: int | None = None  # end a measured window once this many judged turns were reported (None: at step_s)
 
@@ -142,7 +121,9 @@ class SweepPlan:
         return self.slo_heard_ms if self.dial is not None else self.slo_first_sentence_ms
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        data = asdict(replace(self, dial=None))
+        data["dial"] = flags.as_json(self.dial) if self.dial is not None else None  # dial's settings as dial reads them
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> SweepPlan:
@@ -152,8 +133,7 @@ class SweepPlan:
         data["callers"] = tuple(data["callers"])
         dial = data.pop("dial", None)
         if dial is not None:
-            dial["barge_in_turns"] = tuple(dial["barge_in_turns"])
-            dial = DialConfig(**dial)
+            dial = flags.build(DialOptions, flags.from_json(DialOptions, dial, "the sweep plan's dial"))
         return cls(caller=CallerConfig(**caller), dial=dial, **data)
 
 

@@ -26,11 +26,13 @@ from voice_llm.core.analysis import noise
 from voice_llm.core.checks.core import run_checks
 from voice_llm.core.client.api import ServerClient
 from voice_llm.core.errors import ConfigError, ContextLimitError, VoiceLLMError
-from voice_llm.core.run import preflight
+from voice_llm.core.run import flags, preflight
 from voice_llm.capabilities.load.document import load_document, sweep_document
 from voice_llm.capabilities.load.settings import DEFAULT_SLOTS, LoadSettings
-from voice_llm.capabilities.load.plan import (AGENT_LOAD_MAX_TOKENS, DEFAULT_MASTER_PORT, LOAD_MAX_TOKENS,
-                                              CallerConfig, DialConfig, SweepPlan)
+from voice_llm.capabilities.dial import DialOptions
+from voice_llm.capabilities.load.plan import (AGENT_LOAD_MAX_TOKENS, DEFAULT_MASTER_PORT, DIAL_STT, DIAL_THINK_MS,
+                                              DIAL_THINK_SHARE, LOAD_MAX_TOKENS, REFUSED_PAUSE_S, CallerConfig,
+                                              SweepPlan)
 from voice_llm.capabilities.load import proccpu, stages, stats
 from voice_llm.capabilities.load.runner import LoadError, SweepInterrupted, run_sweep
 from voice_llm.capabilities.load.samples import write_samples
@@ -90,8 +92,10 @@ def caller_config(settings: LoadSettings, url: str, out: Path) -> tuple[CallerCo
     return config, described
 
 
-def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialConfig, dict[str, Any]]:
-    """Dialing callers: the call each makes (the text caller's config travels empty: no LLM request is made)."""
+def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialOptions, dict[str, Any]]:
+    """Dialing callers: the call each makes, dial's own settings (DialOptions: what load decides of the call, the
+    rest dial's declared defaults), handed to every call whole as JSON (`dial --settings FILE`:
+    voice_llm.capabilities.load.dialing); the text caller's config travels empty: no LLM request is made."""
     assert settings.dial is not None
     if settings.url:
         raise ConfigError("--dial measures the agent at its URL; the LLM server behind it is the agent's own "
@@ -100,20 +104,27 @@ def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialConfig, dict[
         raise ConfigError(f"--dial-barge-in-turns {list(settings.dial_barge_in_turns)}: a barge-in cuts into turn "
                           f"K's reply with line K+1, so K must be 1..{settings.dial_turns - 1} (--dial-turns "
                           f"{settings.dial_turns})")
-    dial = DialConfig(url=settings.dial, protocol=settings.dial_protocol, turns=settings.dial_turns,
-                      barge_in_turns=tuple(settings.dial_barge_in_turns), deadline_s=settings.dial_deadline_s,
-                      lines=settings.dial_lines)
-    described = {"mode": "dial", "url": dial.url, "protocol": dial.protocol, "turns": dial.turns,
+    try:
+        # its turns and barge-in plan asked for (as flags are): a later call saying the lines a worker kept
+        # (--caller-audio) keeps them rather than the folder's
+        dial: DialOptions = flags.build(DialOptions, {
+            "url": settings.dial, "protocol": settings.dial_protocol, "turns": settings.dial_turns,
+            "barge_in_turns": tuple(settings.dial_barge_in_turns), "deadline_s": settings.dial_deadline_s,
+            "caller_lines": settings.dial_lines, "think_ms": DIAL_THINK_MS, "think_share": DIAL_THINK_SHARE,
+            "stt": DIAL_STT, "turns_given": True, "barge_in_given": True})
+    except ConfigError as exc:  # what dial would refuse of every call (a deadline shorter than its own waits)
+        raise ConfigError(f"--dial: every call would be refused: {exc}") from None
+    described = {"mode": "dial", "url": settings.dial, "protocol": dial.protocol, "turns": dial.turns,
                  "barge_in_turns": list(dial.barge_in_turns), "deadline_s": dial.deadline_s,
-                 "refused_pause_s": dial.refused_pause_s, "lines": dial.lines,
+                 "refused_pause_s": REFUSED_PAUSE_S, "lines": dial.caller_lines,
                  "think": {"think_ms": dial.think_ms, "think_share": dial.think_share,
-                           "rule": "after dial's reply-end silence (700 ms heard silent, the buffer idle): "
-                                   "think_ms + think_share x the reply as heard (first to last sound)"},
+                           "rule": f"after dial's reply-end silence ({dial.reply_end_ms:g} ms heard silent, the "
+                                   "buffer idle): think_ms + think_share x the reply as heard (first to last sound)"},
                  "agent_max_tokens_advised": AGENT_LOAD_MAX_TOKENS,
                  "how": "each caller: one `voice-llm dial URL --stt none` subprocess per call, one call after "
                         "another; the first call of each worker synthesizes the lines (Piper), later calls say "
                         "that call's caller WAVs (--caller-audio); a turn starts at the caller's speech end"}
-    return CallerConfig(url=dial.url, system="", turns=()), dial, described
+    return CallerConfig(url=settings.dial, system="", turns=()), dial, described
 
 
 def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) -> SweepPlan:
@@ -133,7 +144,7 @@ def sweep_plan(settings: LoadSettings, caller: CallerConfig, slots: int | None) 
     )
 
 
-def plan_of(settings: LoadSettings, caller: CallerConfig, dial: DialConfig | None) -> SweepPlan:
+def plan_of(settings: LoadSettings, caller: CallerConfig, dial: DialOptions | None) -> SweepPlan:
     """The sweep's plan before its server is known: a step's window ends as soon as it holds enough judged turns
     for a verdict (stats.MIN_JUDGED_TURNS; --step-s is the longest window), in both modes."""
     plan = replace(sweep_plan(settings, caller, None), dial=dial, enough_judged=stats.MIN_JUDGED_TURNS)
@@ -313,7 +324,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
     settings = managed_as_it_runs(settings, notify)
     out = settings.out.expanduser()
     # Bad flags, dialogue or KB are named before any server starts or any file is written.
-    dial: DialConfig | None = None
+    dial: DialOptions | None = None  # with --dial, the call; caller.url is then the agent's (dial_caller)
     if settings.dial is not None:
         caller, dial, described = dial_caller(settings)
     else:
@@ -329,8 +340,8 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
             # the agent is the one measured, and its LLM server (found as the per-step CPU finds it: listening on
             # the agent's --url) is part of the measured stack: their CPU is the run's own in the noise warning,
             # not another process's (a 2-caller step's agent and server alone make a 2-core box look loaded)
-            run.server_pids.update(measured_stack_pids(dial.url))
-            yield contextlib.nullcontext(session.given_target(dial.url))
+            run.server_pids.update(measured_stack_pids(caller.url))
+            yield contextlib.nullcontext(session.given_target(caller.url))
             return
         for slots in planned:
             yield _server_of(settings, slots, progress, run)
@@ -349,7 +360,7 @@ def run_load(settings: LoadSettings, progress: Progress | None = None,
 
     def sweep(live: session.Live) -> None:
         if dial is not None:
-            _sweep(base_plan, settings, run, None, dial.url)
+            _sweep(base_plan, settings, run, None, caller.url)
             return
         assert live.probed is not None
         model = live.probed.capabilities.model  # every request names the model the probe found, as the lab's do

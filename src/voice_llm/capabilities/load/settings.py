@@ -8,18 +8,20 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_llm.capabilities.dial import DialOptions
 from voice_llm.capabilities.load import stats
 from voice_llm.capabilities.load.plan import (AGENT_LOAD_MAX_TOKENS, DEFAULT_BARGE_IN_SHARE, DEFAULT_CALLERS,
                                               DEFAULT_MASTER_PORT, DEFAULT_SLO_FIRST_SENTENCE_MS, DEFAULT_SLO_HEARD_MS,
-                                              DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_DEADLINE_S,
-                                              DIAL_LINE_SETS, DIAL_LINES, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S,
-                                              LOAD_MAX_TOKENS, LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
+                                              DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_LINE_SETS,
+                                              DIAL_LINES, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, LOAD_MAX_TOKENS,
+                                              LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
 from voice_llm.core.run import flags
 from voice_llm.core.run.context import StepOptions
 from voice_llm.core.run.flags import Between, Each, OneOf, Satisfies, setting
 from voice_llm.core.scenario import dialogue as dialogues
 from voice_llm.core.scenario.kb import default_kb_dir
 from voice_llm.core.server.config import DEFAULT_CTX, DEFAULT_PORT, default_out_dir
+from voice_llm.engines.line import wire
 
 DEFAULT_SLOTS = (1, 4)  # the managed servers swept when none is running on --port and --slots is not given
 PORT = Between(1, 65535)
@@ -84,8 +86,10 @@ class LoadSettings:
                                    "questions, about a second each; clinic: the dialogue's longer ones)")
     dial_barge_in_turns: tuple[int, ...] = setting((), metavar="DIAL_BARGE_IN_TURNS", rule=Each(Between(1)),
                                                    help="turns whose reply the caller cuts into (default none)")
-    dial_protocol: str = setting("twilio", rule=OneOf(("twilio", "pcm")), help="the line (default {default})")
-    dial_deadline_s: float = setting(DIAL_DEADLINE_S, name="--dial-deadline", metavar="DIAL_DEADLINE_S",
+    # the line and the call's deadline: dial's own defaults (DialOptions), which the calls otherwise take
+    dial_protocol: str = setting(DialOptions.protocol, rule=OneOf((wire.TWILIO, wire.PCM)),
+                                 help="the line (default {default})")
+    dial_deadline_s: float = setting(DialOptions.deadline_s, name="--dial-deadline", metavar="DIAL_DEADLINE_S",
                                      rule=Between(0, above=True),
                                      help="dial --deadline: the longest wait for the handshake, a reply, a reply's "
                                           "end (s)")

@@ -37,6 +37,7 @@ import gevent
 
 from voice_llm.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from voice_llm.capabilities.load import proccpu, stats, locust_users
+from voice_llm.core.run import flags
 from voice_llm.core.util.children import stop_child
 from voice_llm.capabilities.load import locust_users_path
 from voice_llm.capabilities.load.plan import SweepPlan
@@ -147,7 +148,7 @@ class Sweep:
         # Dialing callers (load --dial): the same sweep, each user a real call on the line (locust_users.DialCaller)
         user = locust_users.VoiceCaller if plan.dial is None else locust_users.DialCaller
         if plan.dial is not None:
-            setattr(options, locust_users.DIAL_OPTION, plan.dial.to_json())
+            setattr(options, locust_users.DIAL_OPTION, flags.settings_text(plan.dial))  # the call, as dial reads it
         self.env = Environment(user_classes=[user], events=events,
                                host=plan.caller.url if plan.dial is None else plan.dial.url,
                                stop_timeout=0, parsed_options=options)
@@ -295,7 +296,8 @@ class Sweep:
             workers = self.wait_for_workers()
             log(f"{len(workers)} Locust workers connected")
             if plan.dial is not None:  # the CPU of the agent, its LLM server and the callers, per step
-                self.tracked = proccpu.find(plan.dial.url, [p.pid for p in self.procs], os.getpid())
+                # (the callers' URL: the agent's, with --dial: load.run.dial_caller)
+                self.tracked = proccpu.find(plan.caller.url, [p.pid for p in self.procs], os.getpid())
             for index, callers in enumerate(plan.callers):
                 current = f"during the {callers}-caller step"
                 step = self.run_step(index, callers)
