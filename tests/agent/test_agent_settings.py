@@ -9,21 +9,15 @@ four places and the converse help spelled the agent's defaults again)."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from sourcecopy import SRC, changed_copy, run_script
 
 from voice_llm.capabilities.agent import command, pipecat_agent
 from voice_llm.capabilities.agent.settings import AgentSettings
 from voice_llm.cli.main import main
 from voice_llm.core.run.flags import as_json
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 # In the copied tree: every place a setting reaches, printed as JSON. The agent's command runs for real on the file
 # the converse step writes, up to the settings it would serve with (server.serve is where it would start serving).
@@ -64,31 +58,12 @@ print(json.dumps({
 """
 
 
-def _reaches(src: Path) -> dict:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("VOICE_LLM_")}
-    env["PYTHONPATH"] = str(src)
-    done = subprocess.run([sys.executable, "-c", REACHES], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=src.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
-def _change(path: Path, pattern: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    changed, count = re.subn(pattern, new, text, flags=re.M)
-    assert count == 1, (path, pattern)
-    path.write_text(changed, encoding="utf-8")
-
-
 def test_a_default_changed_in_one_place_reaches_the_help_the_settings_and_the_agent_process(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(SRC / "voice_llm", src / "voice_llm", ignore=shutil.ignore_patterns("__pycache__"))
-    package = src / "voice_llm"
     # the endpoint (the issue's four places), the reply's tokens, the phone's jitter delay: one line each
-    _change(package / "engines/speech_in/vad.py", r"^DEFAULT_ENDPOINT_MS = 300\.0\b", "DEFAULT_ENDPOINT_MS = 275.0")
-    _change(package / "capabilities/agent/settings.py", r"^DEFAULT_MAX_TOKENS = 48\b", "DEFAULT_MAX_TOKENS = 37")
-    _change(package / "engines/line/playout.py", r"^DEFAULT_JITTER_MS = 40\b", "DEFAULT_JITTER_MS = 60")
-    found = _reaches(src)
+    found = run_script(changed_copy(
+        tmp_path, ("engines/speech_in/vad.py", r"^DEFAULT_ENDPOINT_MS = 300\.0\b", "DEFAULT_ENDPOINT_MS = 275.0"),
+        ("capabilities/agent/settings.py", r"^DEFAULT_MAX_TOKENS = 48\b", "DEFAULT_MAX_TOKENS = 37"),
+        ("engines/line/playout.py", r"^DEFAULT_JITTER_MS = 40\b", "DEFAULT_JITTER_MS = 60")), REACHES)
     for help_of in (found["agent_help"], found["converse_help"]):
         assert "(default 275)" in help_of["endpoint_ms"], help_of["endpoint_ms"]
     assert "(default 37)" in found["agent_help"]["max_tokens"]
@@ -101,7 +76,7 @@ def test_a_default_changed_in_one_place_reaches_the_help_the_settings_and_the_ag
 
 def test_the_unchanged_tree_says_its_own_defaults() -> None:
     """The same script on the tree as it is (so the copy's numbers above are the edit's, not the script's)."""
-    found = _reaches(SRC)
+    found = run_script(SRC, REACHES)
     assert "(default 300)" in found["agent_help"]["endpoint_ms"] and found["served"]["endpoint_ms"] == 300.0
     assert found["handed"] == {**found["served"]}  # what the agent read is what it was handed, whole
 

@@ -10,16 +10,13 @@ call a load caller makes follows (as tests/agent/test_agent_settings.py proves i
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sourcecopy import SRC, changed_copy, run_script
 
 from voice_llm.capabilities.dial import DialOptions
 from voice_llm.capabilities.load import dialing
@@ -30,7 +27,6 @@ from voice_llm.cli import main as cli
 from voice_llm.core.errors import ConfigError
 from voice_llm.core.run import flags
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 URL = "ws://127.0.0.1:18300/"
 # What a call's command line may carry beside its settings file: where the run goes, no progress lines.
 RUN_FLAGS = {"--settings", "--out", "--quiet", "-q", "--wait", "-h", "--help"}
@@ -117,32 +113,13 @@ print(json.dumps({"call": flags.as_json(args.plugin_options["dial"]),
 """
 
 
-def _reaches(src: Path) -> dict:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("VOICE_LLM_")}
-    env["PYTHONPATH"] = str(src)
-    done = subprocess.run([sys.executable, "-c", REACHES], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=src.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
-def _change(path: Path, pattern: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    changed, count = re.subn(pattern, new, text, flags=re.M)
-    assert count == 1, (path, pattern)
-    path.write_text(changed, encoding="utf-8")
-
-
 def test_a_default_changed_in_dial_reaches_the_load_callers_calls(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(SRC / "voice_llm", src / "voice_llm", ignore=shutil.ignore_patterns("__pycache__"))
-    package = src / "voice_llm"
     # one line each: the phone's jitter delay, the reply-end silence, the call's deadline, the line
-    _change(package / "engines/line/playout.py", r"^DEFAULT_JITTER_MS = 40\b", "DEFAULT_JITTER_MS = 60")
-    _change(package / "capabilities/dial/call.py", r"^REPLY_END_MS = 700\.0\b", "REPLY_END_MS = 650.0")
-    _change(package / "capabilities/dial/call.py", r"^DEFAULT_DEADLINE_S = 60\.0\b", "DEFAULT_DEADLINE_S = 45.0")
-    _change(package / "capabilities/dial/step.py", r"^(    protocol: str = setting\()wire\.TWILIO\b", r"\1wire.PCM")
-    found = _reaches(src)
+    src = changed_copy(tmp_path, ("engines/line/playout.py", r"^DEFAULT_JITTER_MS = 40\b", "DEFAULT_JITTER_MS = 60"),
+                       ("capabilities/dial/call.py", r"^REPLY_END_MS = 700\.0\b", "REPLY_END_MS = 650.0"),
+                       ("capabilities/dial/call.py", r"^DEFAULT_DEADLINE_S = 60\.0\b", "DEFAULT_DEADLINE_S = 45.0"),
+                       ("capabilities/dial/step.py", r"^(    protocol: str = setting\()wire\.TWILIO\b", r"\1wire.PCM"))
+    found = run_script(src, REACHES)
     call = found["call"]
     assert (call["jitter_ms"], call["reply_end_ms"], call["deadline_s"], call["protocol"]) == (60, 650, 45, "pcm")
     assert "(default: 45.0)" in found["load_help"]["dial_deadline"]  # load's flags for the call: dial's defaults
@@ -151,7 +128,7 @@ def test_a_default_changed_in_dial_reaches_the_load_callers_calls(tmp_path: Path
 
 def test_the_unchanged_tree_says_its_own_defaults() -> None:
     """The same script on the tree as it is (so the copy's numbers above are the edit's, not the script's)."""
-    found = _reaches(SRC)
+    found = run_script(SRC, REACHES)
     call = found["call"]
     assert (call["jitter_ms"], call["reply_end_ms"], call["deadline_s"], call["protocol"]) == \
         (40, 700, 60, "twilio")
