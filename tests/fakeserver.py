@@ -186,6 +186,11 @@ class _Handler(BaseHTTPRequestHandler):
                 # 404, so the probe learns nothing and the steps behave as they did before it existed.
                 fake.probes.append(record)
                 reply = PROPS_NOT_FOUND
+            elif self.command == "GET" and self.path == "/slots":
+                # The agent's --preemptive gate asks for the slots (agent.server.Agent.preemptive_gate): not part
+                # of a test's script; answered from fake.slots (None: 404, as a server with no slots list)
+                fake.probes.append(record)
+                reply = PROPS_NOT_FOUND if fake.slots is None else Reply.json(200, fake.slots)
             elif self.command == "GET" and self.path == "/props" and not fake.script_props:
                 # The lab asks /props once for the run's metadata before its steps: not part of a test's script.
                 fake.probes.append(record)
@@ -302,6 +307,7 @@ class FakeServer:
         assert self.replies, "at least one reply"
         self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
         self.script_probe = script_probe  # False: the capability probe's requests answer 404 outside the script
+        self.slots: list[dict[str, Any]] | None = None  # GET /slots's answer (llama-server's list); None: 404
         self.requests: list[Recorded] = []
         self.probes: list[Recorded] = []
         self.lock = threading.Lock()
