@@ -12,8 +12,9 @@ reply. Scenarios (each ``--repeats`` times, in turn, so a drift in the load fall
 - ``drop_queued``: two preemptive requests (the second sent before the first was let go: a second pause), each closed
   in its prefill, then the reply's request.
 
-For each: the reply's first token from its send, and when /slots showed the slot idle after the last close (polled
-every 5 ms on one kept-alive connection). Prints one JSON line per run and a median table; ``--json`` keeps them.
+For each: the reply's first token from its send. When the server let go of each closed request is in its own log
+(benchmarks/slot_log.py: launch -> cancel -> release). Prints one JSON line per run and a median table; ``--json``
+keeps them.
 
     python benchmarks/cancel_probe.py --url http://127.0.0.1:18710 --repeats 6 --json out.json
 """
@@ -27,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from voice_llm.core.client.api import JSONPoller, ServerClient
+from voice_llm.core.client.api import ServerClient
 from voice_llm.core.scenario.dialogue import load_dialogue, system_prompt
 from voice_llm.core.scenario.kb import default_kb_dir, load_kb
 from voice_llm.core.sse import StreamCancel
@@ -38,31 +39,6 @@ HISTORY = [{"role": "user", "content": "Hi, I'd like to book an appointment."},
 PARTIAL = "Next Tuesday, if possible, and"  # what a pause mid-line transcribes to
 FULL = "Next Tuesday, if possible, and in the morning please."
 SCENARIOS = ("alone", "drop_prefill", "drop_streaming", "drop_queued")
-
-
-class SlotWatch:
-    """/slots polled on its own thread: the moments (perf_counter) the slot went busy and idle."""
-
-    def __init__(self, client: ServerClient) -> None:
-        self.client, self.changes, self.stop = client, [], threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        busy = None
-        with JSONPoller(self.client, "/slots") as poller:
-            while not self.stop.is_set():
-                doc = poller.get()
-                now_busy = any(s.get("is_processing") for s in doc)
-                if now_busy != busy:
-                    self.changes.append((time.perf_counter(), now_busy))
-                    busy = now_busy
-                time.sleep(0.005)
-
-    def idle_after(self, moment: float) -> float | None:
-        for at, busy in self.changes:
-            if at >= moment and not busy:
-                return at
-        return None
 
 
 def request(client: ServerClient, system: str, text: str, cancel: StreamCancel | None = None,
@@ -87,8 +63,7 @@ def in_background(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread,
     return thread, out
 
 
-def run_once(client: ServerClient, system: str, scenario: str, watch: SlotWatch, close_ms: float,
-             gap_ms: float) -> dict[str, Any]:
+def run_once(client: ServerClient, system: str, scenario: str, close_ms: float, gap_ms: float) -> dict[str, Any]:
     request(client, system, "Hello again.")  # the slot's KV holds the history, as between two turns
     time.sleep(0.3)
     closed = None
@@ -102,7 +77,6 @@ def run_once(client: ServerClient, system: str, scenario: str, watch: SlotWatch,
         closed = time.perf_counter()
     elif scenario == "drop_streaming":
         cancel = StreamCancel()
-        out: dict[str, Any]
         request(client, system, PARTIAL, cancel, close_after_tokens=3)
         closed = cancel.requested_at
     elif scenario == "drop_queued":
@@ -119,9 +93,7 @@ def run_once(client: ServerClient, system: str, scenario: str, watch: SlotWatch,
     for thread in threads:
         thread.join(30)
     first = (reply["first_token"] - reply["sent"]) * 1000 if reply["first_token"] else None
-    idle = watch.idle_after(closed) if closed is not None else None
     return {"scenario": scenario, "reply_first_token_ms": round(first, 1) if first else None,
-            "slot_idle_after_close_ms": round((idle - closed) * 1000, 1) if idle and closed else None,
             "reply_prompt_n": (reply["timings"] or {}).get("prompt_n"),
             "reply_prompt_ms": (reply["timings"] or {}).get("prompt_ms"),
             "load": round(os.getloadavg()[0], 2)}
@@ -140,27 +112,18 @@ def main() -> int:
     dialogue = load_dialogue("clinic")
     system = system_prompt(dialogue, load_kb(default_kb_dir(), need=4)[:4])
     request(client, system, "Hello.")  # the system prompt's prefix cached
-    watch = SlotWatch(client)
-    watch.thread.start()
     rows = []
-    try:
-        for _ in range(options.repeats):
-            for scenario in SCENARIOS:
-                row = run_once(client, system, scenario, watch, options.close_ms, options.gap_ms)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    finally:
-        watch.stop.set()
-        watch.thread.join(5)
+    for _ in range(options.repeats):
+        for scenario in SCENARIOS:
+            row = run_once(client, system, scenario, options.close_ms, options.gap_ms)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     table = {}
     for scenario in SCENARIOS:
         mine = [r for r in rows if r["scenario"] == scenario]
         firsts = [r["reply_first_token_ms"] for r in mine if r["reply_first_token_ms"] is not None]
-        idles = [r["slot_idle_after_close_ms"] for r in mine if r["slot_idle_after_close_ms"] is not None]
         table[scenario] = {"runs": len(mine), "reply_first_token_median_ms": median(firsts) if firsts else None,
-                           "reply_first_token_max_ms": max(firsts) if firsts else None,
-                           "slot_idle_after_close_median_ms": median(idles) if idles else None,
-                           "slot_idle_after_close_max_ms": max(idles) if idles else None}
+                           "reply_first_token_max_ms": max(firsts) if firsts else None}
         print(scenario, json.dumps(table[scenario]), flush=True)
     if options.json:
         with open(options.json, "w") as f:

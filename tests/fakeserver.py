@@ -300,14 +300,14 @@ class FakeServer:
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
     def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0,
-                 script_probe: bool = False, port: int = 0) -> None:
+                 script_probe: bool = False, port: int = 0, slots: list[dict[str, Any]] | None = None) -> None:
         self.port = port  # 0: a free one; a test that re-runs a command against "the same server" passes the last
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         self.keep_alive = keep_alive  # requests per kept-alive connection (Content-Length replies); 0: close each
         assert self.replies, "at least one reply"
         self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
         self.script_probe = script_probe  # False: the capability probe's requests answer 404 outside the script
-        self.slots: list[dict[str, Any]] | None = None  # GET /slots's answer (llama-server's list); None: 404
+        self.slots = slots  # GET /slots's answer (llama-server's list), outside the script; None: 404
         self.requests: list[Recorded] = []
         self.probes: list[Recorded] = []
         self.lock = threading.Lock()

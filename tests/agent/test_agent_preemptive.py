@@ -30,6 +30,8 @@ LATER = "And then more."  # what the stream sends after a stall: after the endpo
 STALL_S = 3.0
 RELEASE_STALL_S = 1.0
 SYNTH_S = 0.02  # the tone TTS's time per segment: a dropped reply's synthesis is more than nothing
+# llama-server's /slots with two idle slots: the preemptive reply's gate lets it start (agent.preemptive)
+IDLE = [{"id": 0, "is_processing": False}, {"id": 1, "is_processing": False}]
 
 
 class CountingSTT:
@@ -115,7 +117,7 @@ def paused_caller(served: Any) -> TwilioCaller:
 
 def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unremembered() -> None:
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
-    with FakeServer([stalled(), quick("Sure."), quick("Okay.")]) as fake, \
+    with FakeServer([stalled(), quick("Sure."), quick("Okay.")], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         assert served.ready["engines"]["llm"]["preemptive"] is True
         assert served.ready["engines"]["stt"]["speculative"] is True  # --preemptive implies it
@@ -158,7 +160,7 @@ def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unrem
 
 def test_the_endpoint_releases_exactly_the_held_audio_first_and_the_reply_goes_on() -> None:
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
-    with FakeServer([stalled(RELEASE_STALL_S)]) as fake, \
+    with FakeServer([stalled(RELEASE_STALL_S)], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         caller = paused_caller(served)
         call = live_call(served)
@@ -217,7 +219,7 @@ def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_t
     speech resumes: dropped all the same, and its end still counted (its tokens and synthesis wasted)."""
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
     whole = "This whole reply was made in time."
-    with FakeServer([quick(whole), quick("Sure.")]) as fake, \
+    with FakeServer([quick(whole), quick("Sure.")], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         caller = paused_caller(served)
         call = live_call(served)
@@ -254,10 +256,13 @@ def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
     return record
 
 
-def test_no_preemptive_reply_starts_while_the_server_has_no_idle_slot() -> None:
-    """llama-server's only slot busy (a dropped request it has not let go of yet): the pause starts nothing."""
-    with FakeServer([quick("Sure.")]) as fake:
-        fake.slots = [{"id": 0, "is_processing": True}]
+@pytest.mark.parametrize("slots", [[False], [True, False], None],
+                         ids=["one idle slot of one", "one idle slot of two", "no slots list"])
+def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots: list[bool] | None) -> None:
+    """One idle slot is the endpoint's: a guess there, dropped, would hold it until llama-server lets go of it. A
+    server that lists no slots (a 404) is not guessed about."""
+    listed = None if slots is None else [{"id": i, "is_processing": busy} for i, busy in enumerate(slots)]
+    with FakeServer([quick("Sure.")], slots=listed) as fake:
         record = gated_call(fake, CountingSTT(), "slot")
         assert [p.path for p in fake.probes].count("/slots") == 1  # asked once, for the one pause
     assert record["preemptive"]["reply"] is False and record["preemptive"]["started"] == 0
@@ -268,18 +273,16 @@ def test_no_preemptive_reply_starts_while_the_server_has_no_idle_slot() -> None:
 def test_a_transcript_that_does_not_end_a_sentence_starts_no_preemptive_reply() -> None:
     """The pause line's first half ("... to."): a reply started there would be let out at the endpoint inside the
     caller's pause. The gate is on the text alone: the server is not asked."""
-    with FakeServer([quick("Sure.")]) as fake:
-        fake.slots = [{"id": 0, "is_processing": False}]
+    with FakeServer([quick("Sure.")], slots=IDLE) as fake:
         record = gated_call(fake, CountingSTT("I need to move my appointment to."), "transcript")
         assert fake.probes == []
     assert record["preemptive"]["reply"] is False and record["preemptive"]["started"] == 0
     assert record["transcript"] == "I need to move my appointment to."
 
 
-def test_an_idle_slot_lets_the_preemptive_reply_start() -> None:
+def test_two_idle_slots_let_the_preemptive_reply_start() -> None:
     stt = CountingSTT()
-    with FakeServer([quick("Sure.")]) as fake:
-        fake.slots = [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]
+    with FakeServer([quick("Sure.")], slots=IDLE) as fake:
         with serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, ToneTTS())) as served:
             caller = paused_caller(served)
             call = live_call(served)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_llm.capabilities.agent.preemptive import ends_sentence, idle_slots, last_word, looks_finished
+from voice_llm.capabilities.agent.preemptive import ends_sentence, idle_slots, last_word, looks_finished, slots_allow
 
 # the caller lines' endpoints, as Moonshine wrote them at the speech end
 FINISHED = ["Okay, do you take Medicare?", "Can I come for the blood test on a Saturday morning?",
@@ -44,3 +44,8 @@ def test_idle_slots_counts_llama_servers_slots_that_are_not_processing() -> None
 @pytest.mark.parametrize("doc", [None, [], {"slots": []}, [{"id": 0}], [{"is_processing": "no"}], "busy"])
 def test_a_document_that_is_not_a_slots_list_says_nothing(doc: object) -> None:
     assert idle_slots(doc) is None
+
+
+def test_a_guess_needs_a_spare_slot_besides_its_own() -> None:
+    assert not slots_allow(0) and not slots_allow(1) and slots_allow(2) and slots_allow(4)
+    assert not slots_allow(None)  # a server that lists no slots (not llama-server) is not guessed about

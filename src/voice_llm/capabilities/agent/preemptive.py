@@ -50,6 +50,22 @@ STUDIED_GATES: dict[str, Callable[[str], bool]] = {
 }
 
 
+# The idle slots llama-server must have for a preemptive reply to start: one for the guess and one left for the
+# endpoint's own request. A dropped request holds its slot until llama-server notices the closed connection (at its
+# first token, or its next 1 s poll when it is still in its prefill) and then until the batch under way ends: on a
+# 1-slot server the endpoint's request waited behind it (BENCHMARKS.md "The preemptive reply, gated": cancels
+# answered 0-3071 ms after the close at load 3.3-5.6, 4 requests of 48 launched straight after a cancelled one's
+# release). With two idle slots a dropped guess can never delay a reply that is not a guess; on a 1-slot server
+# (or a busy shared one) no preemptive reply starts. A server that lists no slots (not llama-server, or started
+# with --no-slots) is not guessed about: no preemptive reply starts there either (only llama-server was measured).
+MIN_IDLE_SLOTS = 2
+
+
+def slots_allow(idle: int | None) -> bool:
+    """Whether the server's idle slots (None: it lists none) let a preemptive reply start."""
+    return idle is not None and idle >= MIN_IDLE_SLOTS
+
+
 def idle_slots(doc: Any) -> int | None:
     """How many of llama-server's slots are idle, from its /slots document (a list of slots, each with
     ``is_processing``); None when the document is not that (another server, or /slots turned off)."""

@@ -23,8 +23,9 @@ Rules, in one place (moved from converse's call.py, adapted to a line):
   stream is closed (the server stops generating), synthesis stopped, the held audio thrown away, the history gets
   nothing of it. What it cost is counted (tokens streamed and synthesis time of the dropped replies). It starts only
   when the transcript ends a sentence (not on "to."; voice_llm.capabilities.agent.preemptive) and the LLM server
-  has an idle slot (its /slots): a dropped request holds llama-server's slot until its first token or its next 1 s
-  poll, and the endpoint's own request would wait behind it. What each gate kept from starting is counted too.
+  has two idle slots (its /slots): a dropped request holds llama-server's slot until its first token or its next
+  1 s poll and the batch under way, and the endpoint's own request must never wait behind it. What each gate kept
+  from starting is counted too.
 - Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
   before start) ends that call with one line in the agent's log; the agent goes on serving.
 
@@ -235,10 +236,10 @@ class Speculation:
 
 # Why a speculative transcript ready before the endpoint started no preemptive reply (agent.preemptive's gates)
 GATE_TRANSCRIPT = "transcript"  # it does not look like a finished utterance (no sentence end, or "... to.")
-GATE_SLOT = "slot"  # llama-server has no idle slot: a dropped request (or another call's) still holds it
+GATE_SLOT = "slot"  # no spare llama-server slot (preemptive.MIN_IDLE_SLOTS idle), or no slots list at all
 GATES = (GATE_TRANSCRIPT, GATE_SLOT)
 GATE_WHY = {GATE_TRANSCRIPT: "the transcript does not end a sentence",
-            GATE_SLOT: "the LLM server has no idle slot"}
+            GATE_SLOT: f"the LLM server has fewer than {preemptive.MIN_IDLE_SLOTS} idle slots, or lists none"}
 PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted",
                    *(f"gated_{gate}" for gate in GATES))
 
@@ -1031,15 +1032,14 @@ class Agent:
 
     def preemptive_gate(self, transcript: str) -> str | None:
         """--preemptive: why no reply may start from this speculative transcript (GATE_*), or None. Runs on the STT
-        thread. The transcript's gate first (pure, agent.preemptive.looks_finished); then the server's slots: a
-        request sent while none is idle waits behind the one that holds it, and on a 1-slot server that is a dropped
-        request llama-server has not let go of yet (it notices a closed connection only at the request's first
-        token or its next 1 s poll: BENCHMARKS.md "The preemptive reply, gated"). A server with no /slots list
-        (not llama-server, or --no-slots) is asked once and then not gated on it."""
+        thread. The transcript's gate first (pure, agent.preemptive.looks_finished); then the server's slots
+        (agent.preemptive.slots_allow: one idle slot for the guess and one left for the endpoint's request, which
+        would otherwise wait behind a dropped guess llama-server has not let go of yet). A server with no /slots
+        list (not llama-server, or --no-slots) is asked once: no preemptive reply starts on it."""
         if not preemptive.looks_finished(transcript):
             return GATE_TRANSCRIPT
         if self.slots_listed is False:
-            return None
+            return GATE_SLOT
         try:
             status, doc = self.client.get_json("/slots", accept_status=(200, 404, 501), cap_s=SLOTS_CAP_S)
         except (StreamError, VoiceLLMError, ValueError):
@@ -1047,10 +1047,10 @@ class Agent:
         idle = preemptive.idle_slots(doc) if status == 200 else None
         if idle is None:
             self.slots_listed = False
-            log("the LLM server has no /slots list: preemptive replies are not gated on an idle slot")
-            return None
-        self.slots_listed = True
-        return GATE_SLOT if idle == 0 else None
+            log("the LLM server lists no slots (/slots): no preemptive reply starts on it")
+        else:
+            self.slots_listed = True
+        return None if preemptive.slots_allow(idle) else GATE_SLOT
 
     def prepare(self) -> None:
         """Before listening: the model name (when not given) and one request priming the system prompt's cache."""
