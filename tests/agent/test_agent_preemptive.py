@@ -18,7 +18,7 @@ import pytest
 
 from agentkit import (LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech,
                       wait_for)
-from fakeserver import FakeServer, Reply, at, chunk_payload, event, llama_events
+from fakeserver import SLOTS_NOT_LISTED, FakeServer, Reply, at, chunk_payload, event, llama_events
 from voice_llm.capabilities.agent.server import Engines, LockedSTT, LockedTTS
 from voice_llm.engines.line import wire
 
@@ -261,7 +261,7 @@ def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
 def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots: list[bool] | None) -> None:
     """One idle slot is the endpoint's: a guess there, dropped, would hold it until llama-server lets go of it. A
     server that lists no slots (a 404) is not guessed about."""
-    listed = None if slots is None else [{"id": i, "is_processing": busy} for i, busy in enumerate(slots)]
+    listed = SLOTS_NOT_LISTED if slots is None else [{"id": i, "is_processing": busy} for i, busy in enumerate(slots)]
     with FakeServer([quick("Sure.")], slots=listed) as fake:
         record = gated_call(fake, CountingSTT(), "slot")
         assert [p.path for p in fake.probes].count("/slots") == 1  # asked once, for the one pause

@@ -5,8 +5,8 @@ pause that does not become the endpoint (the caller goes on) drops it, and what 
 server's: llama-server lets go of a request whose connection was closed before its first token only at that first
 token or at its next 1 s poll (tools/server/server-context.cpp HTTP_POLLING_SECONDS; measured in BENCHMARKS.md
 "The preemptive reply, gated"), so on a 1-slot server the endpoint's own request waits behind it. The gates here
-decide from what the agent has in hand: the transcript (pure), and whether the server has an idle slot (its
-/slots document, parsed here; fetched by the agent).
+decide from what the agent has in hand: the transcript (pure), and whether the server has a spare slot (its /slots
+document, parsed here; fetched by the agent).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# A transcript that ends on one of these is a sentence still going ("I need to move my appointment to"): measured
-# on the pause line, where Moonshine ends the first half with this very word and no full stop.
+# A transcript that ends on one of these is a sentence still going: measured on the pause line, where Moonshine
+# writes the first half as "I need to move my appointment to." (its full stop, not the caller's); the other words are
+# of the same kind (articles, prepositions, conjunctions, fillers, a subject with no verb yet).
 CONTINUATION_WORDS = frozenset({
     "a", "an", "the", "to", "of", "for", "with", "and", "or", "but", "so", "because", "if", "that", "my", "your",
     "our", "in", "on", "at", "from", "about", "than", "into", "um", "uh", "like", "is", "are", "was", "i", "we",
