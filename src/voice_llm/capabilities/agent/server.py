@@ -103,7 +103,8 @@ SMART_WINDOW_FRAMES = -(-turnmod.MODEL_WINDOW_S * SAMPLE_RATE // FRAME_SAMPLES)
 
 # /slots is asked at most this long before a preemptive reply starts (llama-server answers it from its HTTP thread
 # while a slot decodes: measured on loopback beside a 1-slot A/B at load 4.9, median 7.8 ms, p90 44, max 54 ms, on
-# the STT thread after the decode); a server slower than this is taken as having no slots list.
+# the STT thread after the decode: on a turn's critical path only when its endpoint comes during the request); no
+# answer within it gates that pause (the server is busy), a 404 or a document that is not a slots list all pauses.
 SLOTS_CAP_S = 0.5
 
 
@@ -1043,7 +1044,7 @@ class Agent:
         try:
             status, doc = self.client.get_json("/slots", accept_status=(200, 404, 501), cap_s=SLOTS_CAP_S)
         except (StreamError, VoiceLLMError, ValueError):
-            status, doc = 0, None
+            return GATE_SLOT  # no answer in time (a busy server): no guess this pause; asked again at the next
         idle = preemptive.idle_slots(doc) if status == 200 else None
         if idle is None:
             self.slots_listed = False
