@@ -39,11 +39,10 @@ def agent(out: Path, arm: str, url: str, port: int, otlp_port: int, extra: list[
     return subprocess.Popen(["nice", "-n", "10", *args], stdout=log, stderr=subprocess.STDOUT)
 
 
-def dial(out: Path, name: str, port: int, otlp_port: int, lines: str) -> dict[str, Any] | None:
+def dial(out: Path, name: str, port: int, otlp_port: int, lines: str, dial_args: list[str]) -> dict[str, Any] | None:
     folder = out / name
     args = ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "dial", f"ws://127.0.0.1:{port}/", "--out",
-            str(folder), "--otlp", f"127.0.0.1:{otlp_port}", "--barge-in-turns", "none", "--stt", "none",
-            "--caller-lines", lines, "-q"]
+            str(folder), "--otlp", f"127.0.0.1:{otlp_port}", *dial_args, "--caller-lines", lines, "-q"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         print(f"{name}: dial failed ({done.returncode}): {done.stderr.strip()[-300:]}", flush=True)
@@ -51,10 +50,10 @@ def dial(out: Path, name: str, port: int, otlp_port: int, lines: str) -> dict[st
     return read_json(found) if found.exists() else None
 
 
-def turns_of(doc: dict[str, Any], arm: str, call: str, lines: str) -> list[dict[str, Any]]:
+def turns_of(doc: dict[str, Any], arm: str, call: str, lines: str, load: float) -> list[dict[str, Any]]:
     rows = []
     for turn in doc.get("turns") or []:
-        rows.append({"arm": arm, "call": call, "lines": lines, "index": turn["index"],
+        rows.append({"arm": arm, "call": call, "lines": lines, "index": turn["index"], "load": load,
                      "gap_ms": turn["heard"]["gap_ms"], "cut_off": turn.get("cut_off"),
                      "reported_ms": (turn.get("agent_reported") or {}).get("latency_ms"),
                      "breakdown": turn.get("agent_breakdown"), "preemptive": turn.get("agent_preemptive"),
@@ -71,14 +70,18 @@ def summary(rows: list[dict[str, Any]], arm: str) -> dict[str, Any]:
     for r in clinic:
         for key, value in (r["breakdown"] or {}).items():
             parts.setdefault(key, []).append(value)
-    pre = {"started": 0, "used": 0, "dropped": 0, "tokens_wasted": 0, "synthesis_ms_wasted": 0.0}
+    pre = {"started": 0, "used": 0, "dropped": 0, "tokens_wasted": 0, "synthesis_ms_wasted": 0.0,
+           "gated_transcript": 0, "gated_slot": 0}
     for r in mine:
         for key in pre:
             pre[key] += (r["preemptive"] or {}).get(key, 0)
     errors = sum((r["wer"] or {}).get("errors", 0) for r in mine if r["lines"] == "clinic")
     words = sum((r["wer"] or {}).get("words", 0) for r in mine if r["lines"] == "clinic")
     pause = [r for r in mine if r["lines"] == "pause"]
+    loads = [r["load"] for r in mine if r.get("load") is not None]
     return {"arm": arm, "turns": len(gaps), "heard_median_ms": median(gaps) if gaps else None,
+            "load_median": round(median(loads), 2) if loads else None,
+            "load_range": [min(loads), max(loads)] if loads else None,
             "heard_p90_ms": percentile(gaps, 90) if gaps else None,
             "reported_median_ms": median([r["reported_ms"] for r in clinic if r["reported_ms"] is not None] or [0]),
             "breakdown_median_ms": {k: round(median(v), 1) for k, v in parts.items()},
@@ -95,6 +98,9 @@ def main() -> int:
                         help="plain agent, preemptive agent, their OTLP receivers (dial's --otlp)")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--pause-every", type=int, default=3, help="every Nth pair of calls uses the pause line")
+    parser.add_argument("--dial-args", default="--barge-in-turns none --stt none",
+                        help="the dialer's flags (default: no barge-in, no STT of the replies; the lab's call is "
+                             "dial's defaults: '--barge-in-turns 3', its STT on)")
     parser.add_argument("--agent-args", default="", help="more flags for both agents (e.g. '--endpoint-ms 700')")
     parser.add_argument("--a-args", default=None, help="arm a's own flags (with --b-args: arms a and b, not plain "
                                                          "and preemptive)")
@@ -125,9 +131,9 @@ def main() -> int:
             order = arms if pair % 2 else arms[::-1]  # ABBA
             for arm in order:
                 name = f"{pair:02d}-{arm}-{lines}"
-                doc = dial(out, name, ports[arm][0], ports[arm][1], lines)
+                doc = dial(out, name, ports[arm][0], ports[arm][1], lines, options.dial_args.split())
                 if doc is not None:
-                    rows.extend(turns_of(doc, arm, name, lines))
+                    rows.extend(turns_of(doc, arm, name, lines, round(os.getloadavg()[0], 2)))
                 gaps = [r["gap_ms"] for r in rows if r["call"] == name]
                 print(f"{name}: heard gaps {gaps} load {os.getloadavg()[0]:.1f}", flush=True)
         uptime["end"] = os.getloadavg()
@@ -140,6 +146,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
     result = {"schema_version": 1, "settings": {"url": options.url, "agent_args": options.agent_args,
+                                                "dial_args": options.dial_args,
                                                 "pause_every": options.pause_every, "minutes": options.minutes,
                                                 "arms": own},
               "loadavg": uptime, "summary": [summary(rows, arm) for arm in arms], "turns": rows}

@@ -186,6 +186,11 @@ class _Handler(BaseHTTPRequestHandler):
                 # 404, so the probe learns nothing and the steps behave as they did before it existed.
                 fake.probes.append(record)
                 reply = PROPS_NOT_FOUND
+            elif self.command == "GET" and self.path == "/slots" and fake.slots is not None:
+                # The agent's --preemptive gate asks for the slots (agent.server.Agent.preemptive_gate): a fake
+                # given ``slots`` answers it outside the script (SLOTS_NOT_LISTED: 404, a server with no slots list)
+                fake.probes.append(record)
+                reply = PROPS_NOT_FOUND if fake.slots == SLOTS_NOT_LISTED else Reply.json(200, fake.slots)
             elif self.command == "GET" and self.path == "/props" and not fake.script_props:
                 # The lab asks /props once for the run's metadata before its steps: not part of a test's script.
                 fake.probes.append(record)
@@ -266,6 +271,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.close()
 
 
+SLOTS_NOT_LISTED = "not listed"  # FakeServer(slots=...): /slots answers 404 outside the script
 PROPS_NOT_FOUND = Reply.json(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
 
 
@@ -295,13 +301,15 @@ class FakeServer:
     next of a list of replies, the last one repeating). ``fake.requests`` records what arrived."""
 
     def __init__(self, replies: Reply | Sequence[Reply], *, script_props: bool = False, keep_alive: int = 0,
-                 script_probe: bool = False, port: int = 0) -> None:
+                 script_probe: bool = False, port: int = 0, slots: list[dict[str, Any]] | str | None = None) -> None:
         self.port = port  # 0: a free one; a test that re-runs a command against "the same server" passes the last
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         self.keep_alive = keep_alive  # requests per kept-alive connection (Content-Length replies); 0: close each
         assert self.replies, "at least one reply"
         self.script_props = script_props  # False: GET /props answers 404 outside the script (see _answer)
         self.script_probe = script_probe  # False: the capability probe's requests answer 404 outside the script
+        # GET /slots outside the script: llama-server's list, or SLOTS_NOT_LISTED (404); None: /slots is scripted
+        self.slots = slots
         self.requests: list[Recorded] = []
         self.probes: list[Recorded] = []
         self.lock = threading.Lock()

@@ -69,8 +69,8 @@ def test_preemptive_implies_speculative_stt() -> None:
     assert settings.preemptive and settings.speculative_stt  # the reply starts from the speculative transcript
 
 
-def test_preemptive_is_off_by_default_and_never_reenables_speculation() -> None:
-    """The measured defaults (settings.DEFAULT_SPECULATIVE_STT on, DEFAULT_PREEMPTIVE off: BENCHMARKS.md). The
+def test_the_preemptive_default_never_reenables_speculation() -> None:
+    """The measured defaults (settings.DEFAULT_SPECULATIVE_STT and DEFAULT_PREEMPTIVE: BENCHMARKS.md). The
     preemptive default, whatever it is, never turns speculative STT back on nor applies to pipecat or --stt none."""
     default = command.settings_from({})
     assert default.speculative_stt and default.preemptive is settings_module.DEFAULT_PREEMPTIVE

@@ -18,7 +18,7 @@ import pytest
 
 from agentkit import (LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech,
                       wait_for)
-from fakeserver import FakeServer, Reply, at, chunk_payload, event, llama_events
+from fakeserver import SLOTS_NOT_LISTED, FakeServer, Reply, at, chunk_payload, event, llama_events
 from voice_llm.capabilities.agent.server import Engines, LockedSTT, LockedTTS
 from voice_llm.engines.line import wire
 
@@ -30,21 +30,25 @@ LATER = "And then more."  # what the stream sends after a stall: after the endpo
 STALL_S = 3.0
 RELEASE_STALL_S = 1.0
 SYNTH_S = 0.02  # the tone TTS's time per segment: a dropped reply's synthesis is more than nothing
+# llama-server's /slots with two idle slots: the preemptive reply's gate lets it start (agent.preemptive)
+IDLE = [{"id": 0, "is_processing": False}, {"id": 1, "is_processing": False}]
 
 
 class CountingSTT:
-    """Says how many 16 kHz samples it was given ("N samples"); records each call."""
+    """Says how many 16 kHz samples it was given ("N samples.": a sentence, so the preemptive gate lets it start a
+    reply; ``text`` instead when given); records each call."""
 
     name = "counting"
 
-    def __init__(self) -> None:
+    def __init__(self, text: str | None = None) -> None:
         self.calls: list[int] = []
         self.lock = threading.Lock()
+        self.text = text
 
     def transcribe(self, samples: np.ndarray, script: str) -> str:
         with self.lock:
             self.calls.append(len(samples))
-        return f"{len(samples)} samples"
+        return self.text if self.text is not None else f"{len(samples)} samples."
 
     def info(self) -> dict[str, Any] | None:
         return {"model": "counting"}
@@ -113,7 +117,7 @@ def paused_caller(served: Any) -> TwilioCaller:
 
 def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unremembered() -> None:
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
-    with FakeServer([stalled(), quick("Sure."), quick("Okay.")]) as fake, \
+    with FakeServer([stalled(), quick("Sure."), quick("Okay.")], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         assert served.ready["engines"]["llm"]["preemptive"] is True
         assert served.ready["engines"]["stt"]["speculative"] is True  # --preemptive implies it
@@ -133,7 +137,7 @@ def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unrem
         record = served.agent.records[0]
         assert record["reply"] == "Sure."
         # two decodes: the pause's (its reply dropped) and the whole utterance's (the turn)
-        assert len(stt.calls) == 2 and record["transcript"] == f"{stt.calls[1]} samples"
+        assert len(stt.calls) == 2 and record["transcript"] == f"{stt.calls[1]} samples."
         counts = record["preemptive"]
         # the whole utterance's decode may start a preemptive reply of its own, which its endpoint confirms
         assert counts["dropped"] == 1 and counts["tokens_wasted"] == 4
@@ -147,8 +151,8 @@ def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unrem
         play_out(served, caller, 2)
         history = fake.requests[-1].json["messages"]
         said = [m["content"] for m in history if m["role"] != "system"]
-        assert said[:2] == [f"{stt.calls[1]} samples", "Sure."]
-        assert f"{stt.calls[0]} samples" not in said and not any("held back" in text for text in said)
+        assert said[:2] == [f"{stt.calls[1]} samples.", "Sure."]
+        assert f"{stt.calls[0]} samples." not in said and not any("held back" in text for text in said)
         caller.hang_up()
         caller.ws.close()
     assert agent_threads() == []
@@ -156,21 +160,21 @@ def test_speech_before_the_endpoint_drops_the_preemptive_reply_unheard_and_unrem
 
 def test_the_endpoint_releases_exactly_the_held_audio_first_and_the_reply_goes_on() -> None:
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
-    with FakeServer([stalled(RELEASE_STALL_S)]) as fake, \
+    with FakeServer([stalled(RELEASE_STALL_S)], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         caller = paused_caller(served)
         call = live_call(served)
         turn = holding(call)
         held = np.concatenate([item[3] for item in turn.held if item[0] == "audio"])
         assert nothing_received(caller)
-        assert fake.requests[0].json["messages"][-1]["content"] == f"{stt.calls[0]} samples"
+        assert fake.requests[0].json["messages"][-1]["content"] == f"{stt.calls[0]} samples."
         send_silence(caller, 400)  # the rest of the pause: the endpoint confirms the turn
         play_out(served, caller, 1)
         record = served.agent.records[0]
         events = record["events"]
         # the reply was asked for before the endpoint; nothing of it left before the endpoint
         assert events["request_sent"] < events["endpoint"] <= events["first_audio_sent"]
-        assert record["preemptive"]["reply"] is True and record["transcript"] == f"{stt.calls[0]} samples"
+        assert record["preemptive"]["reply"] is True and record["transcript"] == f"{stt.calls[0]} samples."
         assert {k: record["preemptive"][k] for k in ("started", "used", "dropped", "tokens_wasted")} == \
             {"started": 1, "used": 1, "dropped": 0, "tokens_wasted": 0}
         assert len(stt.calls) == 1  # the endpoint committed the speculative transcript
@@ -215,7 +219,7 @@ def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_t
     speech resumes: dropped all the same, and its end still counted (its tokens and synthesis wasted)."""
     stt, tts = CountingSTT(), ToneTTS(SYNTH_S)
     whole = "This whole reply was made in time."
-    with FakeServer([quick(whole), quick("Sure.")]) as fake, \
+    with FakeServer([quick(whole), quick("Sure.")], slots=IDLE) as fake, \
             serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, tts)) as served:
         caller = paused_caller(served)
         call = live_call(served)
@@ -232,4 +236,64 @@ def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_t
         assert caller.audio_ms() == pytest.approx(len("Sure.") * 20, abs=20)
         caller.hang_up()
         caller.ws.close()
+    assert agent_threads() == []
+
+
+def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
+    """A caller's pause whose transcript is ready before the endpoint but gated (``gate``): no chat request goes
+    out before the endpoint, the endpoint's turn answers as a plain one; the turn's record."""
+    with serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, ToneTTS())) as served:
+        caller = paused_caller(served)
+        call = live_call(served)
+        wait_for(lambda: call.preempted[f"gated_{gate}"] == 1)  # the pause's decode was gated; no endpoint yet
+        assert fake.requests == [] and call.turns == []
+        send_silence(caller, 400)
+        play_out(served, caller, 1)
+        record = served.agent.records[0]
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+    return record
+
+
+@pytest.mark.parametrize("slots", [[False], [True, False], None],
+                         ids=["one idle slot of one", "one idle slot of two", "no slots list"])
+def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots: list[bool] | None) -> None:
+    """One idle slot is the endpoint's: a guess there, dropped, would hold it until llama-server lets go of it. A
+    server that lists no slots (a 404) is not guessed about."""
+    listed = SLOTS_NOT_LISTED if slots is None else [{"id": i, "is_processing": busy} for i, busy in enumerate(slots)]
+    with FakeServer([quick("Sure.")], slots=listed) as fake:
+        record = gated_call(fake, CountingSTT(), "slot")
+        assert [p.path for p in fake.probes].count("/slots") == 1  # asked once, for the one pause
+    assert record["preemptive"]["reply"] is False and record["preemptive"]["started"] == 0
+    assert record["events"]["request_sent"] > record["events"]["endpoint"]
+    assert record["reply"] == "Sure."
+
+
+def test_a_transcript_that_does_not_end_a_sentence_starts_no_preemptive_reply() -> None:
+    """The pause line's first half ("... to."): a reply started there would be let out at the endpoint inside the
+    caller's pause. The gate is on the text alone: the server is not asked."""
+    with FakeServer([quick("Sure.")], slots=IDLE) as fake:
+        record = gated_call(fake, CountingSTT("I need to move my appointment to."), "transcript")
+        assert fake.probes == []
+    assert record["preemptive"]["reply"] is False and record["preemptive"]["started"] == 0
+    assert record["transcript"] == "I need to move my appointment to."
+
+
+def test_two_idle_slots_let_the_preemptive_reply_start() -> None:
+    stt = CountingSTT()
+    with FakeServer([quick("Sure.")], slots=IDLE) as fake:
+        with serving(settings(fake.url, preemptive=True, endpoint_ms=ENDPOINT_MS), engines(stt, ToneTTS())) as served:
+            caller = paused_caller(served)
+            call = live_call(served)
+            wait_for(lambda: fake.requests)  # the reply was asked for in the pause, before any endpoint
+            assert call.preempted["started"] == 1 and call.preempted["gated_slot"] == 0
+            send_silence(caller, 400)
+            play_out(served, caller, 1)
+            record = served.agent.records[0]
+            caller.hang_up()
+            caller.ws.close()
+        assert [p.path for p in fake.probes] == ["/slots"]
+    assert record["preemptive"]["reply"] is True
+    assert record["events"]["request_sent"] < record["events"]["endpoint"]
     assert agent_threads() == []

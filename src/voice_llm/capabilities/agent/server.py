@@ -21,7 +21,11 @@ Rules, in one place (moved from converse's call.py, adapted to a line):
   its audio is held on the agent (nothing is sent on the line). The endpoint confirms it: the held audio goes out at
   once and the reply goes on as any turn's. A speech start (RESUMED, SPEECH_START) before the endpoint drops it: the
   stream is closed (the server stops generating), synthesis stopped, the held audio thrown away, the history gets
-  nothing of it. What it cost is counted (tokens streamed and synthesis time of the dropped replies).
+  nothing of it. What it cost is counted (tokens streamed and synthesis time of the dropped replies). It starts only
+  when the transcript ends a sentence (not on "to."; voice_llm.capabilities.agent.preemptive) and the LLM server
+  has two idle slots (its /slots): a dropped request holds llama-server's slot until its first token or its next
+  1 s poll and the batch under way, and the endpoint's own request must never wait behind it. What each gate kept
+  from starting is counted too.
 - Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
   before start) ends that call with one line in the agent's log; the agent goes on serving.
 
@@ -50,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from voice_llm.capabilities.agent import preemptive
 from voice_llm.capabilities.agent import turn as turnmod
 from voice_llm.capabilities.agent.echo import DEFAULT_WINDOW_S, EchoGate
 from voice_llm.capabilities.agent.audio import Framer
@@ -95,6 +100,13 @@ JOIN_S = 30.0  # the longest a turn thread is waited for at hang-up (an STT deco
 EXECUTOR_THREADS = 2
 # --turn smart: the frames of the utterance handed to the model, enough for its window (the last 8 s)
 SMART_WINDOW_FRAMES = -(-turnmod.MODEL_WINDOW_S * SAMPLE_RATE // FRAME_SAMPLES)
+
+# /slots is asked at most this long before a preemptive reply starts (llama-server answers it from its HTTP thread
+# while a slot decodes: measured on loopback beside a 1-slot A/B at load 4.9, median 7.8 ms, p90 44, max 54 ms, on
+# the STT thread after the decode: on a turn's critical path only when its endpoint comes during the request); no
+# answer within it gates that pause (the server is busy), a 404 or a document that is not a slots list all pauses.
+SLOTS_CAP_S = 0.5
+
 
 class AgentError(VoiceLLMError):
     """The agent cannot start (the port is taken, the LLM server does not answer, an engine does not load)."""
@@ -218,15 +230,25 @@ class Speculation:
     started: float | None = None
     ended: float | None = None
     dropped: bool = False  # speech resumed first: a Moonshine decode still running stops at its next token
+    # --preemptive: why no reply may start from this transcript (a GATE_* reason), or None: it may; decided on the
+    # STT thread right after the decode (agent.preemptive's gates), read on the loop by Call._preempt
+    gate: str | None = None
 
 
-PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted")
+# Why a speculative transcript ready before the endpoint started no preemptive reply (agent.preemptive's gates)
+GATE_TRANSCRIPT = "transcript"  # it does not look like a finished utterance (no sentence end, or "... to.")
+GATE_SLOT = "slot"  # no spare llama-server slot (preemptive.MIN_IDLE_SLOTS idle), or no slots list at all
+GATES = (GATE_TRANSCRIPT, GATE_SLOT)
+GATE_WHY = {GATE_TRANSCRIPT: "the transcript does not end a sentence",
+            GATE_SLOT: f"the LLM server has fewer than {preemptive.MIN_IDLE_SLOTS} idle slots, or lists none"}
+PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted",
+                   *(f"gated_{gate}" for gate in GATES))
 
 
 def no_preemption() -> dict[str, float]:
     """--preemptive's counts (all 0): replies started before the endpoint, used (the answered turn was one), dropped
     (speech resumed first), tokens streamed by the dropped ones, their synthesis time (ms, each segment's start to
-    end on the synthesis thread)."""
+    end on the synthesis thread), and the ready transcripts a gate kept from starting one (gated_<reason>)."""
     return {key: 0 for key in PREEMPTIVE_KEYS}
 
 
@@ -507,11 +529,15 @@ class Call:
         def decode() -> str:
             speculation.started = time.perf_counter()  # before the STT lock, as a plain turn's stt_start is
             try:
-                return stt.transcribe(samples, lambda: speculation.dropped)
+                text = stt.transcribe(samples, lambda: speculation.dropped)
             finally:
                 speculation.ended = time.perf_counter()
+            # only a pause still in progress (the endpoint or the caller's words have not come first) is gated
+            if self.settings.preemptive and not speculation.dropped and speculation is self.speculation:
+                speculation.gate = self.agent.preemptive_gate(text)  # here, off the loop: it may ask the server
+            return text
+        self.speculation = speculation  # before the decode can end: its gate asks whether it is still the pause's
         speculation.future = self.agent.speculating.submit(decode)
-        self.speculation = speculation
         if self.settings.preemptive:
             def ready(_future: Any) -> None:
                 try:
@@ -530,6 +556,10 @@ class Call:
             return  # the endpoint's turn says the error
         if self.turns and self.turns[-1].state in ("held", "pending", "speaking"):
             return  # a reply still in the making or playing: one turn at a time (the endpoint decides)
+        if speculation.gate is not None:
+            self._count(f"gated_{speculation.gate}", 1)
+            log(f"call {self.number}: no preemptive reply from this pause ({GATE_WHY[speculation.gate]})")
+            return
         turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance[:speculation.frames]),
                     events={"vad_speech_end": self.last_speech_end, "endpoint": None}, state="held",
                     speculation=speculation, preemptive=True, holding=True)
@@ -989,6 +1019,7 @@ class Agent:
         self.refused = 0
         self.slot_freed = asyncio.Event()  # set each time a call has ended (its slot free): _wait_for_hang_ups
         self.primed_slots = 0  # the LLM server's slots holding the system prompt before the first call (_prime)
+        self.slots_listed: bool | None = None  # --preemptive: whether the LLM server answers /slots (None: not asked)
         self.port: int | None = None
         # --turn smart: the model's one thread (one run at a time, as pipecat's analyzer has; shut down in close)
         self.judging: ThreadPoolExecutor | None = None
@@ -1000,6 +1031,28 @@ class Agent:
             if engines.smart is None:
                 raise AgentError("--turn smart: no smart-turn model was loaded")
             self.judging = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-smart-turn")
+
+    def preemptive_gate(self, transcript: str) -> str | None:
+        """--preemptive: why no reply may start from this speculative transcript (GATE_*), or None. Runs on the STT
+        thread. The transcript's gate first (pure, agent.preemptive.looks_finished); then the server's slots
+        (agent.preemptive.slots_allow: one idle slot for the guess and one left for the endpoint's request, which
+        would otherwise wait behind a dropped guess llama-server has not let go of yet). A server with no /slots
+        list (not llama-server, or --no-slots) is asked once: no preemptive reply starts on it."""
+        if not preemptive.looks_finished(transcript):
+            return GATE_TRANSCRIPT
+        if self.slots_listed is False:
+            return GATE_SLOT
+        try:
+            status, doc = self.client.get_json("/slots", accept_status=(200, 404, 501), cap_s=SLOTS_CAP_S)
+        except (StreamError, VoiceLLMError, ValueError):
+            return GATE_SLOT  # no answer in time (a busy server): no guess this pause; asked again at the next
+        idle = preemptive.idle_slots(doc) if status == 200 else None
+        if idle is None:
+            self.slots_listed = False
+            log("the LLM server lists no slots (/slots): no preemptive reply starts on it")
+        else:
+            self.slots_listed = True
+        return None if preemptive.slots_allow(idle) else GATE_SLOT
 
     def prepare(self) -> None:
         """Before listening: the model name (when not given) and one request priming the system prompt's cache."""

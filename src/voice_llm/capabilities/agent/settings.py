@@ -60,14 +60,16 @@ DEFAULT_STT_WINDOW_S = 30
 DEFAULT_SPECULATIVE_STT = True
 # The preemptive reply (issue 28 item 3): the reply started from the speculative transcript when it is ready before the
 # endpoint, its audio held until the endpoint confirms it, dropped when speech resumes first. Implies speculative STT.
-# The default is set by the A/B measurement in BENCHMARKS.md ("Preemptive reply A/B"). Measured with Moonshine (issue
-# 39 item 3, 2026-12-05): in the agent's own A/B (no barge-in, the dialer transcribing nothing) it is heard sooner,
-# median 1375 -> 1155 ms (2 slots) and 1425 -> 945 ms in a first 1-slot call, 5 tokens wasted in 16 dropped replies;
-# but `make lab` with it on (1 slot, a barge-in turn, the dialer's own STT of what it heard on the same 2 cores)
-# heard 4015 ms median (p90 14455) where it heard 1475 without it: each pause inside the caller's line, the barge-in
-# line included, started and cancelled another request on the one slot (the server log shows cancels answered up to
-# 2.3 s late) while the LLM ran at 48 ms per token. Off until that is understood and fixed; `--preemptive` opts in.
-DEFAULT_PREEMPTIVE = False
+# The default is set by the A/B measurements in BENCHMARKS.md. Ungated (issue 39 item 3, 2026-12-05) it was heard
+# sooner on 2 slots (1375 -> 1155 ms median) but on 1 slot its p90 went 1815 -> 4715 ms and `make lab` heard 4015 ms
+# median: a dropped request holds llama-server's slot until the server notices the closed connection (at its first
+# token, or its next 1 s poll while still in its prefill) and the batch under way ends (0-3071 ms after the close at
+# load 3-5), and the endpoint's request waited behind it. Gated since 2026-12-07 (agent.preemptive: a transcript that
+# ends a sentence, not on "to"; two idle slots on /slots, one left for the endpoint's request): on a 2-slot server
+# heard 3215 -> 1595 ms median, p90 5515 -> 4335 ms, 0 cut-offs, 36 tokens and 565 ms of synthesis wasted in 18
+# dropped replies over 15 turns (same-run ABBA, load 1.9-4.6); on a 1-slot server (the lab's) it never starts, so
+# the default cannot cost the tail it did. On by default; `--no-preemptive` turns it off.
+DEFAULT_PREEMPTIVE = True
 # The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
 # heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
 # line matrix (BENCHMARKS.md "Speech-in with Moonshine", its table "Barge-in over echo").
