@@ -84,6 +84,26 @@ def test_a_changed_suffix_slower_than_the_miss_fails(lab: Path) -> None:
     assert result.status == FAIL and "is not below first" in result.detail
 
 
+def test_a_second_no_faster_on_a_server_that_counts_no_tokens_is_a_finding(lab: Path) -> None:
+    """A server with no prompt token counts (no `timings`, no usage) gives no evidence of a cache hit: the second
+    request no faster than the first is the server's way (no prefix cache), a finding. With the counts showing the
+    hit, the same times break the brief's relation: a FAIL (the invariant test below)."""
+    doc = read(lab, "cache.json")
+    first = doc["first"]["ttft_ms"]
+    for case in ("first", "second", "changed_prefix", "changed_suffix"):
+        if case in doc:
+            edit_cache(lab, case, prompt_n=None)  # type: ignore[arg-type]
+    edit_cache(lab, "second", ttft_ms=first + 2.0)
+    doc = read(lab, "cache.json")
+    doc.setdefault("unknown", {})["prompt_n"] = "the server reported no prompt token counts"
+    write(lab, "cache.json", doc)
+    reseal(lab, "cache.json")
+    result = by_name(lab)[CACHE_TIME]
+    assert result.status == FINDING, result
+    assert "nothing shows it was a cache hit" in result.detail
+    assert by_name(lab)[CACHE_TOKENS].status == NOT_CHECKABLE
+
+
 def test_a_changed_prefix_reusing_a_fifth_is_a_finding_in_the_file_and_its_repeats(lab: Path) -> None:
     first = read(lab, "cache.json")["first"]
     edit_cache(lab, "changed_prefix", prompt_n=int(first["prompt_n"] * 0.8), cache_n=first["prompt_n"] // 5)
