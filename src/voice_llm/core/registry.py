@@ -62,6 +62,9 @@ class StepEntry:
     # its command's default --out is ~/voice/<out_dir> (None: the lab's ~/voice/llm): a step whose run is not the
     # lab's (dial: another agent's call) must not land in the lab's folder by default (issue 41 item 8)
     out_dir: str | None = None
+    # the file it writes instead of its artifacts when it fails (dial: dial-partial.json, what the call heard until
+    # then): `check` says the step failed and names it, once, instead of failing each check of the missing artifact
+    partial: str | None = None
 
 
 @dataclass(frozen=True)
