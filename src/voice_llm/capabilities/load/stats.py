@@ -22,7 +22,8 @@ LATE_FRAMES_SHARE of its frames behind real time makes its step generator-bound.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from voice_llm.core.util import stats  # standard library only, like this module
@@ -328,6 +329,38 @@ def warmed(samples: Iterable[Mapping[str, Any]], step: int, callers: int) -> boo
     slot that stalls the other slots' decoding too; the measured window starts after it."""
     done = {(s.get("worker"), s.get("caller")) for s in samples if s.get("step") == step and s.get("phase") == "warmup"}
     return len(done) >= callers
+
+
+def warm_callers(samples: Iterable[Mapping[str, Any]], step: int) -> int:
+    """How many of the step's callers have finished a turn that started in its warm-up (:func:`warmed`)."""
+    return len({(s.get("worker"), s.get("caller")) for s in samples
+                if s.get("step") == step and s.get("phase") == "warmup"})
+
+
+class WarmUpTooLong(Exception):
+    """A caller finished no turn within the warm-up's cap: the window is not opened (its first turn, on a cold
+    slot, would be judged)."""
+
+
+def warm_up(wait: Callable[[float, Callable[[], bool]], None], samples: Callable[[], Sequence[Mapping[str, Any]]],
+            step: int, callers: int, warmup_s: float, cap_s: float,
+            clock: Callable[[], float] = time.monotonic) -> float:
+    """The text callers' warm-up (docs/load.md): ``warmup_s``, and then until each of the ``callers`` has finished
+    a turn that started in it (:func:`warmed`), however long a cold slot's prefill takes (82 s under load was seen);
+    the measured window opens only then, so no caller's first, cold, turn of the step is judged, and a turn that
+    started before the window opened is a warm-up turn, never judged. ``wait(seconds, enough)`` sleeps until
+    ``enough()`` or the time is up. Returns the warm-up's length in seconds; raises WarmUpTooLong past ``cap_s``
+    (a bound no turn outlives: each ends at its no-content timeout, as an error, which counts as finished)."""
+    t0 = clock()
+    wait(warmup_s, lambda: False)
+    wait(max(0.0, cap_s - (clock() - t0)), lambda: warmed(samples(), step, callers))
+    if not warmed(samples(), step, callers):
+        done = warm_callers(samples(), step)
+        raise WarmUpTooLong(f"{done} of {callers} caller{'' if callers == 1 else 's'} finished a turn within the "
+                            f"warm-up's {cap_s:.0f} s (its longest: a first turn's lead-in and no-content timeout "
+                            "included); the measured window was not opened, as a cold slot's first turn would be "
+                            "judged in it: is the server answering?")
+    return clock() - t0
 
 
 def decided(step: Mapping[str, Any], early: bool) -> bool:
