@@ -121,6 +121,7 @@ class Capability:
     commands: str | None = None
     options: str | None = None  # (args) -> its frozen options value, kept in StepOptions.plugins[name]
     install: str | None = None  # () -> None: what `voice-llm install` fetches for it
+    installs: str | None = None  # that, in words, for `voice-llm install --help` ("load the default TTS voice ...")
     artifacts: tuple[str, ...] = ()  # every file it may leave in OUT (check knows a run folder by them)
     requires: tuple[str, ...] = field(default=())  # other capabilities whose public face it uses
     # (out_a: Path, out_b: Path) -> None, or {"kind", "lines": [str], ...}: its own part of `voice-llm compare A B`

@@ -222,7 +222,7 @@ class Sweep:
     def run_step(self, index: int, callers: int) -> dict[str, Any]:
         plan = self.plan
         until = f" (or until {plan.enough_judged} judged turns are in)" if plan.enough_judged else ""
-        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
+        log(f"step {index + 1}: {stats.callers_text(callers)} — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
         if plan.dial is None:  # text callers: also until each caller has finished a turn (stats.warm_up)

@@ -281,7 +281,8 @@ def check_props(out: RunFolder | Path) -> str:
     if n_ctx is None and "n_ctx" in props.unknown:
         raise NotCheckable(f"n_ctx is null: {props.unknown['n_ctx']}")
     _require(isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
-    return f"n_ctx {n_ctx}, total_slots {props.total_slots}"
+    slots = props.total_slots
+    return f"n_ctx {n_ctx}, total_slots {'not said' if slots is None else slots}"
 
 
 def check_sse_raw(out: RunFolder | Path) -> str:
@@ -748,8 +749,9 @@ def require_something_to_check(out: RunFolder | Path) -> RunFolder:
     folder = RunFolder.of(out)
     path = folder.path
     if not path.is_dir():
-        raise NothingToCheckError(f"no artifact folder at {path}: nothing to check; run `voice-llm lab --out {path}` "
-                                  "(or a step) first")
+        blocking = names.file_in_the_way(path)
+        raise NothingToCheckError(f"no artifact folder at {path}: " + (blocking or "nothing to check; run "
+                                                                         f"`voice-llm lab --out {path}` (or a step) first"))
     if any(folder.exists(name) for name in known_artifacts()):
         return folder
     kept = _kept_streams(path)
