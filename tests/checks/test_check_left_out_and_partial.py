@@ -4,7 +4,8 @@ exit status, the folder left as it was.
 - item 4: a step present in the folder whose capability is left out gives N/C lines, never silence (dial, tts);
 - item 10: ``"schema_version": null`` is refused; only a missing key means a file from before versions;
 - item 19: after Ctrl-C, a step not run is N/C (not FAIL), no line names an exception class, and a folder that
-  holds only the complete streams an interrupted `sentence` kept as raw/*.sse.partial is a run folder.
+  holds only the complete streams an interrupted `sentence` kept as raw/*.sse.partial is a run folder where nothing
+  finished (refused in one line, as an empty one).
 """
 
 from __future__ import annotations
@@ -192,8 +193,10 @@ def test_a_malformed_field_is_said_in_words(tmp_path: Path) -> None:
     assert ttft.status == FAIL and ttft.detail == "cannot check: ttft.json has no field 'runs'"
 
 
-def test_an_interrupted_sentence_that_kept_its_streams_is_a_run_folder(
+def test_an_interrupted_sentence_that_kept_its_streams_is_a_run_folder_where_nothing_finished(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing to check there (tests/checks/test_check_nothing_to_check.py: the same line and status as an empty
+    folder's), but no "not a run folder" either: the kept streams are named as evidence."""
     out = tmp_path / "out"
     (out / "raw").mkdir(parents=True)
     stream = (FIXTURES / "sample_run" / "sse_raw.txt").read_bytes()  # a complete answer, as the step's streams are
@@ -201,10 +204,10 @@ def test_an_interrupted_sentence_that_kept_its_streams_is_a_run_folder(
         (out / "raw" / f"sentence-{n}.sse.partial").write_bytes(stream)
     before = _snapshot(out)
     status, lines, err = _check(out, capsys)
-    assert "not a run folder" not in err and err == "", err
-    assert lines[0].startswith("N/C   a step finished in this folder: no step finished in this folder"), lines
-    assert "3 left by a failed or interrupted request" in lines[1] and "raw/sentence-1.sse.partial" in lines[1]
-    assert lines[-1] == "1 passed, 0 findings, 1 not checkable, 0 failed" and status == cli.EXIT_OK
+    assert "not a run folder" not in err and lines == [], err
+    assert err.startswith(f"voice-llm check: nothing to check in {out}: no step finished there"), err
+    assert "3 streams a stopped request kept: raw/sentence-1.sse.partial" in err and len(err.splitlines()) == 1
+    assert status == cli.EXIT_FAILURE
     assert _snapshot(out) == before
 
 

@@ -76,17 +76,15 @@ def test_api_key_flag_is_sent(tmp_path: Path) -> None:
     assert fake.requests[0].headers.get("authorization") == "Bearer k-123"
 
 
-def test_check_empty_dir_lists_what_is_missing(tmp_path: Path) -> None:
+def test_check_empty_dir_says_there_is_nothing_to_check(tmp_path: Path) -> None:
+    """An empty folder is no run with failures (it used to list the brief's ten files as missing, 19 FAILs): one
+    line, exit 1, as a folder that is not there (tests/checks/test_check_nothing_to_check.py)."""
     out = tmp_path / "empty"
     out.mkdir()
     done = voice_llm("check", str(out), tmp_path=tmp_path)
-    assert done.returncode != 0
-    assert "Traceback" not in done.stdout + done.stderr
-    for name in ("health.json", "props.json", "sse_raw.txt", "chunks.jsonl", "ttft.json", "prefill.json",
-                 "cache.json", "sentence.json", "cancel.json", "report.json"):
-        assert name in done.stdout
-    assert "missing" in done.stdout
-    assert "0 passed" in done.stdout
+    line = one_error_line(done, "check")
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"nothing to check in {out}: no step finished there" in line
 
 
 def test_check_missing_dir(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_load_runs_with_other_budgets_or_one_load_run_are_said_not_compared(tmp_
                              "heard_gap_ms <= 1200 ms"]
     # a refused step (no heard gap at all in B) is said, its goodput still compared
     c = _load_run(tmp_path / "c", [[None] * 3])
-    line = next(ln for ln in summary_lines(compare_runs(a, c)) if "at 1 callers" in ln)
+    line = next(ln for ln in summary_lines(compare_runs(a, c)) if "at 1 caller: " in ln)
     assert "no timed turn in B" in line and "goodput 100 % -> 0 %" in line
     empty = tmp_path / "empty"
     empty.mkdir()

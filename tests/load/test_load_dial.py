@@ -296,7 +296,7 @@ def test_the_verdict_line_says_a_step_failed_early() -> None:
     sweep = {"url": "ws://127.0.0.1:9/", "slots": None, "steps": steps, "verdict": stats.verdict(steps, None, early=True)}
     line = cli.verdict_line({"mode": "dial", "slo_heard_ms": SLO, "step_s": 300.0}, sweep)
     assert "max callers = 0 (heard gap <= 1500 ms" in line
-    assert "at 1 callers 2 of 2 judged turns missed, more than the 1 in 20 the target allows" in line
+    assert "at 1 caller 2 of 2 judged turns missed, more than the 1 in 20 the target allows" in line
 
 
 def test_a_call_not_yet_recording_has_no_turn_in_a_window_that_ended(tmp_path: Path) -> None:

@@ -109,3 +109,50 @@ def test_load_without_url_or_slots_sweeps_the_managed_server_as_it_runs(monkeypa
     # --slots or --url given: as asked, whatever runs
     assert load_run.managed_as_it_runs(LoadSettings(port=18100, slots=(1,)), said.append).slots == (1,)
     assert load_run.managed_as_it_runs(LoadSettings(url="http://h:1"), said.append).url == "http://h:1"
+
+
+class _Clock:
+    """The master's wait on a fake clock: samples arrive at their report times; ``wait(seconds, enough)`` steps
+    half a second at a time, as sweep.Sweep.wait polls, until ``enough()`` or the time is up."""
+
+    def __init__(self, arrivals: list[tuple[float, dict]]) -> None:
+        self.now, self.arrivals, self.samples = 0.0, sorted(arrivals, key=lambda a: a[0]), []
+
+    def _arrive(self) -> None:
+        while self.arrivals and self.arrivals[0][0] <= self.now:
+            self.samples.append(self.arrivals.pop(0)[1])
+
+    def wait(self, seconds: float, enough) -> None:
+        end = self.now + seconds
+        self._arrive()
+        while self.now < end - 1e-9 and not enough():
+            self.now = min(end, self.now + 0.5)
+            self._arrive()
+
+
+def test_the_window_opens_only_once_each_caller_has_finished_a_turn_however_long_its_cold_prefill() -> None:
+    """The newcomer's run: --step-s 2 --warmup-s 1, one caller whose first turn (a cold prefill: prompt_n 2976)
+    started 3.5 s in and was reported 86 s in. The window used to open at warmup_s + step_s (3 s) with the caller's
+    cold turn judged in it; now the warm-up lasts until that turn is done, so it is a warm-up turn."""
+    plan = load_run.plan_of(LoadSettings(step_s=2.0, warmup_s=1.0, callers=(1,)), CALLER, None)
+    cold = sample(0, 82792.0, phase="warmup", start=3.5)
+    clock = _Clock([(86.0, cold)])
+    warmup_s = stats.warm_up(clock.wait, lambda: clock.samples, 0, 1, plan.warmup_s, plan.warmup_cap_s,
+                             clock=lambda: clock.now)
+    assert warmup_s == pytest.approx(86.0)  # not 3 s: the step_s cap is gone
+    assert plan.warmup_cap_s >= plan.warmup_s + CALLER.timeout_s + plan.step_s
+    # two callers: one warm turn is not enough, the second's first turn ends the warm-up
+    clock = _Clock([(4.0, sample(0, 300.0, phase="warmup", worker="w1")),
+                    (30.0, sample(0, 300.0, phase="warmup", worker="w1", start=10.0)),
+                    (45.0, sample(0, 9000.0, phase="warmup", worker="w2"))])
+    assert stats.warm_up(clock.wait, lambda: clock.samples, 0, 2, 1.0, 500.0, clock=lambda: clock.now) == 45.0
+    # a warm-up never shorter than --warmup-s, even when every caller is done at once
+    clock = _Clock([(0.0, sample(0, 300.0, phase="warmup"))])
+    assert stats.warm_up(clock.wait, lambda: clock.samples, 0, 1, 15.0, 500.0, clock=lambda: clock.now) == 15.0
+
+
+def test_a_caller_that_finishes_no_turn_stops_the_sweep_instead_of_opening_the_window() -> None:
+    clock = _Clock([(2.0, sample(0, 300.0, phase="warmup", worker="w1"))])
+    with pytest.raises(stats.WarmUpTooLong, match=r"^1 of 2 callers finished a turn within the warm-up's 130 s"):
+        stats.warm_up(clock.wait, lambda: clock.samples, 0, 2, 1.0, 130.0, clock=lambda: clock.now)
+    assert clock.now == pytest.approx(130.0)

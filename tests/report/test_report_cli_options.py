@@ -215,10 +215,12 @@ def test_check_takes_out_as_a_flag_too(tmp_path: Path) -> None:
     out.mkdir()
     positional = run("check", str(out), tmp_path=tmp_path)
     flag = run("check", "--out", str(out), tmp_path=tmp_path)
-    assert flag.returncode == positional.returncode == cli.EXIT_CHECKS_FAILED
-    assert flag.stdout == positional.stdout and "0 passed" in flag.stdout and flag.stderr == ""
+    # an empty folder: nothing to check (tests/checks/test_check_nothing_to_check.py), said alike either way
+    assert flag.returncode == positional.returncode == cli.EXIT_FAILURE
+    assert flag.stderr == positional.stderr == f"voice-llm check: nothing to check in {out}: no step finished " \
+        "there (no run.json, no step's file)\n" and flag.stdout == ""
     both = run("check", str(out), "--out", str(out), tmp_path=tmp_path)
-    assert both.returncode == cli.EXIT_CHECKS_FAILED  # the same folder twice is the same folder
+    assert both.returncode == cli.EXIT_FAILURE and both.stderr == flag.stderr  # the same folder twice is the same
     other = run("check", str(out), "--out", str(tmp_path / "else"), tmp_path=tmp_path)
     assert other.returncode == cli.EXIT_FAILURE and "Traceback" not in other.stderr
     assert other.stderr.strip() == (f"voice-llm check: two folders given: OUT {out} and --out {tmp_path / 'else'}; "

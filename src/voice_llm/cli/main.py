@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_text, description=help_text)
 
-    p = command("install", "build llama-server and fetch the default model (cached)")
+    fetched = [c.installs for c in registry.capabilities() if c.install and c.installs]
+    p = command("install", "build llama-server and fetch the default model" +
+                " (cached)" + "".join(f"; {what}" for what in fetched))
     p.add_argument("--model", help=flags.MODEL_FILE_HELP)
     p.add_argument("--server-bin", help=flags.SERVER_BIN_HELP)
     flags.quiet_option(p)
@@ -236,11 +238,16 @@ def cmd_up(args: argparse.Namespace, progress: Progress) -> int:
     return EXIT_OK
 
 
+def _said(value: object) -> str:
+    """A value the server reports, or "not said" when it did not (never "None")."""
+    return "not said" if value is None else str(value)
+
+
 def _status_text(st: server.ServerStatus) -> str:
     if not st.running:
         return f"not running ({st.url}){' - ' + st.note if st.note else ''}"
     return (f"running: {st.url} pid {st.pid}, up {st.uptime_s:.0f} s\nmodel: {st.model}\n"
-            f"health: {json.dumps(st.health)}  n_ctx: {st.n_ctx}  total_slots: {st.total_slots}\nlog: {st.log}"
+            f"health: {json.dumps(st.health)}  n_ctx: {_said(st.n_ctx)}  total_slots: {_said(st.total_slots)}\nlog: {st.log}"
             + (f"\nnote: {st.note}" if st.note else ""))
 
 

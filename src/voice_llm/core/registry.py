@@ -62,6 +62,9 @@ class StepEntry:
     # its command's default --out is ~/voice/<out_dir> (None: the lab's ~/voice/llm): a step whose run is not the
     # lab's (dial: another agent's call) must not land in the lab's folder by default (issue 41 item 8)
     out_dir: str | None = None
+    # the file it writes instead of its artifacts when it fails (dial: dial-partial.json, what the call heard until
+    # then): `check` says the step failed and names it, once, instead of failing each check of the missing artifact
+    partial: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class Capability:
     commands: str | None = None
     options: str | None = None  # (args) -> its frozen options value, kept in StepOptions.plugins[name]
     install: str | None = None  # () -> None: what `voice-llm install` fetches for it
+    installs: str | None = None  # that, in words, for `voice-llm install --help` ("load the default TTS voice ...")
     artifacts: tuple[str, ...] = ()  # every file it may leave in OUT (check knows a run folder by them)
     requires: tuple[str, ...] = field(default=())  # other capabilities whose public face it uses
     # (out_a: Path, out_b: Path) -> None, or {"kind", "lines": [str], ...}: its own part of `voice-llm compare A B`

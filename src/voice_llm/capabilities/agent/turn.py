@@ -200,8 +200,8 @@ class SmartTurnModel:
             module = importlib.import_module(SMART_MODULE)
         except ImportError as exc:
             missing = exc.name or str(exc)
-            raise ConfigError(f"--turn smart needs pipecat's smart-turn model ({missing} is not installed): "
-                              f"{EXTRA_LINE}") from None
+            raise ConfigError(f"--turn smart needs pipecat's smart-turn model, and the pipecat extra is not installed "
+                              f"({missing} is missing); install it: {EXTRA_LINE}") from None
         self.version = importlib.metadata.version(PIPECAT_PACKAGE)
         self.threads = threads
         # the weights in the wheel, named (pipecat's own lookup of the default goes through a deprecated API)

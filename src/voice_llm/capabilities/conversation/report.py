@@ -39,15 +39,23 @@ def call_chart(doc: Mapping[str, Any]) -> tuple[Figure, str, str]:
     ax.legend(loc="upper left")
     later_on = [r["ttft_ms"] for r in on[1:]]
     later_off = [r["ttft_ms"] for r in off[1:]]
+    grew = (f"the prompt grew from {off[0]['prompt_n']} to {off[-1]['prompt_n']} tokens"
+            if off[0]["prompt_n"] is not None and off[-1]["prompt_n"] is not None
+            else "the server did not say its prompt tokens (no timings)")
     caption = (
-        f"{len(turns)} turns with {len(doc['docs'])} documents in the system prompt; the prompt grew from "
-        f"{off[0]['prompt_n']} to {off[-1]['prompt_n']} tokens. Turn 1 is a miss in both runs. Turns 2–{len(turns)}: "
+        f"{len(turns)} turns with {len(doc['docs'])} documents in the system prompt; {grew}. Turn 1 is a miss in "
+        f"both runs. Turns 2–{len(turns)}: "
         f"first token {style.ms(stats.median(later_on))} ms (median) with the cache, "
         f"{style.ms(stats.median(later_off))} ms without — the cache keeps each turn close to a short prompt "
         "only if the conversation is sent back unchanged."
     ) if len(turns) > 1 else f"one turn: first token {style.ms(on[0]['ttft_ms'])} ms with the cache."
-    rows = [[str(a["turn"]), a["user"], style.ms(a["ttft_ms"]), style.ms(a["first_sentence_ms"]), f"{a['prompt_n']} + {a['cache_n']}",
-             style.ms(b["ttft_ms"]), style.ms(b["first_sentence_ms"]), str(b["prompt_n"])] for a, b in zip(on, off)]
+    rows = [[str(a["turn"]), a["user"], style.ms(a["ttft_ms"]), style.ms(a["first_sentence_ms"]), f"{_count(a['prompt_n'])} + {_count(a['cache_n'])}",
+             style.ms(b["ttft_ms"]), style.ms(b["first_sentence_ms"]), _count(b["prompt_n"])] for a, b in zip(on, off)]
     extra = style.table(["turn", "caller says", "ttft on", "1st sentence on", "prefilled + cached on", "ttft off",
                     "1st sentence off", "prefilled off"], rows, "call-turns")
     return fig, caption, extra
+
+
+def _count(value: Any) -> str:
+    """A token count, or "not said" when the server reported none (a server without timings: call.json's unknown)."""
+    return "not said" if value is None else str(value)

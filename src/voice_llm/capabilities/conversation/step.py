@@ -21,12 +21,17 @@ from voice_llm.core.errors import MeasurementError
 from voice_llm.core.scenario.kb import KBDoc, load_kb
 from voice_llm.core.run import preflight
 from voice_llm.core.run.context import LabContext
+from voice_llm.core.lab.evidence import SOURCE_CHUNK_COUNT, SOURCE_TIMINGS, Evidence
 
 
 def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: bool,
-             answers: list[str] | None) -> list[dict[str, Any]]:
-    """The whole call once; ``answers`` (from an earlier run) replace the model's own as history."""
+             answers: list[str] | None, evidence: Evidence | None = None) -> list[dict[str, Any]]:
+    """The whole call once; ``answers`` (from an earlier run) replace the model's own as history. A server without
+    llama-server's ``timings`` (vLLM, Ollama) leaves prompt_n and cache_n null, the reason in ``evidence``'s
+    ``unknown``, as the lab's cache step does: a server's usage.prompt_tokens counts the whole prompt, cached or
+    not, so it is no count of what was prefilled; the times are the client's clock."""
     label = "on" if cache_prompt else "off"
+    evidence = evidence or Evidence(ctx.capabilities)
     ctx.request(f"call-{label}-empty-slot", prompts.chat(prompts.ONE_SENTENCE_SYSTEM, prompts.SLOT_FILLER), max_tokens=8)
     messages = [{"role": "system", "content": system}]
     rows = []
@@ -35,14 +40,17 @@ def run_call(ctx: LabContext, dialogue: Dialogue, system: str, cache_prompt: boo
         result = ctx.request(f"call-{label}-turn{number}", list(messages), max_tokens=dialogue.max_tokens,
                              cache_prompt=cache_prompt)
         timing = time_turn(result)
-        if timing.ttft_ms is None or timing.prompt_n is None:
-            raise MeasurementError(f"call turn {number} (cache {label}): no content chunk or no timings in the answer")
+        if timing.ttft_ms is None:
+            raise MeasurementError(f"call turn {number} (cache {label}): the answer had no content chunk")
         answer = answers[number - 1] if answers is not None else timing.text
         messages.append({"role": "assistant", "content": answer})
         rows.append({
             "turn": number, "user": line, "ttft_ms": timing.ttft_ms, "first_sentence_ms": timing.first_sentence_ms,
-            "prompt_n": timing.prompt_n, "cache_n": timing.cache_n, "total_ms": timing.total_ms,
-            "tokens": timing.tokens, "answer": timing.text, "history_answer": answer,
+            "prompt_n": evidence.take("prompt_n", timing.prompt_n, SOURCE_TIMINGS, evidence.cache_reason()),
+            "cache_n": evidence.take("cache_n", timing.cache_n, SOURCE_TIMINGS, evidence.cache_reason()),
+            "total_ms": timing.total_ms,
+            "tokens": evidence.take("tokens", timing.tokens, SOURCE_CHUNK_COUNT, ""), "answer": timing.text,
+            "history_answer": answer,
         })
     return rows
 
@@ -69,8 +77,11 @@ def run(ctx: LabContext) -> list[Path]:
     docs = load_kb(ctx.kb_dir, need=DEFAULT_DOCS)[:DEFAULT_DOCS]
     system = system_prompt(dialogue, docs)
     check_call_fits(ctx, dialogue, system, docs)
-    cache_on = run_call(ctx, dialogue, system, True, None)
-    cache_off = run_call(ctx, dialogue, system, False, [row["answer"] for row in cache_on])
+    evidence = Evidence(ctx.capabilities)
+    evidence.client("ttft_ms", "first_sentence_ms", "total_ms")
+    cache_on = run_call(ctx, dialogue, system, True, None, evidence)
+    cache_off = run_call(ctx, dialogue, system, False, [row["answer"] for row in cache_on], evidence)
+    evidence.note_cache_off()  # a server that may ignore cache_prompt: false (no timings.cache_n) is said
     document = {
         "dialogue": dialogue.name,
         "docs": [doc.name for doc in docs],
@@ -79,6 +90,7 @@ def run(ctx: LabContext) -> list[Path]:
         "turns": list(dialogue.turns),
         "cache_on": cache_on,
         "cache_off": cache_off,
+        **evidence.as_dict(),
     }
     return [ctx.write_json(CALL, document)]
 

@@ -19,7 +19,8 @@ from voice_llm.core.util.artifacts import DIAL, DIAL_DIR, DIAL_PARTIAL
 # The lab's converse step: dial against voice-llm's agent (it replaced the old in-process converse capability, whose
 # self-comparing checks went with it, issue 27 item 7); `voice-llm converse` is the short command for it.
 CONVERSE_STEP = StepEntry("converse", "the call as heard: dial against voice-llm's agent on loopback",
-                          "voice_llm.capabilities.dial.converse", (DIAL,), after="speak", reads_kb=True)
+                          "voice_llm.capabilities.dial.converse", (DIAL,), after="speak", reads_kb=True,
+                          partial=DIAL_PARTIAL)
 
 
 # --- dial's checks, report sections, key numbers and metrics (D2: dial/checks.py, report.py, numbers.py) -------
@@ -69,7 +70,8 @@ CAPABILITY = Capability(
     # `voice-llm dial URL`: a step run alone (not in the lab), asking no LLM server; its URL and flags come from
     # cli=, its settings from options= (voice_llm.capabilities.dial.step)
     steps=(StepEntry("dial", "a call to a voice agent, measured at the caller's ear", "voice_llm.capabilities.dial.step",
-                     (DIAL,), in_lab=False, needs_server=False, out_dir="dial"),
+                     (DIAL,), in_lab=False, needs_server=False, out_dir="dial",
+                     partial=DIAL_PARTIAL),
            # the lab's call: dial against voice-llm's own agent (a subprocess on loopback, on the lab's server)
            CONVERSE_STEP),
     cli="voice_llm.capabilities.dial.step:add_flags",

@@ -157,6 +157,7 @@ class CallLog:
     error: DialError | None = None
     hung_up_by_caller: bool = False
     interrupted: bool = False  # Ctrl-C or SIGTERM: the step keeps the partial call, then stops as interrupted
+    connected: bool = False  # the line to the agent opened (False: nothing was sent or heard)
 
     def channel(self, which: str) -> np.ndarray:
         frames = self.left if which == "left" else self.right
@@ -549,6 +550,7 @@ class _Call:
             self.log.error = exc
             self.count_playout()
             return self.log
+        self.log.connected = True
         transport = self.transport
         try:
             self.log.headers = dict(transport.headers)

@@ -957,10 +957,19 @@ def _keep_partial(ctx: LabContext, live: Path, log: CallLog, doc: DialDoc, error
     write_json(ctx.path(DIAL_PARTIAL), doc.as_dict(), ctx.out)
     if log.interrupted:
         raise KeyboardInterrupt
+    where = kept_where(log.connected, ctx.path(DIAL_PARTIAL), partial)
     if isinstance(error, DialError):
-        raise DialError(f"{error} (the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial})") from None
-    error.add_note(f"the call so far is in {ctx.path(DIAL_PARTIAL)} and {partial}")
+        raise DialError(f"{error} ({where})") from None
+    error.add_note(where)
     raise error
+
+
+def kept_where(connected: bool, partial_doc: Path, partial_wav: Path) -> str:
+    """Where a failed call's evidence is, in words: the call so far, or, when the line never opened, that it never
+    connected (nothing sent or heard: an empty recording and no event), its bytes kept all the same."""
+    if connected:
+        return f"the call so far is in {partial_doc} and {partial_wav}"
+    return f"it never connected: nothing was sent or heard; the bytes so far kept in {partial_doc} and {partial_wav}"
 
 
 # --- the agent's traces (voice_llm.capabilities.dial.otlp) ---------------------------------------------------------------------

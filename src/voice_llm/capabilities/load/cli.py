@@ -131,7 +131,7 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
         where = f"the agent at {sweep['url']}"
     minimum = verdict.get("min_judged_turns", stats.MIN_JUDGED_TURNS)
     if verdict["max_callers"] is None:
-        judged = ", ".join(f"{s['judged']} at {s['callers']} callers" for s in sweep["steps"]) or "no step"
+        judged = ", ".join(f"{s['judged']} at {stats.callers_text(s['callers'])}" for s in sweep["steps"]) or "no step"
         return (f"{where}: no verdict: each step was judged on fewer than {minimum} turns ({judged}), the "
                 f"fewest on which one late turn still passes {100 * verdict['goodput_target']:.0f} % goodput; "
                 f"{_more_turns(doc, sweep, minimum)}")
@@ -139,7 +139,7 @@ def verdict_line(doc: dict[str, Any], sweep: dict[str, Any]) -> str:
     limit += _stage(verdict.get("saturating_stage"), bool(verdict["limited_by"]))
     if verdict["max_callers"] == 0 and not verdict.get("saturating_stage"):
         limit += stats.largest_stage_words(sweep["steps"])
-    rests = (f"{verdict['judged_turns']} judged turns at {verdict['max_callers']} callers" if verdict["max_callers"]
+    rests = (f"{verdict['judged_turns']} judged turns at {stats.callers_text(verdict['max_callers'])}" if verdict["max_callers"]
              else _none_passed(sweep, minimum))
     budget = f"{judged.name} <= {judged.slo_ms or 0.0:.0f} ms"
     return (f"{where}: max callers = {verdict['max_callers']} ({budget} "
@@ -152,8 +152,8 @@ def _stage(saturating: dict[str, Any] | None, limited: bool) -> str:
     if not saturating:
         return ""
     label = stats.STAGE_LABELS.get(saturating["stage"], saturating["stage"])
-    grew = (f"{label} at {saturating['callers']} callers (+{saturating['growth_ms']:.0f} ms median from "
-            f"{saturating['from_callers']} caller{'' if saturating['from_callers'] == 1 else 's'})")
+    grew = (f"{label} at {stats.callers_text(saturating['callers'])} (+{saturating['growth_ms']:.0f} ms median "
+            f"from {stats.callers_text(saturating['from_callers'])})")
     return f": {grew}" if limited else f"; the agent's stage that grew most: {grew}"
 
 
@@ -163,7 +163,7 @@ def _none_passed(sweep: dict[str, Any], minimum: int) -> str:
     verdict = sweep["verdict"]
     first = next(s for s in sweep["steps"] if stats.decided(s, "failed_early" in verdict))
     if first["callers"] in (verdict.get("failed_early") or []):
-        return (f"no step passed: at {first['callers']} callers {first['judged'] - first['good']} of "
+        return (f"no step passed: at {stats.callers_text(first['callers'])} {first['judged'] - first['good']} of "
                 f"{first['judged']} judged turns missed, more than the {verdict['allowed_misses']} in {minimum} the "
                 "target allows")
     return f"no step passed; the steps judged on enough turns had at least {verdict['judged_turns']}"

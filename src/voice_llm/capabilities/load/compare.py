@@ -30,7 +30,7 @@ from voice_llm.core.errors import ArtifactError
 from voice_llm.capabilities.load import stats
 from voice_llm.capabilities.load.checks import read_load
 from voice_llm.capabilities.load.doc import judged_on
-from voice_llm.capabilities.load.stats import STAGE_LABELS, slots_label
+from voice_llm.capabilities.load.stats import STAGE_LABELS, callers_text, slots_label
 from voice_llm.core.run.folder import RunFolder
 from voice_llm.core.util import stats as ustats
 from voice_llm.core.util.artifacts import LOAD
@@ -64,7 +64,7 @@ def _verdict(sweep: Mapping[str, Any]) -> str:
         text += f" (limited by {verdict['limited_by']})"
     grew = verdict.get("saturating_stage")
     if grew:
-        text += (f", grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} at {grew['callers']} callers "
+        text += (f", grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} at {callers_text(grew['callers'])} "
                  f"(+{grew['growth_ms']:.0f} ms)")
     return f"{text}, tested up to {verdict.get('tested_up_to', '?')}"
 
@@ -164,7 +164,7 @@ def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:
                     f"{_ms(row['b']['p90'])} ms, goodput {_pct(row['a']['goodput'])} -> {_pct(row['b']['goodput'])} "
                     f"({row['a']['judged']} vs {row['b']['judged']} judged turns)")
             if times_a and times_b:
-                m = Metric(f"load_{metric}_{callers}", f"load, {name}, {what} at {callers} callers (median)", "ms",
+                m = Metric(f"load_{metric}_{callers}", f"load, {name}, {what} at {callers_text(callers)} (median)", "ms",
                            LOAD, metric == stats.DIAL_METRIC, lambda doc: (0.0, []), repeats=False)
                 found = core.compare_metric(Measured(m, ustats.median(times_a), times_a),
                                             Measured(m, ustats.median(times_b), times_b))
@@ -172,7 +172,7 @@ def compare_load(out_a: Path, out_b: Path) -> dict[str, Any] | None:
                 lines.append(f"{found.line}; {tail}")
             else:
                 row.update({"test": None, "p_value": None, "significant": None})
-                lines.append(f"load, {name}, {what} at {callers} callers: no timed turn in "
+                lines.append(f"load, {name}, {what} at {callers_text(callers)}: no timed turn in "
                              f"{'A' if not times_a else 'B'}; {tail}")
             rows.append(row)
     for sweep_b in doc_b.get("sweeps") or []:

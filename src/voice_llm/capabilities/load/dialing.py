@@ -274,7 +274,7 @@ def call_samples(out: Path, returncode: int | None, stderr: str, call: CallId, c
 def _short(error: str) -> str:
     """dial's failure line without where it kept the call so far (a temporary folder's path differs every call,
     and the step counts errors by their text)."""
-    return re.sub(r" \(the call so far is in [^)]*\)", "", error).strip()
+    return re.sub(r" \((?:the call so far is in|it never connected:) [^)]*\)", "", error).strip()
 
 
 __all__ = ["CallId", "Phase", "PhaseClock", "call_options", "call_samples", "dial_command", "keep_lines", "refusal",

@@ -55,8 +55,9 @@ def load_document(settings: LoadSettings, described: dict[str, Any], sweeps: lis
         # each step's window.ended says which ("judged", "failed early", "step_s")
         window_ends=("at step_s, at min_judged_turns judged turns, or once more turns missed than the goodput "
                      "target allows in min_judged_turns (the step then fails early)"),
-        # text callers: the warm-up lasts warmup_s, and then until each caller's first turn of the step is done
-        warmup_ends=None if dial else "after warmup_s, once each caller finished a turn (at most step_s more)",
+        # text callers: the warm-up lasts warmup_s, and then until each caller has finished a turn of the step
+        warmup_ends=None if dial else ("after warmup_s, once each caller finished a turn that started in it (the "
+                                       "measured window never opens on a caller's first turn of the step)"),
         slo_first_sentence_ms=settings.slo_first_sentence_ms,
         goodput_target=stats.GOODPUT_TARGET,
         max_error_rate=stats.MAX_ERROR_RATE,

@@ -117,6 +117,17 @@ class SweepPlan:
         return True
 
     @property
+    def warmup_cap_s(self) -> float:
+        """The longest a text step's warm-up may last (stats.warm_up): --warmup-s, a caller's lead-in before its
+        first turn (at most twice its first line's speaking time, scaled as locust_users.VoiceCaller thinks), the
+        turn's no-content timeout (a turn that gets nothing by then ends as an error, which finishes it) and
+        --step-s for the answer itself: past it no caller can still be on its first turn of a live server."""
+        first = self.caller.turns[0] if self.caller.turns else ""
+        rate = self.caller.caller_words_per_s
+        lead_in = 2 * (len(first.split()) / rate if rate > 0 else 0.0) * self.caller.think_scale
+        return self.warmup_s + lead_in + self.caller.timeout_s + self.step_s
+
+    @property
     def slo_ms(self) -> float:
         return self.slo_heard_ms if self.dial is not None else self.slo_first_sentence_ms
 

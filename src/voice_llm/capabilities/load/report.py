@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from voice_llm.core.analysis.keynumbers import Headline
 from voice_llm.core.errors import ArtifactError
 from voice_llm.capabilities.load.doc import judged_on
-from voice_llm.capabilities.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, largest_stage_words, slots_label
+from voice_llm.capabilities.load.stats import AGENT_STAGES, MIN_JUDGED_TURNS, STAGE_GROWTH_MIN_MS, STAGE_LABELS, callers_text, largest_stage_words, slots_label
 from voice_llm.core.report import style
 from voice_llm.core.report.style import GREY, RED, SERIES, mapping
 from voice_llm.core.util.artifacts import LOAD
@@ -107,7 +107,7 @@ def _grew(verdict: Mapping[str, Any]) -> str:
     if not grew:
         return ""
     return (f"; the agent's stage that grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} at "
-            f"{grew['callers']} callers (+{grew['growth_ms']:.0f} ms)")
+            f"{callers_text(grew['callers'])} (+{grew['growth_ms']:.0f} ms)")
 
 
 def _verdict_words(sweep: Mapping[str, Any]) -> str:
@@ -253,7 +253,7 @@ def stages_chart(doc: Mapping[str, Any]) -> tuple[Figure, str] | None:
     steps = [s for s in sweep["steps"] if s.get("agent_stage_turns")]
     grew = (sweep.get("verdict") or {}).get("saturating_stage")
     found = (f"{STAGE_LABELS.get(grew['stage'], grew['stage'])} grew most, by {grew['growth_ms']:.0f} ms at "
-             f"{grew['callers']} callers" if grew else
+             f"{callers_text(grew['callers'])}" if grew else
              f"no stage grew by more than {STAGE_GROWTH_MIN_MS:.0f} ms" if len(steps) > 1 else
              "one step has them, so no stage can be seen to grow")
     caption = (f"The agent's own time per stage of a turn, from its VAD's speech end to its first audio sent (the "
@@ -300,7 +300,7 @@ def _draw_stages(ax: Any, sweep: Mapping[str, Any]) -> None:
     grew = (sweep.get("verdict") or {}).get("saturating_stage")
     if grew:
         ax.set_title(f"grew most: {STAGE_LABELS.get(grew['stage'], grew['stage'])} "
-                     f"(+{grew['growth_ms']:.0f} ms at {grew['callers']} callers)", fontsize=9)
+                     f"(+{grew['growth_ms']:.0f} ms at {callers_text(grew['callers'])})", fontsize=9)
     ax.legend(loc="upper right", fontsize=8)
 
 
@@ -425,7 +425,7 @@ def _verdict_cell(verdict: Mapping[str, Any] | None) -> list[str]:
     grew = verdict.get("saturating_stage")
     return ["no verdict" if _holds(verdict) is None else str(verdict["max_callers"]),
             str(verdict.get("tested_up_to", "–")), str(verdict.get("limited_by") or "–"),
-            (f"{STAGE_LABELS.get(grew['stage'], grew['stage'])} at {grew['callers']} callers "
+            (f"{STAGE_LABELS.get(grew['stage'], grew['stage'])} at {callers_text(grew['callers'])} "
              f"(+{grew['growth_ms']:.0f} ms)") if grew else "–"]
 
 

@@ -15,6 +15,7 @@ from voice_llm.capabilities.load.plan import (AGENT_LOAD_MAX_TOKENS, DEFAULT_BAR
                                               DEFAULT_STEP_S, DEFAULT_WARMUP_S, DIAL_CALLERS, DIAL_LINE_SETS,
                                               DIAL_LINES, DIAL_STEP_S, DIAL_TURNS, DIAL_WARMUP_S, LOAD_MAX_TOKENS,
                                               LOAD_THINK_SCALE, SPEECH_WORDS_PER_S)
+from voice_llm.core.errors import ConfigError
 from voice_llm.core.run import flags
 from voice_llm.core.run.context import StepOptions
 from voice_llm.core.run.flags import Between, Each, OneOf, Satisfies, setting
@@ -141,6 +142,8 @@ class LoadSettings:
     def __post_init__(self) -> None:
         flags.check(self)
         dial = self.dial is not None
+        if self.otlp_listen is not None and not dial:  # a flag combination: refused as a bad flag (exit 2)
+            raise ConfigError("--otlp-listen receives a voice agent's spans: it goes with --dial URL")
         for name, text, dialing in (("callers", DEFAULT_CALLERS, DIAL_CALLERS), ("step_s", DEFAULT_STEP_S, DIAL_STEP_S),
                                     ("warmup_s", DEFAULT_WARMUP_S, DIAL_WARMUP_S)):
             if getattr(self, name) is None:

@@ -22,7 +22,8 @@ LATE_FRAMES_SHARE of its frames behind real time makes its step generator-bound.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from voice_llm.core.util import stats  # standard library only, like this module
@@ -219,7 +220,7 @@ def largest_stage_words(steps: Sequence[Mapping[str, Any]]) -> str:
         return ""
     gap = (first.get("heard_gap_ms") or {}).get("p50")
     of = f" of a {gap:.0f} ms heard gap" if isinstance(gap, (int, float)) else ""
-    return (f"; at {largest['callers']} caller{'' if largest['callers'] == 1 else 's'} the agent's largest stage: "
+    return (f"; at {callers_text(largest['callers'])} the agent's largest stage: "
             f"{STAGE_LABELS.get(largest['stage'], largest['stage'])} {largest['ms']:.0f} ms median{of}")
 
 
@@ -253,16 +254,21 @@ def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s
     }
 
 
+def callers_text(n: Any) -> str:
+    """"1 caller", "4 callers": a count of callers as every line of load says it."""
+    return f"{n} caller{'' if n == 1 else 's'}"
+
+
 def stop_reason(step: Mapping[str, Any], slo_ms: float, metric: str = TEXT_METRIC) -> str | None:
     """Why the sweep stops after this step, or None to go on."""
     p90 = step[metric]["p90"]
     if p90 is not None and p90 > slo_ms:
         what = "heard-gap" if metric == DIAL_METRIC else "first-sentence"
-        return f"{what} p90 {p90:.0f} ms > budget {slo_ms:.0f} ms at {step['callers']} callers"
+        return f"{what} p90 {p90:.0f} ms > budget {slo_ms:.0f} ms at {callers_text(step['callers'])}"
     if step["error_rate"] > MAX_ERROR_RATE:
-        return f"errors {100 * step['error_rate']:.1f} % > {100 * MAX_ERROR_RATE:.0f} % at {step['callers']} callers"
+        return f"errors {100 * step['error_rate']:.1f} % > {100 * MAX_ERROR_RATE:.0f} % at {callers_text(step['callers'])}"
     if step["turns"] == 0:
-        return f"no turn started in the measured window at {step['callers']} callers (lengthen --step-s)"
+        return f"no turn started in the measured window at {callers_text(step['callers'])} (lengthen --step-s)"
     return None
 
 
@@ -328,6 +334,38 @@ def warmed(samples: Iterable[Mapping[str, Any]], step: int, callers: int) -> boo
     slot that stalls the other slots' decoding too; the measured window starts after it."""
     done = {(s.get("worker"), s.get("caller")) for s in samples if s.get("step") == step and s.get("phase") == "warmup"}
     return len(done) >= callers
+
+
+def warm_callers(samples: Iterable[Mapping[str, Any]], step: int) -> int:
+    """How many of the step's callers have finished a turn that started in its warm-up (:func:`warmed`)."""
+    return len({(s.get("worker"), s.get("caller")) for s in samples
+                if s.get("step") == step and s.get("phase") == "warmup"})
+
+
+class WarmUpTooLong(Exception):
+    """A caller finished no turn within the warm-up's cap: the window is not opened (its first turn, on a cold
+    slot, would be judged)."""
+
+
+def warm_up(wait: Callable[[float, Callable[[], bool]], None], samples: Callable[[], Sequence[Mapping[str, Any]]],
+            step: int, callers: int, warmup_s: float, cap_s: float,
+            clock: Callable[[], float] = time.monotonic) -> float:
+    """The text callers' warm-up (docs/load.md): ``warmup_s``, and then until each of the ``callers`` has finished
+    a turn that started in it (:func:`warmed`), however long a cold slot's prefill takes (82 s under load was seen);
+    the measured window opens only then, so no caller's first, cold, turn of the step is judged, and a turn that
+    started before the window opened is a warm-up turn, never judged. ``wait(seconds, enough)`` sleeps until
+    ``enough()`` or the time is up. Returns the warm-up's length in seconds; raises WarmUpTooLong past ``cap_s``
+    (a bound no turn outlives: each ends at its no-content timeout, as an error, which counts as finished)."""
+    t0 = clock()
+    wait(warmup_s, lambda: False)
+    wait(max(0.0, cap_s - (clock() - t0)), lambda: warmed(samples(), step, callers))
+    if not warmed(samples(), step, callers):
+        done = warm_callers(samples(), step)
+        raise WarmUpTooLong(f"{done} of {callers_text(callers)} finished a turn within the "
+                            f"warm-up's {cap_s:.0f} s (its longest: a first turn's lead-in and no-content timeout "
+                            "included); the measured window was not opened, as a cold slot's first turn would be "
+                            "judged in it: is the server answering?")
+    return clock() - t0
 
 
 def decided(step: Mapping[str, Any], early: bool) -> bool:

@@ -222,17 +222,22 @@ class Sweep:
     def run_step(self, index: int, callers: int) -> dict[str, Any]:
         plan = self.plan
         until = f" (or until {plan.enough_judged} judged turns are in)" if plan.enough_judged else ""
-        log(f"step {index + 1}: {callers} callers — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
+        log(f"step {index + 1}: {stats.callers_text(callers)} — warm-up {plan.warmup_s:g} s, then {plan.step_s:g} s measured{until}")
         self.announce(index, "warmup", callers)
         self.runner.start(callers, spawn_rate=max(callers, 1))
-        self.wait(plan.warmup_s)
-        warm_t0 = time.monotonic()
-        if plan.dial is None:  # text callers: also until each caller's first turn is done (stats.warmed), at most step_s
-            self.wait(plan.step_s, lambda: stats.warmed(self.collected.samples, index, callers))
-            if time.monotonic() - warm_t0 >= 1.0:
-                log(f"step {index + 1}: warm-up {plan.warmup_s + time.monotonic() - warm_t0:.0f} s, until each "
-                    "caller's first turn was done (a cold slot prefills the whole system prompt once)")
-        warmup_s = plan.warmup_s + time.monotonic() - warm_t0
+        if plan.dial is None:  # text callers: also until each caller has finished a turn (stats.warm_up)
+            try:
+                warmup_s = stats.warm_up(self.wait, lambda: self.collected.samples, index, callers, plan.warmup_s,
+                                         plan.warmup_cap_s)
+            except stats.WarmUpTooLong as exc:
+                raise SweepError(f"step {index + 1}: {exc}") from None
+            if warmup_s - plan.warmup_s >= 1.0:
+                log(f"step {index + 1}: warm-up {warmup_s:.0f} s, until each caller had finished a turn (a cold "
+                    "slot prefills the whole system prompt once)")
+        else:
+            warm_t0 = time.monotonic()
+            self.wait(plan.warmup_s)
+            warmup_s = time.monotonic() - warm_t0
         self.check_workers()
         cpu_before, master_cpu = host_cpu_ticks(), time.process_time()
         procs_before = proccpu.snapshot(self.tracked)

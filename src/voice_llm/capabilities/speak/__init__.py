@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from voice_llm.core.registry import Capability, CheckEntry, SectionEntry, StepEntry
 from voice_llm.core.util.artifacts import AUDIO, AUDIO_DIR
+from voice_llm.engines.speech_out.piper import DEFAULT_VOICE_PACKAGE
 
 __all__ = ["CAPABILITY", "TTSOptions", "VOICE_FLAGS"]
 
@@ -42,6 +43,7 @@ CAPABILITY = Capability(
     cli="voice_llm.capabilities.speak.step:add_flags",
     options="voice_llm.capabilities.speak.step:options_value",
     install="voice_llm.capabilities.speak.step:install",
+    installs=f"load the default TTS voice (Piper's {DEFAULT_VOICE_PACKAGE}) once to verify it",
 )
 
 

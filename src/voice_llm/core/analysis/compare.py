@@ -398,6 +398,10 @@ def summary_lines(comparison: Comparison) -> list[str]:
     untold = [metrics.label_of(key) for _, key, _ in unread if metrics.is_audible(key)]
     if heard:
         verdict = "; ".join(heard)
+    elif changed:  # a change a listener would hear, but of the set-up: said why there is no like-for-like verdict
+        unread_too = f"; {'; '.join(dict.fromkeys(untold))} could not be read" if untold else ""
+        verdict = (f"cannot tell like for like: the set-ups differ ({', '.join(why)}), and what changed in what the "
+                   f"caller hears ({'; '.join(m.label for m in changed)}) is theirs{unread_too}")
     elif untold:
         verdict = f"cannot tell ({'; '.join(dict.fromkeys(untold))} could not be read)"
     else:

@@ -24,6 +24,7 @@ from voice_llm.core.registry import CheckEntry
 from voice_llm.core.util import artifacts as names
 from voice_llm.core.run import artifacts as typed
 from voice_llm.core.run.folder import RunFolder
+from voice_llm.core.run.lock import LOCK_NAME
 from voice_llm.core.scenario import brief
 from voice_llm.core.util import stats
 from voice_llm.core.util.artifacts import loads_json
@@ -86,10 +87,20 @@ class _Plan:
     # The step a Ctrl-C or SIGTERM stopped (run.json: failure "interrupted"), when it had not finished before in
     # this run: it did not run to its end, so it is not in ``ran`` (its relations are not checkable, not failed).
     interrupted: str | None = None
+    # The step that failed leaving only its partial file (StepEntry.partial: dial's dial-partial.json) and none of
+    # its artifacts: its checks have nothing to read, which `check` says once (_failed_with_partial), and its
+    # artifacts are not required (the failure itself fails "the run finished every step").
+    failed_partial: tuple[str, str] | None = None
 
     @property
     def not_run(self) -> tuple[str, ...]:
         return tuple(step for step in self.planned if step not in self.ran)
+
+    @property
+    def checked(self) -> tuple[str, ...]:
+        """The steps whose relations are checked: those that ran, but a step that failed leaving only its partial."""
+        failed = self.failed_partial[0] if self.failed_partial else None
+        return tuple(step for step in self.ran if step != failed)
 
 
 def _strings(value: Any) -> bool:
@@ -124,18 +135,58 @@ def _plan(out: RunFolder | Path) -> _Plan | None:
     # .partial, and prove nothing about its relations; a failure of any other kind is the run's failure.
     interrupted = failed if failed and doc.get("failure") == "interrupted" and failed not in done else None
     ran = tuple(step for step in dict.fromkeys(planned) if step in done or (step == failed and step != interrupted))
+    failed_partial = _partial_left(RunFolder.of(out), failed) if failed and failed in ran and failed not in done \
+        else None
     by_step = doc.get("artifacts_by_step")
     if by_step is None:  # a run.json from before artifacts_by_step: every expected file, as before
         required = tuple(expected)
     elif isinstance(by_step, dict) and all(_strings(files) for files in by_step.values()) \
             and set(planned) <= set(by_step):
-        required = tuple(dict.fromkeys(name for step in ran for name in by_step[step]))
+        required = tuple(dict.fromkeys(name for step in ran for name in by_step[step]
+                                       if not (failed_partial and step == failed_partial[0])))
         extra = sorted(set(required) - set(expected))
         if extra:
             raise _BadPlan(f"artifacts_by_step names files not in expected_artifacts: {', '.join(extra)}")
     else:
         raise _BadPlan(f"artifacts_by_step is {by_step!r:.200}, not the files of each planned step")
-    return _Plan(tuple(dict.fromkeys(planned)), ran, required, interrupted)
+    return _Plan(tuple(dict.fromkeys(planned)), ran, required, interrupted, failed_partial)
+
+
+def _partial_left(folder: RunFolder, step: str) -> tuple[str, str] | None:
+    """(step, its partial file) when the failed ``step`` left its partial file (StepEntry.partial) and none of its
+    artifacts; None otherwise (an artifact there, an earlier call's dial.json, is checked as ever)."""
+    entry = next((s for c in registry.capabilities() for s in c.steps if s.name == step), None)
+    if entry is None or entry.partial is None or not folder.is_file(entry.partial):
+        return None
+    if any(folder.exists(name) for name in entry.artifacts):
+        return None
+    return step, entry.partial
+
+
+def _failed_with_partial(folder: RunFolder, plan: _Plan | None) -> list[CheckResult]:
+    """One line for a step that failed leaving only its partial file: it failed (its reason is in "the run
+    finished every step"), where what it measured until then is, and that its checks need the artifact it never
+    wrote: never a FAIL per check of a file the failure kept from being written."""
+    if plan is None or plan.failed_partial is None:
+        return []
+    step, partial = plan.failed_partial
+    entries = [e for e in capability_checks(folder, (step,)) if e.step == step]
+    files = [partial]
+    try:
+        named = folder.json(partial).get("files")
+    except (ArtifactError, AttributeError):
+        named = None
+    if isinstance(named, Mapping):
+        for value in named.values():
+            for name in (value if isinstance(value, list) else [value]):
+                if isinstance(name, str) and name and folder.is_file(name):
+                    files.append(f"{name} ({folder.file(name).stat().st_size} bytes)")
+    record = folder.record
+    artifacts = ", ".join((record.doc.get("artifacts_by_step") or {}).get(step) or ()) if record else ""
+    return [CheckResult(f"{step}: its checks", NOT_CHECKABLE,
+                        f"step {step} failed (see \"the run finished every step\"); what it had until then is in "
+                        f"{', '.join(files)}; its {len(entries)} checks need {artifacts or 'its artifacts'}, which "
+                        "it never wrote")]
 
 
 def ran_steps(out: RunFolder | Path) -> tuple[str, ...] | None:
@@ -230,7 +281,8 @@ def check_props(out: RunFolder | Path) -> str:
     if n_ctx is None and "n_ctx" in props.unknown:
         raise NotCheckable(f"n_ctx is null: {props.unknown['n_ctx']}")
     _require(isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0, f"props has no n_ctx: {n_ctx!r}")
-    return f"n_ctx {n_ctx}, total_slots {props.total_slots}"
+    slots = props.total_slots
+    return f"n_ctx {n_ctx}, total_slots {'not said' if slots is None else slots}"
 
 
 def check_sse_raw(out: RunFolder | Path) -> str:
@@ -506,7 +558,6 @@ def check_cancel(out: RunFolder | Path) -> str:
 
 
 PARTIALS_CHECK = "leftover .partial files (a warning, not a failure)"
-NOTHING_FINISHED_CHECK = "a step finished in this folder"
 
 
 def leftover_partials(out: RunFolder | Path) -> list[CheckResult]:
@@ -691,36 +742,57 @@ def iter_checks(out: RunFolder | Path) -> Iterator[CheckResult]:
     except _BadPlan as exc:
         yield CheckResult(PLAN_CHECK, FAIL, f"{exc}: no relation was checked")
         return
-    steps = None if plan is None else plan.ran
+    steps = None if plan is None else plan.checked
     core = tuple(check for check in CHECKS if check.step is None or steps is None or check.step in steps)
     for check in (*core, *capability_checks(folder, steps)):
         yield _result(check, folder)
+    yield from _failed_with_partial(folder, plan)
     yield from left_out_checks(folder, steps)
     yield from _not_run(plan)
 
 
-def run_checks(out: RunFolder | Path) -> list[CheckResult]:
-    """Every check of the run folder ``out``, from its saved files alone, each file read once (a RunFolder).
-    A folder of a newer artifact schema than this voice-llm's is refused in one line (an ArtifactError)."""
+class NothingToCheckError(ArtifactError):
+    """OUT holds nothing a step finished: no folder, an empty one, or only the streams a stopped step kept.
+    `check` and `report` refuse it in the same one line (an error, exit 1), writing nothing: there is no run to
+    pass or fail, and exit 0 would certify an empty folder."""
+
+
+def require_something_to_check(out: RunFolder | Path) -> RunFolder:
+    """The run folder ``out``, or one line saying why there is nothing in it to check or report: no folder, a
+    folder of something else, or a folder where no step finished (empty, or holding only raw/*.sse.partial, the
+    streams a stopped step kept: named, as evidence)."""
     folder = RunFolder.of(out)
     path = folder.path
     if not path.is_dir():
-        raise ArtifactError(f"no artifact folder at {path}")
-    known = known_artifacts()
-    # A folder of something else is no run with failures (an empty one still lists what the brief's run leaves);
-    # a folder holding only streams a stopped request kept (raw/*.partial) is a run folder where nothing finished.
+        blocking = names.file_in_the_way(path)
+        raise NothingToCheckError(f"no artifact folder at {path}: " + (blocking or "nothing to check; run "
+                                                                         f"`voice-llm lab --out {path}` (or a step) first"))
+    if any(folder.exists(name) for name in known_artifacts()):
+        return folder
     kept = _kept_streams(path)
-    if not any(folder.exists(name) for name in known) and any(path.iterdir()) and not kept:
+    raw = path / names.RAW_DIR
+    raw_dir = raw.is_dir() and not raw.is_symlink()
+    others = [entry for entry in path.iterdir() if entry.name != LOCK_NAME and not (entry == raw and raw_dir)]
+    if others or (raw_dir and any(entry not in kept for entry in raw.iterdir())):
+        # A folder of something else is no run with failures.
         raise ArtifactError(f"{path} holds no voice-llm artifact (no run.json, no step's file): not a run folder; "
                             "run `voice-llm lab --out` there first")
-    folder.require_known_schema(known)
-    partials = leftover_partials(folder)
-    if kept and not any(folder.exists(name) for name in known):
-        # Only the .partial streams of a step stopped before its artifact (a Ctrl-C in `voice-llm sentence` into an
-        # empty OUT): a run folder where nothing finished, not a run whose files are missing.
-        return [CheckResult(NOTHING_FINISHED_CHECK, NOT_CHECKABLE, "no step finished in this folder (no run.json, "
-                            "no step's file): there is nothing to check yet"), *partials]
-    return [*iter_checks(folder), *partials]
+    streams = ""
+    if kept:  # a Ctrl-C in `voice-llm sentence` into an empty OUT: the bytes its requests received, kept
+        listed = ", ".join(f"{p.relative_to(path)} ({p.stat().st_size} bytes)" for p in sorted(kept))
+        streams = (f"; {len(kept)} stream{'' if len(kept) == 1 else 's'} a stopped request kept: {listed} "
+                   "(evidence; no result is read from them)")
+    raise NothingToCheckError(f"nothing to check in {path}: no step finished there (no run.json, no step's file)"
+                              f"{streams}")
+
+
+def run_checks(out: RunFolder | Path) -> list[CheckResult]:
+    """Every check of the run folder ``out``, from its saved files alone, each file read once (a RunFolder).
+    A folder where nothing finished (require_something_to_check) and one of a newer artifact schema than this
+    voice-llm's are refused in one line (an ArtifactError)."""
+    folder = require_something_to_check(out)
+    folder.require_known_schema(known_artifacts())
+    return [*iter_checks(folder), *leftover_partials(folder)]
 
 
 def counts(results: Sequence[CheckResult]) -> str:

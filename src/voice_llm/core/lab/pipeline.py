@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from voice_llm.core.checks.core import CheckResult, run_checks
+from voice_llm.core.checks.core import CheckResult, require_something_to_check, run_checks
 from voice_llm.core.errors import ConfigError, VoiceLLMError
 from voice_llm.core.client.api import ServerClient
 from voice_llm.core.run.context import LabContext, StepOptions
@@ -260,6 +260,8 @@ def run_steps(settings: LabSettings, steps: Sequence[str], progress: Progress | 
     progress = progress or NullProgress()
     notify = notify or (lambda message: None)
     _unknown(steps)
+    if set(steps) == {"report"}:  # the report of nothing: refused as `check` refuses it, before OUT is touched
+        require_something_to_check(settings.out)
     prepare_steps(settings.options, steps)
     if kb_steps() & set(steps):  # a bad KB folder is named before anything is asked or written
         load_kb(settings.kb, need=12)

@@ -32,7 +32,7 @@ CORE_STEPS: tuple[StepEntry, ...] = (
               (names.CACHE,), reads_kb=True),
     StepEntry("sentence", "first sentence of a three-sentence answer", "voice_llm.core.lab.sentence", (names.SENTENCE,)),
     StepEntry("cancel", "close the connection after 0.5 s", "voice_llm.core.lab.cancel", (names.CANCEL,)),
-    StepEntry("report", "report.json from the files", "voice_llm.core.lab.report", (names.REPORT,), needs_server=False),
+    StepEntry("report", "report.json and report.html from the files", "voice_llm.core.lab.report", (names.REPORT,), needs_server=False),
 )
 LAST_CORE_STEP = "report"  # a capability's lab step with no ``after`` comes just before it
 

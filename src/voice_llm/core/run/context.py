@@ -161,7 +161,7 @@ class LabContext:
             if on_chunk is not None:  # first: the caller's reaction to a chunk is part of what is timed
                 on_chunk(chunk)
             tokens += 1
-            self.progress.update(f"{name}: {tokens} tokens, {chunk.t_ms / 1000:.1f} s")
+            self.progress.update(f"{name}: {tokens} token{'' if tokens == 1 else 's'}, {chunk.t_ms / 1000:.1f} s")
 
         self.progress.update(f"{name}: waiting for the first token")
         if self.capabilities is not None:  # the model name, and the usage request where timings are missing

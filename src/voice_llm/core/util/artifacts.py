@@ -62,6 +62,15 @@ COMPARE_HTML = "compare.html"  # `voice-llm compare A B --html`: written beside,
 REQUIRED = (HEALTH, PROPS, SSE_RAW, CHUNKS, TTFT, PREFILL, CACHE, SENTENCE, CANCEL, REPORT)
 
 
+def file_in_the_way(out: Path) -> str | None:
+    """A file where the folder OUT (or one above it) should be, said: "OUT is a file, not a folder" or "X, above
+    OUT, is a file, not a folder"; None when there is none."""
+    blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is None:
+        return None
+    return f"{'OUT' if blocking == out else f'{blocking}, above OUT,'} is a file, not a folder"
+
+
 def ensure_out_dir(out: Path) -> Path:
     """Create OUT if needed and prove it is writable before any request is made. OUT given as a symbolic link
     to a folder is resolved here, once: the run writes into that real folder even if the link changes later."""
@@ -73,10 +82,9 @@ def ensure_out_dir(out: Path) -> Path:
         probe.close()
     except OSError as exc:
         # A file where the folder (or one above it) should be: say which, not only "File exists" / "Not a directory".
-        blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        blocking = file_in_the_way(out)
         if blocking is not None:
-            what = "OUT" if blocking == out else f"{blocking}, above OUT,"
-            raise OutputDirError(f"cannot use {out} as the output folder: {what} is a file, not a folder; "
+            raise OutputDirError(f"cannot use {out} as the output folder: {blocking}; "
                                  "give --out a folder (a new one is created)") from exc
         raise OutputDirError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
     return out

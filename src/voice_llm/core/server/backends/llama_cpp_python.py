@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -259,7 +260,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{PACKAGE} {installed_version()}: {wheel or 'installed'}"
           + (f" (built once in {built:.0f} s)" if built is not None else "")
           + f"; this run {time.monotonic() - t0:.1f} s")
+    print(f"serve it with: {serve_line()}")
     return EXIT_OK
+
+
+SERVE_PORT = 8000  # llama_cpp.server's own default port
+
+
+def serve_line(model: Path | None = None, port: int = SERVE_PORT) -> str:
+    """The command that serves a model with it (the default model's cached file unless given), as a shell line:
+    then `voice-llm lab --url http://127.0.0.1:PORT` measures it."""
+    spec = ServerSpec(model=model or provision.model_cache_path(), port=port)
+    return " ".join(shlex.quote(part) for part in spec.argv()) + \
+        f"   (then: voice-llm lab --url {spec.url})"
 
 
 if __name__ == "__main__":
