@@ -61,9 +61,10 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
         out, state = tmp_path / "out", tmp_path / "state"
         # every step runs whatever the machine's load (--no-stop); as short as what it shows allows: one short line
         # per call (the load lines) and short replies (--max-tokens 8 above), so a call is a few seconds and the
-        # drain waits for little; a 20 s window holds a few of the 1-caller step's turns, and the 2-caller step ends
-        # early on its refusals (two of them are more misses than the target allows)
-        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "20", "--warmup-s", "5",
+        # drain waits for little; a 10 s window holds a turn or more of the 1-caller step (a turn counts in the
+        # window it started in, and a call took 3-7 s at load 3), and the 2-caller step ends early on its refusals
+        # (two of them are more misses than the target allows). 20 s windows after 5 s warm-ups made the test 55 s.
+        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "10", "--warmup-s", "2",
                      "--dial-turns", "1", "--workers", "1", "--no-stop", "--out", str(out), "-q",
                      env=cli_env(state), timeout=600)
     finally:
