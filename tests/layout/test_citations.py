@@ -11,6 +11,7 @@ disagree on its number (a renumbered copy would make one citation point at two r
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +132,7 @@ SPAN_NAMES = ("voice_llm.agent", "voice_llm.agent.engine", "voice_llm.call", "vo
 DUNDERS = ("__version__", "__file__", "__main__", "__path__", "__name__")
 
 
+@functools.lru_cache(maxsize=None)
 def _top_level_names(path: Path) -> set[str]:
     import ast
 
@@ -147,6 +149,7 @@ def _top_level_names(path: Path) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=None)
 def _module_file(dotted: str, src: Path = SRC) -> Path | None:
     base = src.joinpath(*dotted.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
