@@ -49,7 +49,7 @@ def call(tmp_path_factory: pytest.TempPathFactory):  # (dial.json, the agent, th
 def test_heard_gaps_are_the_agents_delays_plus_the_jitter_buffer(call):
     doc, agent, _, received = call
     assert [s.turn for s in agent.sent] == [1, 2, 3]
-    measured = measured_turns(doc)
+    measured = measured_turns(doc, after_barge_in=True)
     for index in measured:
         turn, sent = doc["turns"][index], agent.sent[index]
         # The agent answered `delay` after the caller's last loud frame arrived; that frame was sent when its audio
