@@ -266,17 +266,24 @@ def test_a_flood_of_otlp_bodies_keeps_a_bounded_number_of_files(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["NaN", -5.0])
-def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad):
+def test_a_bad_reported_number_is_refused_and_counted(tmp_path, bad, monkeypatch):
     """A foreign agent's NaN (or Inf, or negative) reported latency is refused at the receiver and counted in
     otlp.refused_values: that turn is not reported (its reason in unknown), the others are; dial.json stays strict
     JSON, and no check relation FAILs for the agent's bad number."""
+    import functools
     import json
 
     from voice_llm.core.checks import core
     from voice_llm.core.checks.base import FAIL
     from voice_llm.capabilities.dial import CAPABILITY as DIAL_CAPABILITY
+    from voice_llm.capabilities.dial import step
     from voice_llm.capabilities.dial.step import Tracing
     from voice_llm.core.run.folder import RunFolder
+
+    # The refused turn never reports, so the dialer waits out its cap for the hang-up's export (10 s, step._settle)
+    # after a call whose every body was sent during it (the fake exports at each reply, before its mark): 3 s here
+    # (the test took 12.7 s, 10 of them that wait)
+    monkeypatch.setattr(step, "_settle", functools.partial(step._settle, cap_s=3.0))
 
     tracing = Tracing("127.0.0.1:0")
     with FakeAgent([Reply(150, 300), Reply(200, 300)], otlp=tracing.endpoint, reported={1: bad}) as agent:
