@@ -41,7 +41,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import clients as clients_mod  # noqa: E402
-from voice_llm import sse  # noqa: E402
+from voice_llm.core import sse  # noqa: E402
 from voice_llm.core.client.api import ServerClient  # noqa: E402
 from voice_llm.core.util.children import stop_child  # noqa: E402
 from voice_llm.capabilities.load.stats import percentile  # noqa: E402

@@ -61,7 +61,7 @@ def overhead_child(url: str, rounds: int, patched: bool) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     import bench  # noqa: E402
     import clients  # noqa: E402
-    from voice_llm import sse  # noqa: E402
+    from voice_llm.core import sse  # noqa: E402
 
     body = sse.chat_body(list(sse.STEP2_MESSAGES), 64, True)
     made = [clients.RawClient(url, body), clients.VoiceLLMClient(url, body)]

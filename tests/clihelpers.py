@@ -34,9 +34,9 @@ USER_SETTINGS = ("VOICE_LLM_API_KEY", "LLAMA_API_KEY", "VOICE_LLM_MODEL", "VOICE
 # the agent it dials.
 WITHOUT_THE_CALL = {"VOICE_LLM_WITHOUT": "dial,agent"}
 
-# For a real lab (or a step) that tests relations, not the bundled documents' length: the bundled KB cut to ~40
-# words a document (~700 prompt tokens for all 12 against ~2,950; tests/fixtures/kb-short/README.txt). Prefill and
-# the cache step on a real server take seconds with it instead of minutes; `make lab` runs the full set.
+# For a real lab (or a step) that tests relations, not the bundled documents' length: the bundled KB cut to ~33
+# words a document (title, opening, first fact: the 12-document prompt 835 tokens; tests/fixtures/kb-short/README.txt).
+# Prefill and the cache step on a real server take seconds with it instead of minutes; `make lab` runs the full set.
 SHORT_KB = Path(__file__).resolve().parent / "fixtures" / "kb-short"
 # The session lab's repeats, as `make lab` runs it (Makefile REPEAT; the CLI's default is 3).
 LAB_REPEAT = 2

@@ -139,6 +139,7 @@ class Recorded:
     client_closed: bool = False  # the client closed its side while we were still answering
     write_failed: bool = False  # a write failed (EPIPE / ECONNRESET) because the client had gone
     sent_bytes: int = 0  # body bytes handed to the kernel
+    sent_at: list[float] = field(default_factory=list)  # time.monotonic() as each body piece went to the kernel
     finished: threading.Event = field(default_factory=threading.Event)
     client_port: int = 0  # the client's source port: one port = one connection
 
@@ -259,6 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._write(piece, record)
             record.sent_bytes += len(piece)
+            record.sent_at.append(time.monotonic())
         if reply.end == "normal":
             if reply.framing == "chunked":
                 self._write(b"0\r\n\r\n", record)

@@ -18,6 +18,7 @@ import pytest
 
 from agentkit import decode_spans
 from clihelpers import LAB_REPLY_TOKENS
+from truth import measured_turns
 from voice_llm.core.util.artifacts import read_json
 
 ORDER = ["vad_speech_end", "endpoint", "stt_start", "stt_end", "request_sent", "first_token", "first_segment_text",
@@ -72,14 +73,24 @@ def test_one_real_call_breakdown_in_causal_order_and_spans_received(lab_run: tup
     # least the reported latency, each within a frame.
     assert doc["clock"].startswith("ms since the call started")
     compared = 0
-    for turn, row in zip(turns, doc["turns"]):
+    # timed, but where a late tick nulled a gap (LATE_TICK_RULE: near a tick of the dialer's that ran late the
+    # recording is not when things happened), or the barge-in's line was talked over by the reply it cut into, with
+    # their reasons (tests/truth.py): no relation to hold there
+    measured = measured_turns(doc, after_barge_in=True)
+    for index, (turn, row) in enumerate(zip(turns, doc["turns"])):
         heard = row["heard"]
         if heard["first_sound_ms"] is None:
             continue
+        if index not in measured:
+            compared += 1
+            continue
         end_ns = doc["t0_epoch_ns"] + row["caller"]["speech_end_ms"] * 1e6
         sound_ns = doc["t0_epoch_ns"] + heard["first_sound_ms"] * 1e6
+        # within a frame, and the dialer's own lateness (a tick up to a frame late is not nulled, but plays its
+        # frame at its nominal place: the recording's times are that much early)
+        late_ns = doc["playout"]["max_late_ms"] * 1e6
         assert turn["events"]["vad_speech_end"] >= end_ns - FRAME_NS, row["index"]
-        assert turn["events"]["first_audio_sent"] <= sound_ns + FRAME_NS, row["index"]
-        assert heard["gap_ms"] >= turn["attributes"]["voice_llm.latency.reported_ms"] - 2 * 20
+        assert turn["events"]["first_audio_sent"] <= sound_ns + FRAME_NS + late_ns, row["index"]
+        assert heard["gap_ms"] >= turn["attributes"]["voice_llm.latency.reported_ms"] - 2 * 20 - late_ns / 1e6
         compared += 1
     assert compared == len(doc["turns"])  # every turn of the lab's call was heard

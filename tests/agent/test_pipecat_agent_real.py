@@ -8,7 +8,13 @@ and the agent stops on SIGTERM with no traceback. No time is asserted: the relat
 One turn: on a loaded machine pipecat 1.14 sometimes took the caller's second line for an interruption of a reply
 still being spoken (dial starts a line after 700 ms of heard silence; pipecat speaks sentence by sentence) and then
 answered nothing within 240 s (seen twice at load 3-7, never alone). That is the agent's behaviour, measured by dial
-("no reply within N s in turn 2"), not what this test is about: pipecat's own number beside the heard one."""
+("no reply within N s in turn 2"), not what this test is about: pipecat's own number beside the heard one.
+
+Every call here is as short as its claim allows: the caller says the load lines (`--caller-lines load`, about a
+second of speech each, against the clinic lines' 2-5 s) and the agent answers in at most REPLY_TOKENS tokens (its
+default is 48), since the caller hears each reply to its end in real time. What is asserted (a reply heard, pipecat's
+own number and stages beside it, the barge-in, the files consistent) does not depend on either length: a bridge call
+went 26 -> 19 s with 16 tokens (measured 2026-12-07, load 3), less with 8."""
 
 from __future__ import annotations
 
@@ -21,11 +27,16 @@ from pathlib import Path
 
 import pytest
 from clihelpers import cli, wait_for_ready
+from truth import late_tick_nulled
 
 from conftest import RunningServer
 from fakeserver import free_port
 
 pytest.importorskip("pipecat", reason="the pipecat extra is not installed (make test installs it)")
+
+REPLY_TOKENS = 8  # the agent's --max-tokens in these calls (its default: 48): a sentence, still heard when the
+# barge-in comes 500 ms into it
+SHORT_CALL = ("--caller-lines", "load")  # dial's: short clinic questions, about a second each
 
 
 @pytest.mark.slow
@@ -38,7 +49,7 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     agent = subprocess.Popen(
         ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--listen",
          f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
-         "--ready-file", str(ready_file)],
+         "--max-tokens", str(REPLY_TOKENS), "--ready-file", str(ready_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         ready = wait_for_ready(agent, ready_file, 300, what="the pipecat agent")
@@ -48,7 +59,7 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
         # `voice-llm dial` and `check` in this process (clihelpers.cli: the same parser and commands; a new
         # interpreter would only add its imports)
         dial = cli("dial", ready["listen"], "--out", str(out), "--turns", "1", "--barge-in-turns", "none",
-                   "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet", env=env,
+                   *SHORT_CALL, "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet", env=env,
                    timeout=900)
         assert dial.returncode == 0, dial.stderr
     finally:
@@ -74,18 +85,27 @@ def test_dial_against_the_pipecat_agent_puts_pipecats_own_number_beside_what_was
     assert check.returncode == 0, check.stdout[-3000:]
 
 
+def answered_turns(doc: dict) -> list[dict]:
+    """The turns whose reply was heard: each with its gap, or nulled by LATE_TICK_RULE with its reason (the dialer ran
+    a tick late near it: a loaded machine; tests/truth.py); at least one."""
+    answered = [t for t in doc["turns"] if t["heard"]["first_sound_ms"] is not None and
+                (t["heard"]["gap_ms"] is not None or late_tick_nulled(doc, t))]
+    assert answered, (doc["turns"], doc["unknown"])
+    return answered
+
+
 def pipecats_own_numbers(doc: dict) -> list[dict]:
     """The answered turns pipecat reported, each with its own latency beside the heard gap and its stages from its
     stt/llm/tts spans (issue 40 item 3): the built-in agent's names, the end-of-turn wait null with its reason, the
     rest adding up to pipecat's own latency when every one is known (the mapping's 1 ms slack)."""
-    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
-    assert answered, doc["turns"]
+    answered = answered_turns(doc)
     reported = [t for t in answered if t["agent_reported"]]
     assert reported, "pipecat's tracing reported no turn"
     for turn in reported:
         assert turn["agent_reported"]["source"] == "pipecat turn.user_bot_latency_seconds"
-        assert turn["heard_minus_reported_ms"] == pytest.approx(
-            turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
+        if turn["heard"]["gap_ms"] is not None:  # else nulled by a late tick: nothing heard to put it beside
+            assert turn["heard_minus_reported_ms"] == pytest.approx(
+                turn["heard"]["gap_ms"] - turn["agent_reported"]["latency_ms"], abs=0.01)
         parts = turn["agent_breakdown"]
         assert parts is not None and parts["endpoint_wait"] is None, parts
         known = [v for k, v in parts.items() if v is not None]
@@ -105,12 +125,12 @@ def _two_turns_with_a_barge_in(shared_server: RunningServer, tmp_path: Path,
     agent = subprocess.Popen(
         ["nice", "-n", "10", sys.executable, "-m", "voice_llm", "agent", "--engine", "pipecat", "--protocol", protocol,
          "--listen", f"127.0.0.1:{port}", "--url", shared_server.url, "--otlp", f"http://127.0.0.1:{otlp_port}",
-         "--ready-file", str(ready_file)],
+         "--max-tokens", str(REPLY_TOKENS), "--ready-file", str(ready_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         ready = wait_for_ready(agent, ready_file, 300, what=f"the pipecat agent on {protocol}")
         dial = cli("dial", ready["listen"], "--protocol", protocol, "--out", str(out), "--turns", "2",
-                   "--barge-in-turns", "1", "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
+                   "--barge-in-turns", "1", *SHORT_CALL, "--otlp", f"127.0.0.1:{otlp_port}", "--deadline", "240", "--quiet",
                    env=env, timeout=900)
         assert dial.returncode == 0, dial.stderr
     finally:
@@ -140,8 +160,7 @@ def test_dial_calls_pipecat_over_each_phone_bridge_with_pipecats_own_serializer(
 
     assert (doc["line"]["protocol"], doc["line"]["codec"], doc["line"]["rate"]) == (
         protocol, *wire.FIXED_FORMATS[protocol])
-    answered = [t for t in doc["turns"] if t["heard"]["gap_ms"] is not None]
-    assert answered, doc["turns"]
+    answered = answered_turns(doc)
     assert any(t["agent_reported"] for t in answered), "pipecat's tracing reported no turn"
     barge = doc["turns"][0]["barge_in"]
     assert barge is not None and barge["heard_silent_ms"] is not None, barge

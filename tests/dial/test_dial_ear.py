@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from dialhelpers import a_log, context, measured, tone_line, tones
 from fakeagent import FakeAgent, Reply
+from truth import dialled
 
 from voice_llm.core.analysis.keynumbers import Headline, headline
 from voice_llm.capabilities.dial import checks
@@ -33,11 +34,15 @@ def options(**extra: object) -> DialOptions:
 def talked_over(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A PCM line (no clear): the caller cuts into reply 1 (1.5 s, sent at once) with a 200 ms line 2, so reply 1
     is still playing when line 2 ends: turn 2 is talked over."""
-    out = tmp_path_factory.mktemp("talked")
-    with FakeAgent([Reply(100, 1500), Reply(100, 300)], protocol="pcm", rate=16000) as agent:
-        dial_step(context(out), options(protocol="pcm", barge_in_turns=(1,)), agent.url,
-                  caller=tones(2, rate=16000))
-    return out
+    def attempt(_: int) -> Path:
+        out = tmp_path_factory.mktemp("talked")
+        with FakeAgent([Reply(100, 1500), Reply(100, 300)], protocol="pcm", rate=16000) as agent:
+            dial_step(context(out), options(protocol="pcm", barge_in_turns=(1,)), agent.url,
+                      caller=tones(2, rate=16000))
+        return out
+
+    # turn 1's gap is measured, unless a loaded machine's late tick nulled it: then the call is dialled again
+    return dialled(attempt, lambda out: read_json(out / "dial.json"))
 
 
 def test_a_talked_over_turn_has_no_gap_and_says_why(talked_over):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dialhelpers import context, tones
 from fakeagent import FakeAgent, Reply
+from truth import measured_turns
 
 from voice_llm.cli.main import main
 from voice_llm.capabilities.dial.step import DialOptions, dial_step
@@ -45,9 +46,11 @@ def test_each_turn_is_said_as_its_reply_ends_with_the_gap_dial_json_measures(tmp
     said = [line for line, _ in notes.lines]
     turns = [(int(m[1]), float(m[2])) for line in said if (m := re.match(r"turn (\d): heard (\d+) ms after", line))]
     assert [n for n, _ in turns] == [1, 2, 3], said
+    measured = measured_turns(doc, at_least=0)  # a turn near a late tick has no gap in dial.json (its reason said)
     for (n, live), row in zip(turns, doc["turns"]):
         # the live gap is the same measurement on the live floor: within a frame of the re-measured one
-        assert abs(live - row["heard"]["gap_ms"]) <= FRAME_MS, (n, live, row["heard"])
+        if n - 1 in measured:
+            assert abs(live - row["heard"]["gap_ms"]) <= FRAME_MS, (n, live, row["heard"])
     # said while the call ran: turn 1's line came before the agent had sent its second reply
     first = next(sent for line, sent in notes.lines if line.startswith("turn 1: heard"))
     assert first == 1

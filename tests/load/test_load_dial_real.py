@@ -61,9 +61,10 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
         out, state = tmp_path / "out", tmp_path / "state"
         # every step runs whatever the machine's load (--no-stop); as short as what it shows allows: one short line
         # per call (the load lines) and short replies (--max-tokens 8 above), so a call is a few seconds and the
-        # drain waits for little; a 20 s window holds a few of the 1-caller step's turns, and the 2-caller step ends
-        # early on its refusals (two of them are more misses than the target allows)
-        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "20", "--warmup-s", "5",
+        # drain waits for little; a 10 s window holds a turn or more of the 1-caller step (a turn counts in the
+        # window it started in, and a call took 3-7 s at load 3), and the 2-caller step ends early on its refusals
+        # (two of them are more misses than the target allows). 20 s windows after 5 s warm-ups made the test 55 s.
+        result = cli("load", "--dial", url, "--callers", "1,2", "--step-s", "10", "--warmup-s", "2",
                      "--dial-turns", "1", "--workers", "1", "--no-stop", "--out", str(out), "-q",
                      env=cli_env(state), timeout=600)
     finally:
@@ -77,12 +78,15 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
     (sweep,) = doc["sweeps"]
     assert sweep["url"] == url and [s["callers"] for s in sweep["steps"]] == [1, 2]
     samples = read_samples(out / "load_samples.csv")
+    late_tick = "a late tick"  # dial's LATE_TICK_RULE: the reply heard, its gap not timed (a loaded machine's dialer)
     for step in sweep["steps"]:
         measured = [s for s in samples if s["step"] == step["step"] and s["phase"] == "measure"]
         heard = [s for s in measured if s["heard_gap_ms"] is not None]
+        late = [s for s in measured if (s["error"] or "").startswith(late_tick)]
+        assert all(s["late_frames"] > 0 and s["first_sound_ms"] is not None for s in late), late
         # a step ends early once it missed more than the target allows (stats.failed_early): the 2-caller step
         # can end on its refusals alone, before a turn of the caller on the line ends in its window
-        assert heard or (stats.failed_early(step) and step["refused"] > stats.ALLOWED_MISSES), \
+        assert heard or late or (stats.failed_early(step) and step["refused"] > stats.ALLOWED_MISSES), \
             f"{step['callers']} callers: no heard gap measured"
         if heard:  # nearest rank: one of the samples
             assert step["heard_gap_ms"]["p50"] in [s["heard_gap_ms"] for s in heard]
@@ -94,7 +98,9 @@ def test_a_tiny_dial_sweep_measures_heard_gaps_and_counts_refusals(shared_server
         for s in heard:
             assert s["first_sound_ms"] - s["speech_end_ms"] == pytest.approx(s["heard_gap_ms"], abs=0.01)
     one, two = sweep["steps"]
-    assert one["heard_gap_ms"]["p50"] is not None, "the 1-caller step heard the agent"
+    one_late = [s for s in samples if s["step"] == one["step"] and s["phase"] == "measure" and s["error"]]
+    assert one["heard_gap_ms"]["p50"] is not None or (one_late and all(
+        s["error"].startswith(late_tick) for s in one_late)), "the 1-caller step heard the agent"
     assert one["refused"] == 0, "one caller on a one-call agent is never refused"
     assert two["refused"] >= 1, "two callers on a one-call agent: the second is refused while the first is on the line"
     refusals = [s for s in samples if s["refused"]]

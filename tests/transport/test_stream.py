@@ -331,7 +331,12 @@ def test_stop_after_ms_closes_the_socket(tmp_path: Path) -> None:
     assert result.closed_early and not result.done
     assert result.closed_at_ms is not None and result.closed_at_ms >= 350
     assert returned_after < 2.5
-    assert 1 <= len(result.chunks) < 40
+    # the first two tokens went out with the headers: read before the close, unless the server itself sent them that
+    # late (its own log, on the same clock: a loaded machine starves its thread), or no sooner before the cut than
+    # the client's own stop came after it (its measured lateness); never all forty
+    first_sent_ms, client_late_ms = (record.sent_at[0] - t0) * 1000.0, result.closed_at_ms - 350
+    assert len(result.chunks) < 40 and (len(result.chunks) >= 1 or first_sent_ms >= 350 - client_late_ms), (
+        len(result.chunks), first_sent_ms, client_late_ms)
     assert all(c.t_ms <= result.closed_at_ms for c in result.chunks)
     assert record.client_closed  # the server saw EOF (or a failed write): the socket is really closed
     assert record.sent_bytes < sum(len(p) for _, p in pieces)
