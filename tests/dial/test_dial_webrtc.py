@@ -294,6 +294,25 @@ def test_nothing_answers_the_offer(tmp_path):
     failing(tmp_path, f"http://127.0.0.1:{free_port()}/api/offer", "nothing answers the WebRTC offer at")
 
 
+def test_the_offer_asks_no_stun_server(tmp_path, monkeypatch):
+    """Host candidates only: aiortc's default ICE server is Google's public STUN server, whose name the dialer would
+    resolve before every offer (a resolver that does not answer holds the connect bound; the caller's address goes
+    to a third party). Every name looked up while the offer is made is recorded: none is a STUN server's."""
+    import socket
+
+    looked_up: list[str] = []
+    for name in ("getaddrinfo", "gethostbyname"):  # aioice resolves its STUN server with gethostbyname
+        def spy(host, *args, _real=getattr(socket, name), **kwargs):
+            looked_up.append(str(host))
+            return _real(host, *args, **kwargs)
+
+        monkeypatch.setattr(socket, name, spy)
+    with WebRtcAgent(REPLIES, mode="http_error") as agent:
+        failing(tmp_path, agent.url, "answered the WebRTC offer with HTTP 500")
+        assert "typ srflx" not in agent.offers[0]["sdp"] and "a=candidate" in agent.offers[0]["sdp"]
+    assert not [host for host in looked_up if "stun" in host], looked_up
+
+
 def test_cli_a_bad_answer_is_one_line_without_a_traceback(tmp_path, capsys):
     from dialhelpers import write_tone_wavs
 

@@ -103,7 +103,7 @@ class WebRtcAgent:
             writer.close()
 
     async def _offer(self, offer: dict) -> tuple[int, dict | bytes]:
-        from aiortc import RTCPeerConnection, RTCSessionDescription
+        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
         self.offers.append(offer)
         if self.mode == "hang":
@@ -112,7 +112,7 @@ class WebRtcAgent:
             return 500, {"detail": "fake agent: no"}
         if self.mode == "not_json":
             return 200, b"<html>not an answer</html>"
-        pc = RTCPeerConnection()
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only, as the dialer's
         self._pcs.append(pc)
         out = _AgentTrack(self)
         self.out = out

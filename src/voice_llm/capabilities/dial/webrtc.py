@@ -3,6 +3,13 @@ its HTTP URL, as pipecat's SmallWebRTC transport does (``POST /api/offer`` takes
 restart_pc?, request_data?}`` and answers ``{sdp, type: "answer", pc_id}``; its PATCH is trickle ICE, not needed
 here: aiortc gathers every host candidate before the offer is made, so the offer carries them all).
 
+Host candidates only: the peer connection is made with no ICE server (``RTCConfiguration(iceServers=[])``, as
+pipecat's SmallWebRTCConnection makes its own with its default ``ice_servers=[]``). aiortc's default is Google's
+public STUN server (aiortc.rtcicetransport.RTCIceGatherer.getDefaultIceServers): with it, each offer first resolves
+stun.l.google.com and waits on a STUN transaction: on a machine with no route out (CI, a lab LAN) that costs
+whatever its resolver takes to give up, inside the 10 s connect bound (here the resolver fails at once; one whose
+DNS server does not answer waits seconds), and it tells a third party the caller's address. An agent reachable only through NAT traversal is not one this dialer can call.
+
 One audio transceiver, sendrecv, transceiver 0 (pipecat's ``AUDIO_TRANSCEIVER_INDEX``); no data channel. The codec
 is what the answer negotiated (aiortc offers Opus first, then PCMU and PCMA); whatever it is, the ear plays the
 frames decoded from the RTP that arrived, as 16-bit PCM at 48 kHz mono (wire.WEBRTC_RATE), and the caller's frames
@@ -211,7 +218,7 @@ async def connect(url: str, deadline_s: float, ids: Any, line: wire.LineFormat) 
     why not, within min(10 s, deadline) (the WebSocket's handshake bound)."""
     aiortc = _aiortc()
     wait = min(CONNECT_TIMEOUT_S, deadline_s)
-    pc = aiortc.RTCPeerConnection()
+    pc = aiortc.RTCPeerConnection(aiortc.RTCConfiguration(iceServers=[]))  # host candidates only (above)
     try:
         return await asyncio.wait_for(_connect(aiortc, pc, url, wait, ids, line), wait + 2.0)
     except (TimeoutError, asyncio.TimeoutError):
