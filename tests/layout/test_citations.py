@@ -121,7 +121,7 @@ SOURCE_PATH = re.compile(r"(?<![\w.])(?:src/)?voice_llm/[\w/]+\.py\b")
 # `from voice_llm.x import a, b as c` (one line or parenthesised): each imported name is voice_llm.x.a, checked as a
 # dotted name (`from voice_llm import sse` outlived the move of sse into core/ in two benchmarks, found only when
 # the slow tier ran them)
-FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(?P<module>voice_llm(?:\.\w+)*)[ \t]+import[ \t]+(?:\((?P<group>[^)]*)\)|(?P<line>[^\n#]*))",
+FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(?P<module>voice_llm(?:\.\w+)*)[ \t]+import[ \t]+(?:\((?P<group>[^)]*)\)|(?P<line>(?:[^\n#\\]|\\\n)*))",
                          re.MULTILINE)
 # what voice-llm's agent puts on its spans (capabilities/agent/otel.py, docs/agent.md): attribute names on the wire,
 # no module; each is a name or a prefix ending in "."
@@ -163,7 +163,7 @@ def unresolved_code_names(text: str, src: Path = SRC) -> list[str]:
     module they start with; span attribute names (SPAN_NAMES) are names on the wire, not modules."""
     bad = []
     imported = [f"{found['module']}.{part.split()[0]}" for found in FROM_IMPORT.finditer(text)
-                for part in re.sub(r"#[^\n]*", "", found["group"] or found["line"]).split(",") if part.strip() not in ("", "*")]
+                for part in re.sub(r"#[^\n]*|\\\n", " ", found["group"] or found["line"]).split(",") if part.strip() not in ("", "*")]
     for name in [found.group(0).rstrip(".") for found in DOTTED_NAME.finditer(text)] + imported:
         if any(name == span.rstrip(".") or name.startswith(span if span.endswith(".") else span + ".")
                for span in SPAN_NAMES) or name.split(".")[1] in DUNDERS:
@@ -203,6 +203,8 @@ def test_a_planted_stale_module_name_is_found() -> None:
     assert unresolved_code_names("from voice_llm.core import sse\nfrom voice_llm.core.sse import (\n    SSEDecoder,  # x\n"
                                  "    run_stream as rs,\n)\n") == []
     assert unresolved_code_names("    from voice_llm import sse  # noqa: E402\n") == ["voice_llm.sse (no such module)"]
+    assert unresolved_code_names("from voice_llm.core.sse import SSEDecoder, \\\n    gone\n") == [
+        "voice_llm.core.sse.gone (voice_llm.core.sse has no gone)"]
     assert unresolved_code_names("from voice_llm.core.sse import SSEDecoder, gone") == [
         "voice_llm.core.sse.gone (voice_llm.core.sse has no gone)"]
     assert unresolved_code_names("voice_llm.core.sse.no_such_function()") == [
