@@ -7,8 +7,8 @@ deployed on.
 Every cell is one real call of the four clinic lines (turn 3 cut into by line 4: a planned barge-in): `voice-llm
 dial --protocol P` against `voice-llm agent --engine E --protocol P` on loopback, both on the managed llama-server
 of the default model (`voice-llm up --port PORT`, stopped at the end). The built-in agent serves twilio and pcm;
-pipecat serves every protocol with its own serializer (the bridges: pipecat's Telnyx, Plivo, Exotel and Vonage
-serializers). One agent process per cell, started before its call and stopped after it. The agent exports its
+pipecat serves twilio, the bridges (its own Telnyx, Plivo, Exotel and Vonage serializers) and webrtc (its
+SmallWebRTC transport), and has no raw-PCM serializer. An agent that does not start fails its cell, not the table. One agent process per cell, started before its call and stopped after it. The agent exports its
 spans to the dialer's receiver, so pipecat's own turn latency is put beside what was heard.
 
 Read from each call's dial.json (benchmarks/line_matrix.py's `numbers`): heard median / p90, the agent's own number
@@ -32,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import line_matrix  # noqa: E402  (a sibling script, not a package)
 
-CELLS = ("builtin:twilio", "builtin:pcm", "pipecat:twilio", "pipecat:pcm", "pipecat:telnyx", "pipecat:plivo",
+# pipecat has no raw-PCM serializer of its own (its agent refuses --protocol pcm), so pcm is the built-in agent's
+CELLS = ("builtin:twilio", "builtin:pcm", "pipecat:twilio", "pipecat:telnyx", "pipecat:plivo",
          "pipecat:exotel", "pipecat:vonage", "pipecat:webrtc")  # webrtc: pipecat's SmallWebRTC (the webrtc extra)
 
 
@@ -86,13 +87,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for engine, protocol in cells:
             otlp_port = line_matrix.free_port()
-            agent = line_matrix.Agent(engine, "silence", url, otlp_port, calls, protocol=protocol)
-            try:
-                name = f"{engine}-{protocol}"
-                print(f"{name}: calling (load {line_matrix.load()})", file=sys.stderr)
-                call = line_matrix.dial(agent, otlp_port, calls / name, "clean", [])
-            finally:
-                agent.stop()
+            name = f"{engine}-{protocol}"
+            try:  # an agent that does not start fails its cell, not the table (the others' calls are kept)
+                agent = line_matrix.Agent(engine, "silence", url, otlp_port, calls, protocol=protocol)
+            except SystemExit as exc:
+                call = {"exit": None, "error": str(exc), "load_start": line_matrix.load(), "load_end": line_matrix.load()}
+            else:
+                try:
+                    print(f"{name}: calling (load {line_matrix.load()})", file=sys.stderr)
+                    call = line_matrix.dial(agent, otlp_port, calls / name, "clean", [])
+                finally:
+                    agent.stop()
             cell = {"agent": engine, "protocol": protocol, "call": call, "words_heard": words_heard(call.get("dial_json"))}
             print(f"{name}: {json.dumps({k: call.get(k) for k in ('heard_gap_ms', 'reported_ms', 'error')})}",
                   file=sys.stderr)
