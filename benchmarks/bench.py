@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from voice_llm.core import sse  # noqa: E402
 from voice_llm.core.client.api import ServerClient  # noqa: E402
 from voice_llm.core.util.children import stop_child  # noqa: E402
 from voice_llm.capabilities.load.stats import percentile  # noqa: E402
+from voice_llm.core.util.stats import median  # noqa: E402
 
 MESSAGES = list(sse.STEP2_MESSAGES)
 MAX_TOKENS = 64
@@ -62,7 +62,7 @@ BUFFERING_MS = 1.0  # a median per-chunk lateness above the floor's by more than
 def summary(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0, "median": None, "p90": None, "min": None, "max": None}
-    return {"n": len(values), "median": statistics.median(values), "p90": percentile(values, 90),
+    return {"n": len(values), "median": median(values), "p90": percentile(values, 90),
             "min": min(values), "max": max(values)}
 
 
@@ -352,8 +352,8 @@ def cancel_phase(url: str, runs: int, server_log: Path | None, work: Path, log: 
         log(f"  cancel {i + 1}/{runs}: idle {doc['slot_idle_after_ms']:.1f} ms, token {token_ms or 0:.1f} ms")
     idle = [r["slot_idle_after_ms"] for r in rows]
     tok = [r["predicted_per_token_ms"] for r in rows if r["predicted_per_token_ms"] is not None]
-    med_idle = statistics.median(idle) if idle else None
-    med_tok = statistics.median(tok) if tok else None
+    med_idle = median(idle) if idle else None
+    med_tok = median(tok) if tok else None
     return {
         "runs": rows,
         "errors": errors,

@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import threading
@@ -65,6 +64,7 @@ from voice_llm.engines.line import wire
 from voice_llm.engines.speech_in import stt as sttmod
 from voice_llm.engines.speech_in.wer import total, wer
 from voice_llm.engines.speech_out.segmenting import make_segmenter
+from voice_llm.core.util.stats import median  # the one median rule (decision 0007)
 
 MAX_TOKENS = 24  # the agent's reply length (docs/line.md)
 DOCS = 4  # the clinic system prompt's documents, as converse and the agent use
@@ -78,7 +78,7 @@ def load() -> float:
 
 def med(values: Sequence[float]) -> float | None:
     values = [v for v in values if v is not None]
-    return round(statistics.median(values), 1) if values else None
+    return round(median(values), 1) if values else None
 
 
 def ms_since(t: float) -> float:
@@ -138,7 +138,7 @@ def measure_vad(utterances: Sequence[callermod.Utterance], endpoint_ms: float) -
                 if event.kind == vadmod.ENDPOINT and pause is not None:  # the last endpoint of the line counts
                     fired, first_silent = frame_end_ms - u.speech_end_ms, pause - u.speech_end_ms
         turns.append({"endpoint_after_end_ms": fired, "first_silent_after_end_ms": first_silent})
-    return {"frame_ms_median": round(statistics.median(per_frame), 3),
+    return {"frame_ms_median": round(median(per_frame), 3),
             "frame_cpu_ms_mean": round((cpu_ms() - cpu0) / len(per_frame), 3),
             "frame_ms_p90": round(float(np.percentile(per_frame, 90)), 3), "frames": len(per_frame),
             "turns": turns, "load": load()}

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from voice_llm.core.util.stats import median  # the one median rule (decision 0007): the upper middle
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -188,7 +189,7 @@ def print_capacity(result: dict[str, Any]) -> None:
     values = result["loadavg"]
     if values:
         print(f"\nLoad average (1 min) during the run, {result['cores']} cores: min {min(values):.2f}, "
-              f"median {statistics.median(values):.2f}, max {max(values):.2f} ({len(values)} samples over "
+              f"median {median(values):.2f}, max {max(values):.2f} ({len(values)} samples over "
               f"{result['wall_s']:.0f} s)")
     caller = doc["caller"]
     print(f"Callers: {caller['dialogue']} call, {caller['docs']} documents, {caller['turns']} turns, "

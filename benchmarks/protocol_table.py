@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import line_matrix  # noqa: E402  (a sibling script, not a package)
+from voice_llm.core.util.stats import median  # noqa: E402  (the one median rule, decision 0007)
 
 # pipecat has no raw-PCM serializer of its own (its agent refuses --protocol pcm), so pcm is the built-in agent's
 CELLS = ("builtin:twilio", "builtin:pcm", "pipecat:twilio", "pipecat:telnyx", "pipecat:plivo",
@@ -62,7 +62,7 @@ def markdown(result: dict[str, Any]) -> str:
             continue
         own = [x for x in call.get("reported_ms") or [] if x is not None]
         rows.append(f"| {cell['protocol']} | {cell['agent']} | {fmt(call.get('heard_median_ms'))} / "
-                    f"{fmt(call.get('heard_p90_ms'))} | {fmt(statistics.median(own) if own else None)} | "
+                    f"{fmt(call.get('heard_p90_ms'))} | {fmt(median(own) if own else None)} | "
                     f"{fmt(call.get('heard_minus_reported_median_ms'))} | "
                     f"{fmt(call.get('barge_in_heard_after_onset_ms'))} | {cell.get('words_heard') or '—'} | "
                     f"{fmt(call.get('late_frames'))} | {call.get('load_start')}→{call.get('load_end')} |")

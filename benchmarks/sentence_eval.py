@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from voice_llm.core.sentences import SentenceSplitter, first_sentence_end
+from voice_llm.core.util.stats import median  # the one median rule (decision 0007)
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CASES = HERE / "sentence_cases.jsonl"
@@ -147,7 +147,7 @@ def summary_rows(scores: list[Score]) -> list[list[str]]:
                  *(pct(s.early, s.multi) for s in scores)])
     rows.append(["... and it was the right first sentence", *(pct(s.early_right, s.multi) for s in scores)])
     rows.append(["delay of a right first sentence after its true end, median / max (chars)",
-                 *(f"{statistics.median(s.delays):g} / {max(s.delays)}" if s.delays else "-" for s in scores)])
+                 *(f"{median(s.delays):g} / {max(s.delays)}" if s.delays else "-" for s in scores)])
     return rows
 
 

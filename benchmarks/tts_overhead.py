@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,10 +32,11 @@ from voice_llm.core.sse import Chunk, StreamResult
 from voice_llm.engines.speech_out.engines import load_engine
 from voice_llm.capabilities.speak.artifact import AUDIO
 from voice_llm.engines.speech_out.live import speak_live
+from voice_llm.core.util.stats import median  # the one median rule (decision 0007)
 
 
 def spread(values: Sequence[float]) -> str:
-    return f"{statistics.median(values):7.1f} ({min(values):.0f}..{max(values):.0f})"
+    return f"{median(values):7.1f} ({min(values):.0f}..{max(values):.0f})"
 
 
 def replay_request(chunks: Sequence[tuple[float, str]], total_ms: float) -> Callable[[Callable[[Chunk], None]], StreamResult]:
@@ -100,16 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for strategy, r in rows.items():
         line = (f"{strategy:<11} {spread(r['ttfa_ms']):>20} {spread(r['first_text_ms']):>20} "
                 f"{spread(r['first_segment_alone_ms']):>20} {spread(r['overhead_ms']):>20} "
-                f"{statistics.median(r['stall_count']):>6.0f} {statistics.median(r['stall_ms']):>9.0f} "
-                f"{statistics.median(r['end_ms']):>8.0f}")
+                f"{median(r['stall_count']):>6.0f} {median(r['stall_ms']):>9.0f} "
+                f"{median(r['end_ms']):>8.0f}")
         print(line + (f"  {spread(r['replay_overhead_ms'])}" if args.replay else ""))
     overall = [v for r in rows.values() for v in r["overhead_ms"]]
     handoff = [v for r in rows.values() for v in r["handoff_ms"]]
-    print(f"pipeline overhead, all strategies and runs: median {statistics.median(overall):.1f} ms; of it the "
-          f"hand-off from text ready to synthesis start: median {statistics.median(handoff):.2f} ms (max {max(handoff):.2f})")
+    print(f"pipeline overhead, all strategies and runs: median {median(overall):.1f} ms; of it the "
+          f"hand-off from text ready to synthesis start: median {median(handoff):.2f} ms (max {max(handoff):.2f})")
     if args.replay:
         quiet = [v for r in rows.values() for v in r["replay_overhead_ms"]]
-        print(f"pipeline overhead without the LLM (replay): median {statistics.median(quiet):.1f} ms")
+        print(f"pipeline overhead without the LLM (replay): median {median(quiet):.1f} ms")
     return 0
 
 
