@@ -50,6 +50,24 @@ def test_pipecats_turns_get_the_built_in_agents_stages_adding_up_to_its_own_late
     assert first.breakdown["request_to_first_token"] == pytest.approx(llms[1].attributes["metrics.ttfb"] * 1000, abs=0.1)
 
 
+def test_pipecats_transcript_of_a_line_is_every_segment_it_heard_before_the_reply() -> None:
+    """pipecat ends its turn at a pause inside a line and transcribes each segment on its own: the real call's line 1
+    reached its LLM as "Hi." (the comma) and then the rest, and line 2's "Okay." sits in the turn span of line 1.
+    The transcript of a line is every stt segment between the previous reply's llm and this reply's, in order; one
+    stt span alone (the first, as it was) gave "Hi." and "Okay.": 17 of 18 and 4 of 5 word errors of a line pipecat
+    had heard whole."""
+    reported = _matched(_spans())
+    assert [r.transcript if r is not None else None for r in reported] == [
+        "Hi. I'd like to come in for the first time. What should I bring as a new patient?",
+        "Okay. Do you take Medicare?"]
+    # a segment whose stt span carries no transcript is left out; a reply with none in its window has None
+    spans = [replace(s, attributes={k: v for k, v in s.attributes.items() if k != "transcript"})
+             if s.attributes.get("transcript") == "Okay." else s for s in _spans()]
+    assert [r.transcript for r in _matched(spans) if r is not None][1] == "Do you take Medicare?"
+    bare = [replace(s, attributes={k: v for k, v in s.attributes.items() if k != "transcript"}) for s in _spans()]
+    assert [r.transcript for r in _matched(bare) if r is not None] == [None, None]
+
+
 @pytest.mark.parametrize("name, stages", [
     ("tts", {"segment_to_first_audio", "audio_to_sent"}),
     ("llm", {"request_to_first_token", "first_token_to_first_segment"}),

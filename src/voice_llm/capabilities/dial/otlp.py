@@ -653,8 +653,8 @@ def _breakdown(span: Span) -> dict[str, float] | None:
 
 # pipecat's turn, in the built-in agent's stages (issue 40 item 3), from its stage spans and their metrics.ttfb
 # (seconds; pipecat's own TTFB metrics, https://docs.pipecat.ai/server/utilities/opentelemetry): the reply heard is
-# the first `llm` span starting at or after the caller's speech end (the dial turn's, call clock); its transcript
-# the last `stt` span ending before that llm starts; its speech the first `tts` span starting after it. pipecat's
+# the first `llm` span starting at or after the caller's speech end (the dial turn's, call clock); its stt the last
+# `stt` span ending before that llm starts; its speech the first `tts` span starting after it. pipecat's
 # segmented STT times its TTFB from the VAD's stop, so that stop is the stt span's end minus its ttfb, and
 # turn.user_bot_latency_seconds runs from it too (measured here: a 2-turn call's parts from that anchor came to
 # within 9-35 ms of the reported latency, the rest being the transport's send). Each part is pipecat's own timing:
@@ -724,6 +724,35 @@ def pipecat_breakdown(latency_ms: float, below: Sequence[Span], clock: Clock,
 TRANSCRIPT_ATTRIBUTES = ("voice_llm.transcript", "transcript")
 
 
+def _reply_llm(spans: Sequence[Span], clock: Clock, speech_end_ms: float | None) -> Span | None:
+    """pipecat's llm span that made the reply heard after a caller's line: the first starting at or after the line's
+    speech end (an earlier one answered a pause inside the line, and was cut by the rest of it)."""
+    if speech_end_ms is None:
+        return None
+    return min((sp for sp in spans if sp.name == "llm" and clock.ms(sp.start_ns) >= speech_end_ms),
+               key=lambda sp: sp.start_ns, default=None)
+
+
+def pipecat_transcript(spans: Sequence[Span], clock: Clock, speech_ends_ms: Sequence[float | None],
+                       turn: int) -> str | None:
+    """What pipecat understood of the caller's line ``turn``: every `stt` span's transcript ending after the previous
+    line's reply llm started and by the time this line's reply llm started, in order, joined. pipecat ends its
+    turn at a pause inside a line and transcribes each segment on its own (a real call's spans,
+    tests/fixtures/pipecat_call_spans: "Hi." at the comma, then "I'd like to come in ... patient?", both in its
+    context before the reply; the pause's "Okay." of line 2 inside the turn span of line 1), so neither one stt span
+    nor pipecat's turn span is the line. None: no reply llm, or no transcript in that window (``match`` then takes
+    the turn span's own stt's)."""
+    reply = _reply_llm(spans, clock, speech_ends_ms[turn])
+    if reply is None:
+        return None
+    earlier = next((_reply_llm(spans, clock, end) for end in reversed(speech_ends_ms[:turn]) if end is not None), None)
+    after_ns = earlier.start_ns if earlier is not None else None
+    parts = [sp for sp in spans if sp.name == "stt" and sp.end_ns <= reply.start_ns
+             and (after_ns is None or sp.end_ns > after_ns)
+             and isinstance(sp.attributes.get("transcript"), str) and str(sp.attributes["transcript"]).strip()]
+    return " ".join(str(sp.attributes["transcript"]).strip() for sp in sorted(parts, key=lambda sp: sp.start_ns)) or None
+
+
 def _transcript(span: Span, descendants: Sequence[Span]) -> str | None:
     for candidate in (span, *descendants):
         for attribute in TRANSCRIPT_ATTRIBUTES:
@@ -773,10 +802,14 @@ def match(speech_ends_ms: Sequence[float | None], spans: Sequence[Span], clock: 
                               key=lambda stage: stage.start_ms))
         breakdown: Mapping[str, float | None] | None = _breakdown(span)
         unknown: dict[str, str] = {}
-        if breakdown is None and source == PIPECAT_SOURCE:
-            breakdown, unknown = pipecat_breakdown(latency, below, clock, speech_ends_ms[turn])  # type: ignore[arg-type]
+        transcript = _transcript(span, below)
+        if source == PIPECAT_SOURCE:
+            if breakdown is None:
+                breakdown, unknown = pipecat_breakdown(latency, below, clock, speech_ends_ms[turn])  # type: ignore[arg-type]
+            # the line's segments when pipecat's reply llm is among the spans, else its turn span's own stt
+            transcript = pipecat_transcript(spans, clock, speech_ends_ms, turn) or transcript
         found[turn] = Reported(latency, source, f"{span.name} {span.span_id}", clock.ms(span.start_ns), end,
-                               breakdown, stages, _transcript(span, below), _preemptive(span), unknown)
+                               breakdown, stages, transcript, _preemptive(span), unknown)
     return found
 
 
