@@ -476,3 +476,19 @@ def test_call_checks_without_the_servers_counts(tmp_path: Path) -> None:
     call_json(tmp_path, [100, 200, 300], [0, 0, 190])  # the server says it reused nothing on turn 2
     with pytest.raises(CheckFailed, match="turn 2 reused nothing"):
         call_checks.check_call_cache_keeps_turns_fast(tmp_path)
+
+
+# --- sse_raw: the FAIL quotes the first event's delta, whatever order the server writes its keys in -------------
+
+def test_a_first_event_without_the_role_fails_quoting_its_delta(lab: Path) -> None:
+    """A server that writes id, created and model before choices (most but llama-server) once filled the quoted
+    120 characters before the delta: the line did not show the missing role that failed it."""
+    first = {"id": "chatcmpl-" + "x" * 40, "object": "chat.completion.chunk", "created": 1796027858,
+             "model": "a-model-name-of-some-length", "choices": [{"index": 0, "delta": {"content": "Hello"},
+                                                                   "finish_reason": None}]}
+    raw = (lab / "sse_raw.txt").read_text(encoding="utf-8")
+    rest = raw.split("\n\n", 1)[1]
+    (lab / "sse_raw.txt").write_text(f"data: {json.dumps(first)}\n\n{rest}", encoding="utf-8")
+    result = by_name(lab)["sse_raw: role chunk first, [DONE] last"]
+    assert result.status == FAIL, result
+    assert "no role \"assistant\" in its delta" in result.detail and "{'content': 'Hello'}" in result.detail, result
