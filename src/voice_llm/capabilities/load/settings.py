@@ -144,6 +144,13 @@ class LoadSettings:
         dial = self.dial is not None
         if self.otlp_listen is not None and not dial:  # a flag combination: refused as a bad flag (exit 2)
             raise ConfigError("--otlp-listen receives a voice agent's spans: it goes with --dial URL")
+        if dial and self.url:  # likewise a flag combination (it was exit 1, found by a newcomer's walkthrough)
+            raise ConfigError("--dial measures the agent at its URL; the LLM server behind it is the agent's own "
+                              "(`voice-llm agent --url ...`): drop --url")
+        if dial and any(t < 1 or t >= self.dial_turns for t in self.dial_barge_in_turns):
+            raise ConfigError(f"--dial-barge-in-turns {list(self.dial_barge_in_turns)}: a barge-in cuts into turn "
+                              f"K's reply with line K+1, so K must be 1..{self.dial_turns - 1} (--dial-turns "
+                              f"{self.dial_turns})")
         for name, text, dialing in (("callers", DEFAULT_CALLERS, DIAL_CALLERS), ("step_s", DEFAULT_STEP_S, DIAL_STEP_S),
                                     ("warmup_s", DEFAULT_WARMUP_S, DIAL_WARMUP_S)):
             if getattr(self, name) is None:
