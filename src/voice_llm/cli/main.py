@@ -283,8 +283,8 @@ def cmd_log(args: argparse.Namespace, progress: Progress) -> int:
         for line in server.follow_log(port, args.lines, follow=args.follow):
             sys.stdout.write(line)
             sys.stdout.flush()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # how `log -f` ends, as `tail -f` does: 130 like every interrupted command, no line
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 
