@@ -9,6 +9,10 @@
 Links in those files are written from the repository's root (or the file's own folder); they are rewritten to the
 site's pages, and a link to a file the site does not hold (a script, a JSON file) becomes its path as code, so
 `mkdocs build --strict` fails only on a link that is broken in the repository too.
+
+A page of docs/ links those files as they are in the repository (`../BENCHMARKS.md#targets`,
+`../benchmarks/README.md`, `../benchmarks/results/`), so the link works on GitHub too; `on_page_markdown` points
+such a link, one that leaves docs/, at the site's page (`benchmarks.md#targets`). Links within docs/ are MkDocs'.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import posixpath
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from mkdocs.structure.files import File, Files
 
@@ -66,6 +71,8 @@ def site_path(repo_path: str) -> str | None:
     """The site page a repository path is shown as, or None when the site does not hold it."""
     if repo_path in INCLUDED:
         return INCLUDED[repo_path]
+    if repo_path == "benchmarks/results":  # the folder itself: its index of dated pages
+        return "results/index.md"
     if repo_path.startswith("docs/"):
         return repo_path[len("docs/"):]
     if repo_path.startswith("benchmarks/results/"):
@@ -75,8 +82,9 @@ def site_path(repo_path: str) -> str | None:
     return None
 
 
-def rewrite(text: str, repo_file: str, page: str) -> str:
-    """``text`` of ``repo_file`` shown as the site's ``page``: its relative links pointed at the site's pages."""
+def rewrite(text: str, repo_file: str, page: str, outside_docs_only: bool = False) -> str:
+    """``text`` of ``repo_file`` shown as the site's ``page``: its relative links pointed at the site's pages
+    (with ``outside_docs_only``, only the links that leave docs/; those within it are left as written)."""
     base = posixpath.dirname(repo_file)
 
     def one(found: re.Match[str]) -> str:
@@ -84,7 +92,11 @@ def rewrite(text: str, repo_file: str, page: str) -> str:
         if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
             return found[0]  # an anchor on the same page, or a URL
         repo_path = posixpath.normpath(posixpath.join(base, target))
+        if outside_docs_only and repo_path.startswith("docs/"):
+            return found[0]
         shown = site_path(repo_path)
+        if shown is None and outside_docs_only and not (ROOT / repo_path).exists():
+            return found[0]  # broken in the repository too: left for MkDocs to name (a strict build fails)
         if shown is None:
             return f"{found['text']} (`{repo_path}`)"
         return f"[{found['text']}]({posixpath.relpath(shown, posixpath.dirname(page) or '.')}{anchor})"
@@ -143,3 +155,11 @@ def on_files(files: Files, config: object) -> Files:
     index += [f"| {day} | [{name}]({name}.md) | {len(group)} |" for day, name, group in rows]
     files.append(File.generated(config, "results/index.md", content="\n".join(index) + "\n"))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: object, files: Files) -> str:
+    """A page of docs/ as the site shows it: its links to BENCHMARKS.md, benchmarks/README.md and
+    benchmarks/results/ (written from docs/, so they work on GitHub) pointed at the pages ``on_files`` adds."""
+    if page.file.generated_by is not None:  # a page this hook made: its links are the site's already
+        return markdown
+    return rewrite(markdown, f"docs/{page.file.src_uri}", page.file.src_uri, outside_docs_only=True)

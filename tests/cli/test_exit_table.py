@@ -70,3 +70,18 @@ def test_a_usage_error_is_the_tables_usage_code() -> None:
     with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit) as stop:
         cli.main(["ttft", "--port", "0"])
     assert stop.value.code == errors.EXIT_USAGE
+
+
+def test_log_follow_ended_by_ctrl_c_exits_130_like_every_interrupted_command(monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`log -f` is ended by Ctrl-C (or SIGTERM), as `tail -f` is: the table's 130, after the lines it printed, with
+    no error line (it was 0, against the table in --help and docs/guarantees.md)."""
+    def following(port: int, lines: int, follow: bool = False) -> object:
+        yield "srv  listening\n"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.server, "resolve_log_port", lambda port: 8080)
+    monkeypatch.setattr(cli.server, "follow_log", following)
+    assert cli.main(["log", "-f"]) == errors.EXIT_INTERRUPTED == 130
+    said = capsys.readouterr()
+    assert said.out == "srv  listening\n" and said.err == ""

@@ -95,3 +95,24 @@ def test_the_llama_cpp_python_set_up_prints_the_line_to_serve_it(monkeypatch: py
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("serve it with: ") and " -m llama_cpp.server --model " in out[-1]
     assert "--port 8000" in out[-1] and "(then: voice-llm lab --url http://127.0.0.1:8000)" in out[-1]
+
+
+@pytest.mark.parametrize(("n_ctx", "slots", "said"), [
+    (4096, 4, "n_ctx: 4096 per slot (16384 over 4 slots)\n"),
+    (4096, 1, "n_ctx: 4096 per slot (4096 over 1 slot)\n"),
+    (4096, None, "n_ctx: 4096  total_slots: not said\n"),
+    (None, None, "n_ctx: not said  total_slots: not said\n"),
+])
+def test_status_says_n_ctx_per_slot_and_over_the_slots(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       n_ctx: int | None, slots: int | None, said: str) -> None:
+    """llama-server's /props n_ctx is one slot's: after `up --slots 4 --ctx 16384` status says 4096 per slot and
+    16384 over the 4; the --json answer keeps its fields as /props says them."""
+    st = cli.server.ServerStatus(running=True, url="http://127.0.0.1:8080", pid=1, model="m.gguf", uptime_s=3.0,
+                                 health={"status": "ok"}, n_ctx=n_ctx, total_slots=slots, log="/x/log", port=8080)
+    monkeypatch.setattr(cli.server, "status", lambda settings: st)
+    assert cli.main(["status", "--port", "8080"]) == 0
+    assert said in capsys.readouterr().out
+    assert cli.main(["status", "--port", "8080", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["n_ctx"], shown["total_slots"]) == (n_ctx, slots) and "n_ctx_total" not in shown

@@ -4,9 +4,11 @@ the fast tier; it runs in a child process, as `make docs` does."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,3 +85,41 @@ def test_the_hook_points_repository_links_at_the_sites_pages() -> None:
     # from a results page one folder down
     assert rewrite("[b](../../../BENCHMARKS.md#targets)", "benchmarks/results/x/x.md", "results/x.md") == \
         "[b](../benchmarks.md#targets)"
+
+
+def test_docs_pages_link_the_benchmarks_as_the_repository_holds_them(tmp_path: Path) -> None:
+    """A page of docs/ reads as it is on GitHub too: it links ../BENCHMARKS.md, ../benchmarks/README.md and
+    ../benchmarks/results/, never the pages only the built site has (benchmarks.md, benchmarks-scripts.md,
+    results/), and the hook points those links at the site's pages, heading anchors kept."""
+    site_only = re.compile(r"\]\((?:\./)?(?:benchmarks\.md|benchmarks-scripts\.md|results/)")
+    written = [f"{page.relative_to(ROOT)}:{n}" for page in sorted((ROOT / "docs").rglob("*.md"))
+               for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if site_only.search(line)]
+    assert written == []
+    assert "](../BENCHMARKS.md#the-caller-on-a-real-line)" in (ROOT / "docs" / "dial.md").read_text()
+    done = build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
+    assert 'href="benchmarks.html#the-caller-on-a-real-line"' in (tmp_path / "site" / "dial.html").read_text()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert 'href="benchmarks-scripts.html"' in index and 'href="results/index.html"' in index
+
+
+def test_the_hook_points_docs_links_that_leave_docs_at_the_sites_pages() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import docs_hooks
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def shown(markdown: str, src_uri: str = "index.md") -> str:
+        page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri=src_uri, generated_by=None))
+        return docs_hooks.on_page_markdown(markdown, page, {}, None)
+
+    assert shown("[b](../BENCHMARKS.md#targets) [s](../benchmarks/README.md) [r](../benchmarks/results/)") == \
+        "[b](benchmarks.md#targets) [s](benchmarks-scripts.md) [r](results/index.md)"
+    assert shown("[b](../../BENCHMARKS.md#targets)", "decisions/0001-x.md") == "[b](../benchmarks.md#targets)"
+    # links within docs/ are MkDocs' own, as written; a link broken in the repository too is left for MkDocs to name
+    assert shown("[l](line.md#clocks) [x](./lab.md) [n](../no-such-file.md)") == \
+        "[l](line.md#clocks) [x](./lab.md) [n](../no-such-file.md)"
+    assert shown("[s](../benchmarks/bench.py)") == "s (`benchmarks/bench.py`)"
+    made = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="benchmarks.md", generated_by="<unknown>"))
+    assert docs_hooks.on_page_markdown("[r](results/x.md)", made, {}, None) == "[r](results/x.md)"

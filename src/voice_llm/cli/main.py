@@ -243,11 +243,19 @@ def _said(value: object) -> str:
     return "not said" if value is None else str(value)
 
 
+def _ctx_text(n_ctx: int | None, slots: int | None) -> str:
+    """llama-server's /props n_ctx is the context of ONE slot (``-c`` split over ``-np``): said per slot, with the
+    total over the slots when the server says how many it has, so `up --slots 4 --ctx 16384` does not read as 4096."""
+    if n_ctx is None or not slots:
+        return f"n_ctx: {_said(n_ctx)}  total_slots: {_said(slots)}"
+    return f"n_ctx: {n_ctx} per slot ({n_ctx * slots} over {slots} slot{'s' if slots != 1 else ''})"
+
+
 def _status_text(st: server.ServerStatus) -> str:
     if not st.running:
         return f"not running ({st.url}){' - ' + st.note if st.note else ''}"
     return (f"running: {st.url} pid {st.pid}, up {st.uptime_s:.0f} s\nmodel: {st.model}\n"
-            f"health: {json.dumps(st.health)}  n_ctx: {_said(st.n_ctx)}  total_slots: {_said(st.total_slots)}\nlog: {st.log}"
+            f"health: {json.dumps(st.health)}  {_ctx_text(st.n_ctx, st.total_slots)}\nlog: {st.log}"
             + (f"\nnote: {st.note}" if st.note else ""))
 
 
@@ -275,8 +283,8 @@ def cmd_log(args: argparse.Namespace, progress: Progress) -> int:
         for line in server.follow_log(port, args.lines, follow=args.follow):
             sys.stdout.write(line)
             sys.stdout.flush()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # how `log -f` ends, as `tail -f` does: 130 like every interrupted command, no line
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 
