@@ -55,3 +55,33 @@ def test_a_cut_the_busy_machine_made_too_early_is_made_again(step_context, monke
     one_then_silence = [(0.0, e) for e in llama_events(["1,"], done=False)[:2]] + [(2.0, b": keep-alive\n\n")]
     doc = json.loads(run_against(step_context, one_then_silence, at(0.04, llama_events(numbers(256)))).read_text())
     assert doc["discarded_cuts"] == 1 == doc["repeats"][0]["discarded_cuts"] and doc["received_tokens"] >= 2
+
+
+def test_an_answer_that_ends_before_the_cut_is_kept_as_not_cut(step_context) -> None:
+    """A server fast enough to write the brief's 256 tokens before the 0.5 s cut (here: 3 tokens at once, as a
+    newcomer's fake server did) cut nothing: cancel.json keeps what arrived, its close, idle time and log null with
+    the reason, and the lab goes on (the step stopped it with exit 1 before). check says not checkable, never
+    FAIL; the report's section says "no data" with the reason; report.json's words say it too."""
+    from voice_llm.capabilities.repeats.checks import check_cancel_repeats
+    from voice_llm.core.checks.base import NotCheckable
+    from voice_llm.core.checks.core import check_cancel, check_cancel_cut
+    from voice_llm.core.errors import NoDataError
+    from voice_llm.core.lab.report import _barge_in
+    from voice_llm.core.report.charts import cancel_chart
+    from voice_llm.core.run import artifacts as typed
+    from voice_llm.core.run.folder import RunFolder
+
+    path = run_against(step_context, at(0.0, llama_events(["1,", " 2,", " 3."])))
+    doc = json.loads(path.read_text())
+    assert (doc["received_tokens"], doc["closed_at_ms"], doc["slot_idle_after_ms"], doc["cancel_logged"]) == (
+        3, None, None, None)
+    reason = doc["unknown"]["closed_at_ms"]
+    assert "the answer finished (3 tokens in" in reason and "before the 500 ms cut, so nothing was cancelled" in reason
+    assert doc["unknown"]["slot_idle_after_ms"] == reason and doc["repeats"][0]["closed_at_ms"] is None
+    out = path.parent
+    for check in (check_cancel_cut, check_cancel, check_cancel_repeats):
+        with pytest.raises(NotCheckable, match="nothing was cancelled"):
+            check(out)
+    with pytest.raises(NoDataError, match="nothing was cancelled"):
+        cancel_chart(RunFolder.of(out).artifact(typed.Cancel))
+    assert "nothing was cancelled" in _barge_in(doc, None)

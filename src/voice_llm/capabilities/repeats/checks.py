@@ -118,6 +118,8 @@ def check_cancel_repeats(out: RunFolder | Path) -> str:
     the 0.5 s mark) and, where the log is ours, logged. The idle time's bound is check_cancel's expectation."""
     doc = RunFolder.of(out).json(names.CANCEL)
     repeats = _repeats(doc, names.CANCEL)
+    if any(r.get("closed_at_ms") is None for r in repeats):  # an answer ended before the cut: nothing was cut
+        _unknown(doc, "closed_at_ms", f"{len(repeats)} repeats")
     idle = [r["slot_idle_after_ms"] for r in repeats]
     observed = all(value is not None for value in idle)  # None: the server's stop was not observable
     by = "slot_idle_after_ms" if observed else "closed_at_ms"  # the step picks the median cut by this

@@ -19,7 +19,7 @@ from voice_llm.core.errors import ArtifactError, NoDataError
 from voice_llm.core.report import style
 from voice_llm.core.report.style import BLUE, GREEN, GREY, ORANGE, RED, TIME_AXIS, WIDE, Chart
 from voice_llm.core.run import artifacts as typed
-from voice_llm.core.util.artifacts import CACHE, PREFILL
+from voice_llm.core.util.artifacts import CACHE, CANCEL, PREFILL
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn (style.figure), not with this module
     from matplotlib.axes import Axes
@@ -285,6 +285,8 @@ def cache_chart(doc: typed.Cache) -> Chart:
 def cancel_chart(doc: typed.Cancel) -> Chart:
     max_tokens, received = float(doc.max_tokens), float(doc.received_tokens)
     closed, idle_after = doc.closed_at_ms, doc.slot_idle_after_ms
+    if closed is None:  # the answer ended before the cut: no cut to draw ("no data", with the step's reason)
+        raise NoDataError(f"{CANCEL}: {doc.unknown.get('closed_at_ms') or 'closed_at_ms is null'}")
     chunks = [(chunk.t_ms, chunk.text) for chunk in doc.chunks or ()]
     idle_at = None if idle_after is None else closed + idle_after
 

@@ -411,12 +411,13 @@ class Sentence(Artifact):
 @dataclass(frozen=True)
 class Cancel(Artifact):
     """cancel.json: the answer cut after 0.5 s (the client side) and when the server's slot went idle (its side;
-    None when it could not be seen, ``unknown`` says why)."""
+    None when it could not be seen, ``unknown`` says why). ``closed_at_ms`` is None when the answer ended before the
+    cut (nothing was cancelled; ``unknown`` says so)."""
 
     NAME: ClassVar[str] = names.CANCEL
     max_tokens: int = 0
     received_tokens: int = 0
-    closed_at_ms: float = 0.0
+    closed_at_ms: float | None = 0.0
     slot_idle_after_ms: float | None = None
     cancel_logged: bool | None = None
     raw: str | None = None
@@ -431,9 +432,12 @@ class Cancel(Artifact):
         if logged not in (True, False, None) or isinstance(logged, (int, float)) and not isinstance(logged, bool):
             raise _fail(what, "cancel_logged", f"is {logged!r:.80}, not true, false or null")
         idle = _number(body, "slot_idle_after_ms", what, nullable=True)
+        unknown = _unknown(body, what)
+        # null only as the step writes it for an answer that ended before the cut: with its reason in ``unknown``
+        closed = _number(body, "closed_at_ms", what, nullable=bool(unknown.get("closed_at_ms")))
         return cls(doc, _int(body, "max_tokens", what), _int(body, "received_tokens", what),
-                   _required(body, "closed_at_ms", what), idle, logged, _str(body, "raw", what, optional=True),
-                   _chunks(body, what) if "chunks" in body else None, _unknown(body, what),
+                   closed, idle, logged, _str(body, "raw", what, optional=True),
+                   _chunks(body, what) if "chunks" in body else None, unknown,
                    _repeat_values(body, "slot_idle_after_ms", what, "") if idle is not None else ())
 
     def idle_samples(self) -> tuple[float | None, ...]:
