@@ -67,26 +67,20 @@ def run_once(client: ServerClient, system: str, scenario: str, close_ms: float, 
     request(client, system, "Hello again.")  # the slot's KV holds the history, as between two turns
     time.sleep(0.3)
     closed = None
-    threads = []
-    if scenario == "drop_prefill":
+    threads: list[threading.Thread] = []
+    # the requests closed in their prefill: one (a pause), or two in a row (two pauses)
+    dropped = {"drop_prefill": (PARTIAL,), "drop_queued": (PARTIAL, PARTIAL + " maybe")}.get(scenario, ())
+    for text in dropped:
         cancel = StreamCancel()
-        thread, _ = in_background(request, client, system, PARTIAL, cancel)
+        thread, _ = in_background(request, client, system, text, cancel)
         threads.append(thread)
         time.sleep(close_ms / 1000)
         cancel.cancel()
         closed = time.perf_counter()
-    elif scenario == "drop_streaming":
+    if scenario == "drop_streaming":
         cancel = StreamCancel()
         request(client, system, PARTIAL, cancel, close_after_tokens=3)
         closed = cancel.requested_at
-    elif scenario == "drop_queued":
-        for text in (PARTIAL, PARTIAL + " maybe"):
-            cancel = StreamCancel()
-            thread, _ = in_background(request, client, system, text, cancel)
-            threads.append(thread)
-            time.sleep(close_ms / 1000)
-            cancel.cancel()
-        closed = time.perf_counter()
     if closed is not None:
         time.sleep(gap_ms / 1000)
     reply = request(client, system, FULL)
