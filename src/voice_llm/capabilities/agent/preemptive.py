@@ -11,8 +11,10 @@ document, parsed here; fetched by the agent).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
+
+from voice_llm.core.client.api import slots_processing
 
 # A transcript that ends on one of these is a sentence still going: measured on the pause line, where Moonshine
 # writes the first half as "I need to move my appointment to." (its full stop, not the caller's); the other words are
@@ -68,11 +70,7 @@ def slots_allow(idle: int | None) -> bool:
 
 
 def idle_slots(doc: Any) -> int | None:
-    """How many of llama-server's slots are idle, from its /slots document (a list of slots, each with
-    ``is_processing``); None when the document is not that (another server, or /slots turned off)."""
-    if not isinstance(doc, list) or not doc:
-        return None
-    slots: Sequence[Any] = doc
-    if not all(isinstance(s, dict) and isinstance(s.get("is_processing"), bool) for s in slots):
-        return None
-    return sum(1 for s in slots if not s["is_processing"])
+    """How many of llama-server's slots are idle, from its /slots document (core.client.api.slots_processing, the
+    one reader of it); None when the document is not a slots list, or lists none (another server, /slots off)."""
+    processing = slots_processing(doc)
+    return processing.count(False) if processing else None

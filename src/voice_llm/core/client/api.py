@@ -55,6 +55,18 @@ class ServerProps:
         return cls(n_ctx=_positive_int(n_ctx), total_slots=_positive_int(props.get("total_slots")), **text)
 
 
+def slots_processing(slots: Any) -> tuple[bool, ...] | None:
+    """What a /slots answer says of each slot: whether it is processing (llama-server's ``is_processing``). The one
+    reader of /slots (the cancel step waits for none processing, the agent's preemptive gate counts the idle ones).
+    None when the answer is not a list of slot objects each with a boolean ``is_processing`` (another server, a
+    hostile or older one): not a slots list, never a traceback."""
+    if not isinstance(slots, list):
+        return None
+    if not all(isinstance(slot, dict) and isinstance(slot.get("is_processing"), bool) for slot in slots):
+        return None
+    return tuple(slot["is_processing"] for slot in slots)
+
+
 @dataclass(frozen=True)
 class Answer:
     """One JSON endpoint's answer: the status, two headers, and the body (read only for an accepted status)."""

@@ -10,7 +10,7 @@ from typing import Any
 from voice_llm.core import sse
 from voice_llm.core.scenario import brief, prompts
 from voice_llm.core.util import stats
-from voice_llm.core.client.api import JSONPoller
+from voice_llm.core.client.api import JSONPoller, slots_processing
 from voice_llm.core.util.artifacts import CANCEL
 from voice_llm.core.client.capabilities import SOURCE_METRICS, SOURCE_SLOTS, fetch, requests_in_flight
 from voice_llm.core.errors import MeasurementError
@@ -29,10 +29,11 @@ CANCEL_LOG_MARK = "cancel task"
 def _busy(slots: Any) -> bool:
     """Whether a /slots answer (a list of slot objects) shows a slot processing; any other shape is no answer to
     trust (a string or an object would otherwise read as "idle")."""
-    if not isinstance(slots, list):
-        raise MeasurementError(f"cancel: /slots answered a JSON {type(slots).__name__}, not the list of slots: "
-                               f"{str(slots)[:80]!r}")
-    return any(isinstance(slot, dict) and slot.get("is_processing") for slot in slots)
+    processing = slots_processing(slots)
+    if processing is None:
+        raise MeasurementError(f"cancel: /slots answered {str(slots)[:80]!r}, not the list of slots (each with "
+                               "is_processing)")
+    return any(processing)
 
 
 def wait_until_idle(poller: JSONPoller, since: float, timeout_s: float = IDLE_TIMEOUT_S,
