@@ -28,6 +28,7 @@ from typing import Any
 from voice_llm.core.errors import ConfigError
 from voice_llm.core.run.context import StepOptions
 from voice_llm.core.sse import parse_json
+from voice_llm.core.util.artifacts import write_bytes_atomic
 from voice_llm.core.server.config import DEFAULT_CTX, DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SLOTS, default_out_dir
 
 # The longest --timeout or --deadline: a day. Longer is a typo (and infinity overflows the socket's timeout).
@@ -553,8 +554,9 @@ def read_settings(settings_class: type, file: Path) -> dict[str, Any]:
 
 
 def write_settings(settings: Any, file: Path) -> None:
-    """A settings file another process reads whole (``agent --settings FILE``, ``dial --settings FILE``)."""
-    file.write_text(settings_text(settings), encoding="utf-8")
+    """A settings file another process reads whole (``agent --settings FILE``, ``dial --settings FILE``), written
+    atomically as every JSON file of the project is (a reader never sees half of it)."""
+    write_bytes_atomic(file, settings_text(settings).encode("utf-8"))
 
 
 # --- a settings class's fields as one command's flags -----------------------------------------------------------
