@@ -315,3 +315,14 @@ def test_a_call_not_yet_recording_has_no_turn_in_a_window_that_ended(tmp_path: P
     assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == {0}  # recording since 119.5: waited for
     (out / "dial" / ".call-live-1.wav").unlink()
     assert clock.measured_steps(dialing.turns_since(100.0, out, 130.0)) == set()  # placed in it, but not yet calling
+
+
+@pytest.mark.parametrize("connected", [True, False])
+def test_a_failure_line_loses_where_dial_kept_the_call_in_either_form(connected: bool) -> None:
+    """load counts a call's errors by their text: dial's `kept_where` words (a temporary path, different every call)
+    come off whichever form they take, read from kept_where itself so the two cannot drift apart."""
+    from voice_llm.capabilities.dial import without_kept_where
+    from voice_llm.capabilities.dial.step import kept_where
+
+    where = kept_where(connected, Path("/tmp/a/dial-partial.json"), Path("/tmp/a/dial/partial-call.wav"))
+    assert without_kept_where(f"nothing answers at ws://h:1/ ({where})") == "nothing answers at ws://h:1/"

@@ -87,7 +87,7 @@ CAPABILITY = Capability(
 # The call's settings, for another capability that places calls (load --dial's callers hand each call its
 # DialOptions as JSON: `dial --settings FILE`). Imported last: voice_llm.capabilities.dial.step loads with this
 # package (the CLI resolves its flags from it on every start anyway).
-from voice_llm.capabilities.dial.step import DialOptions  # noqa: E402
+from voice_llm.capabilities.dial.step import DialOptions, without_kept_where  # noqa: E402
 
 __all__ = ["CAPABILITY", "CONVERSE_STEP", "DialDoc", "DialOptions", "DialPartialDoc", "OTLP_RUN_LIMITS", "OTLPReceiver",
-           "OTLPSpan", "otlp_clock_for", "otlp_match", "parse_otlp_listen"]
+           "OTLPSpan", "otlp_clock_for", "otlp_match", "parse_otlp_listen", "without_kept_where"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import sys
 import textwrap
@@ -970,6 +971,16 @@ def kept_where(connected: bool, partial_doc: Path, partial_wav: Path) -> str:
     if connected:
         return f"the call so far is in {partial_doc} and {partial_wav}"
     return f"it never connected: nothing was sent or heard; the bytes so far kept in {partial_doc} and {partial_wav}"
+
+
+# kept_where's words as dial's failure line ends in them: " (<where>)"
+_KEPT_WHERE = re.compile(r" \((?:the call so far is in|it never connected:) [^)]*\)")
+
+
+def without_kept_where(line: str) -> str:
+    """A failure line of dial's without where it kept the call (:func:`kept_where`): a temporary folder's path
+    differs every call, and load counts errors by their text."""
+    return _KEPT_WHERE.sub("", line).strip()
 
 
 # --- the agent's traces (voice_llm.capabilities.dial.otlp) ---------------------------------------------------------------------

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from voice_llm.capabilities.dial import DialDoc, DialOptions, DialPartialDoc
+from voice_llm.capabilities.dial import DialDoc, DialOptions, DialPartialDoc, without_kept_where
 from voice_llm.core.errors import ArtifactError
 from voice_llm.core.run import flags
 from voice_llm.capabilities.load.stats import AGENT_STAGES, SAMPLE_FIELDS, stage_column
@@ -268,13 +268,7 @@ def call_samples(out: Path, returncode: int | None, stderr: str, call: CallId, c
         sample = _blank(call, 1, call.placed, clock.at(call.placed))
         sample.update({"error": refused_error(*refused), "refused": True})
         return [sample]
-    return _turn_samples(doc, call, clock, _short(error) if error else None)
-
-
-def _short(error: str) -> str:
-    """dial's failure line without where it kept the call so far (a temporary folder's path differs every call,
-    and the step counts errors by their text)."""
-    return re.sub(r" \((?:the call so far is in|it never connected:) [^)]*\)", "", error).strip()
+    return _turn_samples(doc, call, clock, without_kept_where(error) if error else None)
 
 
 __all__ = ["CallId", "Phase", "PhaseClock", "call_options", "call_samples", "dial_command", "keep_lines", "refusal",
