@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from voice_llm.capabilities.agent.server import PREEMPTIVE_KEYS
 from voice_llm.core.util.artifacts import read_json, write_json
 from voice_llm.core.util.stats import median, percentile
 
@@ -70,8 +71,7 @@ def summary(rows: list[dict[str, Any]], arm: str) -> dict[str, Any]:
     for r in clinic:
         for key, value in (r["breakdown"] or {}).items():
             parts.setdefault(key, []).append(value)
-    pre = {"started": 0, "used": 0, "dropped": 0, "tokens_wasted": 0, "synthesis_ms_wasted": 0.0,
-           "gated_transcript": 0, "gated_slot": 0}
+    pre: dict[str, float] = {key: 0 for key in PREEMPTIVE_KEYS}  # the agent's counts, prefill ahead's among them
     for r in mine:
         for key in pre:
             pre[key] += (r["preemptive"] or {}).get(key, 0)

@@ -69,7 +69,9 @@ def fake_engines(tts: ToneTTS | None = None) -> Engines:
 def settings(llm_url: str, **changes: Any) -> AgentSettings:
     # built whole (not dataclasses.replace on a built one): preemptive's default is worked out from the other fields
     # in __post_init__, so a replaced speculative_stt=False must not inherit a resolved preemptive=True
-    base: dict[str, Any] = {"port": 0, "url": llm_url, "model": "fake", "prime": False, "docs": 0}
+    # prefill ahead is off unless a test asks for it: its one-token requests would take the scripted replies
+    base: dict[str, Any] = {"port": 0, "url": llm_url, "model": "fake", "prime": False, "docs": 0,
+                            "prefill_ahead": False}
     return AgentSettings(**{**base, **changes})
 
 

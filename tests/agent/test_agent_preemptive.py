@@ -18,7 +18,7 @@ import pytest
 
 from agentkit import (LoudVAD, ToneTTS, TwilioCaller, agent_threads, dial, play_out, serving, settings, silence, speech,
                       wait_for)
-from fakeserver import SLOTS_NOT_LISTED, FakeServer, Reply, at, chunk_payload, event, llama_events
+from fakeserver import SLOTS_NOT_LISTED, TIMINGS, FakeServer, Reply, at, chunk_payload, event, llama_events
 from voice_llm.capabilities.agent.server import Engines, LockedSTT, LockedTTS
 from voice_llm.engines.line import wire
 
@@ -297,3 +297,95 @@ def test_two_idle_slots_let_the_preemptive_reply_start() -> None:
     assert record["preemptive"]["reply"] is True
     assert record["events"]["request_sent"] < record["events"]["endpoint"]
     assert agent_threads() == []
+
+
+# -- --prefill-ahead: the turn's prompt computed before the endpoint when no preemptive reply may start -----------
+
+ONE_IDLE_OF_ONE = [{"id": 0, "is_processing": False}]  # the lab's 1-slot server, idle: no preemptive reply
+
+
+def prefilled_call(fake: FakeServer, stt: CountingSTT, asked: int, **changes: Any) -> tuple[dict[str, Any], list[Any]]:
+    """A caller's pause whose transcript is ready before the endpoint, then the endpoint; the turn's record and what
+    the fake server was asked before the endpoint (a prefill ahead's request, or nothing). The endpointer counts
+    frames: no endpoint comes while the test waits for the ``asked`` requests (then a little more, for any other)."""
+    with serving(settings(fake.url, endpoint_ms=ENDPOINT_MS, **changes), engines(stt, ToneTTS())) as served:
+        caller = paused_caller(served)
+        call = live_call(served)
+        wait_for(lambda: "/slots" in [p.path for p in fake.probes])  # the gate asked: the decode is done
+        wait_for(lambda: len(fake.requests) >= asked)
+        time.sleep(0.2)
+        before = list(fake.requests)
+        assert all(turn.state == "held" for turn in call.turns)  # the endpoint has not come: at most a held reply
+        send_silence(caller, 400)
+        play_out(served, caller, 1)
+        record = served.agent.records[0]
+        heard_ms = caller.audio_ms()
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+    assert heard_ms == pytest.approx(len(record["reply"]) * 20, abs=20)  # the tone of the endpoint's reply only
+    return record, before
+
+
+@pytest.mark.parametrize("preemptive", [True, False], ids=["slot-gated preemptive", "no preemptive"])
+def test_a_pause_with_no_preemptive_reply_prefills_the_turn_the_endpoint_then_asks_for(preemptive: bool) -> None:
+    """One idle slot of one (the lab's server): no preemptive reply may start, so the conversation with the
+    speculative transcript goes out for one token before the endpoint, and the endpoint's own request carries the
+    same messages (llama-server's slot then holds their prefix). Nothing of the prefill's answer is heard or kept."""
+    stt = CountingSTT()
+    with FakeServer([quick("Ahead."), quick("Sure.")], slots=ONE_IDLE_OF_ONE) as fake:
+        record, before = prefilled_call(fake, stt, 1, preemptive=preemptive, prefill_ahead=True)
+        ahead, reply = fake.requests
+    assert before == [ahead]
+    assert ahead.json["max_tokens"] == 1 and ahead.json["messages"][-1] == {"role": "user",
+                                                                           "content": f"{stt.calls[0]} samples."}
+    assert reply.json["messages"] == ahead.json["messages"] and reply.json["max_tokens"] > 1
+    assert not ahead.client_closed  # never closed early: llama-server would hold its slot
+    assert record["reply"] == "Sure." and record["preemptive"]["reply"] is False
+    assert record["events"]["request_sent"] > record["events"]["endpoint"]
+    counts = record["preemptive"]
+    assert counts["prefilled_ahead"] == 1 and counts["prefill_ahead_tokens"] == TIMINGS["prompt_n"]
+    assert counts["started"] == 0 and counts["gated_slot"] == int(preemptive)
+    assert record["preemptive_attributes"]["voice_llm.preemptive.prefilled_ahead"] == 1
+
+
+@pytest.mark.parametrize("slots", [[True], SLOTS_NOT_LISTED], ids=["no idle slot", "no slots list"])
+def test_no_prefill_ahead_without_an_idle_slot_or_a_slots_list(slots: Any) -> None:
+    """A prefill ahead must not queue behind other calls' requests (no idle slot), and a server that lists no slots is
+    not guessed about: the endpoint's request is the only one."""
+    listed = slots if slots == SLOTS_NOT_LISTED else [{"id": 0, "is_processing": busy} for busy in slots]
+    with FakeServer([quick("Sure.")], slots=listed) as fake:
+        record, before = prefilled_call(fake, CountingSTT(), 0, prefill_ahead=True)
+        assert len(fake.requests) == 1
+    assert before == [] and record["preemptive"]["prefilled_ahead"] == 0 and record["reply"] == "Sure."
+
+
+def test_a_started_preemptive_reply_is_its_own_prefill() -> None:
+    """Two idle slots: the preemptive reply starts, and it prefills the turn itself; no prefill ahead is sent."""
+    with FakeServer([quick("Sure.")], slots=IDLE) as fake:
+        record, before = prefilled_call(fake, CountingSTT(), 1, preemptive=True, prefill_ahead=True)
+        assert len(fake.requests) == 1
+    assert len(before) == 1 and before[0].json["max_tokens"] > 1
+    assert record["preemptive"]["reply"] is True and record["preemptive"]["prefilled_ahead"] == 0
+
+
+def test_a_caller_who_goes_on_after_a_prefill_ahead_gets_the_whole_utterance_answered() -> None:
+    """The prefill ahead of the first half is not closed (it ends on its own); the endpoint after the caller went on
+    asks with the whole utterance's transcript, and the history keeps nothing of the first half's."""
+    stt = CountingSTT()
+    with FakeServer([quick("Ahead."), quick("Ahead again."), quick("Sure.")], slots=ONE_IDLE_OF_ONE) as fake, \
+            serving(settings(fake.url, endpoint_ms=ENDPOINT_MS, prefill_ahead=True), engines(stt, ToneTTS())) as served:
+        caller = paused_caller(served)
+        wait_for(lambda: fake.requests)
+        caller.say(speech(400))  # the caller goes on before the endpoint
+        send_silence(caller, 600)
+        play_out(served, caller, 1)
+        record = served.agent.records[0]
+        caller.hang_up()
+        caller.ws.close()
+    assert agent_threads() == []
+    asked = [r.json["messages"][-1]["content"] for r in fake.requests]
+    whole = f"{stt.calls[-1]} samples."
+    assert asked[0] == f"{stt.calls[0]} samples." and asked[-1] == whole and record["transcript"] == whole
+    assert not fake.requests[0].client_closed
+    assert record["reply"] == "Sure." and record["preemptive"]["call"]["prefilled_ahead"] == len(asked) - 1

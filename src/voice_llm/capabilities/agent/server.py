@@ -26,6 +26,10 @@ Rules, in one place (moved from converse's call.py, adapted to a line):
   has two idle slots (its /slots): a dropped request holds llama-server's slot until its first token or its next
   1 s poll and the batch under way, and the endpoint's own request must never wait behind it. What each gate kept
   from starting is counted too.
+- ``--prefill-ahead`` (the default; implies ``--speculative-stt``): when no preemptive reply starts from a ready
+  speculative transcript (a gate, or ``--no-preemptive``), the conversation with it as the caller's turn is sent for
+  one token, never closed early, with an idle slot on /slots and one per call at a time: the server's slot then holds
+  the turn's prompt, and the endpoint's request for the same messages prefills one token (Call._prefill_ahead).
 - Anything on the line that is not the protocol (not JSON, a payload that is not base64, a wrong codec, media
   before start) ends that call with one line in the agent's log; the agent goes on serving.
 
@@ -233,6 +237,9 @@ class Speculation:
     # --preemptive: why no reply may start from this transcript (a GATE_* reason), or None: it may; decided on the
     # STT thread right after the decode (agent.preemptive's gates), read on the loop by Call._preempt
     gate: str | None = None
+    # llama-server's idle slots asked on the STT thread with the gate (None: not asked, no answer, or no slots list):
+    # --prefill-ahead needs one
+    idle: int | None = None
 
 
 # Why a speculative transcript ready before the endpoint started no preemptive reply (agent.preemptive's gates)
@@ -242,13 +249,17 @@ GATES = (GATE_TRANSCRIPT, GATE_SLOT)
 GATE_WHY = {GATE_TRANSCRIPT: "the transcript does not end a sentence",
             GATE_SLOT: f"the LLM server has fewer than {preemptive.MIN_IDLE_SLOTS} idle slots, or lists none"}
 PREEMPTIVE_KEYS = ("started", "used", "dropped", "tokens_wasted", "synthesis_ms_wasted",
-                   *(f"gated_{gate}" for gate in GATES))
+                   *(f"gated_{gate}" for gate in GATES),
+                   # --prefill-ahead: requests sent, and the prompt tokens llama-server prefilled for them (its
+                   # timings.prompt_n; a server without timings adds none)
+                   "prefilled_ahead", "prefill_ahead_tokens")
 
 
 def no_preemption() -> dict[str, float]:
     """--preemptive's counts (all 0): replies started before the endpoint, used (the answered turn was one), dropped
     (speech resumed first), tokens streamed by the dropped ones, their synthesis time (ms, each segment's start to
-    end on the synthesis thread), and the ready transcripts a gate kept from starting one (gated_<reason>)."""
+    end on the synthesis thread), and the ready transcripts a gate kept from starting one (gated_<reason>); and
+    --prefill-ahead's: its requests and the prompt tokens they prefilled."""
     return {key: 0 for key in PREEMPTIVE_KEYS}
 
 
@@ -350,6 +361,7 @@ class Call:
         self.speculations_dropped = 0  # decodes thrown away because the caller went on before the endpoint
         self.preempted = no_preemption()  # --preemptive: the call's counts
         self.preempted_turn = no_preemption()  # the same since the last committed turn (what its record says)
+        self.prefilling: Future[None] | None = None  # --prefill-ahead: this call's request in flight
         self.turns: list[Turn] = []
         self.answered = 0
         self.history: list[dict[str, str]] = [{"role": "system", "content": agent.system}]
@@ -533,12 +545,15 @@ class Call:
             finally:
                 speculation.ended = time.perf_counter()
             # only a pause still in progress (the endpoint or the caller's words have not come first) is gated
-            if self.settings.preemptive and not speculation.dropped and speculation is self.speculation:
-                speculation.gate = self.agent.preemptive_gate(text)  # here, off the loop: it may ask the server
+            if self._ahead and not speculation.dropped and speculation is self.speculation:
+                # here, off the loop: the server's slots, asked only when a start could follow
+                if self.settings.prefill_ahead or preemptive.looks_finished(text):
+                    speculation.idle = self.agent.idle_slots()
+                speculation.gate = self.agent.preemptive_gate(text, speculation.idle)
             return text
         self.speculation = speculation  # before the decode can end: its gate asks whether it is still the pause's
         speculation.future = self.agent.speculating.submit(decode)
-        if self.settings.preemptive:
+        if self._ahead:
             def ready(_future: Any) -> None:
                 try:
                     self.loop.call_soon_threadsafe(self._preempt, speculation)
@@ -546,9 +561,15 @@ class Call:
                     pass  # the loop is closed: the agent stopped
             speculation.future.add_done_callback(ready)
 
+    @property
+    def _ahead(self) -> bool:
+        """Whether a ready speculative transcript may start anything before the endpoint (Call._preempt)."""
+        return bool(self.settings.preemptive or self.settings.prefill_ahead)
+
     def _preempt(self, speculation: Speculation) -> None:
         """--preemptive: the speculative transcript is ready. Still before the endpoint (the speculation is the pause
-        in progress), the reply starts from it, held: its audio stays here until the endpoint confirms it."""
+        in progress), the reply starts from it, held: its audio stays here until the endpoint confirms it. When no
+        reply may start (a gate, or --no-preemptive), --prefill-ahead prefills the turn instead (_prefill_ahead)."""
         if speculation is not self.speculation or self.closing is not None or self.hung_up or not self.utterance:
             return  # the endpoint came first (its turn waits for this decode), or the caller went on, or hung up
         assert speculation.future is not None
@@ -556,15 +577,44 @@ class Call:
             return  # the endpoint's turn says the error
         if self.turns and self.turns[-1].state in ("held", "pending", "speaking"):
             return  # a reply still in the making or playing: one turn at a time (the endpoint decides)
-        if speculation.gate is not None:
-            self._count(f"gated_{speculation.gate}", 1)
-            log(f"call {self.number}: no preemptive reply from this pause ({GATE_WHY[speculation.gate]})")
+        if not self.settings.preemptive or speculation.gate is not None:
+            if self.settings.preemptive and speculation.gate is not None:
+                self._count(f"gated_{speculation.gate}", 1)
+                log(f"call {self.number}: no preemptive reply from this pause ({GATE_WHY[speculation.gate]})")
+            if self.settings.prefill_ahead:
+                self._prefill_ahead(speculation)
             return
         turn = Turn(attempt=len(self.turns) + 1, samples=np.concatenate(self.utterance[:speculation.frames]),
                     events={"vad_speech_end": self.last_speech_end, "endpoint": None}, state="held",
                     speculation=speculation, preemptive=True, holding=True)
         self._count("started", 1)
         self._launch(turn)
+
+    def _prefill_ahead(self, speculation: Speculation) -> None:
+        """--prefill-ahead: the conversation with the speculative transcript as the caller's turn, sent for one token
+        on its own thread, so the server's slot holds that prompt when the endpoint's request comes (its prefix
+        is the same when the caller was done). Never closed early: a request closed in its prefill holds
+        llama-server's slot until the server notices (agent.preemptive's MIN_IDLE_SLOTS); this one only prefills the
+        caller's turn and stops, and a caller who goes on makes the endpoint wait out another silence. Sent only
+        with an idle slot (it must not queue behind other calls' requests), when the history is final (the turn
+        before committed), and one at a time per call."""
+        assert speculation.future is not None
+        transcript = speculation.future.result()
+        if not transcript.strip() or speculation.idle is None or speculation.idle < 1:
+            return
+        if any(turn.state != "dropped" and not turn.committed.is_set() for turn in self.turns):
+            return  # the history is not final: a prompt with it would not be the endpoint's
+        if self.prefilling is not None and not self.prefilling.done():
+            return  # the one before still runs; the endpoint's request shares its prefix
+        messages = [*self.history, {"role": "user", "content": transcript}]
+        self._count("prefilled_ahead", 1)
+
+        def prefilled(tokens: int) -> None:
+            try:
+                self.loop.call_soon_threadsafe(self._count, "prefill_ahead_tokens", tokens)
+            except RuntimeError:
+                pass  # the loop is closed: the agent stopped, the call's counts are written
+        self.prefilling = self.agent.prefill_ahead(messages, prefilled)
 
     def _drop_preemptive(self, turn: Turn) -> None:
         """Speech before the endpoint: the held reply goes (stream closed, synthesis stopped), its audio unsent."""
@@ -816,7 +866,7 @@ class Call:
                 "preemptive": {**self.preempted_turn, "reply": turn.preemptive, "on": self.settings.preemptive,
                                "call": dict(self.preempted)},
                 "preemptive_attributes": (preemptive_attributes(self.preempted_turn, self.preempted, turn.preemptive)
-                                          if self.settings.preemptive else {})}
+                                          if self._ahead else {})}
 
     # -- sending --------------------------------------------------------------------------------------------
 
@@ -1027,32 +1077,60 @@ class Agent:
         self.speculating: ThreadPoolExecutor | None = None
         if settings.speculative_stt and settings.stt != "none":
             self.speculating = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-speculative-stt")
+        # --prefill-ahead: its requests, one per call at a time (Call._prefill_ahead)
+        self.prefilling: ThreadPoolExecutor | None = None
+        if settings.prefill_ahead:
+            self.prefilling = ThreadPoolExecutor(max_workers=settings.max_calls, thread_name_prefix="agent-prefill")
         if settings.turn == turnmod.SMART:
             if engines.smart is None:
                 raise AgentError("--turn smart: no smart-turn model was loaded")
             self.judging = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-smart-turn")
 
-    def preemptive_gate(self, transcript: str) -> str | None:
-        """--preemptive: why no reply may start from this speculative transcript (GATE_*), or None. Runs on the STT
-        thread. The transcript's gate first (pure, agent.preemptive.looks_finished); then the server's slots
-        (agent.preemptive.slots_allow: one idle slot for the guess and one left for the endpoint's request, which
-        would otherwise wait behind a dropped guess llama-server has not let go of yet). A server with no /slots
-        list (not llama-server, or --no-slots) is asked once: no preemptive reply starts on it."""
-        if not preemptive.looks_finished(transcript):
-            return GATE_TRANSCRIPT
+    def idle_slots(self) -> int | None:
+        """The LLM server's idle slots now (its /slots, read by agent.preemptive.idle_slots), or None: no answer in
+        time (a busy server; asked again at the next pause) or no slots list. Runs on the STT thread. A server with
+        no /slots list (not llama-server, or --no-slots) is asked once: nothing starts before the endpoint on it."""
         if self.slots_listed is False:
-            return GATE_SLOT
+            return None
         try:
             status, doc = self.client.get_json("/slots", accept_status=(200, 404, 501), cap_s=SLOTS_CAP_S)
         except (StreamError, VoiceLLMError, ValueError):
-            return GATE_SLOT  # no answer in time (a busy server): no guess this pause; asked again at the next
+            return None
         idle = preemptive.idle_slots(doc) if status == 200 else None
         if idle is None:
             self.slots_listed = False
-            log("the LLM server lists no slots (/slots): no preemptive reply starts on it")
+            log("the LLM server lists no slots (/slots): no preemptive reply or prefill ahead starts on it")
         else:
             self.slots_listed = True
+        return idle
+
+    @staticmethod
+    def preemptive_gate(transcript: str, idle: int | None) -> str | None:
+        """--preemptive: why no reply may start from this speculative transcript (GATE_*), or None. The transcript's
+        gate first (pure, agent.preemptive.looks_finished); then the server's idle slots (Agent.idle_slots;
+        agent.preemptive.slots_allow: one idle slot for the guess and one left for the endpoint's request, which
+        would otherwise wait behind a dropped guess llama-server has not let go of yet)."""
+        if not preemptive.looks_finished(transcript):
+            return GATE_TRANSCRIPT
         return None if preemptive.slots_allow(idle) else GATE_SLOT
+
+    def prefill_ahead(self, messages: list[dict[str, str]], prefilled: Callable[[int], None]) -> Future[None]:
+        """--prefill-ahead's request (Call._prefill_ahead) on its own thread: one token of ``messages``, the prompt
+        kept in the server's cache; ``prefilled`` gets the prompt tokens the server says it computed (its
+        timings.prompt_n). A failure is one log line: the endpoint's request says the server's state."""
+        assert self.prefilling is not None
+
+        def run() -> None:
+            try:
+                result = self.client.chat(messages, 1, True, model=self.model,
+                                          include_usage=self.settings.include_usage)
+            except (StreamError, VoiceLLMError, OSError) as exc:
+                log(f"prefill ahead failed: {exc.__class__.__name__}: {str(exc)[:200]}")
+                return
+            tokens = (result.timings or {}).get("prompt_n")
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+                prefilled(tokens)
+        return self.prefilling.submit(run)
 
     def prepare(self) -> None:
         """Before listening: the model name (when not given) and one request priming the system prompt's cache."""
@@ -1112,7 +1190,8 @@ class Agent:
                                     else self.engines.engines.get("stt")),
                             "llm": {"url": s.url, "model": self.model, "max_tokens": s.max_tokens,
                                     "cache_prompt": True, "primed_slots": self.primed_slots,
-                                    "preemptive": self.speculating is not None and s.preemptive},
+                                    "preemptive": self.speculating is not None and s.preemptive,
+                                    "prefill_ahead": self.speculating is not None and bool(s.prefill_ahead)},
                             "turn": {**turnmod.describe(s.turn, s.endpoint_ms, self.engines.smart),
                                      "vad_threshold": s.vad_threshold, "strategy": s.strategy,
                                      "clause_words": s.speech.clause_words,
@@ -1183,6 +1262,8 @@ class Agent:
             self.judging.shutdown(wait=True, cancel_futures=True)
         if self.speculating is not None:
             self.speculating.shutdown(wait=True, cancel_futures=True)
+        if self.prefilling is not None:  # a prefill ahead is one token: waited for, as the server will answer it
+            self.prefilling.shutdown(wait=True, cancel_futures=True)
 
 
 def _peer(ws: Any) -> str:

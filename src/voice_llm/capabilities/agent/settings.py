@@ -70,6 +70,15 @@ DEFAULT_SPECULATIVE_STT = True
 # dropped replies over 15 turns (same-run ABBA, load 1.9-4.6); on a 1-slot server (the lab's) it never starts, so
 # the default cannot cost the tail it did. On by default; `--no-preemptive` turns it off.
 DEFAULT_PREEMPTIVE = True
+# Prefill ahead (issue 39, 2026-12-07): when the speculative transcript is ready before the endpoint but no preemptive
+# reply may start (its gates: the transcript, or fewer than two idle slots, as on the lab's 1-slot server), the
+# conversation with that transcript as the caller's turn is sent for one token, so llama-server's slot holds its
+# prefix when the endpoint's own request comes: that request then prefills one token, not the caller's turn (measured
+# on the lab's server shape, 4 KB documents: the turn's 28 tokens 162 ms, after the prefill ahead 1 token 14 ms). It is
+# never closed early (a closed request is what held the slot, above): it is short, its prefix is the endpoint's when
+# the caller was done, and a caller who goes on makes the endpoint wait out another silence, longer than it runs.
+# It needs one idle slot on /slots. The default is set by the same-run A/B in BENCHMARKS.md ("Prefill ahead").
+DEFAULT_PREFILL_AHEAD = True
 # The echo gate (issue 39 item 4, agent.echo): a caller frame this many dB below the loudest audio the caller just
 # heard is taken as the agent's own voice coming back, not as a barge-in. 0 turns it off. Chosen and measured in the
 # line matrix (BENCHMARKS.md "Speech-in with Moonshine", its table "Barge-in over echo").
@@ -141,6 +150,13 @@ class AgentSettings:
                                                  "confirms it, drop it when speech resumes; implies "
                                                  "--speculative-stt; builtin engine (default "
                                                  f"{'on with speculative STT' if DEFAULT_PREEMPTIVE else 'off'})")
+    # prefill the speculative transcript's turn when no preemptive reply starts from it (implies speculative_stt);
+    # None: the default, DEFAULT_PREFILL_AHEAD for the builtin engine with speculative STT on (see __post_init__)
+    prefill_ahead: bool | None = setting(None, help="when no preemptive reply starts from the speculative transcript, "
+                                                    "ask the LLM server for one token of the conversation with it, so "
+                                                    "its slot holds the turn's prompt when the endpoint comes; needs "
+                                                    "an idle slot on /slots; implies --speculative-stt; builtin engine "
+                                                    f"(default {'on with speculative STT' if DEFAULT_PREFILL_AHEAD else 'off'})")
     echo_gate_db: float = setting(DEFAULT_ECHO_GATE_DB, metavar="DB", rule=Between(0, 60, unit="dB"),
                                   help="take a caller frame this many dB below the loudest audio the caller just "
                                        "heard for the agent's own voice coming back, not a barge-in; 0: off "
@@ -193,8 +209,12 @@ class AgentSettings:
             object.__setattr__(self, "preemptive",
                                DEFAULT_PREEMPTIVE and self.engine == "builtin" and self.speculative_stt
                                and self.stt != "none")
-        if self.preemptive and not self.speculative_stt:
-            object.__setattr__(self, "speculative_stt", True)  # the reply starts from the speculative transcript
+        if self.prefill_ahead is None:  # the default, as preemptive's
+            object.__setattr__(self, "prefill_ahead",
+                               DEFAULT_PREFILL_AHEAD and self.engine == "builtin" and self.speculative_stt
+                               and self.stt != "none")
+        if (self.preemptive or self.prefill_ahead) and not self.speculative_stt:
+            object.__setattr__(self, "speculative_stt", True)  # both start from the speculative transcript
         # voice-llm's own agent serves Twilio and PCM; pipecat's serves Twilio and the phone bridges, each with
         # pipecat's own serializer (it has none for raw PCM frames), and WebRTC with its SmallWebRTC transport
         served = wire.AGENT_PROTOCOLS if self.engine == "builtin" else PIPECAT_PROTOCOLS
@@ -212,6 +232,8 @@ class AgentSettings:
         """What pipecat's pipeline cannot serve (agent.pipecat_agent), refused as any bad setting is."""
         if self.preemptive:
             raise ConfigError("--preemptive is the builtin engine's (pipecat's pipeline has its own turn handling)")
+        if self.prefill_ahead:
+            raise ConfigError("--prefill-ahead is the builtin engine's (pipecat's pipeline has its own turn handling)")
         if self.stt == "none":
             raise ConfigError("--stt none is the builtin engine's (pipecat's pipeline transcribes: moonshine or "
                               "faster-whisper)")
