@@ -3,6 +3,8 @@ hand-made dial.json files and samples (no agent, no Locust)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 from pathlib import Path
@@ -67,6 +69,24 @@ def test_a_call_that_went_through_gives_one_sample_per_turn_tagged_at_its_start(
     assert rows[1]["first_sound_ms"] - rows[1]["speech_end_ms"] == rows[1]["heard_gap_ms"]
     assert {(r["call_frames"], r["late_frames"], r["refused"]) for r in rows} == {(1500, 3, False)}
     assert set(rows[0]) == set(stats.SAMPLE_FIELDS) - {"slots"}
+
+
+def test_a_turn_heard_near_a_late_tick_of_the_dialer_is_unjudged_not_an_error(tmp_path: Path) -> None:
+    """dial's late-tick rule: the reply was heard but the dialer's own tick ran late there, so its gap is not timed.
+    The instrument missed the turn, not the agent: it is neither judged nor an error, so it neither passes a step
+    nor stops one (one such turn had stopped a 2-caller step at 4.8 % errors whose judged turns passed)."""
+    late = _turn(2, 12000.0, None)
+    late = dataclasses.replace(late, heard=dataclasses.replace(late.heard, first_sound_ms=12900.0, late_tick=True))
+    out = _write(tmp_path / "call", "dial.json", _dial_doc([_turn(1, 4000.0, 900.0), late, _turn(3, 20000.0, 800.0)],
+                                                           late=2))
+    rows = dialing.call_samples(out, 0, "", CALL, _clock((T0 - 10, 0, "measure")))
+    assert [(r["turn"], r["heard_gap_ms"], r["error"], r["unjudged"]) for r in rows] == \
+        [(1, 900.0, None, None), (2, None, None, dialing.LATE_TICK), (3, 800.0, None, None)]
+    rows += [_sample(0, 1000.0, call=c) for c in range(2, 20)]
+    step = stats.summarize_step(rows, SLO, 60.0, stats.DIAL_METRIC)
+    assert (step["turns"], step["judged"], step["good"], step["errors"], step["unjudged"]) == (21, 20, 20, 0, 1)
+    assert step["goodput"] == 1.0 and stats.stop_reason({"callers": 2, **step}, SLO, stats.DIAL_METRIC) is None
+    assert not stats.judged(rows[1], stats.DIAL_METRIC)
 
 
 def test_a_refused_call_is_one_error_with_its_reason_never_a_timed_turn(tmp_path: Path) -> None:
@@ -231,7 +251,7 @@ def _fake_dial_run(tmp_path: Path) -> Path:
 def test_a_dial_run_passes_its_checks_and_a_tampered_one_fails(tmp_path: Path) -> None:
     out = _fake_dial_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 4)
+    assert (doc["mode"], doc["metric"], doc["slo_heard_ms"], doc["load_schema_version"]) == ("dial", "heard_gap_ms", SLO, 5)
     first, second = doc["sweeps"][0]["steps"]
     assert (first["judged"], first["good"], second["refused"], second["goodput"]) == (2, 1, 1, 0.5)
     samples = read_samples(out / "load_samples.csv")

@@ -59,7 +59,7 @@ def test_a_dial_sweep_judged_on_another_metric_or_without_a_budget_fails_the_che
 def test_a_malformed_or_newer_load_json_is_one_line() -> None:
     with pytest.raises(ArtifactError, match=r"^load.json: slo_heard_ms is 'fast', not a finite number$"):
         LoadDoc.parse(a_load("dial", slo_heard_ms="fast"))
-    with pytest.raises(ArtifactError, match=r"load_schema_version 5; this one reads up to 4"):
+    with pytest.raises(ArtifactError, match=r"load_schema_version 6; this one reads up to 5"):
         LoadDoc.parse(a_load("dial", load_schema_version=LOAD_SCHEMA_VERSION + 1))
     with pytest.raises(ArtifactError, match="load.json is not an object"):
         LoadDoc.parse([])

@@ -120,7 +120,7 @@ def test_load_json_and_the_report_carry_the_cpu_per_process(tmp_path: Path) -> N
     assert sweep["processes_found"]["agent"] == {"pids": [11], "found": "listening on port 9"}
     assert "reaped" in sweep["processes_found"]["rule"]
     doc = load_document(LoadSettings(dial=dial.url, callers=(1,)), {"mode": "dial"}, [sweep])
-    assert doc["load_schema_version"] == 4
+    assert doc["load_schema_version"] == 5
     table = report._processes_table(json.loads(json.dumps(sweep)))
     assert "6.0 s (0.60 core)" in table and "1.0 s (0.10 core)" in table and "LLM server" not in table
 

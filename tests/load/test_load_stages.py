@@ -134,7 +134,7 @@ def _fake_run(tmp_path: Path) -> Path:
 def test_a_run_with_stage_times_passes_its_checks_and_tampered_stages_fail(tmp_path: Path) -> None:
     out = _fake_run(tmp_path)
     doc = json.loads((out / "load.json").read_text())
-    assert doc["load_schema_version"] == 4 and doc["caller"]["agent_spans"]["turns_matched"] == 3
+    assert doc["load_schema_version"] == 5 and doc["caller"]["agent_spans"]["turns_matched"] == 3
     first, second = doc["sweeps"][0]["steps"]
     assert first["agent_stages_ms"]["request_to_first_token"] == 150.0
     assert second["agent_stages_ms"]["request_to_first_token"] == 900.0

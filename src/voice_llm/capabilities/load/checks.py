@@ -29,6 +29,8 @@ _COMPARED_LATER = ("error_reasons", "heard_gap_ms", "refused", "calls", "late_fr
                    "barge_ins", "agent_reported_ms")
 # load_schema_version 3: the agent's stage times per step (dialing callers), compared in a file of that version on
 _COMPARED_V3 = ("agent_stage_turns", "agent_stages_ms")
+# load_schema_version 5: the turns heard but not timed (a dialer's late tick), every step's
+_COMPARED_V5 = ("unjudged",)
 FRAME_MS = 20.0  # dial's line frames: the heard gap is measured on the call clock to within one
 
 
@@ -101,6 +103,8 @@ def check_load_matches_samples(out: RunFolder | Path) -> str:
             later = [k for k in _COMPARED_LATER if k in step or k in again and metric == stats.DIAL_METRIC]
             if _schema(doc) >= 3 and metric == stats.DIAL_METRIC:
                 later += _COMPARED_V3
+            if _schema(doc) >= 5:
+                later += _COMPARED_V5
             for key in (*_COMPARED, *later):
                 _require(again.get(key) == step.get(key), f"slots {sweep['slots']}, {step['callers']} callers: {key} "
                                                           f"is {step.get(key)!r} in {LOAD} but {again.get(key)!r} "

@@ -87,6 +87,10 @@ WAV_HEADER_BYTES = 44
 TURN_MARGIN_S = 0.5  # a call's first turn starts at its first speech end: after dial's 500 ms lead silence at least
 
 
+# Why a heard turn was not timed (the sample's ``unjudged``): dial's late-tick rule
+LATE_TICK = "a late tick: the dialer ran late near the speech end or the reply's first sound"
+
+
 def turns_since(placed: float, out: Path, now: float) -> float:
     """The earliest moment a running call's turns can have started (each starts at a caller speech end on the
     call's clock). dial opens its live WAV in ``out``/dial just before it connects and writes one frame per 20 ms
@@ -215,8 +219,8 @@ def _turn_samples(doc: DialDoc | None, call: CallId, clock: PhaseClock, error: s
             continue
         if gap is None and heard is not None and heard.late_tick is True:
             # dial's LATE_TICK_RULE: the caller's own tick ran late there, so the recording cannot time it; the
-            # reply was heard and the call goes on
-            sample["error"] = "a late tick: the dialer ran late near the speech end or the reply's first sound"
+            # reply was heard and the call goes on. Not the agent's error: the turn is left unjudged (stats.judged)
+            sample["unjudged"] = LATE_TICK
             rows.append(sample)
             continue
         if gap is None:

@@ -23,8 +23,10 @@ __all__ = ["DIAL_MODE", "Judged", "LOAD_SCHEMA_VERSION", "LoadDoc", "TEXT_MODE",
 # (mode "dial": judged on heard_gap_ms against slo_heard_ms) and each step's error_reasons; 3 the agent's stage
 # times; 4: text steps end at their 20th judged turn and fail early as dialing ones do (the verdict's failed_early),
 # window.ended/warmup_s; dialing steps keep the host CPU per process (``processes``: agent, server, workers, master)
-# with the sweep's ``processes_found``, and the call each caller makes (caller.lines, think_ms, think_share).
-LOAD_SCHEMA_VERSION = 4
+# with the sweep's ``processes_found``, and the call each caller makes (caller.lines, think_ms, think_share); 5: a
+# dialing turn heard but not timed (a late tick of its dialer) is neither judged nor an error: each step's
+# ``unjudged`` counts them, the samples' ``unjudged`` column says why.
+LOAD_SCHEMA_VERSION = 5
 
 DIAL_MODE = "dial"  # load --dial: real calls on the line, each turn judged on the gap its caller heard
 TEXT_MODE = "text"  # LLM requests judged on the first sentence (a file from before modes says none: text)

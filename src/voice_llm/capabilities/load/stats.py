@@ -81,6 +81,10 @@ SAMPLE_FIELDS = (
     # by the one and put on its clock by the other), and the agent's own stage times of this turn (its spans'
     # voice_llm.breakdown.<stage>_ms, load --dial --otlp-listen)
     "stream_sid", "t0_epoch_ns", *(f"agent_{stage}_ms" for stage in AGENT_STAGES),
+    # why a turn the caller heard could not be timed (dial's late-tick rule: the caller's own tick ran late there);
+    # such a turn is neither judged nor an error: the instrument missed it, not the agent (2026-12-07: one late tick
+    # counted as an error had stopped a 2-caller step at 4.8 % errors whose judged turns passed)
+    "unjudged",
 )
 DIAL_FIELDS = SAMPLE_FIELDS[SAMPLE_FIELDS.index("heard_gap_ms"):]
 
@@ -95,7 +99,10 @@ def _present(samples: Iterable[Mapping[str, Any]], key: str) -> list[float]:
 
 def judged(sample: Mapping[str, Any], metric: str = TEXT_METRIC) -> bool:
     """Can this turn be judged against the budget? Not if the caller cut it before its first sentence (a
-    barge-in is the caller's choice, not the server's failure). An error (a refused call too) is judged: a miss."""
+    barge-in is the caller's choice, not the server's failure), nor a turn the caller heard but could not time
+    (``unjudged``: its own tick ran late). An error (a refused call too) is judged: a miss."""
+    if sample.get("unjudged"):
+        return False
     return bool(sample.get("error")) or sample.get(metric) is not None
 
 
@@ -250,6 +257,7 @@ def summarize_step(samples: Sequence[Mapping[str, Any]], slo_ms: float, window_s
         "itl_p99_max_ms": max(_present(samples, "itl_p99_ms"), default=None),
         "workers": sorted({str(s["worker"]) for s in samples}),
         "error_reasons": error_reasons(samples),
+        "unjudged": sum(1 for s in samples if s.get("unjudged")),
         **dial,
     }
 

@@ -266,6 +266,8 @@ class Sweep:
         first = step[plan.metric]
         what = "heard gap" if plan.dial is not None else "first sentence"
         extra = (f"refused {summary['refused']}, late frames {summary['late_frames']} of {summary['call_frames']}"
+                 + (f", {summary['unjudged']} heard but not timed (a late tick of the dialer)"
+                    if summary.get("unjudged") else "")
                  if plan.dial is not None else f"cancelled {summary['cancelled']}")
         log(f"step {index + 1}: {summary['turns']} turns ({summary['judged']} judged) in {end - start:.0f} s "
             f"measured + {drain_s:.0f} s drain, {what} p50 "
