@@ -309,6 +309,7 @@ def prefilled_call(fake: FakeServer, stt: CountingSTT, asked: int, **changes: An
     the fake server was asked before the endpoint (a prefill ahead's request, or nothing). The endpointer counts
     frames: no endpoint comes while the test waits for the ``asked`` requests (then a little more, for any other)."""
     with serving(settings(fake.url, endpoint_ms=ENDPOINT_MS, **changes), engines(stt, ToneTTS())) as served:
+        assert served.ready["engines"]["llm"]["prefill_ahead"] is changes["prefill_ahead"]  # the ready line says it
         caller = paused_caller(served)
         call = live_call(served)
         wait_for(lambda: "/slots" in [p.path for p in fake.probes])  # the gate asked: the decode is done
