@@ -372,9 +372,10 @@ def test_a_started_preemptive_reply_is_its_own_prefill() -> None:
 
 def test_a_caller_who_goes_on_after_a_prefill_ahead_gets_the_whole_utterance_answered() -> None:
     """The prefill ahead of the first half is not closed (it ends on its own); the endpoint after the caller went on
-    asks with the whole utterance's transcript, and the history keeps nothing of the first half's."""
+    asks with the whole utterance's transcript, and the history keeps nothing of the first half's. Whether the second
+    pause's decode is ready before its endpoint depends on the machine, so every answer is the same."""
     stt = CountingSTT()
-    with FakeServer([quick("Ahead."), quick("Ahead again."), quick("Sure.")], slots=ONE_IDLE_OF_ONE) as fake, \
+    with FakeServer([quick("Sure.")] * 3, slots=ONE_IDLE_OF_ONE) as fake, \
             serving(settings(fake.url, endpoint_ms=ENDPOINT_MS, prefill_ahead=True), engines(stt, ToneTTS())) as served:
         caller = paused_caller(served)
         wait_for(lambda: fake.requests)
@@ -389,4 +390,5 @@ def test_a_caller_who_goes_on_after_a_prefill_ahead_gets_the_whole_utterance_ans
     whole = f"{stt.calls[-1]} samples."
     assert asked[0] == f"{stt.calls[0]} samples." and asked[-1] == whole and record["transcript"] == whole
     assert not fake.requests[0].client_closed
+    assert [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] != "system"] == [whole]
     assert record["reply"] == "Sure." and record["preemptive"]["call"]["prefilled_ahead"] == len(asked) - 1
