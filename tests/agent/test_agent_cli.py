@@ -32,6 +32,9 @@ def test_bad_flags_are_usage_errors(args: list[str], says: str, capsys: pytest.C
 @pytest.mark.parametrize("args, says", [
     (["--protocol", "pcm", "--rate", "100"], "rate"),
     (["--engine", "pipecat", "--preemptive"], "builtin engine"),
+    (["--engine", "pipecat", "--prefill-ahead"], "builtin engine"),
+    (["--stt", "none", "--preemptive"], "--stt none"),
+    (["--stt", "none", "--prefill-ahead"], "--stt none"),
     (["--engine", "pipecat", "--endpoint-ms", "100"], "pipecat's VAD stop"),
 ])
 def test_contradicting_settings_are_one_usage_line(args: list[str], says: str,
@@ -79,6 +82,12 @@ def test_the_preemptive_default_never_reenables_speculation() -> None:
     assert not command.settings_from({"engine": "pipecat"}).preemptive
     assert not command.settings_from({"stt": "none"}).preemptive
     assert command.settings_from({"preemptive": True}).preemptive
+    # prefill ahead (settings.DEFAULT_PREFILL_AHEAD) the same way, and it implies speculative STT as preemptive does
+    assert default.prefill_ahead is settings_module.DEFAULT_PREFILL_AHEAD
+    assert not plain.prefill_ahead and not command.settings_from({"engine": "pipecat"}).prefill_ahead
+    assert not command.settings_from({"stt": "none"}).prefill_ahead
+    asked = command.settings_from({"prefill_ahead": True, "preemptive": False, "speculative_stt": False})
+    assert asked.prefill_ahead and asked.speculative_stt and not asked.preemptive
 
 
 def test_preemptive_asked_of_pipecat_is_refused_but_its_default_is_not(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -207,6 +207,9 @@ class AgentSettings:
     def __post_init__(self) -> None:
         flags.check(self)
         object.__setattr__(self, "stt", sttmod.canonical(self.stt))
+        if self.stt == "none" and (self.preemptive or self.prefill_ahead):  # asked for: the defaults are None here
+            raise ConfigError("--preemptive and --prefill-ahead start from the caller's transcript: --stt none makes "
+                              "none")
         if self.preemptive is None:  # the default: a --no-speculative-stt or pipecat agent is not made preemptive
             object.__setattr__(self, "preemptive",
                                DEFAULT_PREEMPTIVE and self.engine == "builtin" and self.speculative_stt
