@@ -258,9 +258,10 @@ def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("slots", [[False], [True, False], None],
                          ids=["one idle slot of one", "one idle slot of two", "no slots list"])
-def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots: list[bool] | None) -> None:
+def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots: list[bool] | None,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """One idle slot is the endpoint's: a guess there, dropped, would hold it until llama-server lets go of it. A
-    server that lists no slots (a 404) is not guessed about."""
+    server that lists no slots (a 404) is not guessed about, and the log says so once, not at every pause."""
     listed = SLOTS_NOT_LISTED if slots is None else [{"id": i, "is_processing": busy} for i, busy in enumerate(slots)]
     with FakeServer([quick("Sure.")], slots=listed) as fake:
         record = gated_call(fake, CountingSTT(), "slot")
@@ -268,6 +269,9 @@ def test_no_preemptive_reply_starts_without_a_spare_slot_for_the_endpoint(slots:
     assert record["preemptive"]["reply"] is False and record["preemptive"]["started"] == 0
     assert record["events"]["request_sent"] > record["events"]["endpoint"]
     assert record["reply"] == "Sure."
+    err = capsys.readouterr().err
+    assert err.count("lists no slots") == (slots is None)
+    assert err.count("no preemptive reply from this pause") == (slots is not None)
 
 
 def test_a_transcript_that_does_not_end_a_sentence_starts_no_preemptive_reply() -> None:
@@ -329,7 +333,8 @@ def prefilled_call(fake: FakeServer, stt: CountingSTT, asked: int, **changes: An
 
 
 @pytest.mark.parametrize("preemptive", [True, False], ids=["slot-gated preemptive", "no preemptive"])
-def test_a_pause_with_no_preemptive_reply_prefills_the_turn_the_endpoint_then_asks_for(preemptive: bool) -> None:
+def test_a_pause_with_no_preemptive_reply_prefills_the_turn_the_endpoint_then_asks_for(
+        preemptive: bool, capsys: pytest.CaptureFixture[str]) -> None:
     """One idle slot of one (the lab's server): no preemptive reply may start, so the conversation with the
     speculative transcript goes out for one token before the endpoint, and the endpoint's own request carries the
     same messages (llama-server's slot then holds their prefix). Nothing of the prefill's answer is heard or kept."""
@@ -348,6 +353,8 @@ def test_a_pause_with_no_preemptive_reply_prefills_the_turn_the_endpoint_then_as
     assert counts["prefilled_ahead"] == 1 and counts["prefill_ahead_tokens"] == TIMINGS["prompt_n"]
     assert counts["started"] == 0 and counts["gated_slot"] == int(preemptive)
     assert record["preemptive_attributes"]["voice_llm.preemptive.prefilled_ahead"] == 1
+    turn_lines = [line for line in capsys.readouterr().err.splitlines() if "turn 1:" in line]
+    assert len(turn_lines) == 1 and f"prefilled ahead 1x ({TIMINGS['prompt_n']} prompt tokens)" in turn_lines[0]
 
 
 @pytest.mark.parametrize("slots", [[True], SLOTS_NOT_LISTED], ids=["no idle slot", "no slots list"])

@@ -580,7 +580,8 @@ class Call:
         if not self.settings.preemptive or speculation.gate is not None:
             if self.settings.preemptive and speculation.gate is not None:
                 self._count(f"gated_{speculation.gate}", 1)
-                log(f"call {self.number}: no preemptive reply from this pause ({GATE_WHY[speculation.gate]})")
+                if self.agent.slots_listed is not False:  # a server with no slots list was said once (idle_slots)
+                    log(f"call {self.number}: no preemptive reply from this pause ({GATE_WHY[speculation.gate]})")
             if self.settings.prefill_ahead:
                 self._prefill_ahead(speculation)
             return
@@ -829,6 +830,9 @@ class Call:
         said = (f"; preemptive: {'used' if turn.preemptive else 'not used'}, {pre['dropped']} dropped "
                 f"({pre['tokens_wasted']} tokens, {pre['synthesis_ms_wasted']:.0f} ms of synthesis wasted)"
                 if self.settings.preemptive else "")
+        if self.settings.prefill_ahead:
+            said += f"; prefilled ahead {pre['prefilled_ahead']}x ({pre['prefill_ahead_tokens']:.0f} prompt tokens)"
+
         log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
             f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); {_decided(turn.decision)}; "
             f"heard {heard[:60]!r}{said}")
