@@ -239,6 +239,15 @@ def test_a_reply_made_in_full_before_the_caller_goes_on_is_dropped_and_counted_t
     assert agent_threads() == []
 
 
+def end_call(served: Any, caller: TwilioCaller, turns: int = 1) -> dict[str, Any]:
+    """The call's replies played out (``turns``), then the hang-up; the first turn's record."""
+    play_out(served, caller, turns)
+    record = served.agent.records[0]
+    caller.hang_up()
+    caller.ws.close()
+    return record
+
+
 def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
     """A caller's pause whose transcript is ready before the endpoint but gated (``gate``): no chat request goes
     out before the endpoint, the endpoint's turn answers as a plain one; the turn's record."""
@@ -248,10 +257,7 @@ def gated_call(fake: FakeServer, stt: CountingSTT, gate: str) -> dict[str, Any]:
         wait_for(lambda: call.preempted[f"gated_{gate}"] == 1)  # the pause's decode was gated; no endpoint yet
         assert fake.requests == [] and call.turns == []
         send_silence(caller, 400)
-        play_out(served, caller, 1)
-        record = served.agent.records[0]
-        caller.hang_up()
-        caller.ws.close()
+        record = end_call(served, caller)
     assert agent_threads() == []
     return record
 
@@ -322,11 +328,8 @@ def prefilled_call(fake: FakeServer, stt: CountingSTT, asked: int, **changes: An
         before = list(fake.requests)
         assert all(turn.state == "held" for turn in call.turns)  # the endpoint has not come: at most a held reply
         send_silence(caller, 400)
-        play_out(served, caller, 1)
-        record = served.agent.records[0]
+        record = end_call(served, caller)
         heard_ms = caller.audio_ms()
-        caller.hang_up()
-        caller.ws.close()
     assert agent_threads() == []
     assert heard_ms == pytest.approx(len(record["reply"]) * 20, abs=20)  # the tone of the endpoint's reply only
     return record, before
@@ -388,10 +391,7 @@ def test_a_caller_who_goes_on_after_a_prefill_ahead_gets_the_whole_utterance_ans
         wait_for(lambda: fake.requests)
         caller.say(speech(400))  # the caller goes on before the endpoint
         send_silence(caller, 600)
-        play_out(served, caller, 1)
-        record = served.agent.records[0]
-        caller.hang_up()
-        caller.ws.close()
+        record = end_call(served, caller)
     assert agent_threads() == []
     asked = [r.json["messages"][-1]["content"] for r in fake.requests]
     whole = f"{stt.calls[-1]} samples."
@@ -399,3 +399,17 @@ def test_a_caller_who_goes_on_after_a_prefill_ahead_gets_the_whole_utterance_ans
     assert not fake.requests[0].client_closed
     assert [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] != "system"] == [whole]
     assert record["reply"] == "Sure." and record["preemptive"]["call"]["prefilled_ahead"] == len(asked) - 1
+
+
+def test_a_prefill_ahead_the_server_fails_is_one_log_line_and_the_turn_is_answered(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The server answers the prefill ahead with an error: the agent says so in one line, counts nothing it did not
+    get, and the endpoint's request answers the turn as it would have."""
+    stt = CountingSTT()
+    with FakeServer([Reply.json(500, {"error": {"message": "boom"}}), quick("Sure.")], slots=ONE_IDLE_OF_ONE) as fake:
+        record, before = prefilled_call(fake, stt, 1, prefill_ahead=True)
+    assert len(before) == 1 and record["reply"] == "Sure."
+    assert record["preemptive"]["prefilled_ahead"] == 1 and record["preemptive"]["prefill_ahead_tokens"] == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "prefill ahead failed" in line] and "Traceback" not in err
+

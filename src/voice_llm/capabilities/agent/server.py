@@ -832,7 +832,6 @@ class Call:
                 if self.settings.preemptive else "")
         if self.settings.prefill_ahead:
             said += f"; prefilled ahead {pre['prefilled_ahead']}x ({pre['prefill_ahead_tokens']:.0f} prompt tokens)"
-
         log(f"call {self.number} turn {turn.number}: {turn.end_reason}; reported "
             f"{'-' if reported is None else f'{reported:.0f} ms'} ({parts}); {_decided(turn.decision)}; "
             f"heard {heard[:60]!r}{said}")
@@ -1126,8 +1125,7 @@ class Agent:
 
         def run() -> None:
             try:
-                result = self.client.chat(messages, 1, True, model=self.model,
-                                          include_usage=self.settings.include_usage)
+                result = self.cache_prompt_of(messages)
             except (StreamError, VoiceLLMError, OSError) as exc:
                 log(f"prefill ahead failed: {exc.__class__.__name__}: {str(exc)[:200]}")
                 return
@@ -1174,8 +1172,7 @@ class Agent:
         targets: list[int | None] = list(range(min(slots, self.settings.max_calls))) if slots else [None]
 
         def prime(slot: int | None) -> None:
-            self.client.chat(messages, 1, True, model=self.model, include_usage=self.settings.include_usage,
-                             extra={"id_slot": slot} if slot is not None else None)
+            self.cache_prompt_of(messages, slot)
 
         try:
             with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="agent-prime") as pool:
@@ -1183,6 +1180,12 @@ class Agent:
         except StreamError as exc:
             raise AgentError(f"the LLM server at {self.settings.url} does not answer: {exc}") from exc
         return len(targets)
+
+    def cache_prompt_of(self, messages: list[dict[str, str]], slot: int | None = None) -> StreamResult:
+        """One token of ``messages`` with cache_prompt, so the server's slot (``slot``: llama-server's id_slot, or
+        the one it picks) holds their prompt: the priming request (_prime) and a prefill ahead (prefill_ahead)."""
+        return self.client.chat(messages, 1, True, model=self.model, include_usage=self.settings.include_usage,
+                                extra={"id_slot": slot} if slot is not None else None)
 
     def ready(self) -> dict[str, Any]:
         s = self.settings
